@@ -1,0 +1,70 @@
+// stepscope/import.hpp — read PyTorch profiler / Kineto Chrome-trace JSON.
+//
+//   stepscope::ImportResult r = stepscope::import_kineto_trace("rank0.json.gz");
+//   if (!r.ok) { std::fprintf(stderr, "%s\n", r.error.c_str()); return 1; }
+//   auto facts = stepscope::timeline::device_facts(r.trace);
+//
+// The reader streams: gzip (or plain JSON) is inflated in fixed-size chunks
+// and fed to a SAX parser, so memory grows with the number of events kept,
+// not with the size of the file; no JSON DOM is built. Nothing throws: every
+// failure (unreadable file, bad gzip, truncated or invalid JSON, a field of
+// the wrong type, no traceEvents) comes back as ok == false with an error
+// naming what is wrong and where (byte offset in the uncompressed JSON,
+// event index).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "stepscope/export.hpp"
+#include "stepscope/timeline.hpp"
+
+namespace stepscope {
+
+struct ImportOptions {
+  // Apply HTA's rounding of fractional-microsecond timestamps
+  // (start' = ceil(ts), end' = floor(ts + dur), in float64 microseconds) so
+  // the analyses match HTA exactly. Off: keep nanosecond precision.
+  bool hta_rounding = true;
+  // With two or more distinct ProfilerStep#N, drop the last (usually partial)
+  // step as HTA does: host events starting at or after it and the device
+  // events they launched.
+  bool drop_last_profiler_step = true;
+  // Refuse a single event larger than this (uncompressed bytes of its JSON);
+  // protects against a hostile file holding one gigantic string.
+  std::size_t max_event_bytes = 64u << 20;
+  // Inflate in a helper thread while parsing (two cores: roughly halves wall time).
+  bool pipelined_decompression = true;
+};
+
+struct ImportStats {
+  std::uint64_t compressed_bytes = 0;    // bytes read from the file
+  std::uint64_t uncompressed_bytes = 0;  // JSON bytes parsed
+  std::uint64_t events_seen = 0;         // elements of traceEvents
+  std::uint64_t complete_events = 0;     // ph "X" events with cat and dur
+  std::uint64_t events_dropped_after_last_step = 0;
+  bool gzip = false;
+  bool fractional_timestamps = false;
+};
+
+struct ImportResult {
+  bool ok = false;
+  std::string error;  // empty when ok
+  timeline::Timeline trace;
+  ImportStats stats;
+
+  explicit operator bool() const { return ok; }
+};
+
+// Reads a .json or .json.gz file (gzip is recognised by its magic bytes, not
+// the extension). Never throws.
+STEPSCOPE_API ImportResult import_kineto_trace(const std::string& path,
+                                               const ImportOptions& options = {}) noexcept;
+
+// Same, from bytes already in memory (gzip or plain). Never throws.
+STEPSCOPE_API ImportResult import_kineto_trace_from_buffer(std::string_view bytes,
+                                                           const ImportOptions& options = {}) noexcept;
+
+}  // namespace stepscope

@@ -1,0 +1,231 @@
+#include "import/byte_source.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace stepscope::detail {
+
+FileInput::~FileInput() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+std::size_t FileInput::read(char* destination, std::size_t capacity, std::string& error) {
+  const std::size_t got = std::fread(destination, 1, capacity, file_);
+  if (got < capacity && std::ferror(file_)) {
+    error = std::string("read error: ") + std::strerror(errno);
+  }
+  return got;
+}
+
+std::size_t MemoryInput::read(char* destination, std::size_t capacity, std::string&) {
+  const std::size_t n = std::min(capacity, bytes_.size());
+  if (n > 0) std::memcpy(destination, bytes_.data(), n);
+  bytes_.remove_prefix(n);
+  return n;
+}
+
+struct Decoder::ZState {
+  z_stream stream{};
+  bool initialised = false;
+  ~ZState() {
+    if (initialised) inflateEnd(&stream);
+  }
+};
+
+Decoder::Decoder(std::unique_ptr<RawInput> input)
+    : input_(std::move(input)), in_buffer_(kChunkBytes), z_(std::make_unique<ZState>()) {}
+
+Decoder::~Decoder() = default;
+
+bool Decoder::fill_input() {
+  if (input_done_) return false;
+  // Keep unconsumed bytes at the front.
+  if (in_begin_ > 0) {
+    std::memmove(in_buffer_.data(), in_buffer_.data() + in_begin_, in_end_ - in_begin_);
+    in_end_ -= in_begin_;
+    in_begin_ = 0;
+  }
+  const std::size_t got = input_->read(in_buffer_.data() + in_end_, in_buffer_.size() - in_end_, error_);
+  if (!error_.empty()) return false;
+  if (got == 0) {
+    input_done_ = true;
+    return false;
+  }
+  in_end_ += got;
+  compressed_bytes_ += got;
+  return true;
+}
+
+bool Decoder::next(std::vector<char>& out) {
+  out.clear();
+  if (finished_ || !error_.empty()) return false;
+  if (!started_) {
+    started_ = true;
+    while (in_end_ - in_begin_ < 2 && fill_input()) {
+    }
+    if (!error_.empty()) return false;
+    gzip_ = in_end_ - in_begin_ >= 2 && static_cast<unsigned char>(in_buffer_[in_begin_]) == 0x1f &&
+            static_cast<unsigned char>(in_buffer_[in_begin_ + 1]) == 0x8b;
+  }
+  if (gzip_) return next_gzip(out);
+
+  if (in_begin_ == in_end_ && !fill_input()) {
+    finished_ = true;
+    return false;
+  }
+  out.assign(in_buffer_.begin() + static_cast<std::ptrdiff_t>(in_begin_),
+             in_buffer_.begin() + static_cast<std::ptrdiff_t>(in_end_));
+  in_begin_ = in_end_ = 0;
+  return true;
+}
+
+bool Decoder::next_gzip(std::vector<char>& out) {
+  z_stream& zs = z_->stream;
+  if (!z_->initialised) {
+    // 16 + MAX_WBITS: gzip wrapper only, so a zlib or raw stream is reported
+    // as corrupt rather than silently misread.
+    if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
+      error_ = "cannot initialise zlib";
+      return false;
+    }
+    z_->initialised = true;
+    member_open_ = true;
+  }
+  out.resize(kChunkBytes);
+  std::size_t produced = 0;
+  while (produced < out.size()) {
+    if (in_begin_ == in_end_ && !fill_input()) {
+      if (!error_.empty()) return false;
+      if (member_open_) {
+        error_ = "gzip stream truncated after " + std::to_string(compressed_bytes_) +
+                 " compressed bytes (" + std::to_string(zs.total_out) +
+                 " bytes of the last member decompressed)";
+        return false;
+      }
+      finished_ = true;
+      break;
+    }
+    if (!member_open_) {
+      // Between members: only another gzip member or zero padding may follow.
+      const auto first = static_cast<unsigned char>(in_buffer_[in_begin_]);
+      if (first == 0) {
+        ++in_begin_;
+        continue;
+      }
+      if (first != 0x1f) {
+        error_ = "unexpected data after the end of the gzip stream at compressed byte " +
+                 std::to_string(compressed_bytes_ - (in_end_ - in_begin_));
+        return false;
+      }
+      inflateReset(&zs);
+      member_open_ = true;
+    }
+    zs.next_in = reinterpret_cast<Bytef*>(in_buffer_.data() + in_begin_);
+    zs.avail_in = static_cast<uInt>(in_end_ - in_begin_);
+    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+    zs.avail_out = static_cast<uInt>(out.size() - produced);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    const std::size_t consumed = (in_end_ - in_begin_) - zs.avail_in;
+    in_begin_ += consumed;
+    produced = out.size() - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      member_open_ = false;
+    } else if (rc == Z_BUF_ERROR) {
+      // Needs more input; loop refills (or reports truncation).
+      if (consumed == 0 && zs.avail_out != 0 && in_begin_ != in_end_) {
+        error_ = "corrupt gzip data";
+        return false;
+      }
+    } else if (rc != Z_OK) {
+      error_ = std::string("corrupt gzip data near compressed byte ") +
+               std::to_string(compressed_bytes_ - (in_end_ - in_begin_)) + ": " +
+               (zs.msg != nullptr ? zs.msg : "inflate failed");
+      return false;
+    }
+  }
+  out.resize(produced);
+  return produced > 0;
+}
+
+PipelinedDecoder::PipelinedDecoder(Decoder& decoder) : decoder_(decoder) {
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    start_failed_ = true;  // caller falls back to decoding inline
+  }
+}
+
+PipelinedDecoder::~PipelinedDecoder() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PipelinedDecoder::run() {
+  for (;;) {
+    std::vector<char> buffer;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return stop_ || ready_.size() < kQueueDepth; });
+      if (stop_) break;
+      if (!spare_.empty()) {
+        buffer = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    bool more = false;
+    try {
+      more = decoder_.next(buffer);
+    } catch (...) {
+      more = false;  // bad_alloc: the decoder's error stays empty, parse reports truncation
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!more) {
+      producer_done_ = true;
+      changed_.notify_all();
+      break;
+    }
+    ready_.push_back(std::move(buffer));
+    changed_.notify_all();
+  }
+}
+
+bool PipelinedDecoder::next(std::vector<char>& out) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (out.capacity() > 0) spare_.push_back(std::move(out));
+  out = std::vector<char>();
+  changed_.wait(lock, [this] { return !ready_.empty() || producer_done_; });
+  if (ready_.empty()) return false;
+  out = std::move(ready_.front());
+  ready_.pop_front();
+  changed_.notify_all();
+  return true;
+}
+
+ChunkStreambuf::int_type ChunkStreambuf::underflow() {
+  if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+  consumed_before_ += static_cast<std::uint64_t>(egptr() - eback());
+  for (;;) {
+    bool more = false;
+    try {
+      more = pipeline_ != nullptr ? pipeline_->next(chunk_) : decoder_.next(chunk_);
+    } catch (...) {
+      more = false;
+    }
+    if (!more) {
+      setg(nullptr, nullptr, nullptr);
+      return traits_type::eof();
+    }
+    if (!chunk_.empty()) break;
+  }
+  setg(chunk_.data(), chunk_.data(), chunk_.data() + chunk_.size());
+  return traits_type::to_int_type(*gptr());
+}
+
+}  // namespace stepscope::detail

@@ -1,0 +1,133 @@
+// Decompressed byte chunks from a gzip or plain JSON source, optionally
+// inflated on a helper thread. Internal to the importer.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <streambuf>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace stepscope::detail {
+
+// Where compressed (or plain) bytes come from.
+class RawInput {
+ public:
+  virtual ~RawInput() = default;
+  // Reads up to `capacity` bytes; returns the count, 0 at end. Sets `error` on failure.
+  virtual std::size_t read(char* destination, std::size_t capacity, std::string& error) = 0;
+};
+
+class FileInput final : public RawInput {
+ public:
+  explicit FileInput(std::FILE* file) : file_(file) {}
+  ~FileInput() override;
+  FileInput(const FileInput&) = delete;
+  FileInput& operator=(const FileInput&) = delete;
+  std::size_t read(char* destination, std::size_t capacity, std::string& error) override;
+
+ private:
+  std::FILE* file_;
+};
+
+class MemoryInput final : public RawInput {
+ public:
+  explicit MemoryInput(std::string_view bytes) : bytes_(bytes) {}
+  std::size_t read(char* destination, std::size_t capacity, std::string& error) override;
+
+ private:
+  std::string_view bytes_;
+};
+
+// Turns RawInput into decompressed chunks. gzip is recognised by its magic
+// bytes (1f 8b); anything else passes through untouched. Concatenated gzip
+// members (what `cat a.gz b.gz` makes) are read as one stream.
+class Decoder {
+ public:
+  static constexpr std::size_t kChunkBytes = 256 * 1024;
+
+  explicit Decoder(std::unique_ptr<RawInput> input);
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
+  // Fills `out` (resized to what was produced). False at end of data or on
+  // error; then error() says which.
+  bool next(std::vector<char>& out);
+  const std::string& error() const { return error_; }
+  bool gzip() const { return gzip_; }
+  std::uint64_t compressed_bytes() const { return compressed_bytes_; }
+
+ private:
+  bool fill_input();
+  bool next_gzip(std::vector<char>& out);
+
+  std::unique_ptr<RawInput> input_;
+  std::vector<char> in_buffer_;
+  std::size_t in_begin_ = 0, in_end_ = 0;
+  bool input_done_ = false;
+  bool started_ = false;
+  bool gzip_ = false;
+  bool finished_ = false;
+  bool member_open_ = false;
+  std::string error_;
+  std::uint64_t compressed_bytes_ = 0;
+  struct ZState;
+  std::unique_ptr<ZState> z_;
+};
+
+// Runs a Decoder on a helper thread, handing chunks through a small bounded
+// queue (so memory stays at a few chunks however large the file is).
+class PipelinedDecoder {
+ public:
+  explicit PipelinedDecoder(Decoder& decoder);
+  ~PipelinedDecoder();  // stops and joins the helper
+  PipelinedDecoder(const PipelinedDecoder&) = delete;
+  PipelinedDecoder& operator=(const PipelinedDecoder&) = delete;
+
+  // Swaps the next chunk into `out` (the old buffer is recycled). False at end.
+  bool next(std::vector<char>& out);
+  bool start_failed() const { return start_failed_; }
+
+ private:
+  void run();
+  static constexpr std::size_t kQueueDepth = 4;
+  Decoder& decoder_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::vector<char>> ready_;
+  std::vector<std::vector<char>> spare_;
+  bool producer_done_ = false;
+  bool stop_ = false;
+  bool start_failed_ = false;
+  std::thread thread_;
+};
+
+// std::streambuf over decompressed chunks, so nlohmann's stream input adapter
+// can pull bytes one at a time from memory without copying. Tracks the byte
+// offset for error messages.
+class ChunkStreambuf final : public std::streambuf {
+ public:
+  ChunkStreambuf(Decoder& decoder, PipelinedDecoder* pipeline)
+      : decoder_(decoder), pipeline_(pipeline) {}
+  std::uint64_t position() const {
+    return consumed_before_ + static_cast<std::uint64_t>(gptr() - eback());
+  }
+
+ protected:
+  int_type underflow() override;
+
+ private:
+  Decoder& decoder_;
+  PipelinedDecoder* pipeline_;
+  std::vector<char> chunk_;
+  std::uint64_t consumed_before_ = 0;
+};
+
+}  // namespace stepscope::detail

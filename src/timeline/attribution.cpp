@@ -1,0 +1,293 @@
+// stepscope's own per-step view: how busy the device was in each step and,
+// when it idled, what the host was doing at that moment. This is what turns
+// "GPU idle 80%" into a category (io / scheduling / sync) for the analyzer.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "stepscope/timeline.hpp"
+
+namespace stepscope::timeline {
+namespace {
+
+using Intervals = std::vector<Interval>;
+
+// Plain set algebra on sorted, disjoint, non-empty intervals. Unlike the HTA
+// merge, degenerate (end <= start) inputs are dropped: here they are noise.
+Intervals normalise(Intervals v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& iv) { return iv.end_ns <= iv.start_ns; }),
+          v.end());
+  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.start_ns < b.start_ns; });
+  Intervals out;
+  for (const Interval& iv : v) {
+    if (!out.empty() && iv.start_ns <= out.back().end_ns) out.back().end_ns = std::max(out.back().end_ns, iv.end_ns);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+Intervals intersect(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const std::int64_t lo = std::max(a[i].start_ns, b[j].start_ns);
+    const std::int64_t hi = std::min(a[i].end_ns, b[j].end_ns);
+    if (hi > lo) out.push_back({lo, hi});
+    if (a[i].end_ns < b[j].end_ns) ++i;
+    else ++j;
+  }
+  return out;
+}
+
+Intervals subtract(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  std::size_t j = 0;
+  for (Interval cur : a) {
+    while (j < b.size() && b[j].end_ns <= cur.start_ns) ++j;
+    std::size_t k = j;
+    while (k < b.size() && b[k].start_ns < cur.end_ns) {
+      if (b[k].start_ns > cur.start_ns) out.push_back({cur.start_ns, b[k].start_ns});
+      cur.start_ns = std::max(cur.start_ns, b[k].end_ns);
+      if (cur.start_ns >= cur.end_ns) break;
+      ++k;
+    }
+    if (cur.start_ns < cur.end_ns) out.push_back(cur);
+  }
+  return out;
+}
+
+std::int64_t length(const Intervals& v) {
+  std::int64_t total = 0;
+  for (const Interval& iv : v) total += iv.end_ns - iv.start_ns;
+  return total;
+}
+
+Intervals clip(const Intervals& v, std::int64_t start, std::int64_t end) { return intersect(v, {{start, end}}); }
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool is_input_phase(const std::string& lowered_name, const AttributionOptions& options) {
+  for (const std::string& marker : options.input_phase_markers)
+    if (!marker.empty() && lowered_name.find(lower(marker)) != std::string::npos) return true;
+  return false;
+}
+
+// Who is responsible for a sync call: the innermost user annotation on the
+// same thread around it, else the outermost framework op (e.g. aten::item),
+// else the runtime call itself.
+std::string sync_owner(const Timeline& tl, const HostInterval& sync) {
+  const HostInterval* innermost_annotation = nullptr;
+  const HostInterval* outermost_op = nullptr;
+  for (const HostInterval& h : tl.host_ops) {
+    if (h.tid != sync.tid || h.start_ns > sync.start_ns || h.end_ns < sync.end_ns) continue;
+    if (h.kind == HostOpKind::annotation) {
+      if (innermost_annotation == nullptr || h.duration_ns() < innermost_annotation->duration_ns())
+        innermost_annotation = &h;
+    } else if (h.kind == HostOpKind::framework_op) {
+      if (outermost_op == nullptr || h.duration_ns() > outermost_op->duration_ns()) outermost_op = &h;
+    }
+  }
+  if (innermost_annotation != nullptr) return tl.name_of(innermost_annotation->name);
+  if (outermost_op != nullptr) return tl.name_of(outermost_op->name);
+  return tl.name_of(sync.name);
+}
+
+struct Windows {
+  std::vector<std::int64_t> numbers;
+  Intervals spans;
+};
+
+Windows analysis_windows(const Timeline& tl) {
+  Windows w;
+  for (const Step& s : tl.steps) {
+    if (s.end_ns <= s.start_ns) continue;
+    w.numbers.push_back(s.number);
+    w.spans.push_back({s.start_ns, s.end_ns});
+  }
+  if (!w.spans.empty()) return w;
+  // No steps: one window over everything the trace saw.
+  std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const DeviceInterval& d : tl.device_ops) {
+    lo = std::min(lo, d.start_ns);
+    hi = std::max(hi, d.end_ns);
+  }
+  for (const HostInterval& h : tl.host_ops) {
+    lo = std::min(lo, h.start_ns);
+    hi = std::max(hi, h.end_ns);
+  }
+  if (hi > lo) {
+    w.numbers.push_back(-1);
+    w.spans.push_back({lo, hi});
+  }
+  return w;
+}
+
+}  // namespace
+
+std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const AttributionOptions& options) {
+  Intervals busy, compute, communication, memcpy, pageable;
+  for (const DeviceInterval& d : tl.device_ops) {
+    const Interval iv{d.start_ns, d.end_ns};
+    busy.push_back(iv);
+    if (d.cls == KernelClass::computation) compute.push_back(iv);
+    if (d.cls == KernelClass::communication) communication.push_back(iv);
+    if (d.kind == DeviceOpKind::memcpy) {
+      memcpy.push_back(iv);
+      if (d.host_memory == HostMemoryKind::pageable) pageable.push_back(iv);
+    }
+  }
+  busy = normalise(std::move(busy));
+  compute = normalise(std::move(compute));
+  communication = normalise(std::move(communication));
+  memcpy = normalise(std::move(memcpy));
+  pageable = normalise(std::move(pageable));
+
+  Intervals sync, input, host_busy;
+  std::vector<const HostInterval*> sync_calls;
+  std::unordered_map<NameId, bool> input_name;
+  for (const HostInterval& h : tl.host_ops) {
+    const Interval iv{h.start_ns, h.end_ns};
+    if (h.kind == HostOpKind::step) continue;
+    host_busy.push_back(iv);
+    if (h.kind == HostOpKind::runtime_sync) {
+      sync.push_back(iv);
+      sync_calls.push_back(&h);
+    }
+    if (h.kind == HostOpKind::annotation || h.kind == HostOpKind::framework_op || h.kind == HostOpKind::python) {
+      auto [it, inserted] = input_name.try_emplace(h.name, false);
+      if (inserted) it->second = is_input_phase(lower(tl.name_of(h.name)), options);
+      if (it->second) input.push_back(iv);
+    }
+  }
+  sync = normalise(std::move(sync));
+  input = normalise(std::move(input));
+  host_busy = normalise(std::move(host_busy));
+
+  const Windows windows = analysis_windows(tl);
+  std::vector<StepDeviceUsage> out;
+  for (std::size_t w = 0; w < windows.spans.size(); ++w) {
+    const Interval span = windows.spans[w];
+    StepDeviceUsage u;
+    u.step = windows.numbers[w];
+    u.start_ns = span.start_ns;
+    u.end_ns = span.end_ns;
+    const Intervals window_busy = clip(busy, span.start_ns, span.end_ns);
+    u.busy_ns = length(window_busy);
+    const Intervals idle = subtract({span}, window_busy);
+    u.idle_ns = length(idle);
+
+    const Intervals idle_sync = intersect(idle, sync);
+    const Intervals not_sync = subtract(idle, sync);
+    const Intervals idle_input = intersect(not_sync, input);
+    const Intervals rest = subtract(not_sync, input);
+    u.idle_host_sync_ns = length(idle_sync);
+    u.idle_host_input_ns = length(idle_input);
+    u.idle_host_scheduling_ns = length(intersect(rest, host_busy));
+    u.idle_unattributed_ns = u.idle_ns - u.idle_host_sync_ns - u.idle_host_input_ns - u.idle_host_scheduling_ns;
+
+    std::map<std::string, std::int64_t> by_phase;
+    for (const HostInterval* call : sync_calls) {
+      const std::int64_t t = length(intersect(idle_sync, {{call->start_ns, call->end_ns}}));
+      if (t > 0) by_phase[sync_owner(tl, *call)] += t;
+    }
+    for (auto& [phase, t] : by_phase) u.sync_by_phase.push_back({phase, t});
+    std::stable_sort(u.sync_by_phase.begin(), u.sync_by_phase.end(),
+                     [](const SyncIdle& a, const SyncIdle& b) { return a.idle_ns > b.idle_ns; });
+
+    const Intervals window_compute = clip(compute, span.start_ns, span.end_ns);
+    const Intervals window_comm = clip(communication, span.start_ns, span.end_ns);
+    u.compute_ns = length(window_compute);
+    u.communication_ns = length(window_comm);
+    u.exposed_communication_ns = length(subtract(window_comm, window_compute));
+    u.memcpy_ns = length(clip(memcpy, span.start_ns, span.end_ns));
+    u.pageable_memcpy_ns = length(clip(pageable, span.start_ns, span.end_ns));
+    for (const DeviceInterval& d : tl.device_ops)
+      if (d.kind == DeviceOpKind::kernel && d.start_ns >= span.start_ns && d.start_ns < span.end_ns) ++u.kernels;
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options) {
+  DeviceFacts f;
+  f.rank = tl.rank;
+  f.world_size = tl.world_size;
+  f.has_device_activity = !tl.device_ops.empty();
+  const std::vector<StepDeviceUsage> usage = per_step_device_usage(tl, options);
+  f.steps = static_cast<std::int64_t>(usage.size());
+  std::int64_t span = 0, busy = 0, idle = 0, input = 0, sched = 0, sync = 0, unattributed = 0, compute = 0,
+               comm = 0, exposed = 0, memcpy = 0, pageable = 0, kernels = 0;
+  std::map<std::string, std::int64_t> sync_phase;
+  for (const StepDeviceUsage& u : usage) {
+    span += u.span_ns();
+    busy += u.busy_ns;
+    idle += u.idle_ns;
+    input += u.idle_host_input_ns;
+    sched += u.idle_host_scheduling_ns;
+    sync += u.idle_host_sync_ns;
+    unattributed += u.idle_unattributed_ns;
+    compute += u.compute_ns;
+    comm += u.communication_ns;
+    exposed += u.exposed_communication_ns;
+    memcpy += u.memcpy_ns;
+    pageable += u.pageable_memcpy_ns;
+    kernels += u.kernels;
+    for (const SyncIdle& s : u.sync_by_phase) sync_phase[s.phase] += s.idle_ns;
+  }
+  auto fraction = [span](std::int64_t part) {
+    return span > 0 ? static_cast<double>(part) / static_cast<double>(span) : 0.0;
+  };
+  if (f.steps > 0) f.step_time_mean_ns = static_cast<double>(span) / static_cast<double>(f.steps);
+  f.device_busy_fraction = fraction(busy);
+  f.device_idle_fraction = fraction(idle);
+  f.idle_host_input_fraction = fraction(input);
+  f.idle_host_launch_bound_fraction = fraction(sched);
+  f.idle_sync_fraction = fraction(sync);
+  f.idle_unattributed_fraction = fraction(unattributed);
+  f.compute_fraction = fraction(compute);
+  f.communication_fraction = fraction(comm);
+  f.exposed_communication_fraction = fraction(exposed);
+  f.memcpy_fraction = fraction(memcpy);
+  f.pageable_memcpy_fraction = fraction(pageable);
+  std::int64_t best = 0;
+  for (const auto& [phase, t] : sync_phase) {
+    if (t > best) {
+      best = t;
+      f.top_sync_phase = phase;
+    }
+  }
+  if (f.steps > 0) f.kernels_per_step = static_cast<double>(kernels) / static_cast<double>(f.steps);
+
+  const CommComputeOverlap overlap = comm_compute_overlap(tl);
+  f.comm_compute_overlap_fraction = overlap.overlap_percent() / 100.0;
+
+  const LaunchStats launches = launch_statistics(tl);
+  f.launches_per_step = f.steps > 0 ? static_cast<double>(launches.pairs) / static_cast<double>(f.steps) : 0.0;
+  if (launches.pairs > 0) {
+    f.short_kernel_fraction = static_cast<double>(launches.short_kernels) / static_cast<double>(launches.pairs);
+    f.runtime_outlier_fraction =
+        static_cast<double>(launches.runtime_outliers) / static_cast<double>(launches.pairs);
+  }
+  f.launch_delay_p50_ns = launches.launch_delay_p50_ns;
+  f.launch_delay_p90_ns = launches.launch_delay_p90_ns;
+
+  std::int64_t host_wait = 0, kernel_wait = 0, total_idle = 0;
+  for (const StreamIdleBreakdown& s : idle_time_breakdown(tl)) {
+    host_wait += s.host_wait_ns;
+    kernel_wait += s.kernel_wait_ns;
+    total_idle += s.total_ns();
+  }
+  if (total_idle > 0) {
+    f.host_wait_idle_fraction = static_cast<double>(host_wait) / static_cast<double>(total_idle);
+    f.kernel_wait_idle_fraction = static_cast<double>(kernel_wait) / static_cast<double>(total_idle);
+  }
+  return f;
+}
+
+}  // namespace stepscope::timeline
