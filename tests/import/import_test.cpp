@@ -1,0 +1,243 @@
+// The Kineto importer: model mapping, HTA rounding and step dropping, and
+// clear errors (never a crash or an escaping exception) on malformed input.
+#include <catch2/catch.hpp>
+#include <zlib.h>
+
+#include <dirent.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "stepscope/import.hpp"
+
+using namespace stepscope;
+using namespace stepscope::timeline;
+
+namespace {
+
+const std::string kCorpus = STEPSCOPE_SOURCE_DIR "/tests/import/corpus/";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string gzip(const std::string& plain) {
+  z_stream zs{};
+  REQUIRE(deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&zs, static_cast<uLong>(plain.size())) + 32, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+  zs.avail_in = static_cast<uInt>(plain.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+ImportResult import_text(const std::string& text, ImportOptions options = {}) {
+  return import_kineto_trace_from_buffer(text, options);
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a minimal trace maps onto the timeline model", "[import]") {
+  const ImportResult r = import_kineto_trace(kCorpus + "minimal.json");
+  INFO(r.error);
+  REQUIRE(r.ok);
+  const Timeline& tl = r.trace;
+  CHECK(tl.rank == 1);
+  CHECK(tl.world_size == 2);
+  CHECK(tl.distributed_backend == "nccl");
+  REQUIRE(tl.devices.size() == 1);
+  CHECK(tl.devices[0].name == "Test GPU");
+  CHECK(tl.devices[0].multiprocessor_count == 108);
+  // Two ProfilerSteps: the last one and what it launched are dropped.
+  REQUIRE(tl.steps.size() == 1);
+  CHECK(tl.steps[0].number == 3);
+  CHECK(tl.steps[0].start_ns == 100'000);
+  REQUIRE(tl.device_ops.size() == 1);
+  const DeviceInterval& k = tl.device_ops[0];
+  CHECK(tl.name_of(k.name) == "gemm_kernel");
+  CHECK(k.kind == DeviceOpKind::kernel);
+  CHECK(k.cls == KernelClass::computation);
+  CHECK(k.stream == 7);
+  CHECK(k.correlation == 11);
+  CHECK(k.start_ns == 120'000);
+  CHECK(k.end_ns == 150'000);
+  CHECK(r.stats.events_dropped_after_last_step == 3);
+  CHECK(r.stats.events_seen == 8);
+
+  ImportOptions keep_all;
+  keep_all.drop_last_profiler_step = false;
+  const ImportResult all = import_kineto_trace(kCorpus + "minimal.json", keep_all);
+  REQUIRE(all.ok);
+  CHECK(all.trace.steps.size() == 2);
+  REQUIRE(all.trace.device_ops.size() == 2);
+  CHECK(all.trace.device_ops[1].cls == KernelClass::communication);
+}
+
+TEST_CASE("gzip and plain input give the same timeline", "[import]") {
+  const ImportResult plain = import_kineto_trace(kCorpus + "minimal.json");
+  const ImportResult gz = import_kineto_trace(kCorpus + "minimal.json.gz");
+  REQUIRE(plain.ok);
+  REQUIRE(gz.ok);
+  CHECK(gz.stats.gzip);
+  CHECK_FALSE(plain.stats.gzip);
+  CHECK(gz.trace.device_ops.size() == plain.trace.device_ops.size());
+  CHECK(gz.trace.host_ops.size() == plain.trace.host_ops.size());
+  ImportOptions inline_decode;
+  inline_decode.pipelined_decompression = false;
+  const ImportResult gz_inline = import_kineto_trace(kCorpus + "minimal.json.gz", inline_decode);
+  REQUIRE(gz_inline.ok);
+  CHECK(gz_inline.trace.host_ops.size() == plain.trace.host_ops.size());
+}
+
+TEST_CASE("fractional microseconds: HTA rounding or exact nanoseconds", "[import][rounding]") {
+  const std::string path = kCorpus + "float_ts.json";
+  const ImportResult hta = import_kineto_trace(path);
+  REQUIRE(hta.ok);
+  CHECK(hta.stats.fractional_timestamps);
+  REQUIRE(hta.trace.device_ops.size() == 2);
+  // memcpy: ts 4203669604598.2 -> ceil 599; end floor(598.7) = 598 (ends before it starts, as in HTA)
+  CHECK(hta.trace.device_ops[0].start_ns == 4203669604599'000);
+  CHECK(hta.trace.device_ops[0].end_ns == 4203669604598'000);
+  CHECK(hta.trace.device_ops[0].direction == MemcpyDirection::host_to_device);
+  CHECK(hta.trace.device_ops[0].host_memory == HostMemoryKind::pageable);
+  CHECK(hta.trace.device_ops[0].bytes == 4096);
+
+  ImportOptions exact;
+  exact.hta_rounding = false;
+  const ImportResult ns = import_kineto_trace(path, exact);
+  REQUIRE(ns.ok);
+  CHECK(ns.trace.device_ops[0].start_ns == 4203669604598'200);
+  CHECK(ns.trace.device_ops[0].end_ns == 4203669604598'700);
+  CHECK(ns.trace.device_ops[1].duration_ns() == 3'250);
+  CHECK(ns.trace.host_ops[0].start_ns == 4203669604595'407);
+}
+
+TEST_CASE("the Chrome JSON array format is accepted", "[import]") {
+  const ImportResult r = import_kineto_trace(kCorpus + "array_format.json");
+  INFO(r.error);
+  REQUIRE(r.ok);
+  CHECK(r.trace.device_ops.size() == 1);
+}
+
+TEST_CASE("malformed input gives a clear error", "[import][errors]") {
+  SECTION("missing file") {
+    const ImportResult r = import_kineto_trace("/nonexistent/trace.json.gz");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "cannot open"));
+  }
+  SECTION("empty file") {
+    const ImportResult r = import_text("");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "empty input"));
+  }
+  SECTION("not JSON") {
+    const ImportResult r = import_text("hello, world");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "invalid or truncated JSON at byte offset"));
+  }
+  SECTION("truncated JSON names the event") {
+    const ImportResult r = import_kineto_trace(kCorpus + "truncated.json");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "truncated JSON"));
+    CHECK(contains(r.error, "traceEvents[1]"));
+  }
+  SECTION("wrong field type names the field and the event") {
+    const ImportResult r = import_kineto_trace(kCorpus + "wrong_type.json");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "traceEvents[0]"));
+    CHECK(contains(r.error, "\"ts\" must be a number, got string"));
+  }
+  SECTION("traceEvents of the wrong type") {
+    const ImportResult r = import_text(R"({"traceEvents": {"a": 1}})");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "\"traceEvents\" must be an array"));
+    const ImportResult s = import_text(R"({"traceEvents": 3})");
+    CHECK_FALSE(s.ok);
+    CHECK(contains(s.error, "\"traceEvents\" must be an array, got number"));
+    const ImportResult e = import_text(R"({"traceEvents": [1]})");
+    CHECK_FALSE(e.ok);
+    CHECK(contains(e.error, "traceEvents[0] must be an object"));
+  }
+  SECTION("missing traceEvents") {
+    const ImportResult r = import_text(R"({"schemaVersion": 1})");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "no \"traceEvents\""));
+  }
+  SECTION("a bare scalar") {
+    const ImportResult r = import_text("42");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "expected an object"));
+  }
+  SECTION("truncated gzip") {
+    const std::string gz = read_file(kCorpus + "minimal.json.gz");
+    const ImportResult r = import_text(gz.substr(0, gz.size() / 2));
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "gzip stream truncated"));
+  }
+  SECTION("corrupt gzip") {
+    std::string gz = read_file(kCorpus + "minimal.json.gz");
+    for (std::size_t i = 20; i < gz.size() - 8; i += 7) gz[i] = static_cast<char>(gz[i] ^ 0x5a);
+    const ImportResult r = import_text(gz);
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "gzip"));
+  }
+  SECTION("out-of-range timestamp") {
+    const ImportResult r = import_text(R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1e300,"dur":1}]})");
+    CHECK_FALSE(r.ok);
+    CHECK(contains(r.error, "out of range"));
+  }
+}
+
+TEST_CASE("a large in-memory gzip trace streams through the importer", "[import]") {
+  std::string json = R"({"traceEvents":[)";
+  for (int i = 0; i < 20000; ++i) {
+    if (i > 0) json += ',';
+    json += R"({"ph":"X","cat":"kernel","name":"k)" + std::to_string(i % 13) + R"(","pid":0,"tid":7,"ts":)" +
+            std::to_string(1000 + i * 10) + R"(,"dur":5,"args":{"stream":7,"correlation":)" + std::to_string(i) + "}}";
+  }
+  json += "]}";
+  const ImportResult r = import_text(gzip(json));
+  INFO(r.error);
+  REQUIRE(r.ok);
+  CHECK(r.trace.device_ops.size() == 20000);
+  CHECK(r.trace.names.size() == 13);  // interned
+  CHECK(r.stats.uncompressed_bytes == json.size());
+  // Two gzip members back to back read as one stream; the JSON then has trailing garbage.
+  const ImportResult twice = import_text(gzip(json) + gzip(json));
+  CHECK_FALSE(twice.ok);
+}
+
+TEST_CASE("every fuzz corpus seed imports without crashing", "[import][corpus]") {
+  DIR* dir = opendir(kCorpus.c_str());
+  REQUIRE(dir != nullptr);
+  int seeds = 0;
+  while (dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string bytes = read_file(kCorpus + name);
+    const ImportResult r = import_text(bytes);
+    INFO(name << ": " << r.error);
+    CHECK((r.ok || !r.error.empty()));
+    // Every prefix must also fail cleanly (or succeed).
+    for (std::size_t cut = 0; cut < bytes.size(); cut += 17) {
+      const ImportResult partial = import_text(bytes.substr(0, cut));
+      CHECK((partial.ok || !partial.error.empty()));
+    }
+    ++seeds;
+  }
+  closedir(dir);
+  CHECK(seeds >= 5);
+}
