@@ -1,0 +1,173 @@
+// stepscope/phase.hpp — RAII scopes for training steps and their phases.
+//
+// Use the macros from <stepscope/stepscope.hpp>; the classes here are what
+// they expand to:
+//
+//   for (auto& batch : loader) {
+//     STEPSCOPE_STEP();
+//     { STEPSCOPE_PHASE("forward"); loss = model.forward(batch); }
+//   }
+//
+// Hot path (everything inline here): one load and branch when disabled; when
+// enabled, two clock reads, a few thread-local stores and one 32-byte store
+// into this thread's ring. No lock, no allocation, no system call after the
+// thread's first record, never throws.
+#pragma once
+
+#include <stepscope/clock.hpp>
+#include <stepscope/export.hpp>
+#include <stepscope/report.hpp>
+#include <stepscope/ring.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace stepscope {
+namespace detail {
+
+// Run-time state of the library, read by every scope.
+enum RunMode : std::uint8_t {
+  kModeUninitialised = 0,  // first scope initialises (reads the environment)
+  kModeEnabled = 1,
+  kModeDisabled = 2,  // STEPSCOPE=0, after finish(), or in a forked child
+};
+STEPSCOPE_API extern std::atomic<std::uint8_t> g_mode;
+// Steps started in this process. Every record carries its value when the
+// scope opened (a step scope: its own 1-based number), so the collector can
+// leave warm-up steps out without buffering.
+STEPSCOPE_API extern std::atomic<std::uint32_t> g_steps_started;
+
+// Deepest nesting tracked per thread; deeper scopes still record, with their
+// depth clamped (self time is then approximate and the report says so).
+inline constexpr int kMaxDepth = 63;
+
+// Per-thread hot-path state. Trivial, so the thread_local needs no guard or
+// TLS wrapper call; registration fills it on the first record.
+struct ThreadState {
+  ThreadRing* ring;
+  std::uint8_t depth;       // open scopes on this thread
+  std::uint8_t step_depth;  // open step scopes on this thread
+  bool exited;              // thread is past its exit handler: records are counted, not kept
+  std::uint8_t kind_stack[kMaxDepth + 1];  // kind of each open scope, for the sampler
+};
+
+// One per thread for the whole process (default visibility, so every module
+// that includes this header shares it).
+STEPSCOPE_API inline thread_local ThreadState t_thread_state{};
+
+// Cold paths, out of line in the library.
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE bool initialise_runtime() noexcept;  // true if enabled
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE ThreadRing* register_thread(ThreadState& state) noexcept;
+
+// True when this scope should record. Initialises the run time on first use.
+STEPSCOPE_DETAIL_ALWAYS_INLINE bool scope_enabled() noexcept {
+  const std::uint8_t mode = g_mode.load(std::memory_order_relaxed);
+  if (STEPSCOPE_DETAIL_LIKELY(mode == kModeEnabled)) return true;
+  if (mode == kModeUninitialised) return initialise_runtime();
+  return false;
+}
+
+// Optional device-timing hooks (CUDA backend). Null when no backend is active:
+// then they cost one load and a not-taken branch per scope.
+using DeviceBeginHook = std::uint16_t (*)() noexcept;               // returns a slot, 0 = none
+using DeviceEndHook = void (*)(std::uint16_t slot) noexcept;
+STEPSCOPE_API extern std::atomic<DeviceBeginHook> g_device_begin;
+STEPSCOPE_API extern std::atomic<DeviceEndHook> g_device_end;
+
+class ScopeBase {
+ public:
+  ScopeBase(const ScopeBase&) = delete;
+  ScopeBase& operator=(const ScopeBase&) = delete;
+  ScopeBase(ScopeBase&&) = delete;
+  ScopeBase& operator=(ScopeBase&&) = delete;
+  // Scopes live on the stack only: a heap-allocated scope would outlive the
+  // region it claims to time.
+  static void* operator new(std::size_t) = delete;
+  static void* operator new[](std::size_t) = delete;
+
+ protected:
+  STEPSCOPE_DETAIL_ALWAYS_INLINE explicit ScopeBase(const PhaseSite* site) noexcept : site_(site) {
+    if (!scope_enabled()) return;
+    ThreadState& ts = t_thread_state;
+    if (STEPSCOPE_DETAIL_UNLIKELY(ts.ring == nullptr) && register_thread(ts) == nullptr) return;
+    active_ = true;
+    if (site->is_step) {
+      step_ = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;  // once per step
+      ++ts.step_depth;
+    } else {
+      step_ = g_steps_started.load(std::memory_order_relaxed);
+    }
+    depth_ = ts.depth;
+    in_step_ = ts.step_depth != 0;
+    const std::uint8_t kind = static_cast<std::uint8_t>(site->kind);
+    if (depth_ < kMaxDepth) {
+      ts.depth = static_cast<std::uint8_t>(depth_ + 1);
+      ts.kind_stack[depth_] = kind;
+    }
+    ts.ring->current_kind.store(site->is_step ? 0xff : kind, std::memory_order_relaxed);
+    if (DeviceBeginHook hook = g_device_begin.load(std::memory_order_relaxed)) device_slot_ = hook();
+    start_ = read_ticks();
+  }
+
+  STEPSCOPE_DETAIL_ALWAYS_INLINE ~ScopeBase() {
+    if (!active_) return;
+    const std::uint64_t end = read_ticks();
+    if (device_slot_ != 0) {
+      if (DeviceEndHook hook = g_device_end.load(std::memory_order_relaxed)) hook(device_slot_);
+    }
+    ThreadState& ts = t_thread_state;
+    std::uint8_t flags = in_step_ ? kRecordInStep : 0;
+    if (site_->is_step) {
+      flags |= kRecordIsStep;
+      --ts.step_depth;
+    }
+    ts.depth = depth_;
+    ts.ring->current_kind.store(depth_ == 0 ? 0xff : ts.kind_stack[depth_ - 1], std::memory_order_relaxed);
+    (void)ts.ring->try_push(PhaseRecord{site_, start_, end, step_, device_slot_, depth_, flags});
+  }
+
+ private:
+  const PhaseSite* site_;
+  std::uint64_t start_ = 0;
+  std::uint32_t step_ = 0;
+  std::uint16_t device_slot_ = 0;
+  std::uint8_t depth_ = 0;
+  bool in_step_ = false;
+  bool active_ = false;
+};
+
+}  // namespace detail
+
+// Times one phase of the step, from construction to destruction.
+class ScopedPhase : public detail::ScopeBase {
+ public:
+  STEPSCOPE_DETAIL_ALWAYS_INLINE explicit ScopedPhase(const detail::PhaseSite* site) noexcept : ScopeBase(site) {}
+};
+
+// Times one training step; phases opened inside it on the same thread are its
+// critical path, the rest of its time is "unattributed".
+class ScopedStep : public detail::ScopeBase {
+ public:
+  STEPSCOPE_DETAIL_ALWAYS_INLINE explicit ScopedStep(const detail::PhaseSite* site) noexcept : ScopeBase(site) {}
+};
+
+// Kind of a well-known phase name: data → input; forward, backward, optimizer
+// → compute; h2d, d2h, copy → memory; comm, allreduce → communication.
+constexpr bool detail_str_eq(const char* a, const char* b) noexcept {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+constexpr PhaseKind default_phase_kind(const char* name) noexcept {
+  if (detail_str_eq(name, "data")) return PhaseKind::input;
+  if (detail_str_eq(name, "forward") || detail_str_eq(name, "backward") || detail_str_eq(name, "optimizer"))
+    return PhaseKind::compute;
+  if (detail_str_eq(name, "h2d") || detail_str_eq(name, "d2h") || detail_str_eq(name, "copy")) return PhaseKind::memory;
+  if (detail_str_eq(name, "comm") || detail_str_eq(name, "allreduce")) return PhaseKind::communication;
+  return PhaseKind::other;
+}
+
+}  // namespace stepscope

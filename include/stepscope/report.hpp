@@ -1,0 +1,226 @@
+// stepscope/report.hpp — the report model: what a run measured and concluded.
+//
+// A live run, an imported PyTorch-profiler trace and a merged multi-rank job
+// all produce this same structure; the JSON report (docs/report-schema.md) is
+// its serialisation, so tools can load a report back and compare or merge it.
+//
+//   stepscope::Report a, b;
+//   std::string error;
+//   if (stepscope::load_report("base.json", a, error) &&
+//       stepscope::load_report("new.json", b, error)) {
+//     stepscope::Comparison c = stepscope::compare_reports(a, b);
+//   }
+//
+// Times are milliseconds unless a field name says otherwise.
+#pragma once
+
+#include <stepscope/export.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stepscope {
+
+// Version of the JSON report layout. Bumped when a field changes meaning or is
+// removed; adding fields keeps the version.
+inline constexpr int kReportSchemaVersion = 1;
+
+// What a phase spends its time on; it decides where the phase's time goes in
+// the step breakdown and which bottleneck category it is evidence for.
+enum class PhaseKind : std::uint8_t { input, compute, memory, communication, other };
+
+// Where a phase ran relative to the training step.
+//  step         — inside a STEPSCOPE_STEP scope, on the thread running it: the
+//                 step waited for it (critical path).
+//  outside_step — on a thread that runs steps, but between or before steps.
+//  background   — on a thread that never runs steps (loader workers, ...):
+//                 the step did not wait for it directly.
+enum class ThreadRole : std::uint8_t { step, outside_step, background };
+
+STEPSCOPE_API const char* to_string(PhaseKind kind) noexcept;
+STEPSCOPE_API const char* to_string(ThreadRole role) noexcept;
+STEPSCOPE_API bool parse_phase_kind(const std::string& text, PhaseKind& out) noexcept;
+STEPSCOPE_API bool parse_thread_role(const std::string& text, ThreadRole& out) noexcept;
+
+// Summary of a distribution of durations, in milliseconds. Percentiles come
+// from a bounded log-linear histogram (relative error below 0.4%).
+struct Distribution {
+  std::uint64_t count = 0;
+  double total = 0, mean = 0, stddev = 0, min = 0, max = 0;
+  double p50 = 0, p90 = 0, p99 = 0;
+};
+
+// Compact histogram of a distribution, stored in the report so two reports
+// can be compared with their noise and merged across ranks.
+// Bucket i (see src/core/histogram.hpp) holds counts[i] samples.
+struct HistogramData {
+  int sub_bucket_bits = 0;  // log-linear layout parameter
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> buckets;  // (index, count), count > 0
+};
+
+struct PhaseSummary {
+  std::string name;
+  PhaseKind kind = PhaseKind::other;
+  ThreadRole thread_role = ThreadRole::step;
+  std::uint64_t count = 0;  // measured (non-warm-up) occurrences
+  Distribution host_ms;     // inclusive wall time of each occurrence (host clock)
+  Distribution self_ms;     // exclusive of nested phases on the same thread
+  // Self time of this phase as a fraction of the measured steps' wall time
+  // (0 for background phases: the step did not wait for them).
+  double share_of_step = 0;
+  // Background phases: fraction of their time that overlapped a step.
+  std::optional<double> overlap_with_steps;
+  // Device time between the phase's CUDA events (GPU runs only).
+  std::optional<Distribution> device_ms;
+  std::uint32_t threads = 0;  // distinct threads that ran this phase
+  HistogramData histogram;    // of host_ms, for comparisons and merges
+};
+
+// Mean milliseconds per measured step, by what the step thread was doing.
+// Nested phases count once (self time); the parts add up to wall_ms.
+struct StepBreakdown {
+  double wall_ms = 0;
+  double input_ms = 0, compute_ms = 0, memory_ms = 0, communication_ms = 0, other_ms = 0;
+  double unattributed_ms = 0;  // in the step but in no phase (framework / scheduling)
+};
+
+// Per-step time series, downsampled so it stays bounded: each point is the
+// mean over `stride` consecutive steps starting at `first_step`.
+struct StepSeries {
+  std::uint32_t stride = 1;
+  std::vector<std::uint64_t> first_step;
+  std::vector<double> wall_ms;
+  std::vector<double> input_ms, compute_ms, memory_ms, communication_ms, other_ms, unattributed_ms;
+  std::vector<double> rss_mb;  // process RSS at the end of the point's last step (0: unknown)
+};
+
+struct StepStats {
+  std::uint64_t count = 0;            // measured steps
+  std::uint64_t warmup_excluded = 0;  // steps left out as warm-up
+  Distribution wall_ms;               // measured steps
+  Distribution warmup_wall_ms;        // the warm-up steps, so they are not hidden
+  HistogramData histogram;            // of wall_ms
+  StepBreakdown breakdown;
+  StepSeries series;
+};
+
+// Host and operating-system signals gathered off the hot path.
+struct SystemSignals {
+  bool available = false;
+  double wall_s = 0;           // from first to last record
+  double cpu_user_s = 0, cpu_system_s = 0;
+  int cores_available = 0;     // sched_getaffinity
+  double cpu_utilization = 0;  // (user+system) / (wall * cores)
+  std::uint64_t minor_faults = 0, major_faults = 0;
+  std::uint64_t voluntary_switches = 0, involuntary_switches = 0;
+  std::uint64_t read_bytes = 0, write_bytes = 0;  // storage I/O (/proc/self/io)
+  double io_wait_s = 0;        // block I/O delay of the process (delayacct), when exposed
+  double runqueue_wait_s = 0;  // time runnable but not running (schedstat), step threads
+  double rss_start_mb = 0, rss_peak_mb = 0, rss_end_mb = 0;
+  // Sampled on the step thread: of the time spent in input phases, the
+  // fraction it was on a CPU (working) vs off it (waiting). <0: not measured.
+  double input_on_cpu_fraction = -1;
+  double compute_on_cpu_fraction = -1;
+  // Of the input-phase samples, the fraction in uninterruptible sleep (state
+  // D: usually waiting for storage). <0: not measured.
+  double input_disk_wait_fraction = -1;
+  std::uint64_t input_samples = 0;  // samples taken while the step thread was in an input phase
+  std::uint64_t samples = 0;
+  double sampling_cost_ms = 0;  // time the sampler itself took
+};
+
+// One signal the analyzer looked at.
+struct Evidence {
+  std::string signal;     // machine-readable name, e.g. "input_share"
+  double value = 0;
+  double threshold = 0;
+  std::string comparison; // ">=", "<", ...
+  bool supports = false;  // true when the signal crossed its threshold
+  std::string sentence;   // human-readable explanation
+};
+
+struct Verdict {
+  std::string category = "unknown";  // compute, memory, io, communication, scheduling, unknown
+  double confidence = 0;             // [0, 1]
+  std::string severity;              // "highly", "moderately", "mildly" or "" (unknown)
+  std::string summary;               // one sentence
+  std::vector<Evidence> evidence;
+  std::vector<std::string> recommendations;
+  // What each category costs the step (fraction of step time), ranked.
+  std::vector<std::pair<std::string, double>> ranking;
+};
+
+struct Finding {
+  std::string kind;      // "memory_growth", "jitter", "warmup_slow", "dropped_records", ...
+  std::string severity;  // "info", "warning", "critical"
+  std::string message;
+  std::map<std::string, double> values;
+};
+
+// Amdahl projection: the step if `target` were `speedup`× faster (0: free).
+struct WhatIf {
+  std::string target;   // phase name or kind
+  double share = 0;     // of step time
+  double speedup = 0;   // 2 = twice as fast; 0 = takes no time
+  double step_ms_now = 0, step_ms_projected = 0;
+  double step_change_pct = 0;  // negative = faster
+  std::string note;            // e.g. overlap caveats
+};
+
+// Device (GPU) side of the run.
+struct DeviceInfo {
+  bool enabled = false;  // device timing was active
+  std::string status;    // "ok", "no_cuda_build", "no_device", "no_driver", "cupti_unavailable", ...
+  std::string reason;    // human-readable why
+  std::string name;
+  double memory_capacity_mb = 0;
+  double memory_peak_mb = 0;
+  std::map<std::string, double> facts;  // device timeline facts (busy fraction, ...)
+};
+
+struct RunInfo {
+  std::string library_version;
+  std::string time_utc;  // ISO 8601, when the report was written
+  std::string host;
+  std::int64_t pid = 0;
+  int rank = -1;        // -1: unknown / single process
+  int world_size = 1;
+  std::string source = "live";  // "live", "kineto-import", "merge"
+  std::map<std::string, std::string> config;         // set_config() values, stringified
+  std::map<std::string, std::string> config_types;   // "string" or "number"
+  std::map<std::string, std::string> build;          // build options
+  std::string clock_source;   // "tsc" or "clock_monotonic"
+  double clock_tsc_ghz = 0;   // calibrated TSC frequency (0 for clock_monotonic)
+  double clock_error_ppm = 0; // estimated conversion error
+  std::uint64_t warmup_steps = 0;
+  std::string warmup_source;  // "default", "env", "reduced"
+};
+
+struct Report {
+  int schema_version = kReportSchemaVersion;
+  RunInfo run;
+  StepStats steps;
+  std::vector<PhaseSummary> phases;
+  std::uint64_t dropped_records = 0;
+  std::uint64_t total_records = 0;  // produced = aggregated + dropped
+  SystemSignals system;
+  DeviceInfo device;
+  Verdict bottleneck;
+  std::vector<Finding> findings;
+  std::vector<WhatIf> what_if;
+  std::vector<std::string> warnings;  // configuration problems, fallbacks taken
+};
+
+// Serialisation (src/report/json_report.cpp). Never throw.
+STEPSCOPE_API std::string report_to_json(const Report& report, int indent = 2);
+STEPSCOPE_API bool report_from_json(const std::string& text, Report& out, std::string& error);
+STEPSCOPE_API bool load_report(const std::string& path, Report& out, std::string& error);
+// Writes atomically (temporary file + rename). Returns false with `error` set.
+STEPSCOPE_API bool write_report_file(const Report& report, const std::string& path, std::string& error);
+// The human summary table with the verdict (what goes to stderr at exit).
+STEPSCOPE_API std::string format_summary(const Report& report);
+
+}  // namespace stepscope

@@ -1,0 +1,122 @@
+// stepscope/ring.hpp — fixed-size phase records and the per-thread SPSC ring.
+//
+// Each instrumented thread owns one ThreadRing (its only producer); the
+// collector thread is its only consumer. Pushing is wait-free: a full ring
+// drops the record and counts it, so the training thread never blocks.
+//
+//   detail::PhaseRecord r{site, start, end, step, 0, depth, flags};
+//   if (!ring.try_push(r)) { /* counted in ring.dropped() */ }
+#pragma once
+
+#include <stepscope/export.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace stepscope {
+enum class PhaseKind : std::uint8_t;
+}
+
+namespace stepscope::detail {
+
+// Typical cache line; aligning the producer and consumer indices to separate
+// lines avoids false sharing between the training thread and the collector.
+inline constexpr std::size_t kCacheLine = 64;
+
+// One call site of STEPSCOPE_PHASE / STEPSCOPE_STEP. Constant-initialised in a
+// function-local static, so the hot path only writes its address.
+struct PhaseSite {
+  const char* name;
+  PhaseKind kind;
+  bool is_step;
+  const char* file;
+  int line;
+};
+
+enum RecordFlags : std::uint8_t {
+  kRecordInStep = 1u << 0,  // recorded inside a STEPSCOPE_STEP on the same thread
+  kRecordIsStep = 1u << 1,  // the step scope itself
+};
+
+// What one finished scope leaves behind: exactly 32 bytes, half a cache line.
+struct PhaseRecord {
+  const PhaseSite* site;
+  std::uint64_t start_ticks;  // read_ticks() when the scope opened
+  std::uint64_t end_ticks;    // read_ticks() when it closed
+  std::uint32_t step;         // steps started (process-wide) when the scope opened
+  std::uint16_t device_slot;  // CUDA event pair in the device pool; 0 = none
+  std::uint8_t depth;         // nesting depth on this thread, 0 = outermost
+  std::uint8_t flags;         // RecordFlags
+};
+static_assert(sizeof(PhaseRecord) == 32, "records are fixed-size 32-byte slots");
+static_assert(std::is_trivially_copyable_v<PhaseRecord>, "records are copied as raw bytes");
+
+class ThreadRing {
+ public:
+  // capacity must be a power of two; storage is owned by the caller (the
+  // registry), which keeps the ring alive until the collector drained it.
+  ThreadRing(PhaseRecord* storage, std::uint32_t capacity) noexcept
+      : slots_(storage), capacity_(capacity), mask_(capacity - 1) {}
+  ThreadRing(const ThreadRing&) = delete;
+  ThreadRing& operator=(const ThreadRing&) = delete;
+
+  // Producer only. False when the ring is full: the record is dropped and counted.
+  [[nodiscard]] STEPSCOPE_DETAIL_ALWAYS_INLINE bool try_push(const PhaseRecord& record) noexcept {
+    const std::uint64_t head = head_.load(std::memory_order_relaxed);
+    if (STEPSCOPE_DETAIL_UNLIKELY(head - cached_tail_ >= capacity_)) {
+      cached_tail_ = tail_.load(std::memory_order_acquire);
+      if (head - cached_tail_ >= capacity_) {
+        // Only the producer writes dropped_, so load+store is enough (no RMW).
+        dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    slots_[head & mask_] = record;
+    head_.store(head + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer only: calls fn(const PhaseRecord&) for up to max_records records
+  // in push order, then frees their slots. Returns how many were consumed.
+  template <typename Fn>
+  std::size_t drain(Fn&& fn, std::size_t max_records = ~std::size_t{0}) noexcept(noexcept(fn(std::declval<const PhaseRecord&>()))) {
+    const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+    if (cached_head_ == tail) cached_head_ = head_.load(std::memory_order_acquire);
+    std::uint64_t available = cached_head_ - tail;
+    if (available == 0) {
+      cached_head_ = head_.load(std::memory_order_acquire);
+      available = cached_head_ - tail;
+    }
+    if (available > max_records) available = max_records;
+    for (std::uint64_t i = 0; i < available; ++i) fn(slots_[(tail + i) & mask_]);
+    tail_.store(tail + available, std::memory_order_release);
+    return static_cast<std::size_t>(available);
+  }
+
+  std::uint64_t pushed() const noexcept { return head_.load(std::memory_order_acquire); }
+  std::uint64_t consumed() const noexcept { return tail_.load(std::memory_order_acquire); }
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  std::uint32_t capacity() const noexcept { return capacity_; }
+
+  // What the producer thread is inside right now (PhaseKind as a byte, 0xff:
+  // no phase), published with a relaxed store so the collector's sampler can
+  // attribute CPU time to phases without the hot path making a system call.
+  std::atomic<std::uint8_t> current_kind{0xff};
+
+ private:
+  // Producer line: written on every push.
+  alignas(kCacheLine) std::atomic<std::uint64_t> head_{0};
+  std::uint64_t cached_tail_ = 0;
+  std::atomic<std::uint64_t> dropped_{0};
+  // Consumer line: written on every drain.
+  alignas(kCacheLine) std::atomic<std::uint64_t> tail_{0};
+  std::uint64_t cached_head_ = 0;
+  // Read-only after construction.
+  alignas(kCacheLine) PhaseRecord* const slots_;
+  const std::uint32_t capacity_;
+  const std::uint32_t mask_;
+};
+
+}  // namespace stepscope::detail

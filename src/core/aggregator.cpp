@@ -1,0 +1,329 @@
+#include "core/aggregator.hpp"
+
+#include <stepscope/phase.hpp>
+
+#include <algorithm>
+#include <utility>
+
+namespace stepscope::detail {
+
+namespace {
+constexpr double kNsToMs = 1e-6;
+constexpr std::size_t kDepthSlots = 66;  // depths 0..64 plus the child slot of the deepest
+}  // namespace
+
+Aggregator::Aggregator(AggregatorOptions options, const TickConverter* clock) : options_(options), clock_(clock) {
+  if (options_.series_capacity < 2) options_.series_capacity = 2;
+  series_.reserve(options_.series_capacity);
+}
+
+Aggregator::ThreadId Aggregator::add_thread(std::int64_t os_tid) {
+  ThreadInfo info;
+  info.os_tid = os_tid;
+  info.phases.resize(phase_info_.size());
+  threads_.push_back(std::move(info));
+  return static_cast<ThreadId>(threads_.size() - 1);
+}
+
+void Aggregator::retire_thread(ThreadId thread) {
+  // Background records of this thread may still be pending: settle them first.
+  flush_pending();
+  ThreadInfo& t = threads_[thread];
+  const int which = t.ran_steps ? 0 : 1;
+  auto& pool = retired_[which];
+  auto& counts = retired_threads_[which];
+  if (pool.size() < phase_info_.size()) pool.resize(phase_info_.size());
+  if (counts.size() < phase_info_.size()) counts.resize(phase_info_.size());
+  for (std::size_t i = 0; i < t.phases.size(); ++i) {
+    for (int j = 0; j < 2; ++j) {
+      if (t.phases[i][j].empty()) continue;
+      pool[i][j].merge(t.phases[i][j]);
+      ++counts[i][j];
+    }
+  }
+  t.phases.clear();
+  t.phases.shrink_to_fit();
+  t.live = false;
+}
+
+std::uint32_t Aggregator::phase_id(const PhaseSite* site) {
+  if (site == last_site_) return last_id_;
+  auto it = site_ids_.find(site);
+  std::uint32_t id;
+  if (it != site_ids_.end()) {
+    id = it->second;
+  } else {
+    // Call sites with the same name and kind are one phase.
+    std::string key = std::string(to_string(site->kind)) + "/" + (site->name ? site->name : "");
+    auto named = name_ids_.find(key);
+    if (named != name_ids_.end()) {
+      id = named->second;
+    } else {
+      id = static_cast<std::uint32_t>(phase_info_.size());
+      phase_info_.push_back(PhaseInfo{site->name ? site->name : "", site->kind});
+      name_ids_.emplace(std::move(key), id);
+    }
+    site_ids_.emplace(site, id);
+  }
+  last_site_ = site;
+  last_id_ = id;
+  return id;
+}
+
+PhaseAggregate& Aggregator::aggregate(ThreadId thread, std::uint32_t phase, bool in_step) {
+  auto& phases = threads_[thread].phases;
+  if (phase >= phases.size()) phases.resize(phase_info_.size());
+  return phases[phase][in_step ? 0 : 1];
+}
+
+void Aggregator::consume(ThreadId thread, const PhaseRecord& r) {
+  ++records_;
+  first_ticks_ = std::min(first_ticks_, r.start_ticks);
+  last_ticks_ = std::max(last_ticks_, r.end_ticks);
+  ThreadInfo& t = threads_[thread];
+  const std::uint64_t wall = clock_->duration_ns(r.start_ticks, r.end_ticks);
+  std::size_t depth = r.depth;
+  if (depth >= kMaxDepth) ++depth_clamped_;
+  if (depth + 1 >= kDepthSlots) depth = kDepthSlots - 2;
+  const std::uint64_t children = t.child_ns[depth + 1];
+  t.child_ns[depth + 1] = 0;
+  t.child_ns[depth] += wall;
+  const std::uint64_t self = wall > children ? wall - children : 0;
+
+  if (r.flags & kRecordIsStep) {
+    complete_step(t, r, wall, self);
+    return;
+  }
+  const bool in_step = (r.flags & kRecordInStep) != 0;
+  const bool warm = is_warmup(r.step);
+  const std::uint32_t id = phase_id(r.site);
+  PhaseAggregate& agg = aggregate(thread, id, in_step);
+  if (in_step) t.step_kind_ns[static_cast<std::size_t>(r.site->kind) % kKindCount] += self;
+  if (warm) {
+    agg.warmup.add(wall);
+    return;
+  }
+  agg.inclusive.add(wall);
+  agg.self.add(self);
+  if (!in_step) {
+    PendingBackground p{id, thread, r.start_ticks, r.end_ticks};
+    if (r.end_ticks <= last_step_end_) {
+      process_background(p);
+    } else if (pending_.size() < options_.pending_background_max) {
+      pending_.push_back(p);
+    } else {
+      ++pending_overflowed_;
+      process_background(p);
+    }
+  }
+}
+
+void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall, std::uint64_t self) {
+  t.ran_steps = true;
+  const bool warm = is_warmup(r.step);
+  if (warm) {
+    step_warmup_wall_.add(wall);
+    ++steps_warmup_;
+  } else {
+    step_wall_.add(wall);
+    ++steps_measured_;
+    for (int k = 0; k < kKindCount; ++k) step_kind_total_ns_[k] += t.step_kind_ns[k];
+    step_unattributed_total_ns_ += self;
+    if (open_point_.n == 0) open_point_.first_step = r.step;
+    ++open_point_.n;
+    open_point_.wall_ns += wall;
+    open_point_.unattributed_ns += self;
+    for (int k = 0; k < kKindCount; ++k) open_point_.kind_ns[k] += t.step_kind_ns[k];
+    open_point_.rss_mb = rss_mb_;
+    if (open_point_.n >= series_stride_) {
+      add_series_point(open_point_);
+      open_point_ = StepPoint{};
+    }
+  }
+  t.step_kind_ns.fill(0);
+
+  step_intervals_.emplace_back(r.start_ticks, r.end_ticks);
+  if (step_intervals_.size() > options_.step_intervals_kept) step_intervals_.pop_front();
+  last_step_start_ = std::max(last_step_start_, r.start_ticks);
+  if (r.end_ticks > last_step_end_) {
+    last_step_end_ = r.end_ticks;
+    // Background records that ended before this step did can be settled now.
+    auto settled = std::partition(pending_.begin(), pending_.end(),
+                                  [&](const PendingBackground& p) { return p.end > last_step_end_; });
+    for (auto it = settled; it != pending_.end(); ++it) process_background(*it);
+    pending_.erase(settled, pending_.end());
+  }
+}
+
+void Aggregator::add_series_point(const StepPoint& point) {
+  series_.push_back(point);
+  if (series_.size() < options_.series_capacity) return;
+  // Full: halve the resolution by merging neighbours. Memory stays bounded
+  // whatever the number of steps; the report says the stride.
+  std::vector<StepPoint> merged;
+  merged.reserve(options_.series_capacity);
+  for (std::size_t i = 0; i + 1 < series_.size(); i += 2) {
+    StepPoint m = series_[i];
+    const StepPoint& b = series_[i + 1];
+    m.n += b.n;
+    m.wall_ns += b.wall_ns;
+    m.unattributed_ns += b.unattributed_ns;
+    for (int k = 0; k < kKindCount; ++k) m.kind_ns[k] += b.kind_ns[k];
+    m.rss_mb = b.rss_mb;
+    merged.push_back(m);
+  }
+  if (series_.size() % 2 == 1) merged.push_back(series_.back());
+  series_ = std::move(merged);
+  series_stride_ *= 2;
+}
+
+std::uint64_t Aggregator::overlap_with_steps(std::uint64_t start, std::uint64_t end) const {
+  // Union of the step intervals intersected with [start, end]. Steps are
+  // recorded in completion order; with one step thread they are disjoint and
+  // sorted, so the scan stops at the first step that ended before `start`.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> hits;
+  for (auto it = step_intervals_.rbegin(); it != step_intervals_.rend(); ++it) {
+    if (it->second <= start) break;
+    const std::uint64_t s = std::max(start, it->first), e = std::min(end, it->second);
+    if (s < e) hits.emplace_back(s, e);
+  }
+  if (hits.empty()) return 0;
+  std::sort(hits.begin(), hits.end());
+  std::uint64_t covered = 0, cur_s = hits[0].first, cur_e = hits[0].second;
+  for (std::size_t i = 1; i < hits.size(); ++i) {
+    if (hits[i].first > cur_e) {
+      covered += cur_e - cur_s;
+      cur_s = hits[i].first;
+      cur_e = hits[i].second;
+    } else {
+      cur_e = std::max(cur_e, hits[i].second);
+    }
+  }
+  covered += cur_e - cur_s;
+  return clock_->duration_ns(0, covered);
+}
+
+void Aggregator::process_background(const PendingBackground& p) {
+  ThreadInfo& t = threads_[p.thread];
+  if (!t.live) return;  // already folded into a pool; its overlap is lost (counted in notes)
+  PhaseAggregate& agg = aggregate(p.thread, p.phase, false);
+  agg.overlap_ns += overlap_with_steps(p.start, p.end);
+  agg.overlap_measured_ns += clock_->duration_ns(p.start, p.end);
+}
+
+void Aggregator::flush_pending() {
+  for (const auto& p : pending_) process_background(p);
+  pending_.clear();
+}
+
+void Aggregator::add_device_time(const PhaseSite* site, bool in_step, std::uint64_t step, std::uint64_t device_ns) {
+  if (is_warmup(step)) return;
+  const std::uint32_t id = phase_id(site);
+  if (id >= device_.size()) device_.resize(phase_info_.size());
+  device_[id][in_step ? 0 : 1].add(device_ns);
+}
+
+std::vector<std::string> Aggregator::notes() const {
+  std::vector<std::string> notes;
+  if (depth_clamped_ > 0)
+    notes.push_back("phases nested deeper than 63 levels were recorded with a clamped depth; their self time is approximate (" +
+                    std::to_string(depth_clamped_) + " records)");
+  if (pending_overflowed_ > 0)
+    notes.push_back("background overlap for " + std::to_string(pending_overflowed_) +
+                    " records was computed before their steps completed (pending buffer full)");
+  return notes;
+}
+
+void Aggregator::fill_report(Report& report) const {
+  // Steps.
+  StepStats& s = report.steps;
+  s.count = steps_measured_;
+  s.warmup_excluded = steps_warmup_;
+  s.wall_ms = step_wall_.to_distribution_ms();
+  s.warmup_wall_ms = step_warmup_wall_.to_distribution_ms();
+  s.histogram = step_wall_.histogram.to_data();
+  if (steps_measured_ > 0) {
+    const double n = static_cast<double>(steps_measured_);
+    auto mean_ms = [&](std::uint64_t total_ns) { return static_cast<double>(total_ns) * kNsToMs / n; };
+    s.breakdown.wall_ms = s.wall_ms.mean;
+    s.breakdown.input_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::input)]);
+    s.breakdown.compute_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::compute)]);
+    s.breakdown.memory_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::memory)]);
+    s.breakdown.communication_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::communication)]);
+    s.breakdown.other_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::other)]);
+    s.breakdown.unattributed_ms = mean_ms(step_unattributed_total_ns_);
+  }
+  StepSeries& series = s.series;
+  series = StepSeries{};
+  series.stride = static_cast<std::uint32_t>(series_stride_);
+  auto add_point = [&](const StepPoint& p) {
+    if (p.n == 0) return;
+    const double n = static_cast<double>(p.n);
+    auto ms = [&](std::uint64_t ns) { return static_cast<double>(ns) * kNsToMs / n; };
+    series.first_step.push_back(p.first_step);
+    series.wall_ms.push_back(ms(p.wall_ns));
+    series.input_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::input)]));
+    series.compute_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::compute)]));
+    series.memory_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::memory)]));
+    series.communication_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::communication)]));
+    series.other_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::other)]));
+    series.unattributed_ms.push_back(ms(p.unattributed_ns));
+    series.rss_mb.push_back(p.rss_mb);
+  };
+  for (const auto& p : series_) add_point(p);
+  add_point(open_point_);
+
+  // Phases: merge threads by role.
+  const double step_total_ms = s.wall_ms.total;
+  report.phases.clear();
+  for (std::uint32_t id = 0; id < phase_info_.size(); ++id) {
+    std::array<PhaseAggregate, 3> by_role;  // ThreadRole order
+    std::array<std::uint32_t, 3> threads{};
+    auto fold = [&](const std::array<PhaseAggregate, 2>& pair, bool ran_steps, std::array<std::uint32_t, 2> thread_count) {
+      if (!pair[0].empty()) {
+        by_role[0].merge(pair[0]);
+        threads[0] += thread_count[0];
+      }
+      if (!pair[1].empty()) {
+        const int role = ran_steps ? 1 : 2;
+        by_role[role].merge(pair[1]);
+        threads[role] += thread_count[1];
+      }
+    };
+    for (const auto& t : threads_)
+      if (t.live && id < t.phases.size()) fold(t.phases[id], t.ran_steps, {1, 1});
+    for (int pool = 0; pool < 2; ++pool)
+      if (id < retired_[pool].size()) fold(retired_[pool][id], pool == 0, retired_threads_[pool][id]);
+    for (int role = 0; role < 3; ++role) {
+      const PhaseAggregate& agg = by_role[role];
+      if (agg.empty()) continue;
+      PhaseSummary p;
+      p.name = phase_info_[id].name;
+      p.kind = phase_info_[id].kind;
+      p.thread_role = static_cast<ThreadRole>(role);
+      p.count = agg.inclusive.moments.count();
+      p.host_ms = agg.inclusive.to_distribution_ms();
+      p.self_ms = agg.self.to_distribution_ms();
+      if (p.thread_role == ThreadRole::step && step_total_ms > 0) p.share_of_step = p.self_ms.total / step_total_ms;
+      if (p.thread_role == ThreadRole::background && agg.overlap_measured_ns > 0)
+        p.overlap_with_steps = static_cast<double>(agg.overlap_ns) / static_cast<double>(agg.overlap_measured_ns);
+      if (id < device_.size()) {
+        // Device time belongs to the step role when recorded in a step, else
+        // to whichever non-step role the phase has.
+        const DurationStats& dev = device_[id][role == 0 ? 0 : 1];
+        if (dev.moments.count() > 0 && (role == 0 || by_role[1].empty() || role == 1)) p.device_ms = dev.to_distribution_ms();
+      }
+      p.threads = threads[role];
+      p.histogram = agg.inclusive.histogram.to_data();
+      report.phases.push_back(std::move(p));
+    }
+  }
+  // Most expensive first: step phases by share, then the rest by total time.
+  std::stable_sort(report.phases.begin(), report.phases.end(), [](const PhaseSummary& a, const PhaseSummary& b) {
+    if (a.thread_role != b.thread_role) return a.thread_role < b.thread_role;
+    return a.self_ms.total > b.self_ms.total;
+  });
+  report.total_records = records_;
+}
+
+}  // namespace stepscope::detail

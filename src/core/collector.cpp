@@ -1,0 +1,158 @@
+#include "core/collector.hpp"
+
+#include <stepscope/clock.hpp>
+
+#include <new>
+#include <utility>
+
+namespace stepscope::detail {
+
+Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device)
+    : options_(options), device_(std::move(device)), aggregator_(options.aggregator, &clock_) {
+  clock_.start();
+  start_ns_ = static_cast<std::int64_t>(monotonic_ns());
+  if (options_.sample_system) sampler_.start(start_ns_);
+  if (options_.start_thread) thread_ = std::thread([this] { run(); });
+}
+
+Collector::~Collector() { stop(); }
+
+ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept {
+  try {
+    auto entry = std::make_unique<RingEntry>();
+    entry->storage.reset(new PhaseRecord[options_.ring_capacity]);
+    entry->ring = std::make_unique<ThreadRing>(entry->storage.get(), options_.ring_capacity);
+    entry->os_tid = os_tid;
+    ThreadRing* ring = entry->ring.get();
+    {
+      // Aggregator thread ids are handed out under the state lock, the
+      // registry entry under the registry lock (order: state, then registry).
+      std::lock_guard<std::mutex> state(state_mutex_);
+      entry->thread = aggregator_.add_thread(os_tid);
+      std::lock_guard<std::mutex> lock(registry_mutex_);
+      rings_.push_back(std::move(entry));
+    }
+    return ring;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void Collector::retire(ThreadRing* ring) noexcept {
+  std::lock_guard<std::mutex> lock(registry_mutex_);
+  for (auto& e : rings_)
+    if (e->ring.get() == ring) e->retiring.store(true, std::memory_order_release);
+}
+
+void Collector::run() {
+  std::unique_lock<std::mutex> lock(wake_mutex_);
+  while (!stop_requested_) {
+    wake_.wait_for(lock, options_.interval, [this] { return stop_requested_; });
+    if (stop_requested_) break;
+    lock.unlock();
+    drain_all();
+    lock.lock();
+  }
+}
+
+void Collector::drain_all() {
+  std::lock_guard<std::mutex> state(state_mutex_);
+  drain_locked();
+}
+
+void Collector::drain_locked() {
+  clock_.recalibrate();
+  drain_list_.clear();
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex_);
+    for (auto& e : rings_) drain_list_.push_back(e.get());
+  }
+  // A ring marked retiring before this point has no more pushes coming:
+  // after this drain it is empty and can be freed.
+  std::vector<RingEntry*> finished;
+  for (RingEntry* e : drain_list_) {
+    const bool retiring = e->retiring.load(std::memory_order_acquire);
+    const Aggregator::ThreadId thread = e->thread;
+    e->ring->drain([&](const PhaseRecord& r) {
+      if (r.device_slot != 0 && device_) device_->on_record(r);
+      aggregator_.consume(thread, r);
+    });
+    e->ran_steps = aggregator_.ran_steps(thread);
+    if (retiring) finished.push_back(e);
+  }
+  if (device_) device_->poll(aggregator_);
+  if (options_.sample_system) {
+    sample_list_.clear();
+    for (RingEntry* e : drain_list_)
+      if (e->ran_steps && !e->retiring.load(std::memory_order_relaxed))
+        sample_list_.push_back({e->os_tid, e->ring->current_kind.load(std::memory_order_relaxed)});
+    sampler_.sample(sample_list_);
+    aggregator_.set_rss_mb(sampler_.rss_mb());
+  }
+  if (!finished.empty()) {
+    for (RingEntry* e : finished) aggregator_.retire_thread(e->thread);
+    std::lock_guard<std::mutex> lock(registry_mutex_);
+    for (RingEntry* e : finished) {
+      retired_dropped_ += e->ring->dropped();
+      for (auto it = rings_.begin(); it != rings_.end(); ++it) {
+        if (it->get() == e) {
+          rings_.erase(it);
+          break;
+        }
+      }
+    }
+  }
+}
+
+void Collector::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    stop_requested_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  try {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+    drain_locked();
+    if (device_ && !device_finished_) {
+      device_->finish(aggregator_, device_info_);
+      device_finished_ = true;
+    }
+    drain_locked();  // records pushed while the device backend finished
+    aggregator_.flush_pending();
+    if (options_.sample_system) final_system_ = sampler_.finish(static_cast<std::int64_t>(monotonic_ns()));
+  } catch (...) {
+    // Out of memory while aggregating: the report will show what was counted.
+  }
+}
+
+std::uint64_t Collector::dropped_records() const {
+  std::lock_guard<std::mutex> lock(registry_mutex_);
+  std::uint64_t dropped = retired_dropped_;
+  for (const auto& e : rings_) dropped += e->ring->dropped();
+  return dropped;
+}
+
+Report Collector::facts() {
+  std::lock_guard<std::mutex> state(state_mutex_);
+  if (!stopped_) drain_locked();
+  Report report;
+  aggregator_.fill_report(report);
+  report.dropped_records = dropped_records();
+  report.total_records = aggregator_.records() + report.dropped_records;
+  for (auto& note : aggregator_.notes()) report.warnings.push_back(std::move(note));
+  report.system = stopped_ ? final_system_ : SystemSignals{};
+  if (!stopped_ && options_.sample_system) {
+    report.system.available = false;
+    report.system.rss_end_mb = sampler_.rss_mb();
+  }
+  report.device = device_info_;
+  report.run.clock_source = clock_.tsc() ? "tsc" : "clock_monotonic";
+  report.run.clock_tsc_ghz = clock_.ghz();
+  report.run.clock_error_ppm = clock_.error_ppm();
+  return report;
+}
+
+}  // namespace stepscope::detail

@@ -1,0 +1,33 @@
+// Interface between the collector and an optional device (GPU) backend.
+// src/cuda provides make_device_backend(); without CUDA it returns a backend
+// that only explains why device timing is absent.
+#pragma once
+
+#include "core/aggregator.hpp"
+
+#include <stepscope/report.hpp>
+#include <stepscope/ring.hpp>
+
+#include <memory>
+
+namespace stepscope::detail {
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  // Collector thread: a drained record that carries a device slot.
+  virtual void on_record(const PhaseRecord& record) = 0;
+  // Collector thread, every tick: resolve completed device work without
+  // blocking and hand the device times to the aggregator.
+  virtual void poll(Aggregator& aggregator) = 0;
+  // At finish: last resolution (may wait briefly for outstanding events) and
+  // what the report says about the device.
+  virtual void finish(Aggregator& aggregator, DeviceInfo& info) = 0;
+};
+
+// Called once at start-up (from the first scope's initialisation). Never
+// throws; never returns null. Installs the hot-path hooks when it can time
+// the device, and writes a one-line reason to `notice` when it cannot.
+std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept;
+
+}  // namespace stepscope::detail

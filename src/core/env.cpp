@@ -1,0 +1,148 @@
+#include "core/env.hpp"
+
+#include "core/runtime.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace stepscope::detail {
+
+bool parse_uint(const char* text, std::uint64_t min, std::uint64_t max, std::uint64_t& out) {
+  if (text == nullptr || *text == '\0') return false;
+  for (const char* p = text; *p != '\0'; ++p)
+    if (*p < '0' || *p > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value < min || value > max) return false;
+  out = value;
+  return true;
+}
+
+namespace {
+
+bool parse_switch(const char* text, bool& out) {
+  const char* on[] = {"1", "on", "true", "yes", "ON", "TRUE", "YES", "True", "On"};
+  const char* off[] = {"0", "off", "false", "no", "OFF", "FALSE", "NO", "False", "Off"};
+  for (const char* s : on)
+    if (std::strcmp(text, s) == 0) return out = true, true;
+  for (const char* s : off)
+    if (std::strcmp(text, s) == 0) return out = false, true;
+  return false;
+}
+
+}  // namespace
+
+Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
+  if (getenv_fn == nullptr) getenv_fn = [](const char* name) -> const char* { return std::getenv(name); };
+  Settings s;
+  auto bad = [&](const char* name, const char* value, const std::string& expected, const std::string& fallback) {
+    warnings.push_back(std::string(name) + "='" + value + "' is invalid (expected " + expected + "); using " + fallback);
+  };
+
+  if (const char* v = getenv_fn("STEPSCOPE"); v != nullptr && *v != '\0') {
+    bool on = true;
+    if (parse_switch(v, on))
+      s.enabled = on;
+    else
+      bad("STEPSCOPE", v, "0 or 1", "1 (enabled)");
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_OUT"); v != nullptr && *v != '\0') s.out = v;
+  if (const char* v = getenv_fn("STEPSCOPE_WARMUP"); v != nullptr && *v != '\0') {
+    std::uint64_t n = 0;
+    if (parse_uint(v, 0, 1000000, n)) {
+      s.warmup_steps = n;
+      s.warmup_from_env = true;
+    } else {
+      bad("STEPSCOPE_WARMUP", v, "a whole number of steps from 0 to 1000000", std::to_string(kDefaultWarmupSteps));
+    }
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_RING_RECORDS"); v != nullptr && *v != '\0') {
+    std::uint64_t n = 0;
+    if (parse_uint(v, 64, 1u << 22, n) && (n & (n - 1)) == 0)
+      s.ring_capacity = static_cast<std::uint32_t>(n);
+    else
+      bad("STEPSCOPE_RING_RECORDS", v, "a power of two from 64 to 4194304", std::to_string(s.ring_capacity));
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_INTERVAL_MS"); v != nullptr && *v != '\0') {
+    std::uint64_t n = 0;
+    if (parse_uint(v, 1, 1000, n))
+      s.interval_ms = static_cast<std::uint32_t>(n);
+    else
+      bad("STEPSCOPE_INTERVAL_MS", v, "milliseconds from 1 to 1000", std::to_string(s.interval_ms));
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_CLOCK"); v != nullptr) s.clock = v;
+  if (const char* v = getenv_fn("STEPSCOPE_QUIET"); v != nullptr && *v != '\0') {
+    bool q = false;
+    if (parse_switch(v, q))
+      s.quiet = q;
+    else
+      bad("STEPSCOPE_QUIET", v, "0 or 1", "0");
+  }
+  // Rank and world size from the usual launchers, first one set wins.
+  const char* rank_vars[][2] = {{"RANK", "WORLD_SIZE"},
+                                {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                {"PMI_RANK", "PMI_SIZE"},
+                                {"SLURM_PROCID", "SLURM_NTASKS"}};
+  for (const auto& pair : rank_vars) {
+    const char* r = getenv_fn(pair[0]);
+    if (r == nullptr || *r == '\0') continue;
+    std::uint64_t rank = 0, world = 1;
+    if (!parse_uint(r, 0, 1u << 24, rank)) {
+      bad(pair[0], r, "a rank number", "no rank");
+      continue;
+    }
+    s.rank = static_cast<int>(rank);
+    const char* w = getenv_fn(pair[1]);
+    if (w != nullptr && *w != '\0') {
+      if (parse_uint(w, 1, 1u << 24, world) && world > rank)
+        s.world_size = static_cast<int>(world);
+      else
+        bad(pair[1], w, "a world size larger than the rank", "rank+1");
+    }
+    if (s.world_size <= s.rank) s.world_size = s.rank + 1;
+    break;
+  }
+  return s;
+}
+
+std::string resolve_report_path(const std::string& out, int rank) {
+  if (out.empty()) return rank >= 0 ? "stepscope-report.rank" + std::to_string(rank) + ".json" : "stepscope-report.json";
+  std::string path = out;
+  const std::string placeholder = "{rank}";
+  const std::string value = std::to_string(rank >= 0 ? rank : 0);
+  for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at + value.size()))
+    path.replace(at, placeholder.size(), value);
+  return path;
+}
+
+std::string fallback_report_path(int rank, long pid) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  if (access(dir.c_str(), W_OK) != 0) dir = "/tmp";
+  std::string name = "stepscope-report";
+  if (rank >= 0) name += ".rank" + std::to_string(rank);
+  name += "." + std::to_string(pid) + ".json";
+  return dir + "/" + name;
+}
+
+std::string write_report_with_fallback(Report& report, const Settings& settings, int rank) {
+  const std::string path = resolve_report_path(settings.out, rank);
+  std::string error;
+  if (write_report_file(report, path, error)) return path;
+  const std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));
+  const std::string message = "cannot write the report to '" + path + "' (" + error + "); writing it to '" + fallback + "' instead";
+  std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
+  report.warnings.push_back(message);
+  std::string error2;
+  if (write_report_file(report, fallback, error2)) return fallback;
+  std::fprintf(stderr, "stepscope: error: cannot write the report to '%s' either (%s); here it is:\n%s\n", fallback.c_str(),
+               error2.c_str(), report_to_json(report).c_str());
+  return "<stderr>";
+}
+
+}  // namespace stepscope::detail

@@ -1,0 +1,45 @@
+// Settings read from the environment at start-up. Every bad value gets one
+// clear warning and a safe default; nothing here ever stops the run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stepscope::detail {
+
+// Warm-up steps left out of the statistics unless STEPSCOPE_WARMUP says
+// otherwise. The first steps of a training run pay one-off costs (lazy
+// initialisation, allocator growth, cuDNN/cuBLAS autotuning, JIT, cold page
+// cache) that say nothing about the steady state; 5 steps covers those in
+// the frameworks we looked at while costing little on runs of hundreds of
+// steps. The warm-up steps are still reported separately (steps.warmup_wall_ms).
+inline constexpr std::uint64_t kDefaultWarmupSteps = 5;
+
+struct Settings {
+  bool enabled = true;                // STEPSCOPE (0/off/false disables)
+  std::string out;                    // STEPSCOPE_OUT, "" = default name
+  std::uint64_t warmup_steps = kDefaultWarmupSteps;  // STEPSCOPE_WARMUP
+  bool warmup_from_env = false;
+  std::uint32_t ring_capacity = 16384;  // STEPSCOPE_RING_RECORDS (power of two, 64..4M)
+  std::uint32_t interval_ms = 5;        // STEPSCOPE_INTERVAL_MS (1..1000)
+  std::string clock;                    // STEPSCOPE_CLOCK (tsc | monotonic)
+  bool quiet = false;                   // STEPSCOPE_QUIET=1: no summary on stderr
+  int rank = -1, world_size = 1;        // RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID
+};
+
+// getenv_fn lets tests supply their own environment.
+using GetEnv = const char* (*)(const char*);
+Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn = nullptr);
+
+// Parses a non-negative integer in [min, max]; false on anything else.
+bool parse_uint(const char* text, std::uint64_t min, std::uint64_t max, std::uint64_t& out);
+
+// Report path: STEPSCOPE_OUT with {rank} expanded, or the default name
+// (stepscope-report.json, stepscope-report.rank{rank}.json when ranked).
+std::string resolve_report_path(const std::string& out, int rank);
+// Where a report goes when its path cannot be written: $TMPDIR (or /tmp),
+// named with the pid so concurrent runs do not collide.
+std::string fallback_report_path(int rank, long pid);
+
+}  // namespace stepscope::detail

@@ -1,0 +1,92 @@
+// The human summary printed at exit: breakdown, phases, verdict, what-if.
+#include <stepscope/report.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+namespace stepscope {
+
+namespace {
+
+std::string bar(double fraction, int width) {
+  const int n = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * width + 0.5);
+  std::string s;
+  for (int i = 0; i < n; ++i) s += "#";
+  return s;
+}
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string format_summary(const Report& r) {
+  std::string out;
+  auto line = [&out](const std::string& s) {
+    out += s;
+    out += '\n';
+  };
+  const auto& w = r.steps.wall_ms;
+  std::string who = r.run.rank >= 0 ? fmt::format(" rank {}/{}", r.run.rank, r.run.world_size) : "";
+  line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
+  if (r.steps.count > 0) {
+    line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
+                     r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));
+    const auto& b = r.steps.breakdown;
+    line("step breakdown (critical path, mean per step):");
+    const std::pair<const char*, double> parts[] = {{"input", b.input_ms},   {"compute", b.compute_ms},
+                                                    {"memory", b.memory_ms}, {"communication", b.communication_ms},
+                                                    {"other", b.other_ms},   {"unattributed", b.unattributed_ms}};
+    for (const auto& [name, ms] : parts) {
+      const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
+      line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
+    }
+  } else {
+    line(fmt::format("steps: none measured ({} warm-up excluded)", r.steps.warmup_excluded));
+  }
+  if (!r.phases.empty()) {
+    line(fmt::format("  {:<20} {:<13} {:<12} {:>7} {:>10} {:>10} {:>10} {:>10} {:>7}", "phase", "kind", "role", "count",
+                     "mean ms", "p50", "p99", "self ms", "share"));
+    for (const auto& p : r.phases) {
+      std::string share = p.thread_role == ThreadRole::step ? fmt::format("{:.1f}%", p.share_of_step * 100) : "-";
+      if (p.overlap_with_steps) share = fmt::format("ovl {:.0f}%", *p.overlap_with_steps * 100);
+      line(fmt::format("  {:<20} {:<13} {:<12} {:>7} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>7}", p.name.substr(0, 20),
+                       to_string(p.kind), to_string(p.thread_role), p.count, p.host_ms.mean, p.host_ms.p50, p.host_ms.p99,
+                       p.self_ms.mean, share));
+      if (p.device_ms)
+        line(fmt::format("  {:<20} device: mean {:.3f} ms, p99 {:.3f} ms", "", p.device_ms->mean, p.device_ms->p99));
+    }
+  }
+  const Verdict& v = r.bottleneck;
+  if (v.category == "unknown") {
+    line(fmt::format("verdict: UNKNOWN (confidence {:.2f}) — {}", v.confidence, v.summary));
+  } else {
+    line(fmt::format("verdict: {} {}-bound (confidence {:.2f}) — {}", v.severity, upper(v.category), v.confidence, v.summary));
+  }
+  int shown = 0;
+  for (const auto& e : v.evidence) {
+    if (!e.supports || shown++ >= 5) continue;
+    line(fmt::format("  evidence: {}", e.sentence));
+  }
+  for (std::size_t i = 0; i < v.recommendations.size() && i < 3; ++i) line(fmt::format("  try: {}", v.recommendations[i]));
+  shown = 0;
+  for (const auto& x : r.what_if) {
+    if (shown++ >= 4) break;
+    line(fmt::format("  what if {} were {}: step {:.3f} -> {:.3f} ms ({:+.1f}%)", x.target,
+                     x.speedup == 0 ? std::string("free") : fmt::format("{:g}x faster", x.speedup), x.step_ms_now,
+                     x.step_ms_projected, x.step_change_pct));
+  }
+  for (const auto& f : r.findings) line(fmt::format("  finding [{}] {}", f.severity, f.message));
+  if (r.dropped_records > 0)
+    line(fmt::format("  DROPPED {} of {} records (ring full): statistics undercount", r.dropped_records, r.total_records));
+  if (!r.device.status.empty() && r.device.status != "ok" && r.device.status != "unknown")
+    line(fmt::format("  device timing: {} ({})", r.device.status, r.device.reason));
+  return out;
+}
+
+}  // namespace stepscope

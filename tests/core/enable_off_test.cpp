@@ -1,0 +1,19 @@
+// STEPSCOPE_ENABLE=0: the macros vanish, the API still compiles and links,
+// and nothing starts.
+#undef STEPSCOPE_ENABLE
+#define STEPSCOPE_ENABLE 0
+#include <stepscope/stepscope.hpp>
+
+#include <catch2/catch.hpp>
+
+TEST_CASE("with STEPSCOPE_ENABLE=0 the macros expand to nothing", "[enable]") {
+  for (int i = 0; i < 100; ++i) {
+    STEPSCOPE_STEP();
+    STEPSCOPE_PHASE("data");
+    STEPSCOPE_PHASE_KIND("x", stepscope::PhaseKind::memory);
+  }
+  stepscope::set_config("batch_size", 1);  // the API still links
+  // Nothing initialised the run time: no collector thread, no report.
+  REQUIRE(stepscope::detail::g_mode.load() == stepscope::detail::kModeUninitialised);
+  REQUIRE(stepscope::detail::t_thread_state.ring == nullptr);
+}

@@ -1,0 +1,191 @@
+// The run time end to end, each case in its own process (tests/core/probe.cpp):
+// report fields for a known workload, STEPSCOPE=0, bad environment values,
+// an unwritable output path, {rank}, thread exit, fork.
+#include <stepscope/report.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+using namespace stepscope;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/stepscope-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+bool exists(const std::string& p) {
+  struct stat st{};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs the probe with extra environment in `dir`; returns the exit status.
+int run_probe(const TempDir& dir, const std::string& env, const std::string& args) {
+  const std::string cmd = "cd '" + dir.path + "' && env STEPSCOPE_QUIET=1 TMPDIR='" + dir.path + "' " + env + " '" +
+                          STEPSCOPE_PROBE + "' " + args + " 2>'" + dir.path + "/stderr.txt'";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Report load(const std::string& path) {
+  Report r;
+  std::string error;
+  INFO(error);
+  REQUIRE(load_report(path, r, error));
+  return r;
+}
+
+const PhaseSummary* find(const Report& r, const std::string& name, ThreadRole role) {
+  for (const auto& p : r.phases)
+    if (p.name == name && p.thread_role == role) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a known workload gives a complete, correct report", "[runtime]") {
+  TempDir dir;
+  REQUIRE(run_probe(dir, "", "workload 120") == 0);
+  const Report r = load(dir.path + "/stepscope-report.json");
+  CHECK(r.schema_version == kReportSchemaVersion);
+  CHECK(r.run.source == "live");
+  CHECK(r.run.pid > 0);
+  CHECK(!r.run.host.empty());
+  CHECK(!r.run.library_version.empty());
+  CHECK((r.run.clock_source == "tsc" || r.run.clock_source == "clock_monotonic"));
+  CHECK(r.run.config.at("batch_size") == "32");
+  CHECK(r.run.config_types.at("batch_size") == "number");
+  CHECK(r.run.config.at("optimizer") == "sgd");
+  CHECK(r.run.warmup_steps == 5);
+  CHECK(r.run.warmup_source == "default");
+  REQUIRE(r.steps.count == 115);
+  CHECK(r.steps.warmup_excluded == 5);
+  CHECK(r.dropped_records == 0);
+  // Each step is at least the 1.1 ms of spinning in it.
+  CHECK(r.steps.wall_ms.min >= 1.1);
+  CHECK(r.steps.wall_ms.p50 <= r.steps.wall_ms.p90);
+  CHECK(r.steps.wall_ms.p90 <= r.steps.wall_ms.p99);
+  CHECK(r.steps.wall_ms.p99 <= r.steps.wall_ms.max);
+
+  const auto* data = find(r, "data", ThreadRole::step);
+  const auto* forward = find(r, "forward", ThreadRole::step);
+  const auto* matmul = find(r, "matmul", ThreadRole::step);
+  const auto* optimizer = find(r, "optimizer", ThreadRole::step);
+  const auto* decode = find(r, "decode", ThreadRole::background);
+  REQUIRE(data);
+  REQUIRE(forward);
+  REQUIRE(matmul);
+  REQUIRE(optimizer);
+  REQUIRE(decode);
+  CHECK(data->kind == PhaseKind::input);
+  CHECK(forward->kind == PhaseKind::compute);
+  CHECK(optimizer->kind == PhaseKind::compute);
+  CHECK(data->count == 115);
+  CHECK(data->host_ms.min >= 0.3);
+  CHECK(matmul->host_ms.min >= 0.4);
+  // forward's inclusive time holds matmul; its self time does not.
+  CHECK(forward->host_ms.mean >= forward->self_ms.mean + matmul->host_ms.mean * 0.99);
+  CHECK(forward->self_ms.min >= 0.2);
+  // Shares of the step follow the spun durations (1.1 ms per step in all).
+  CHECK(data->share_of_step == Approx(0.3 / 1.1).margin(0.08));
+  CHECK(matmul->share_of_step == Approx(0.4 / 1.1).margin(0.08));
+  // The background loader is off the critical path.
+  CHECK(decode->share_of_step == 0);
+  CHECK(decode->overlap_with_steps.has_value());
+  const auto& b = r.steps.breakdown;
+  CHECK(b.input_ms + b.compute_ms + b.memory_ms + b.communication_ms + b.other_ms + b.unattributed_ms ==
+        Approx(b.wall_ms).epsilon(1e-6));
+  CHECK(b.unattributed_ms >= 0.1);
+  CHECK(r.steps.series.wall_ms.size() >= 1);
+  CHECK(r.system.available);
+  CHECK(r.system.samples > 0);
+  CHECK(r.device.status == "no_cuda_build");
+  CHECK(!r.bottleneck.category.empty());
+}
+
+TEST_CASE("STEPSCOPE=0 records nothing and writes no report", "[runtime]") {
+  TempDir dir;
+  REQUIRE(run_probe(dir, "STEPSCOPE=0", "workload 20") == 0);
+  CHECK_FALSE(exists(dir.path + "/stepscope-report.json"));
+}
+
+TEST_CASE("bad environment values: one clear warning each, safe defaults", "[runtime]") {
+  TempDir dir;
+  REQUIRE(run_probe(dir, "STEPSCOPE_WARMUP=lots STEPSCOPE_RING_RECORDS=3 STEPSCOPE_INTERVAL_MS=-1", "workload 30") == 0);
+  const std::string err = slurp(dir.path + "/stderr.txt");
+  CHECK(err.find("STEPSCOPE_WARMUP='lots' is invalid") != std::string::npos);
+  CHECK(err.find("STEPSCOPE_RING_RECORDS='3' is invalid") != std::string::npos);
+  CHECK(err.find("STEPSCOPE_INTERVAL_MS='-1' is invalid") != std::string::npos);
+  const Report r = load(dir.path + "/stepscope-report.json");
+  CHECK(r.run.warmup_steps == 5);
+  CHECK(r.steps.count == 25);
+  CHECK(r.warnings.size() >= 3);
+}
+
+TEST_CASE("an unwritable output path falls back, with a clear message", "[runtime]") {
+  TempDir dir;
+  REQUIRE(run_probe(dir, "STEPSCOPE_OUT=/proc/no/such/dir/report.json", "workload 20") == 0);
+  const std::string err = slurp(dir.path + "/stderr.txt");
+  CHECK(err.find("cannot write the report to '/proc/no/such/dir/report.json'") != std::string::npos);
+  // The fallback is $TMPDIR/stepscope-report.<pid>.json.
+  std::string fallback;
+  const auto at = err.find("writing it to '");
+  REQUIRE(at != std::string::npos);
+  fallback = err.substr(at + 15, err.find('\'', at + 15) - (at + 15));
+  CHECK(fallback.rfind(dir.path, 0) == 0);
+  const Report r = load(fallback);
+  CHECK(r.steps.count == 15);
+  CHECK(r.warnings.back().find("cannot write the report") != std::string::npos);
+}
+
+TEST_CASE("rank from the launcher names the report", "[runtime]") {
+  TempDir dir;
+  REQUIRE(run_probe(dir, "RANK=2 WORLD_SIZE=4", "workload 10") == 0);
+  const Report r = load(dir.path + "/stepscope-report.rank2.json");
+  CHECK(r.run.rank == 2);
+  CHECK(r.run.world_size == 4);
+  REQUIRE(run_probe(dir, "RANK=1 WORLD_SIZE=4 STEPSCOPE_OUT=custom-{rank}.json", "workload 10") == 0);
+  CHECK(load(dir.path + "/custom-1.json").run.rank == 1);
+}
+
+TEST_CASE("threads that exit lose nothing they recorded", "[runtime][concurrency]") {
+  TempDir dir;
+  REQUIRE(run_probe(dir, "STEPSCOPE_WARMUP=0", "threads 8") == 0);
+  const Report r = load(dir.path + "/stepscope-report.json");
+  const auto* work = find(r, "work", ThreadRole::background);
+  REQUIRE(work);
+  CHECK(work->count + r.dropped_records == 8000);
+  CHECK(work->threads == 8);
+  CHECK(r.total_records == 8000);
+}
+
+TEST_CASE("a forked child records nothing and writes no report", "[runtime]") {
+  TempDir dir;
+  REQUIRE(run_probe(dir, "", "fork") == 0);
+  const Report r = load(dir.path + "/stepscope-report.json");
+  CHECK(r.run.pid > 0);
+  CHECK(r.steps.count + r.steps.warmup_excluded == 40);  // the parent's steps only
+  // Only the parent's report exists.
+  const int files = std::system(("test $(ls '" + dir.path + "' | grep -c '^stepscope-report') -eq 1").c_str());
+  CHECK(files == 0);
+}
