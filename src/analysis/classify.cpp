@@ -1,0 +1,630 @@
+// src/analysis/classify.cpp — the five-way bottleneck verdict.
+//
+// Categories are ranked by what they cost the *step*: the fraction of the
+// mean step time the step thread (or, with a device timeline, the GPU) lost
+// to each. Every signal looked at becomes an Evidence row; the leader's
+// severity, confidence and recommendations follow from those rows. The rules
+// and thresholds are described in docs/classification.md.
+#include "analysis/facts.hpp"
+#include "analysis/thresholds.hpp"
+
+#include <stepscope/analysis.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace stepscope {
+namespace {
+
+using detail::clamp01;
+using detail::kThresholds;
+using detail::safe_div;
+
+enum Category : int { kIo = 0, kCompute, kMemory, kCommunication, kScheduling, kCategoryCount };
+constexpr int kNoCategory = -1;
+constexpr std::array<const char*, kCategoryCount> kCategoryNames = {
+    "io", "compute", "memory", "communication", "scheduling"};
+
+// How a signal counts towards "how much evidence agrees" with the leader.
+enum class Weight {
+  primary,    // a measure of the category's cost: agrees or disagrees
+  secondary,  // a sub-case diagnostic: adds agreement only when it fires
+  info        // context; never counted
+};
+
+struct Signal {
+  Evidence evidence;
+  int category = kNoCategory;
+  Weight weight = Weight::info;
+};
+
+double pct(double fraction) { return 100.0 * fraction; }
+
+class Classifier {
+ public:
+  explicit Classifier(const Report& report)
+      : report_(report),
+        shares_(detail::step_shares(report)),
+        device_(detail::device_facts(report)),
+        step_ms_(detail::mean_step_ms(report)) {}
+
+  Verdict run();
+
+ private:
+  // Adds one evidence row; `supports` is computed from the comparison.
+  Signal& add(int category, Weight weight, std::string name, double value, double threshold,
+              const char* comparison, std::string sentence) {
+    Signal s;
+    s.category = category;
+    s.weight = weight;
+    s.evidence.signal = std::move(name);
+    s.evidence.value = value;
+    s.evidence.threshold = threshold;
+    s.evidence.comparison = comparison;
+    const std::string cmp = comparison;
+    if (cmp == ">=") s.evidence.supports = value >= threshold;
+    else if (cmp == ">") s.evidence.supports = value > threshold;
+    else if (cmp == "<") s.evidence.supports = value < threshold;
+    else if (cmp == "<=") s.evidence.supports = value <= threshold;
+    else s.evidence.supports = false;  // "info"
+    s.evidence.sentence = std::move(sentence);
+    signals_.push_back(std::move(s));
+    return signals_.back();
+  }
+  const Signal* find(const std::string& name) const {
+    for (const Signal& s : signals_)
+      if (s.evidence.signal == name) return &s;
+    return nullptr;
+  }
+  bool fires(const std::string& name) const {
+    const Signal* s = find(name);
+    return s != nullptr && s->evidence.supports;
+  }
+
+  void collect_step_shares();
+  void collect_background_phases();
+  void collect_system();
+  void collect_device();
+  void compute_costs();
+  bool scheduling_signal() const;
+  double agreement(int category) const;
+  std::string top_phase(PhaseKind kind) const;
+  void recommend(int category, Verdict& v) const;
+  std::string summary(int category, const std::string& severity) const;
+
+  const Report& report_;
+  detail::StepShares shares_;
+  detail::DeviceFacts device_;
+  double step_ms_ = 0;
+  double runqueue_fraction_ = 0;
+  std::vector<Signal> signals_;
+  std::array<double, kCategoryCount> cost_{};
+};
+
+void Classifier::collect_step_shares() {
+  const auto& t = kThresholds;
+  const bool gpu = device_.present;
+  add(kIo, Weight::primary, "input_share", shares_.input, t.moderately_bound, ">=",
+      fmt::format("The step thread spent {:.1f}% of the step in input phases (getting the next batch).",
+                  pct(shares_.input)));
+  // With a device timeline the host clock around compute phases measures kernel
+  // launches, not the math: informational only, the GPU facts decide compute.
+  add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_share",
+      shares_.compute, t.moderately_bound, ">=",
+      gpu ? fmt::format("Compute phases took {:.1f}% of the step on the host clock; on a GPU run that "
+                        "is mostly launch time, so the device timeline decides compute.",
+                        pct(shares_.compute))
+          : fmt::format("The step thread spent {:.1f}% of the step in compute phases.",
+                        pct(shares_.compute)));
+  add(kMemory, Weight::primary, "memory_share", shares_.memory, t.moderately_bound, ">=",
+      fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step.", pct(shares_.memory)));
+  add(kCommunication, Weight::primary, "communication_share", shares_.communication,
+      t.moderately_bound, ">=",
+      fmt::format("Communication phases took {:.1f}% of the step.", pct(shares_.communication)));
+  add(gpu ? kNoCategory : kScheduling, gpu ? Weight::info : Weight::primary, "unattributed_share",
+      shares_.unattributed, t.scheduling_moderately_bound, ">=",
+      fmt::format("{:.1f}% of the step was inside the step but in no phase (framework overhead, "
+                  "synchronisation, uninstrumented work).",
+                  pct(shares_.unattributed)));
+  add(kNoCategory, Weight::info, "other_share", shares_.other, t.moderately_bound, ">=",
+      fmt::format("{:.1f}% of the step was in phases of kind 'other', which map to no category.",
+                  pct(shares_.other)));
+}
+
+void Classifier::collect_background_phases() {
+  const double steps = static_cast<double>(report_.steps.count);
+  for (const PhaseSummary& p : report_.phases) {
+    if (p.thread_role != ThreadRole::background) continue;
+    const double per_step_ms = safe_div(p.host_ms.total, steps);
+    const double overlap = p.overlap_with_steps.value_or(-1);
+    add(kNoCategory, Weight::info, "background_phase:" + p.name, safe_div(per_step_ms, step_ms_), 0,
+        "info",
+        overlap >= 0
+            ? fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s), "
+                          "{:.0f}% overlapped with steps; the step does not wait for it, so it is "
+                          "not counted as waiting.",
+                          p.name, detail::kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
+            : fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s); "
+                          "the step does not wait for it, so it is not counted as waiting.",
+                          p.name, detail::kind_name(p.kind), per_step_ms, p.threads));
+  }
+}
+
+void Classifier::collect_system() {
+  const auto& t = kThresholds;
+  const SystemSignals& s = report_.system;
+  if (!s.available) return;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(report_.steps.count, 1));
+  if (s.input_on_cpu_fraction >= 0) {
+    add(kNoCategory, Weight::info, "input_on_cpu_fraction", s.input_on_cpu_fraction,
+        t.input_on_cpu_working, "<",
+        s.input_on_cpu_fraction < t.input_on_cpu_working
+            ? fmt::format("In input phases the step thread was on a CPU only {:.0f}% of the time: it "
+                          "mostly waited for data (off-CPU).",
+                          pct(s.input_on_cpu_fraction))
+            : fmt::format("In input phases the step thread was on a CPU {:.0f}% of the time: it did "
+                          "the input work itself (on-CPU).",
+                          pct(s.input_on_cpu_fraction)));
+  }
+  if (s.compute_on_cpu_fraction >= 0) {
+    const bool gpu = device_.present;
+    add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_on_cpu_fraction",
+        s.compute_on_cpu_fraction, t.compute_on_cpu_working, ">=",
+        fmt::format("In compute phases the step thread was on a CPU {:.0f}% of the time{}.",
+                    pct(s.compute_on_cpu_fraction),
+                    s.compute_on_cpu_fraction >= t.compute_on_cpu_working
+                        ? " (working)"
+                        : " (mostly waiting: synchronisation, locks or the device)"));
+  }
+  add(kIo, Weight::secondary, "major_faults_per_step", static_cast<double>(s.major_faults) / steps,
+      t.major_faults_per_step, ">=",
+      fmt::format("{:.1f} major page faults per step (pages read from storage).",
+                  static_cast<double>(s.major_faults) / steps));
+  if (s.wall_s > 0) {
+    add(kIo, Weight::secondary, "io_wait_fraction", safe_div(s.io_wait_s, s.wall_s),
+        t.io_wait_fraction, ">=",
+        fmt::format("Block-I/O delay was {:.1f}% of wall time.", pct(safe_div(s.io_wait_s, s.wall_s))));
+  }
+  const double read_mib = static_cast<double>(s.read_bytes) / (1024.0 * 1024.0) / steps;
+  add(kIo, Weight::secondary, "read_mib_per_step", read_mib, t.read_mib_per_step, ">=",
+      fmt::format("{:.2f} MiB read from storage per step.", read_mib));
+  add(kMemory, Weight::secondary, "minor_faults_per_step", static_cast<double>(s.minor_faults) / steps,
+      t.minor_faults_per_step, ">=",
+      fmt::format("{:.0f} minor page faults per step (first touches of fresh pages).",
+                  static_cast<double>(s.minor_faults) / steps));
+  if (s.wall_s > 0) {
+    runqueue_fraction_ = clamp01(safe_div(s.runqueue_wait_s, s.wall_s));
+    add(kScheduling, Weight::secondary, "runqueue_wait_fraction", runqueue_fraction_,
+        t.runqueue_wait_fraction, ">=",
+        fmt::format("Step threads were runnable but not running {:.1f}% of the time (waiting for a CPU).",
+                    pct(runqueue_fraction_)));
+    const double invol = static_cast<double>(s.involuntary_switches) / s.wall_s;
+    add(kScheduling, Weight::secondary, "involuntary_switches_per_second", invol,
+        t.involuntary_switches_per_second, ">=",
+        fmt::format("{:.0f} involuntary context switches per second (preempted by other runnable "
+                    "threads).",
+                    invol));
+  }
+  if (s.cores_available > 0) {
+    add(kScheduling, Weight::secondary, "cpu_utilization", s.cpu_utilization, t.cpu_oversubscribed,
+        ">=",
+        fmt::format("The process used {:.0f}% of its {} available core(s).", pct(s.cpu_utilization),
+                    s.cores_available));
+  }
+}
+
+void Classifier::collect_device() {
+  const auto& t = kThresholds;
+  const DeviceInfo& d = report_.device;
+  if (d.memory_capacity_mb > 0 && d.memory_peak_mb > 0) {
+    const double used = safe_div(d.memory_peak_mb, d.memory_capacity_mb);
+    add(kMemory, Weight::secondary, "device_memory_peak_fraction", used, t.device_memory_near_capacity,
+        ">=",
+        fmt::format("Device memory peaked at {:.0f}% of capacity ({:.0f} of {:.0f} MB).", pct(used),
+                    d.memory_peak_mb, d.memory_capacity_mb));
+  }
+  if (!device_.present) return;
+  add(kCompute, Weight::primary, "device_busy_fraction", device_.busy, t.device_busy, ">=",
+      fmt::format("The GPU was busy {:.1f}% of the time.", pct(device_.busy)));
+  add(kNoCategory, Weight::info, "idle_fraction", device_.idle, t.device_mostly_idle, ">=",
+      fmt::format("The GPU was idle {:.1f}% of the time{}.", pct(device_.idle),
+                  device_.idle >= t.device_mostly_idle ? "; a mostly idle GPU is never compute-bound"
+                                                       : ""));
+  const std::string rescaled =
+      device_.idle_causes_rescaled ? " (given as a fraction of idle time; rescaled to step time)" : "";
+  if (device_.has_idle_host_input) {
+    add(kIo, Weight::primary, "idle_host_input_fraction", device_.idle_host_input, t.moderately_bound,
+        ">=",
+        fmt::format("The GPU was idle while the host was in an input phase {:.1f}% of the time{}.",
+                    pct(device_.idle_host_input), rescaled));
+  }
+  add(kScheduling, Weight::primary, "idle_launch_bound_fraction", device_.idle_launch,
+      t.scheduling_moderately_bound, ">=",
+      fmt::format("The GPU was idle while the host was launching work or in framework code {:.1f}% "
+                  "of the time{}.",
+                  pct(device_.idle_launch), rescaled));
+  add(kScheduling, Weight::secondary, "idle_sync_fraction", device_.idle_sync,
+      t.scheduling_moderately_bound, ">=",
+      fmt::format("The GPU was idle while the host blocked in a synchronisation with nothing queued "
+                  "{:.1f}% of the time{}.",
+                  pct(device_.idle_sync), rescaled));
+  if (device_.exposed_comm) {
+    add(kCommunication, Weight::primary, "exposed_comm_fraction", *device_.exposed_comm,
+        t.moderately_bound, ">=",
+        fmt::format("Communication kernels not overlapped by compute took {:.1f}% of the time.",
+                    pct(*device_.exposed_comm)));
+  }
+  if (device_.memcpy) {
+    add(kMemory, Weight::primary, "memcpy_fraction", *device_.memcpy, t.moderately_bound, ">=",
+        fmt::format("Memory copies took {:.1f}% of the GPU timeline.", pct(*device_.memcpy)));
+  }
+  if (device_.pageable_memcpy) {
+    // The fact is a fraction of step time; the rule is about the share of
+    // the copies that are pageable.
+    const double copies = device_.memcpy.value_or(0);
+    const double share = copies > 0 ? clamp01(*device_.pageable_memcpy / copies) : 0.0;
+    add(kMemory, Weight::secondary, "pageable_memcpy_share", share, t.pageable_memcpy_share, ">=",
+        fmt::format("{:.0f}% of copy time ({:.1f}% of the step) was from pageable (not pinned) host "
+                    "memory.",
+                    pct(share), pct(*device_.pageable_memcpy)));
+  }
+  if (device_.short_kernels) {
+    add(kScheduling, Weight::secondary, "short_kernel_fraction", *device_.short_kernels,
+        t.short_kernel_fraction, ">=",
+        fmt::format("{:.0f}% of kernels ran shorter than it took to launch them.",
+                    pct(*device_.short_kernels)));
+  }
+  if (device_.kernels_per_step) {
+    add(kScheduling, Weight::secondary, "kernels_per_step", *device_.kernels_per_step,
+        t.kernels_per_step, ">=",
+        fmt::format("{:.0f} kernels per step.", *device_.kernels_per_step));
+  }
+}
+
+void Classifier::compute_costs() {
+  if (!device_.present) {
+    // Host timeline: each kind's share of the step. Time runnable-but-not-
+    // running (runqueue) is spread over the phases it inflated; it is a
+    // scheduling cost, so it moves from them to scheduling.
+    const double attributed = 1.0 - shares_.unattributed;
+    const double moved = std::min(runqueue_fraction_, std::max(0.0, attributed));
+    const double scale = attributed > 0 ? 1.0 - moved / attributed : 1.0;
+    cost_[kIo] = shares_.input * scale;
+    cost_[kCompute] = shares_.compute * scale;
+    cost_[kMemory] = shares_.memory * scale;
+    cost_[kCommunication] = shares_.communication * scale;
+    cost_[kScheduling] = shares_.unattributed + moved;
+    return;
+  }
+  // Device timeline: the GPU's wall time split into busy computing, copying,
+  // exposed communication, and idle by cause. Idle time with no recorded cause
+  // (the host was busy elsewhere) is split by what the host step thread was
+  // doing; host compute/other/unattributed time while the GPU idles is the
+  // host failing to feed the device: scheduling.
+  const bool has_input_cause = device_.has_idle_host_input;
+  const double memcpy = device_.memcpy.value_or(0);
+  const double comm = device_.exposed_comm.value_or(0);
+  const double idle_rest = std::max(
+      0.0, device_.idle - device_.idle_host_input - device_.idle_launch - device_.idle_sync);
+  const double w_input = has_input_cause ? 0.0 : shares_.input;
+  const double w_memory = shares_.memory;
+  const double w_comm = shares_.communication;
+  const double w_sched = shares_.compute + shares_.other + shares_.unattributed;
+  const double w_sum = w_input + w_memory + w_comm + w_sched;
+  auto part = [&](double w) { return w_sum > 0 ? idle_rest * w / w_sum : 0.0; };
+  // Compute kernels' own time when the timeline gives it, else what is left
+  // of the busy time after copies and exposed communication.
+  cost_[kCompute] = device_.compute ? std::min(*device_.compute, device_.busy)
+                                    : std::max(0.0, device_.busy - memcpy - comm);
+  cost_[kMemory] = memcpy + part(w_memory);
+  cost_[kCommunication] = comm + part(w_comm);
+  cost_[kIo] = device_.idle_host_input + part(w_input);
+  cost_[kScheduling] =
+      device_.idle_launch + device_.idle_sync + (w_sum > 0 ? part(w_sched) : idle_rest);
+  if (idle_rest > 0) {
+    add(kScheduling, Weight::secondary, "idle_host_busy_fraction", idle_rest,
+        kThresholds.scheduling_moderately_bound, ">=",
+        fmt::format("The GPU was idle {:.1f}% of the time with no input or launch cause recorded; that "
+                    "time is split by what the host step thread was doing.",
+                    pct(idle_rest)));
+  }
+}
+
+bool Classifier::scheduling_signal() const {
+  for (const Signal& s : signals_)
+    if (s.category == kScheduling && s.evidence.supports && s.evidence.signal != "unattributed_share")
+      return true;
+  return false;
+}
+
+double Classifier::agreement(int category) const {
+  int considered = 0, agreeing = 0;
+  for (const Signal& s : signals_) {
+    if (s.category != category) continue;
+    if (s.weight == Weight::primary) {
+      ++considered;
+      if (s.evidence.supports) ++agreeing;
+    } else if (s.weight == Weight::secondary && s.evidence.supports) {
+      ++considered;
+      ++agreeing;
+    }
+  }
+  return considered > 0 ? static_cast<double>(agreeing) / considered : 0.5;
+}
+
+std::string Classifier::top_phase(PhaseKind kind) const {
+  const PhaseSummary* best = nullptr;
+  for (const PhaseSummary& p : report_.phases) {
+    if (p.thread_role != ThreadRole::step || p.kind != kind) continue;
+    if (best == nullptr || p.share_of_step > best->share_of_step) best = &p;
+  }
+  return best != nullptr && best->share_of_step > 0 ? best->name : std::string();
+}
+
+std::string Classifier::summary(int category, const std::string& severity) const {
+  const double c = cost_[static_cast<std::size_t>(category)];
+  std::string where;
+  switch (category) {
+    case kIo: {
+      const std::string phase = top_phase(PhaseKind::input);
+      where = device_.present && device_.idle_host_input > 0
+                  ? fmt::format("the GPU idles {:.0f}% of the time while the host gets input", pct(device_.idle_host_input))
+                  : fmt::format("the step waits {:.0f}% of its time on input{}", pct(c),
+                                phase.empty() ? "" : " (mostly in '" + phase + "')");
+      break;
+    }
+    case kCompute: {
+      const std::string phase = top_phase(PhaseKind::compute);
+      where = device_.present ? fmt::format("the GPU computes {:.0f}% of the time", pct(c))
+                              : fmt::format("compute takes {:.0f}% of the step{}", pct(c),
+                                            phase.empty() ? "" : " (mostly in '" + phase + "')");
+      break;
+    }
+    case kMemory:
+      where = fmt::format("moving or managing memory costs {:.0f}% of the step", pct(c));
+      break;
+    case kCommunication:
+      where = fmt::format("communication the step waits for costs {:.0f}% of the step", pct(c));
+      break;
+    default:
+      where = device_.present
+                  ? fmt::format("the host fails to keep the GPU fed for {:.0f}% of the time", pct(c))
+                  : fmt::format("{:.0f}% of the step goes to scheduling (time outside phases, waiting "
+                                "for a CPU)",
+                                pct(c));
+      break;
+  }
+  return fmt::format("The step is {} {}-bound: {}.", severity,
+                     kCategoryNames[static_cast<std::size_t>(category)], where);
+}
+
+void Classifier::recommend(int category, Verdict& v) const {
+  const auto& t = kThresholds;
+  auto& out = v.recommendations;
+  const SystemSignals& s = report_.system;
+  switch (category) {
+    case kIo: {
+      const bool known = s.available && s.input_on_cpu_fraction >= 0;
+      const bool waiting = known && s.input_on_cpu_fraction < t.input_on_cpu_working;
+      const bool working = known && !waiting;
+      if (waiting || !known)
+        out.push_back(
+            "The step waits for batches that are not ready: use more loader workers (e.g. DataLoader "
+            "num_workers), prefetch the next batches ahead of the step (prefetch_factor, a bounded "
+            "queue filled by a background thread), and pin host batch memory so the host-to-device "
+            "copy can run asynchronously.");
+      if (working || !known)
+        out.push_back(
+            "The step thread does the input work itself: move decoding and augmentation off the step "
+            "thread into loader workers, vectorise per-sample transforms (apply them per batch), and "
+            "cache decoded or preprocessed samples instead of decoding them every epoch.");
+      if (fires("major_faults_per_step") || fires("io_wait_fraction") || fires("read_mib_per_step"))
+        out.push_back(
+            "Reads are served from storage, not memory (major faults / block-I/O wait / bytes read): "
+            "use faster local storage (local NVMe rather than a network file system), keep the "
+            "dataset in the page cache or RAM, or pack it into large sequential shards with "
+            "read-ahead.");
+      if (device_.present && device_.idle_host_input > 0)
+        out.push_back(
+            "The GPU idles while the host fetches input: overlap loading of batch N+1 with the GPU "
+            "work of batch N (prefetch to the device, non_blocking copies from pinned memory).");
+      break;
+    }
+    case kCompute: {
+      if (device_.present) {
+        out.push_back(
+            "The GPU is the bottleneck, as it should be in a well-fed loop: use mixed precision "
+            "(bf16/fp16 autocast, tensor cores), fused kernels (torch.compile, fused optimizers, "
+            "flash attention), and a larger batch if memory allows.");
+        out.push_back(
+            "Profile the top kernels (Nsight Compute) for low occupancy or memory-bound kernels "
+            "before hand-optimising; make sure the largest ones actually dominate the step.");
+      } else {
+        out.push_back(
+            "Compute on the CPU dominates: use an optimised BLAS/oneDNN build, set intra-op threads "
+            "to the physical cores, vectorise hot loops, and use reduced precision (bf16) where the "
+            "CPU supports it.");
+        out.push_back("A larger batch per step amortises fixed per-step overhead.");
+        if (s.available && s.compute_on_cpu_fraction >= 0 &&
+            s.compute_on_cpu_fraction < t.compute_on_cpu_working)
+          out.push_back(
+              "Compute phases are mostly off-CPU: they wait (device synchronisation, locks) rather "
+              "than compute; look for hidden synchronisation (.item(), .cpu(), blocking copies).");
+      }
+      break;
+    }
+    case kMemory: {
+      if ((device_.memcpy && *device_.memcpy >= t.moderately_bound) ||
+          fires("pageable_memcpy_share"))
+        out.push_back(
+            "Copies cost step time: allocate host batches in pinned (page-locked) memory and copy with "
+            "non_blocking=true, keep tensors on the device across steps, and avoid .cpu()/.item() "
+            "round trips.");
+      if (fires("minor_faults_per_step"))
+        out.push_back(
+            "Many minor page faults per step: memory is freed to the OS and touched again every step. "
+            "Reuse buffers across steps, preallocate, and use a caching allocator (jemalloc/tcmalloc, "
+            "larger malloc arenas) to avoid page faults.");
+      if (fires("device_memory_peak_fraction"))
+        out.push_back(
+            "Device memory is near capacity: use activation checkpointing, smaller micro-batches with "
+            "gradient accumulation, or release cached blocks that are no longer needed.");
+      out.push_back(
+          "Reduce per-step allocations and copies in memory phases: reuse buffers, fuse copies, and "
+          "keep data in the layout the next stage consumes.");
+      break;
+    }
+    case kCommunication:
+      out.push_back(
+          "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
+          "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
+      out.push_back(
+          "Reduce the volume: bf16/fp16 gradients, gradient compression, fewer synchronisation "
+          "points per step.");
+      out.push_back(
+          "Check for stragglers: a rank waiting in a collective waits for the slowest rank; merge the "
+          "ranks' reports and compare their step times.");
+      break;
+    default: {
+      if (fires("idle_sync_fraction"))
+        out.push_back(
+            "The GPU drains while the host synchronises: remove per-step synchronisation "
+            "(.item(), .cpu(), printing losses, blocking copies) or move it off the critical path.");
+      if (fires("idle_launch_bound_fraction") || fires("short_kernel_fraction") ||
+          fires("kernels_per_step") || device_.present)
+        out.push_back(
+            "The host cannot issue work fast enough: use fewer, bigger ops (fuse tiny ops), capture "
+            "the step in a CUDA graph (torch.compile mode='reduce-overhead'), and cut per-call "
+            "framework/Python overhead.");
+      if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") ||
+          fires("cpu_utilization"))
+        out.push_back(
+            "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
+            "the step thread to its own core, and stop other jobs sharing the machine.");
+      if (shares_.unattributed >= t.scheduling_moderately_bound)
+        out.push_back(fmt::format(
+            "{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "
+            "logging, synchronisation, checkpointing) in STEPSCOPE_PHASE scopes to see where it goes.",
+            pct(shares_.unattributed)));
+      out.push_back(
+          "If several threads or ranks take part in a step, check load imbalance: the step waits for "
+          "the slowest one.");
+      break;
+    }
+  }
+}
+
+Verdict Classifier::run() {
+  const auto& t = kThresholds;
+  Verdict v;
+  collect_step_shares();
+  collect_background_phases();
+  collect_system();
+  collect_device();
+  compute_costs();
+
+  // Ranking: what each category costs the step, largest first.
+  std::array<int, kCategoryCount> order{kIo, kCompute, kMemory, kCommunication, kScheduling};
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return cost_[static_cast<std::size_t>(a)] > cost_[static_cast<std::size_t>(b)];
+  });
+  for (int c : order)
+    v.ranking.emplace_back(kCategoryNames[static_cast<std::size_t>(c)], cost_[static_cast<std::size_t>(c)]);
+
+  auto finish_unknown = [&](std::string why, std::string advice) {
+    v.category = "unknown";
+    v.severity.clear();
+    v.confidence = 0;
+    v.summary = std::move(why);
+    v.recommendations.push_back(std::move(advice));
+    for (Signal& s : signals_) v.evidence.push_back(std::move(s.evidence));
+    return v;
+  };
+
+  // 1. Enough steps?
+  const std::uint64_t needed =
+      device_.present ? t.min_steps_with_device_timeline : t.min_measured_steps;
+  add(kNoCategory, Weight::info, "measured_steps", static_cast<double>(report_.steps.count),
+      static_cast<double>(needed), ">=",
+      fmt::format("{} measured step(s); at least {} are needed for a verdict{}.", report_.steps.count,
+                  needed, device_.present ? " with a device timeline" : ""));
+  if (report_.steps.count < needed || step_ms_ <= 0)
+    return finish_unknown(
+        fmt::format("Unknown: only {} measured step(s) (at least {} needed).", report_.steps.count,
+                    needed),
+        "Run more steps (past the warm-up) before drawing conclusions.");
+
+  // 2. Does the instrumentation cover the step? (host timeline only: with a
+  //    device timeline the GPU facts cover the whole step.)
+  if (!device_.present) {
+    const bool explained = scheduling_signal();
+    const double unexplained = shares_.other + (explained ? 0.0 : shares_.unattributed);
+    add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
+        fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
+                    explained ? " (time outside phases is explained by scheduling signals)"
+                              : " with no scheduling signal to explain it"));
+    if (unexplained >= t.mostly_unexplained)
+      return finish_unknown(
+          fmt::format("Unknown: {:.0f}% of the step is outside any classified phase and no scheduling "
+                      "signal explains it.",
+                      pct(unexplained)),
+          "Wrap more of the step in STEPSCOPE_PHASE scopes with a kind (input, compute, memory, "
+          "communication) so the time can be attributed.");
+  }
+
+  // 3. The leader; a mostly idle GPU is never compute-bound.
+  std::vector<int> candidates(order.begin(), order.end());
+  if (device_.present && device_.idle >= t.device_mostly_idle) {
+    candidates.erase(std::remove(candidates.begin(), candidates.end(), kCompute), candidates.end());
+  }
+  const int leader = candidates[0];
+  const int runner = candidates.size() > 1 ? candidates[1] : kNoCategory;
+  const double lead_cost = cost_[static_cast<std::size_t>(leader)];
+  const double runner_cost = runner == kNoCategory ? 0.0 : cost_[static_cast<std::size_t>(runner)];
+  const double moderate =
+      leader == kScheduling ? t.scheduling_moderately_bound : t.moderately_bound;
+  // 4. Conflicting signals: two categories cost nearly the same.
+  add(kNoCategory, Weight::info, "runner_up_ratio", safe_div(runner_cost, lead_cost), t.conflict_ratio,
+      "<",
+      runner == kNoCategory
+          ? std::string("No runner-up category.")
+          : fmt::format("Runner-up {} costs {:.1f}% against {:.1f}% for {}.",
+                        kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost),
+                        pct(lead_cost), kCategoryNames[static_cast<std::size_t>(leader)]));
+  if (runner != kNoCategory && runner_cost >= t.moderately_bound &&
+      runner_cost >= t.conflict_ratio * lead_cost)
+    return finish_unknown(
+        fmt::format("Unknown: conflicting signals — {} ({:.0f}% of the step) and {} ({:.0f}%) cost "
+                    "about the same.",
+                    kCategoryNames[static_cast<std::size_t>(leader)], pct(lead_cost),
+                    kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost)),
+        fmt::format("Both {} and {} hold the step back about equally: address one, measure again, "
+                    "and compare the two reports.",
+                    kCategoryNames[static_cast<std::size_t>(leader)],
+                    kCategoryNames[static_cast<std::size_t>(runner)]));
+
+  // 5. Severity, confidence, words.
+  const double highly = leader == kScheduling ? t.scheduling_highly_bound : t.highly_bound;
+  v.category = kCategoryNames[static_cast<std::size_t>(leader)];
+  v.severity = lead_cost >= highly ? "highly" : lead_cost >= moderate ? "moderately" : "mildly";
+  const double dominance = clamp01(safe_div(lead_cost - runner_cost, lead_cost));
+  const double agree = agreement(leader);
+  const double sample = std::min(
+      1.0, 0.7 + 0.3 * static_cast<double>(report_.steps.count) / static_cast<double>(t.steady_step_count));
+  v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample);
+  v.summary = summary(leader, v.severity);
+  recommend(leader, v);
+  for (Signal& s : signals_) v.evidence.push_back(std::move(s.evidence));
+  return v;
+}
+
+}  // namespace
+
+Verdict classify(const Report& facts) { return Classifier(facts).run(); }
+
+}  // namespace stepscope

@@ -1,0 +1,64 @@
+// src/analysis/facts.hpp — derived quantities the analyzer rules share.
+//
+// Pure helpers over a Report: the step's shares by kind (from the breakdown,
+// or from per-phase shares when a report carries no breakdown), GPU timeline
+// facts with their documented meaning, and a least-squares line fit.
+#pragma once
+
+#include <stepscope/report.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stepscope::detail {
+
+// Fractions of the measured steps' mean wall time spent by the step thread.
+struct StepShares {
+  double wall_ms = 0;  // mean step time they are fractions of
+  double input = 0, compute = 0, memory = 0, communication = 0, other = 0;
+  double unattributed = 0;
+  bool from_breakdown = false;  // false: summed from phases' share_of_step
+};
+
+StepShares step_shares(const Report& report);
+
+// Mean step time in ms (breakdown first, then the step distribution).
+double mean_step_ms(const Report& report);
+
+// GPU timeline facts (report.device.facts, filled from the timeline
+// analysis' DeviceFacts). Fractions are of total step time unless stated;
+// absent keys stay empty. Each fact accepts the brief's short key and the
+// timeline struct's field name (e.g. "idle_fraction" / "device_idle_fraction").
+struct DeviceFacts {
+  bool present = false;  // at least one busy/idle fact
+  double busy = 0;       // device_busy_fraction (or 1 - idle)
+  double idle = 0;       // idle_fraction (or 1 - busy)
+  bool has_idle_host_input = false;
+  double idle_host_input = 0;   // idle while the host was in an input phase
+  double idle_launch = 0;       // idle while the host was launching / in framework ops
+  double idle_sync = 0;         // idle while the host blocked in a sync with nothing queued
+  std::optional<double> compute;           // union of compute kernels
+  std::optional<double> exposed_comm;      // comm kernels not overlapped by compute
+  std::optional<double> memcpy;            // device time in copies
+  std::optional<double> pageable_memcpy;   // device time in copies from pageable memory
+  std::optional<double> short_kernels;     // of kernels, shorter than launch
+  std::optional<double> kernels_per_step;
+  bool idle_causes_rescaled = false;  // causes were given as fractions of idle time
+};
+
+DeviceFacts device_facts(const Report& report);
+
+// Ordinary least squares y = intercept + slope * x.
+struct LineFit {
+  double slope = 0, intercept = 0, r2 = 0;
+  std::size_t points = 0;
+};
+LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
+
+double clamp01(double v);
+double safe_div(double a, double b);
+
+const char* kind_name(PhaseKind kind);
+
+}  // namespace stepscope::detail

@@ -1,0 +1,190 @@
+// src/analysis/findings.cpp — secondary findings beside the verdict: things
+// worth knowing even when they are not what holds the step back (a leak, a
+// jittery step, warm-up, dropped records, mis-timed asynchronous work).
+#include "analysis/facts.hpp"
+#include "analysis/thresholds.hpp"
+
+#include <stepscope/analysis.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace stepscope {
+namespace {
+
+using detail::kThresholds;
+using detail::safe_div;
+
+Finding make(std::string kind, std::string severity, std::string message,
+             std::map<std::string, double> values) {
+  Finding f;
+  f.kind = std::move(kind);
+  f.severity = std::move(severity);
+  f.message = std::move(message);
+  f.values = std::move(values);
+  return f;
+}
+
+void memory_growth(const Report& r, std::vector<Finding>& out) {
+  const auto& t = kThresholds;
+  const StepSeries& s = r.steps.series;
+  std::vector<double> x, y;
+  for (std::size_t i = 0; i < s.rss_mb.size(); ++i) {
+    if (!(s.rss_mb[i] > 0)) continue;  // 0: unknown
+    const double step = i < s.first_step.size()
+                            ? static_cast<double>(s.first_step[i])
+                            : static_cast<double>(i) * static_cast<double>(std::max<std::uint32_t>(s.stride, 1));
+    x.push_back(step);
+    y.push_back(s.rss_mb[i]);
+  }
+  if (x.size() < t.growth_min_points) return;
+  const detail::LineFit fit = detail::fit_line(x, y);
+  const double span = x.back() - x.front();
+  const double growth = fit.slope * span;
+  const double start = fit.intercept + fit.slope * x.front();
+  const double needed = std::max(t.growth_min_mib, t.growth_min_fraction * std::max(start, 0.0));
+  if (fit.slope <= 0 || fit.r2 < t.growth_min_r2 || growth < needed) return;
+  out.push_back(make(
+      "memory_growth", "warning",
+      fmt::format("Memory grows steadily: RSS rises {:.3f} MB per step ({:.0f} MB over {:.0f} steps, "
+                  "R² = {:.2f}). A steady rise that does not level off is a leak or an unbounded cache "
+                  "(tensors kept in a list, a growing history, autograd graphs retained).",
+                  fit.slope, growth, span, fit.r2),
+      {{"slope_mb_per_step", fit.slope},
+       {"r2", fit.r2},
+       {"growth_mb", growth},
+       {"start_mb", start},
+       {"points", static_cast<double>(x.size())}}));
+}
+
+void page_faults(const Report& r, std::vector<Finding>& out) {
+  if (!r.system.available || r.steps.count == 0) return;
+  const double per_step = static_cast<double>(r.system.minor_faults) / static_cast<double>(r.steps.count);
+  if (per_step < kThresholds.minor_faults_per_step) return;
+  out.push_back(make(
+      "page_fault_storm", "warning",
+      fmt::format("{:.0f} minor page faults per step (~{:.1f} MiB of freshly touched pages): the "
+                  "allocator returns memory to the OS and faults it back every step. Reuse buffers "
+                  "or use a caching allocator.",
+                  per_step, per_step * 4.0 / 1024.0),
+      {{"minor_faults_per_step", per_step},
+       {"threshold", kThresholds.minor_faults_per_step}}));
+}
+
+void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
+  const auto& t = kThresholds;
+  const Distribution& w = r.steps.wall_ms;
+  if (w.count < 2 || w.mean <= 0) return;
+  const double cv = w.stddev / w.mean;
+  if (cv >= t.jitter_cv) {
+    out.push_back(make(
+        "jitter", cv >= t.jitter_cv_critical ? "critical" : "warning",
+        fmt::format("Step time varies a lot: coefficient of variation {:.0f}% (stddev {:.2f} ms over a "
+                    "mean of {:.2f} ms). Means hide this; look for periodic work (logging, "
+                    "checkpointing, garbage collection) or contention.",
+                    100 * cv, w.stddev, w.mean),
+        {{"cv", cv}, {"stddev_ms", w.stddev}, {"mean_ms", w.mean}}));
+  }
+  if (w.p50 <= 0) return;
+  const double p99_ratio = w.p99 / w.p50;
+  const double max_ratio = w.max / w.p50;
+  if (p99_ratio >= t.outlier_p99_over_p50 || max_ratio >= t.outlier_max_over_p50) {
+    out.push_back(make(
+        "step_outliers", p99_ratio >= t.outlier_p99_over_p50 ? "warning" : "info",
+        fmt::format("Slow steps: p99 is {:.1f}x and the slowest step {:.1f}x the median ({:.2f} ms).",
+                    p99_ratio, max_ratio, w.p50),
+        {{"p50_ms", w.p50},
+         {"p99_ms", w.p99},
+         {"max_ms", w.max},
+         {"p99_over_p50", p99_ratio},
+         {"max_over_p50", max_ratio}}));
+  }
+}
+
+void warmup(const Report& r, std::vector<Finding>& out) {
+  const double warm = r.steps.warmup_wall_ms.mean;
+  const double steady = r.steps.wall_ms.mean;
+  if (r.steps.warmup_excluded == 0 || warm <= 0 || steady <= 0) return;
+  const double ratio = warm / steady;
+  if (ratio < kThresholds.warmup_over_steady) return;
+  out.push_back(make(
+      "warmup_slow", "info",
+      fmt::format("The {} warm-up step(s) averaged {:.2f} ms, {:.1f}x the steady state ({:.2f} ms); "
+                  "they are excluded from the statistics (compilation, autotuning, allocator and "
+                  "cache warm-up).",
+                  r.steps.warmup_excluded, warm, ratio, steady),
+      {{"warmup_mean_ms", warm}, {"steady_mean_ms", steady}, {"ratio", ratio}}));
+}
+
+void host_device(const Report& r, std::vector<Finding>& out) {
+  for (const PhaseSummary& p : r.phases) {
+    if (!p.device_ms || p.device_ms->count == 0 || p.host_ms.mean <= 0) continue;
+    const double ratio = p.device_ms->mean / p.host_ms.mean;
+    if (ratio < kThresholds.device_over_host) continue;
+    out.push_back(make(
+        "host_device_mismatch", "warning",
+        fmt::format("Phase '{}': the device took {:.2f} ms but the host clock saw {:.2f} ms ({:.1f}x). "
+                    "This is asynchronous work timed by host clocks: the host timer measures the "
+                    "launch only; the device time is the real cost.",
+                    p.name, p.device_ms->mean, p.host_ms.mean, ratio),
+        {{"host_mean_ms", p.host_ms.mean}, {"device_mean_ms", p.device_ms->mean}, {"ratio", ratio}}));
+  }
+}
+
+void dropped(const Report& r, std::vector<Finding>& out) {
+  if (r.dropped_records == 0) return;
+  const double produced = static_cast<double>(std::max(r.total_records, r.dropped_records));
+  const double fraction = safe_div(static_cast<double>(r.dropped_records), produced);
+  out.push_back(make(
+      "dropped_records", fraction >= kThresholds.dropped_critical_fraction ? "critical" : "warning",
+      fmt::format("{} of {} records ({:.2f}%) were dropped because a thread's ring was full; "
+                  "statistics cover the rest. Enlarge the ring or drain more often.",
+                  r.dropped_records, static_cast<std::uint64_t>(produced), 100 * fraction),
+      {{"dropped", static_cast<double>(r.dropped_records)},
+       {"produced", produced},
+       {"fraction", fraction}}));
+}
+
+void unattributed(const Report& r, std::vector<Finding>& out) {
+  if (r.steps.count == 0) return;
+  const detail::StepShares s = detail::step_shares(r);
+  if (s.wall_ms <= 0 || s.unattributed < kThresholds.unattributed_finding) return;
+  out.push_back(make(
+      "unattributed_time", "warning",
+      fmt::format("{:.0f}% of the step ({:.2f} ms) is in no phase: framework overhead, "
+                  "synchronisation or uninstrumented work. Wrap it in STEPSCOPE_PHASE scopes.",
+                  100 * s.unattributed, s.unattributed * s.wall_ms),
+      {{"share", s.unattributed}, {"ms_per_step", s.unattributed * s.wall_ms}}));
+}
+
+void few_steps(const Report& r, std::vector<Finding>& out) {
+  const bool timeline = detail::device_facts(r).present;
+  const std::uint64_t needed =
+      timeline ? kThresholds.min_steps_with_device_timeline : kThresholds.min_measured_steps;
+  if (r.steps.count >= needed) return;
+  out.push_back(make("few_steps", "warning",
+                     fmt::format("Only {} measured step(s); at least {} are needed for reliable "
+                                 "statistics and a verdict.",
+                                 r.steps.count, needed),
+                     {{"steps", static_cast<double>(r.steps.count)},
+                      {"needed", static_cast<double>(needed)}}));
+}
+
+}  // namespace
+
+std::vector<Finding> find_issues(const Report& facts) {
+  std::vector<Finding> out;
+  few_steps(facts, out);
+  dropped(facts, out);
+  memory_growth(facts, out);
+  page_faults(facts, out);
+  jitter_and_outliers(facts, out);
+  warmup(facts, out);
+  host_device(facts, out);
+  unattributed(facts, out);
+  return out;
+}
+
+}  // namespace stepscope

@@ -1,0 +1,141 @@
+// src/analysis/thresholds.hpp — every number the analyzer compares against.
+//
+// One place, so a rule's threshold is never a literal buried in a branch and
+// the tests can probe each rule just below, at and just above its threshold:
+//
+//   const auto& t = stepscope::detail::kThresholds;
+//   if (input_share >= t.highly_bound) severity = "highly";
+//
+// Each constant's rationale and published source is in docs/classification.md;
+// change both together. Fractions are of the measured steps' mean wall time
+// unless the name says otherwise.
+#pragma once
+
+#include <cstdint>
+
+namespace stepscope::detail {
+
+struct Thresholds {
+  // ---- enough data to say anything -------------------------------------
+  // Fewer measured (post-warm-up) steps than this: verdict "unknown". Means and
+  // shares of a handful of steps are dominated by the one slow step.
+  std::uint64_t min_measured_steps = 10;
+  // With a device timeline (every kernel of every step recorded, e.g. an
+  // imported PyTorch-profiler trace of 3-5 ProfilerSteps) fewer steps suffice:
+  // the GPU fractions average thousands of kernels, not a few step times.
+  std::uint64_t min_steps_with_device_timeline = 3;
+  // Below this many steps confidence is scaled down (see sample factor).
+  std::uint64_t steady_step_count = 30;
+
+  // ---- severity tiers: fraction of step time a category costs -----------
+  // TensorFlow profiler input-pipeline analyzer: >= 5% of step time waiting on
+  // input is "moderately", >= 20% "highly" input-bound. Used for io, compute,
+  // memory and communication.
+  double moderately_bound = 0.05;
+  double highly_bound = 0.20;
+  // TensorFlow profiler kernel-launch and "all other time" tiers: 3% / 15%.
+  // Used for scheduling (launch overhead, time outside every phase).
+  double scheduling_moderately_bound = 0.03;
+  double scheduling_highly_bound = 0.15;
+
+  // ---- unknown: when the facts do not support an answer ------------------
+  // At least this share of the step in no phase (or in kind "other") with no
+  // scheduling signal to explain it: the instrumentation does not cover the
+  // step, so any verdict would be about the minority that it does cover.
+  double mostly_unexplained = 0.50;
+  // Runner-up cost at least this fraction of the leader's (a near tie) while
+  // both are at least moderately bound: conflicting signals, "unknown".
+  double conflict_ratio = 0.90;
+
+  // ---- io sub-cases ------------------------------------------------------
+  // input_on_cpu_fraction below this: the step thread mostly *waits* in input
+  // (off CPU: loader starved, storage); at or above: it *works* there
+  // (preprocessing on the step thread).
+  double input_on_cpu_working = 0.50;
+  // Major page faults per measured step at or above this: reads are served
+  // from storage, not the page cache.
+  double major_faults_per_step = 1.0;
+  // Block-I/O delay (delayacct) as a fraction of wall time.
+  double io_wait_fraction = 0.05;
+  // Storage reads per step (MiB) at or above this count as storage evidence.
+  double read_mib_per_step = 1.0;
+
+  // ---- compute -------------------------------------------------------------
+  // compute_on_cpu_fraction at or above this: compute phases run on the CPU
+  // (CPU-only training) rather than waiting in them.
+  double compute_on_cpu_working = 0.50;
+
+  // ---- memory ------------------------------------------------------------
+  // Minor page faults per step at or above this (~4 MiB of first-touch 4 KiB
+  // pages every step): allocator returning memory to the OS and re-faulting
+  // it, i.e. allocator churn. Also the "page_fault_storm" finding.
+  double minor_faults_per_step = 1000.0;
+  // Device memory peak / capacity at or above this: near capacity (allocator
+  // retries, fragmentation, forced small batches).
+  double device_memory_near_capacity = 0.90;
+  // pageable_memcpy_fraction / memcpy_fraction at or above this: most copies
+  // are from pageable memory (staged, synchronous).
+  double pageable_memcpy_share = 0.50;
+
+  // ---- scheduling --------------------------------------------------------
+  // Step threads runnable but not running (schedstat), fraction of wall time.
+  double runqueue_wait_fraction = 0.05;
+  // Involuntary context switches per second of wall time. An uncontended
+  // thread is preempted a handful of times a second; one sharing its core
+  // with another runnable thread once per CFS slice (3-24 ms): 40-300/s.
+  double involuntary_switches_per_second = 50.0;
+  // cpu_utilization (of available cores) at or above this: the process keeps
+  // every core it may use busy — oversubscription is likely.
+  double cpu_oversubscribed = 0.90;
+  // PyTorch TensorBoard profiler plugin: more than half of the kernels are
+  // shorter than their launch -> "kernels are short", fuse them.
+  double short_kernel_fraction = 0.50;
+  // Kernels per step at or above this: per-launch overhead (5-20 us each, HTA)
+  // alone adds 5-20 ms per step. Heuristic.
+  double kernels_per_step = 1000.0;
+
+  // ---- device (GPU) timeline facts ---------------------------------------
+  // device_busy_fraction at or above this: the GPU is (almost) always busy.
+  double device_busy = 0.90;
+  // idle_fraction at or above this: the GPU is mostly idle — never "compute".
+  // (PyTorch TensorBoard plugin flags GPU utilization below 50% as low.)
+  double device_mostly_idle = 0.50;
+
+  // ---- findings ----------------------------------------------------------
+  // Memory growth: least-squares fit of RSS vs step over at least this many
+  // points, with at least this R², and total growth over the run at least
+  // max(growth_min_mib, growth_min_fraction * starting RSS).
+  std::uint64_t growth_min_points = 5;
+  double growth_min_r2 = 0.80;
+  double growth_min_mib = 64.0;
+  double growth_min_fraction = 0.10;
+  // Step-time coefficient of variation (stddev / mean): warning, critical.
+  double jitter_cv = 0.10;
+  double jitter_cv_critical = 0.25;
+  // Step-time outliers: p99 / p50 and max / p50.
+  double outlier_p99_over_p50 = 2.0;
+  double outlier_max_over_p50 = 5.0;
+  // Warm-up mean / steady-state mean at or above this: warm-up far slower.
+  double warmup_over_steady = 3.0;
+  // Device mean / host mean of a phase at or above this: the host clock saw
+  // only the launch of asynchronous work.
+  double device_over_host = 2.0;
+  // Dropped records as a fraction of produced: warning above 0, critical here.
+  double dropped_critical_fraction = 0.01;
+  // Unattributed share of the step: finding (TensorFlow "all other" highly).
+  double unattributed_finding = 0.15;
+
+  // ---- what-if -----------------------------------------------------------
+  // Phases and kinds with at least this share of the step get projections.
+  double what_if_min_share = 0.02;
+
+  // ---- comparing two runs ------------------------------------------------
+  // A delta is significant when |delta| > noise_sigmas * combined standard
+  // error of the two means AND |delta| > min_relative_change of the base.
+  double noise_sigmas = 3.0;
+  double min_relative_change = 0.01;
+};
+
+inline constexpr Thresholds kThresholds{};
+
+}  // namespace stepscope::detail

@@ -1,0 +1,95 @@
+// src/analysis/what_if.cpp — Amdahl projections: "if X were k× faster, the
+// step would change by Y%". Makes the local-optimisation trap visible: a phase
+// at 5% of the step made 2× faster saves 2.5% of the step, not 50%.
+//
+//   projected = step − share · (1 − 1/k) · step      (k = 0: the part is free)
+//
+// The share is what the step thread spent in the part (self time), i.e. what
+// the step actually waited for. Background phases run beside the step, so
+// speeding them up gains nothing while they stay overlapped (share 0, with a
+// note). Phases with device time are projected on the step thread's time and
+// say so: GPU-side speedups pay off only where the step waits for the GPU.
+#include "analysis/facts.hpp"
+#include "analysis/thresholds.hpp"
+
+#include <stepscope/analysis.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace stepscope {
+namespace {
+
+using detail::kThresholds;
+
+WhatIf project(std::string target, double share, double speedup, double step_ms, std::string note) {
+  WhatIf w;
+  w.target = std::move(target);
+  w.share = share;
+  w.speedup = speedup;
+  w.step_ms_now = step_ms;
+  const double saved_fraction = speedup == 0 ? 1.0 : 1.0 - 1.0 / speedup;
+  w.step_ms_projected = step_ms - share * saved_fraction * step_ms;
+  w.step_change_pct = step_ms > 0 ? 100.0 * (w.step_ms_projected - step_ms) / step_ms : 0.0;
+  w.note = std::move(note);
+  return w;
+}
+
+constexpr double kSpeedups[] = {2.0, 0.0};
+
+}  // namespace
+
+std::vector<WhatIf> project_what_if(const Report& facts) {
+  std::vector<WhatIf> out;
+  const double step_ms = detail::mean_step_ms(facts);
+  if (step_ms <= 0) return out;
+  const double min_share = kThresholds.what_if_min_share;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(facts.steps.count, 1));
+
+  for (const PhaseSummary& p : facts.phases) {
+    if (p.thread_role == ThreadRole::background) {
+      const double work_share = p.host_ms.total / steps / step_ms;
+      if (work_share < min_share) continue;
+      const std::string note = fmt::format(
+          "background phase: its {:.1f}% of step-equivalent work is overlapped with the step{}; "
+          "making it faster does not shorten the step unless the step starts waiting for it",
+          100 * work_share,
+          p.overlap_with_steps ? fmt::format(" ({:.0f}% overlap)", 100 * *p.overlap_with_steps) : "");
+      for (double k : kSpeedups) out.push_back(project(p.name, 0.0, k, step_ms, note));
+      continue;
+    }
+    if (p.share_of_step < min_share) continue;
+    std::string note;
+    if (p.thread_role == ThreadRole::outside_step)
+      note = "runs between steps on the step thread";
+    if (p.device_ms && p.device_ms->count > 0 && p.device_ms->mean > 0)
+      note = fmt::format(
+          "host time {:.2f} ms, device time {:.2f} ms: projected on the time the step thread spent "
+          "in the phase; a faster kernel helps only where the step waits for the GPU",
+          p.self_ms.mean, p.device_ms->mean);
+    for (double k : kSpeedups) out.push_back(project(p.name, p.share_of_step, k, step_ms, note));
+  }
+
+  const detail::StepShares s = detail::step_shares(facts);
+  const std::pair<const char*, double> kinds[] = {
+      {"kind:input", s.input},       {"kind:compute", s.compute},
+      {"kind:memory", s.memory},     {"kind:communication", s.communication},
+      {"kind:other", s.other},       {"unattributed", s.unattributed}};
+  for (const auto& [name, share] : kinds) {
+    if (share < min_share) continue;
+    const std::string note =
+        std::string(name) == "unattributed"
+            ? "time in the step outside every phase (framework overhead, synchronisation)"
+            : "all step-thread phases of this kind together";
+    for (double k : kSpeedups) out.push_back(project(name, share, k, step_ms, note));
+  }
+
+  // Largest possible gain first; stable so phases precede kinds on ties.
+  std::stable_sort(out.begin(), out.end(), [](const WhatIf& a, const WhatIf& b) {
+    return a.step_change_pct < b.step_change_pct;
+  });
+  return out;
+}
+
+}  // namespace stepscope

@@ -1,0 +1,518 @@
+// Tests of src/analysis/classify.cpp: each rule just below, at and just above
+// its threshold; the unknown cases; background work; pipeline A vs B; GPU
+// timeline facts.
+#include "analysis/report_builder.hpp"
+#include "analysis/thresholds.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <map>
+
+using namespace stepscope;
+using namespace stepscope::test;
+using stepscope::detail::kThresholds;
+
+namespace {
+
+// A compute-led step with room to move one share around.
+Shares balanced() {
+  Shares s;
+  s.input = 0.10;
+  s.compute = 0.60;
+  s.memory = 0.10;
+  s.communication = 0.05;
+  s.unattributed = 0.15;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("classify: every evidence rule fires at its threshold, not below", "[analysis][classify]") {
+  const auto& t = kThresholds;
+  struct Rule {
+    const char* signal;
+    double threshold;
+    std::function<void(Report&, double)> set;  // puts `value` into the report
+    bool fires_above;  // ">=" rules fire at and above; "<" rules below
+  };
+  const double steps = 100;
+  const double wall_s = 10;  // 100 steps of 100 ms
+  const std::vector<Rule> rules = {
+      {"input_share", t.moderately_bound,
+       [](Report& r, double v) { r.steps.breakdown.input_ms = 100 * v; }, true},
+      {"memory_share", t.moderately_bound,
+       [](Report& r, double v) { r.steps.breakdown.memory_ms = 100 * v; }, true},
+      {"communication_share", t.moderately_bound,
+       [](Report& r, double v) { r.steps.breakdown.communication_ms = 100 * v; }, true},
+      {"unattributed_share", t.scheduling_moderately_bound,
+       [](Report& r, double v) { r.steps.breakdown.unattributed_ms = 100 * v; }, true},
+      {"input_on_cpu_fraction", t.input_on_cpu_working,
+       [](Report& r, double v) { r.system.input_on_cpu_fraction = v; }, false},
+      {"compute_on_cpu_fraction", t.compute_on_cpu_working,
+       [](Report& r, double v) { r.system.compute_on_cpu_fraction = v; }, true},
+      {"major_faults_per_step", t.major_faults_per_step,
+       [&](Report& r, double v) { r.system.major_faults = static_cast<std::uint64_t>(v * steps); }, true},
+      {"minor_faults_per_step", t.minor_faults_per_step,
+       [&](Report& r, double v) { r.system.minor_faults = static_cast<std::uint64_t>(v * steps); }, true},
+      {"io_wait_fraction", t.io_wait_fraction,
+       [&](Report& r, double v) { r.system.io_wait_s = v * wall_s; }, true},
+      {"runqueue_wait_fraction", t.runqueue_wait_fraction,
+       [&](Report& r, double v) { r.system.runqueue_wait_s = v * wall_s; }, true},
+      {"involuntary_switches_per_second", t.involuntary_switches_per_second,
+       [&](Report& r, double v) { r.system.involuntary_switches = static_cast<std::uint64_t>(v * wall_s); },
+       true},
+      {"cpu_utilization", t.cpu_oversubscribed,
+       [](Report& r, double v) { r.system.cpu_utilization = v; }, true},
+  };
+  for (const Rule& rule : rules) {
+    // Integer-valued counters are probed at +-1 count per step; fractions at +-0.001.
+    const std::string name = rule.signal;
+    const bool counter = name.find("faults") != std::string::npos || name.find("switches") != std::string::npos;
+    const double eps = counter ? 1.0 : 0.001;
+    for (double value : {rule.threshold - eps, rule.threshold, rule.threshold + eps}) {
+      Report r = host_report(balanced());
+      rule.set(r, value);
+      const Verdict v = classify(r);
+      const Evidence* e = evidence(v, rule.signal);
+      INFO(rule.signal << " = " << value << " (threshold " << rule.threshold << ")");
+      REQUIRE(e != nullptr);
+      CHECK(e->threshold == Approx(rule.threshold));
+      CHECK(e->value == Approx(value).margin(1e-9));
+      const bool expected = rule.fires_above ? value >= rule.threshold : value < rule.threshold;
+      CHECK(e->supports == expected);
+      CHECK_FALSE(e->sentence.empty());
+    }
+  }
+}
+
+TEST_CASE("classify: severity tiers follow the TensorFlow input-bound thresholds",
+          "[analysis][classify]") {
+  // io leads with x of the step; the rest is spread so no other category
+  // comes close (runner-up 16%).
+  struct Row {
+    double input;
+    const char* severity;
+  };
+  const double h = kThresholds.highly_bound;
+  for (const Row& row : {Row{h - 0.001, "moderately"}, Row{h, "highly"}, Row{h + 0.001, "highly"}}) {
+    Shares s;
+    s.input = row.input;
+    s.compute = s.memory = s.communication = s.unattributed = 0.16;
+    s.other = 1.0 - row.input - 4 * 0.16;
+    Report r = host_report(s);
+    r.system.involuntary_switches = 10000;  // explains the unattributed time
+    const Verdict v = classify(r);
+    INFO("input share " << row.input);
+    CHECK(v.category == "io");
+    CHECK(v.severity == row.severity);
+    CHECK(ranked_cost(v, "io") == Approx(row.input));
+  }
+}
+
+TEST_CASE("classify: scheduling severity uses the kernel-launch / all-other tiers",
+          "[analysis][classify]") {
+  struct Row {
+    double unattributed;
+    const char* severity;
+  };
+  const double h = kThresholds.scheduling_highly_bound;
+  for (const Row& row : {Row{h - 0.001, "moderately"}, Row{h, "highly"}, Row{h + 0.001, "highly"}}) {
+    Shares s;
+    s.unattributed = row.unattributed;
+    s.input = s.compute = s.memory = s.communication = 0.12;
+    s.other = 1.0 - row.unattributed - 4 * 0.12;
+    Report r = host_report(s);
+    r.system.involuntary_switches = 10000;  // 1000/s: a scheduling signal
+    const Verdict v = classify(r);
+    INFO("unattributed share " << row.unattributed);
+    CHECK(v.category == "scheduling");
+    CHECK(v.severity == row.severity);
+  }
+}
+
+TEST_CASE("classify: unknown when too few measured steps", "[analysis][classify][unknown]") {
+  const std::uint64_t n = kThresholds.min_measured_steps;
+  Shares s;
+  s.input = 0.7;
+  s.compute = 0.3;
+  for (std::uint64_t steps : {n - 1, n, n + 1}) {
+    const Verdict v = classify(host_report(s, steps));
+    INFO(steps << " steps");
+    CHECK((v.category == "unknown") == (steps < n));
+    const Evidence* e = evidence(v, "measured_steps");
+    REQUIRE(e != nullptr);
+    CHECK(e->supports == (steps >= n));
+  }
+  const Verdict none = classify(host_report(s, 0));
+  CHECK(none.category == "unknown");
+  CHECK(none.confidence == 0);
+  CHECK(none.severity.empty());
+  CHECK_FALSE(none.summary.empty());
+}
+
+TEST_CASE("classify: unknown when most of the step is unattributed and unexplained",
+          "[analysis][classify][unknown]") {
+  const double m = kThresholds.mostly_unexplained;
+  for (double unattributed : {m - 0.01, m, m + 0.01}) {
+    Shares s;
+    s.unattributed = unattributed;
+    s.compute = 0.30;
+    s.input = 1.0 - unattributed - 0.30;
+    Report r = host_report(s);
+    const Verdict v = classify(r);
+    INFO("unattributed " << unattributed);
+    CHECK((v.category == "unknown") == (unattributed >= m));
+    const Evidence* e = evidence(v, "unexplained_share");
+    REQUIRE(e != nullptr);
+    CHECK(e->value == Approx(unattributed));
+
+    // The same step with a scheduling signal is scheduling, not unknown.
+    r.system.runqueue_wait_s = 0.10 * r.system.wall_s;
+    const Verdict explained = classify(r);
+    CHECK(explained.category == "scheduling");
+    CHECK(any_contains(explained.recommendations, "oversubscribed"));
+  }
+}
+
+TEST_CASE("classify: unknown on conflicting signals (near tie)", "[analysis][classify][unknown]") {
+  const double ratio = kThresholds.conflict_ratio;
+  struct Row {
+    double compute_over_input;
+    bool unknown;
+  };
+  // Just below, just above (exact equality is at the mercy of rounding), and a tie.
+  for (const Row& row : {Row{ratio - 0.01, false}, Row{ratio + 0.001, true}, Row{0.99, true}}) {
+    Shares s;
+    s.input = 0.45;
+    s.compute = 0.45 * row.compute_over_input;
+    s.unattributed = 1.0 - s.input - s.compute;
+    Report r = host_report(s);
+    r.system.involuntary_switches = 10000;
+    const Verdict v = classify(r);
+    INFO("compute/input " << row.compute_over_input);
+    CHECK((v.category == "unknown") == row.unknown);
+    if (!row.unknown) CHECK(v.category == "io");
+    if (row.unknown) CHECK(v.summary.find("conflicting") != std::string::npos);
+  }
+}
+
+TEST_CASE("classify: a slow but overlapped background loader is not io", "[analysis][classify]") {
+  Shares s;
+  s.input = 0.02;  // the step only pops a ready batch
+  s.compute = 0.90;
+  s.unattributed = 0.08;
+  Report r = host_report(s);
+  add_phase(r, "train", PhaseKind::compute, ThreadRole::step, 0.90, 90);
+  add_phase(r, "next_batch", PhaseKind::input, ThreadRole::step, 0.02, 2);
+  PhaseSummary& loader = add_phase(r, "decode", PhaseKind::input, ThreadRole::background, 0.0, 300);
+  loader.threads = 4;
+  loader.overlap_with_steps = 0.99;
+  const Verdict v = classify(r);
+  CHECK(v.category == "compute");
+  CHECK(ranked_cost(v, "io") == Approx(0.02));
+  const Evidence* bg = evidence(v, "background_phase:decode");
+  REQUIRE(bg != nullptr);
+  CHECK_FALSE(bg->supports);
+  CHECK(bg->sentence.find("not counted as waiting") != std::string::npos);
+}
+
+TEST_CASE("classify: pipeline A (serial preprocessing) is io, pipeline B (background) is not",
+          "[analysis][classify][folklore]") {
+  // A: the same preprocessing runs on the step thread; the GPU-less step
+  //    waits for it every step.
+  Shares a;
+  a.input = 0.55;
+  a.compute = 0.40;
+  a.unattributed = 0.05;
+  Report pipeline_a = host_report(a, 200, 150);
+  add_phase(pipeline_a, "preprocess", PhaseKind::input, ThreadRole::step, 0.55, 82.5);
+  add_phase(pipeline_a, "train", PhaseKind::compute, ThreadRole::step, 0.40, 60);
+  pipeline_a.system.input_on_cpu_fraction = 0.95;  // working, not waiting
+
+  // B: the preprocessing moved to a background thread; the step is shorter
+  //    and only pops a batch.
+  Shares b;
+  b.input = 0.01;
+  b.compute = 0.94;
+  b.unattributed = 0.05;
+  Report pipeline_b = host_report(b, 200, 64);
+  add_phase(pipeline_b, "pop_batch", PhaseKind::input, ThreadRole::step, 0.01, 0.64);
+  add_phase(pipeline_b, "train", PhaseKind::compute, ThreadRole::step, 0.94, 60);
+  PhaseSummary& bg = add_phase(pipeline_b, "preprocess", PhaseKind::input, ThreadRole::background, 0, 82.5);
+  bg.overlap_with_steps = 0.97;
+
+  const Verdict va = classify(pipeline_a);
+  const Verdict vb = classify(pipeline_b);
+  CHECK(va.category == "io");
+  CHECK(va.severity == "highly");
+  CHECK(va.summary.find("preprocess") != std::string::npos);
+  CHECK(any_contains(va.recommendations, "off the step thread"));
+  CHECK_FALSE(any_contains(va.recommendations, "more loader workers"));
+  CHECK(vb.category == "compute");
+  CHECK(ranked_cost(vb, "io") < kThresholds.moderately_bound);
+}
+
+TEST_CASE("classify: io sub-cases pick their recommendations", "[analysis][classify]") {
+  Shares s;
+  s.input = 0.60;
+  s.compute = 0.35;
+  s.unattributed = 0.05;
+  SECTION("waiting (off-CPU) in input: loader workers, prefetch, pinned memory") {
+    Report r = host_report(s);
+    r.system.input_on_cpu_fraction = 0.10;
+    const Verdict v = classify(r);
+    REQUIRE(v.category == "io");
+    CHECK(any_contains(v.recommendations, "loader workers"));
+    CHECK(any_contains(v.recommendations, "prefetch"));
+    CHECK(any_contains(v.recommendations, "pin"));
+    CHECK_FALSE(any_contains(v.recommendations, "off the step thread"));
+    CHECK_FALSE(any_contains(v.recommendations, "storage"));
+  }
+  SECTION("storage: major faults, block-I/O wait") {
+    Report r = host_report(s);
+    r.system.input_on_cpu_fraction = 0.10;
+    r.system.major_faults = 50 * r.steps.count;
+    r.system.io_wait_s = 0.3 * r.system.wall_s;
+    const Verdict v = classify(r);
+    REQUIRE(v.category == "io");
+    CHECK(any_contains(v.recommendations, "storage"));
+    CHECK(evidence(v, "major_faults_per_step")->supports);
+  }
+  SECTION("not measured: both generic sub-cases") {
+    Report r = host_report(s);
+    r.system.input_on_cpu_fraction = -1;
+    const Verdict v = classify(r);
+    REQUIRE(v.category == "io");
+    CHECK(any_contains(v.recommendations, "loader workers"));
+    CHECK(any_contains(v.recommendations, "off the step thread"));
+    CHECK(evidence(v, "input_on_cpu_fraction") == nullptr);
+  }
+}
+
+TEST_CASE("classify: memory, communication and scheduling recommendations", "[analysis][classify]") {
+  SECTION("memory with allocator churn") {
+    Shares s;
+    s.memory = 0.50;
+    s.compute = 0.40;
+    s.unattributed = 0.10;
+    Report r = host_report(s);
+    r.system.minor_faults = 5000 * r.steps.count;
+    const Verdict v = classify(r);
+    CHECK(v.category == "memory");
+    CHECK(any_contains(v.recommendations, "Reuse buffers"));
+    CHECK(any_contains(v.recommendations, "page faults"));
+  }
+  SECTION("communication") {
+    Shares s;
+    s.communication = 0.55;
+    s.compute = 0.40;
+    s.unattributed = 0.05;
+    const Verdict v = classify(host_report(s));
+    CHECK(v.category == "communication");
+    CHECK(any_contains(v.recommendations, "Overlap communication"));
+    CHECK(any_contains(v.recommendations, "stragglers"));
+  }
+  SECTION("runqueue wait moves cost from the phases to scheduling") {
+    Shares s;
+    s.compute = 0.80;
+    s.input = 0.10;
+    s.unattributed = 0.10;
+    Report r = host_report(s);
+    r.system.runqueue_wait_s = 0.45 * r.system.wall_s;
+    r.system.cpu_utilization = 0.97;
+    const Verdict v = classify(r);
+    // 45% of the step waited for a CPU: taken proportionally from the 90%
+    // in phases (half of each), added to the 10% outside phases.
+    CHECK(ranked_cost(v, "scheduling") == Approx(0.55));
+    CHECK(ranked_cost(v, "compute") == Approx(0.40));
+    CHECK(v.category == "scheduling");
+    CHECK(any_contains(v.recommendations, "oversubscribed"));
+  }
+}
+
+TEST_CASE("classify: GPU timeline facts", "[analysis][classify][gpu]") {
+  Shares host;  // host clocks on a GPU run: compute phases are launch time
+  host.input = 0.05;
+  host.compute = 0.30;
+  host.unattributed = 0.65;
+  struct Row {
+    const char* name;
+    std::map<std::string, double> facts;
+    const char* expected;
+  };
+  const std::vector<Row> rows = {
+      {"busy GPU is compute",
+       {{"device_busy_fraction", 0.95}, {"idle_fraction", 0.05}, {"memcpy_fraction", 0.02}},
+       "compute"},
+      {"idle while the host is in input is io",
+       {{"device_busy_fraction", 0.25},
+        {"idle_fraction", 0.75},
+        {"idle_host_input_fraction", 0.60},
+        {"idle_launch_bound_fraction", 0.05}},
+       "io"},
+      {"idle while the host launches is scheduling",
+       {{"device_busy_fraction", 0.30},
+        {"idle_fraction", 0.70},
+        {"idle_host_input_fraction", 0.02},
+        {"idle_launch_bound_fraction", 0.60},
+        {"short_kernel_fraction", 0.8},
+        {"kernels_per_step", 4000}},
+       "scheduling"},
+      {"exposed communication is communication",
+       {{"device_busy_fraction", 0.95}, {"idle_fraction", 0.05}, {"exposed_comm_fraction", 0.60}},
+       "communication"},
+      {"copies are memory",
+       {{"device_busy_fraction", 0.90},
+        {"idle_fraction", 0.10},
+        {"memcpy_fraction", 0.60},
+        {"pageable_memcpy_fraction", 0.45}},
+       "memory"},
+      {"host blocked in syncs with the GPU drained is scheduling",
+       {{"device_busy_fraction", 0.35}, {"idle_fraction", 0.65}, {"idle_sync_fraction", 0.55}},
+       "scheduling"},
+      {"the timeline's own field names are accepted",
+       {{"device_busy_fraction", 0.30},
+        {"device_idle_fraction", 0.70},
+        {"idle_host_launch_bound_fraction", 0.60}},
+       "scheduling"},
+      {"exposed_communication_fraction alias",
+       {{"device_busy_fraction", 0.95},
+        {"device_idle_fraction", 0.05},
+        {"compute_fraction", 0.40},
+        {"exposed_communication_fraction", 0.55}},
+       "communication"},
+  };
+  for (const Row& row : rows) {
+    Report r = host_report(host, 50);
+    gpu(r, {});
+    r.device.facts = row.facts;
+    const Verdict v = classify(r);
+    INFO(row.name);
+    CHECK(v.category == row.expected);
+    CHECK(v.confidence > 0);
+    if (std::string(row.expected) == "memory") {
+      CHECK(evidence(v, "pageable_memcpy_share")->value == Approx(0.75));
+      CHECK(any_contains(v.recommendations, "pinned"));
+    }
+    if (row.facts.count("idle_sync_fraction") != 0)
+      CHECK(any_contains(v.recommendations, ".item()"));
+    CHECK(v.confidence <= 1);
+  }
+}
+
+TEST_CASE("classify: a mostly idle GPU is never compute", "[analysis][classify][gpu]") {
+  const double idle_limit = kThresholds.device_mostly_idle;
+  Shares host;
+  host.input = 0.30;
+  host.compute = 0.60;
+  host.unattributed = 0.10;
+  for (double idle : {idle_limit - 0.01, idle_limit, idle_limit + 0.01}) {
+    Report r = host_report(host, 50);
+    // The idle time has known causes small enough that compute (the busy
+    // time) would otherwise lead.
+    gpu(r, {{"device_busy_fraction", 1 - idle},
+            {"idle_fraction", idle},
+            {"idle_host_input_fraction", 0.20},
+            {"idle_launch_bound_fraction", 0.17}});
+    const Verdict v = classify(r);
+    INFO("idle " << idle);
+    if (idle >= idle_limit) {
+      CHECK(v.category != "compute");
+      CHECK(v.category == "scheduling");
+      CHECK(evidence(v, "idle_fraction")->supports);
+    } else {
+      CHECK(v.category == "compute");
+    }
+  }
+  // The alexnet-like trace: GPU idle 99%, waiting for the host.
+  Report idle = host_report(host, 5);
+  gpu(idle, {{"device_busy_fraction", 0.005}, {"idle_fraction", 0.995}});
+  CHECK(classify(idle).category != "compute");
+}
+
+TEST_CASE("classify: device timeline allows fewer steps", "[analysis][classify][gpu]") {
+  Shares host;
+  host.compute = 0.9;
+  host.unattributed = 0.1;
+  const std::uint64_t n = kThresholds.min_steps_with_device_timeline;
+  for (std::uint64_t steps : {n - 1, n}) {
+    Report r = host_report(host, steps);
+    gpu(r, {{"device_busy_fraction", 0.97}, {"idle_fraction", 0.03}});
+    CHECK((classify(r).category == "unknown") == (steps < n));
+  }
+}
+
+TEST_CASE("classify: idle causes given as fractions of idle time are rescaled", "[analysis][classify][gpu]") {
+  Shares host;
+  host.input = 0.4;
+  host.compute = 0.4;
+  host.unattributed = 0.2;
+  Report r = host_report(host, 50);
+  // 0.8 + 0.15 > idle 0.6: these must be fractions of the idle time.
+  gpu(r, {{"device_busy_fraction", 0.4},
+          {"idle_fraction", 0.6},
+          {"idle_host_input_fraction", 0.8},
+          {"idle_launch_bound_fraction", 0.15}});
+  const Verdict v = classify(r);
+  CHECK(v.category == "io");
+  CHECK(evidence(v, "idle_host_input_fraction")->value == Approx(0.48));
+}
+
+TEST_CASE("classify: confidence grows with dominance and agreement", "[analysis][classify]") {
+  auto io_report = [](double input) {
+    Shares s;
+    s.input = input;
+    s.compute = 1.0 - input - 0.05;
+    s.unattributed = 0.05;
+    return host_report(s);
+  };
+  const Verdict narrow = classify(io_report(0.55));
+  const Verdict wide = classify(io_report(0.85));
+  REQUIRE(narrow.category == "io");
+  REQUIRE(wide.category == "io");
+  CHECK(wide.confidence > narrow.confidence);
+
+  Report agreeing = io_report(0.55);
+  agreeing.system.major_faults = 100 * agreeing.steps.count;
+  agreeing.system.io_wait_s = 0.2 * agreeing.system.wall_s;
+  const Verdict more = classify(agreeing);
+  CHECK(more.confidence >= narrow.confidence);
+
+  // Fewer steps, less confidence.
+  Report short_run = io_report(0.85);
+  short_run.steps.count = 10;
+  CHECK(classify(short_run).confidence < wide.confidence);
+  // Ranking is sorted and complete.
+  REQUIRE(wide.ranking.size() == 5);
+  for (std::size_t i = 1; i < wide.ranking.size(); ++i)
+    CHECK(wide.ranking[i - 1].second >= wide.ranking[i].second);
+}
+
+TEST_CASE("classify: a report without a breakdown uses the phases' shares", "[analysis][classify]") {
+  Report r;
+  r.steps.count = 40;
+  r.steps.wall_ms = dist(50, 1, 40);
+  add_phase(r, "load", PhaseKind::input, ThreadRole::step, 0.70, 35);
+  add_phase(r, "fwd", PhaseKind::compute, ThreadRole::step, 0.25, 12.5);
+  add_phase(r, "bg", PhaseKind::input, ThreadRole::background, 0.9, 100);  // ignored
+  const Verdict v = classify(r);
+  CHECK(v.category == "io");
+  CHECK(ranked_cost(v, "io") == Approx(0.70));
+  CHECK(ranked_cost(v, "scheduling") == Approx(0.05));
+}
+
+TEST_CASE("analyze fills verdict, findings and what-ifs", "[analysis]") {
+  Shares s;
+  s.input = 0.6;
+  s.compute = 0.35;
+  s.unattributed = 0.05;
+  Report r = host_report(s);
+  add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.6, 60);
+  r.dropped_records = 5;
+  r.total_records = 1000;
+  analyze(r);
+  CHECK(r.bottleneck.category == "io");
+  CHECK_FALSE(r.findings.empty());
+  CHECK_FALSE(r.what_if.empty());
+}

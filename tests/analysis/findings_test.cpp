@@ -1,0 +1,232 @@
+// Tests of src/analysis/findings.cpp: memory-growth slope fit, jitter,
+// outliers, warm-up, host/device disagreement, dropped records, page faults,
+// unattributed time — each just below, at and just above its threshold.
+#include "analysis/facts.hpp"
+#include "analysis/report_builder.hpp"
+#include "analysis/thresholds.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using namespace stepscope;
+using namespace stepscope::test;
+using stepscope::detail::kThresholds;
+
+namespace {
+
+const Finding* finding(const std::vector<Finding>& all, const std::string& kind) {
+  for (const Finding& f : all)
+    if (f.kind == kind) return &f;
+  return nullptr;
+}
+// A pointer into a temporary would dangle: only presence checks on those.
+bool has(const std::vector<Finding>& all, const std::string& kind) { return finding(all, kind) != nullptr; }
+const Finding* finding(std::vector<Finding>&&, const std::string&) = delete;
+
+Report steady() {
+  Shares s;
+  s.compute = 0.9;
+  s.input = 0.05;
+  s.unattributed = 0.05;
+  return host_report(s, 1000, 100);
+}
+
+// RSS series: `points` points every `stride` steps, start + slope * step plus
+// a deterministic wiggle of amplitude `noise`.
+void rss_series(Report& r, std::size_t points, std::uint32_t stride, double start, double slope,
+                double noise) {
+  StepSeries& s = r.steps.series;
+  s.stride = stride;
+  for (std::size_t i = 0; i < points; ++i) {
+    const double step = static_cast<double>(i * stride);
+    s.first_step.push_back(i * stride);
+    s.rss_mb.push_back(start + slope * step + noise * std::sin(1.7 * static_cast<double>(i)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fit_line: exact and noisy lines", "[analysis][findings]") {
+  const detail::LineFit exact = detail::fit_line({0, 1, 2, 3}, {1, 3, 5, 7});
+  CHECK(exact.slope == Approx(2));
+  CHECK(exact.intercept == Approx(1));
+  CHECK(exact.r2 == Approx(1));
+  const detail::LineFit flat = detail::fit_line({0, 1, 2}, {4, 4, 4});
+  CHECK(flat.slope == Approx(0).margin(1e-12));
+  const detail::LineFit none = detail::fit_line({1}, {1});
+  CHECK(none.slope == 0);
+}
+
+TEST_CASE("findings: steady memory growth is reported with slope and R²", "[analysis][findings]") {
+  Report r = steady();
+  rss_series(r, 50, 20, 1000, 0.5, 5);  // +0.5 MB/step over 980 steps = 490 MB
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "memory_growth");
+  REQUIRE(f != nullptr);
+  CHECK(f->values.at("slope_mb_per_step") == Approx(0.5).epsilon(0.02));
+  CHECK(f->values.at("r2") > 0.99);
+  CHECK(f->values.at("growth_mb") == Approx(490).epsilon(0.02));
+  CHECK(f->message.find("MB per step") != std::string::npos);
+}
+
+TEST_CASE("findings: no memory growth for flat, noisy, small or short series", "[analysis][findings]") {
+  struct Row {
+    const char* name;
+    std::size_t points;
+    double slope, noise;
+  };
+  for (const Row& row : {Row{"flat", 50, 0.0, 5}, Row{"noise dominates (low R²)", 50, 0.2, 400},
+                         Row{"growth too small", 50, 0.05, 1}, Row{"too few points", 4, 1.0, 0},
+                         Row{"shrinking", 50, -0.5, 1}}) {
+    Report r = steady();
+    rss_series(r, row.points, 20, 1000, row.slope, row.noise);
+    INFO(row.name);
+    CHECK(!has(find_issues(r), "memory_growth"));
+  }
+}
+
+TEST_CASE("findings: memory growth threshold on total growth", "[analysis][findings]") {
+  // Starting at 100 MB the bar is max(64 MB, 10% of 100 MB) = 64 MB over 980 steps.
+  const double needed = kThresholds.growth_min_mib / 980.0;
+  for (double slope : {needed * 0.99, needed * 1.01}) {
+    Report r = steady();
+    rss_series(r, 50, 20, 100, slope, 0);
+    INFO("slope " << slope);
+    CHECK(has(find_issues(r), "memory_growth") == (slope > needed));
+  }
+}
+
+TEST_CASE("findings: jitter by coefficient of variation", "[analysis][findings]") {
+  const auto& t = kThresholds;
+  struct Row {
+    double cv;
+    const char* severity;  // nullptr: no finding
+  };
+  for (const Row& row : {Row{t.jitter_cv - 0.001, nullptr}, Row{t.jitter_cv, "warning"},
+                         Row{t.jitter_cv + 0.001, "warning"}, Row{t.jitter_cv_critical, "critical"}}) {
+    Report r = steady();
+    r.steps.wall_ms.stddev = row.cv * r.steps.wall_ms.mean;
+    r.steps.wall_ms.p99 = r.steps.wall_ms.p50;  // keep outliers out of it
+    r.steps.wall_ms.max = r.steps.wall_ms.p50;
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "jitter");
+    INFO("cv " << row.cv);
+    if (row.severity == nullptr) {
+      CHECK(f == nullptr);
+    } else {
+      REQUIRE(f != nullptr);
+      CHECK(f->severity == row.severity);
+      CHECK(f->values.at("cv") == Approx(row.cv));
+    }
+  }
+}
+
+TEST_CASE("findings: step-time outliers p99/p50 and max/p50", "[analysis][findings]") {
+  const auto& t = kThresholds;
+  struct Row {
+    double p99_ratio, max_ratio;
+    const char* severity;
+  };
+  for (const Row& row : {Row{t.outlier_p99_over_p50 - 0.01, 1.5, nullptr},
+                         Row{t.outlier_p99_over_p50, 3, "warning"},
+                         Row{1.2, t.outlier_max_over_p50 - 0.01, nullptr},
+                         Row{1.2, t.outlier_max_over_p50, "info"}}) {
+    Report r = steady();
+    r.steps.wall_ms.p50 = 100;
+    r.steps.wall_ms.p99 = 100 * row.p99_ratio;
+    r.steps.wall_ms.max = 100 * row.max_ratio;
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "step_outliers");
+    INFO("p99/p50 " << row.p99_ratio << " max/p50 " << row.max_ratio);
+    if (row.severity == nullptr) {
+      CHECK(f == nullptr);
+    } else {
+      REQUIRE(f != nullptr);
+      CHECK(f->severity == row.severity);
+    }
+  }
+}
+
+TEST_CASE("findings: warm-up far slower than steady state", "[analysis][findings]") {
+  const double k = kThresholds.warmup_over_steady;
+  for (double ratio : {k - 0.01, k, k + 0.01}) {
+    Report r = steady();
+    r.steps.warmup_excluded = 5;
+    r.steps.warmup_wall_ms = dist(100 * ratio, 10, 5);
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "warmup_slow");
+    INFO("ratio " << ratio);
+    CHECK((f != nullptr) == (ratio >= k));
+    if (f != nullptr) CHECK(f->values.at("ratio") == Approx(ratio));
+  }
+}
+
+TEST_CASE("findings: asynchronous work timed by host clocks", "[analysis][findings]") {
+  const double k = kThresholds.device_over_host;
+  for (double ratio : {k - 0.01, k, k + 0.01}) {
+    Report r = steady();
+    PhaseSummary& p = add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.1, 10);
+    p.device_ms = dist(10 * ratio, 0.1, p.count);
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "host_device_mismatch");
+    INFO("device/host " << ratio);
+    CHECK((f != nullptr) == (ratio >= k));
+    if (f != nullptr) {
+      INFO(f->message);
+      CHECK(f->message.find("forward") != std::string::npos);
+      CHECK(f->message.find("asynchronous") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("findings: dropped records with their fraction", "[analysis][findings]") {
+  struct Row {
+    std::uint64_t dropped, total;
+    const char* severity;
+  };
+  for (const Row& row : {Row{0, 1000, nullptr}, Row{9, 1000, "warning"}, Row{10, 1000, "critical"}}) {
+    Report r = steady();
+    r.dropped_records = row.dropped;
+    r.total_records = row.total;
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "dropped_records");
+    INFO(row.dropped << " of " << row.total);
+    if (row.severity == nullptr) {
+      CHECK(f == nullptr);
+    } else {
+      REQUIRE(f != nullptr);
+      CHECK(f->severity == row.severity);
+      CHECK(f->values.at("fraction") == Approx(static_cast<double>(row.dropped) / row.total));
+    }
+  }
+}
+
+TEST_CASE("findings: minor page faults per step", "[analysis][findings]") {
+  const double k = kThresholds.minor_faults_per_step;
+  for (double per_step : {k - 1, k, k + 1}) {
+    Report r = steady();
+    r.system.minor_faults = static_cast<std::uint64_t>(per_step * static_cast<double>(r.steps.count));
+    CHECK(has(find_issues(r), "page_fault_storm") == (per_step >= k));
+  }
+}
+
+TEST_CASE("findings: large unattributed time and too few steps", "[analysis][findings]") {
+  const double k = kThresholds.unattributed_finding;
+  for (double share : {k - 0.001, k, k + 0.001}) {
+    Shares s;
+    s.unattributed = share;
+    s.compute = 1 - share;
+    const Report r = host_report(s);
+    INFO("unattributed " << share);
+    CHECK(has(find_issues(r), "unattributed_time") == (share >= k));
+  }
+  Shares s;
+  s.compute = 1;
+  CHECK(has(find_issues(host_report(s, kThresholds.min_measured_steps - 1)), "few_steps"));
+  CHECK(!has(find_issues(host_report(s, kThresholds.min_measured_steps)), "few_steps"));
+}
+
+TEST_CASE("findings: a clean run has no findings", "[analysis][findings]") {
+  CHECK(find_issues(steady()).empty());
+}

@@ -1,0 +1,92 @@
+// tests/analysis/report_builder.hpp — builds Report facts in code for the
+// analyzer's table-driven tests. Shares are given as fractions of a 100 ms step.
+#pragma once
+
+#include <stepscope/analysis.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace stepscope::test {
+
+struct Shares {
+  double input = 0, compute = 0, memory = 0, communication = 0, other = 0, unattributed = 0;
+};
+
+inline Distribution dist(double mean, double stddev, std::uint64_t count) {
+  Distribution d;
+  d.count = count;
+  d.mean = mean;
+  d.stddev = stddev;
+  d.total = mean * static_cast<double>(count);
+  d.min = std::max(0.0, mean - 2 * stddev);
+  d.max = mean + 3 * stddev;
+  d.p50 = mean;
+  d.p90 = mean + 1.3 * stddev;
+  d.p99 = mean + 2.3 * stddev;
+  return d;
+}
+
+// A host-timeline report: `steps` measured steps of `wall_ms`, split as `s`.
+inline Report host_report(const Shares& s, std::uint64_t steps = 100, double wall_ms = 100) {
+  Report r;
+  r.steps.count = steps;
+  r.steps.wall_ms = dist(wall_ms, 0.02 * wall_ms, steps);
+  StepBreakdown& b = r.steps.breakdown;
+  b.wall_ms = wall_ms;
+  b.input_ms = s.input * wall_ms;
+  b.compute_ms = s.compute * wall_ms;
+  b.memory_ms = s.memory * wall_ms;
+  b.communication_ms = s.communication * wall_ms;
+  b.other_ms = s.other * wall_ms;
+  b.unattributed_ms = s.unattributed * wall_ms;
+  r.system.available = true;
+  r.system.wall_s = static_cast<double>(steps) * wall_ms / 1000.0;
+  r.system.cores_available = 8;
+  r.system.cpu_utilization = 0.2;
+  return r;
+}
+
+inline PhaseSummary& add_phase(Report& r, const std::string& name, PhaseKind kind, ThreadRole role,
+                               double share_of_step, double mean_ms) {
+  PhaseSummary p;
+  p.name = name;
+  p.kind = kind;
+  p.thread_role = role;
+  p.count = r.steps.count;
+  p.host_ms = dist(mean_ms, 0.05 * mean_ms, p.count);
+  p.self_ms = p.host_ms;
+  p.share_of_step = share_of_step;
+  p.threads = 1;
+  r.phases.push_back(p);
+  return r.phases.back();
+}
+
+// Marks the report as a GPU run with the given timeline facts.
+inline void gpu(Report& r, std::initializer_list<std::pair<const std::string, double>> facts) {
+  r.device.enabled = true;
+  r.device.status = "ok";
+  r.device.facts = facts;
+}
+
+inline const Evidence* evidence(const Verdict& v, const std::string& signal) {
+  for (const Evidence& e : v.evidence)
+    if (e.signal == signal) return &e;
+  return nullptr;
+}
+
+const Evidence* evidence(Verdict&&, const std::string&) = delete;  // would dangle
+
+inline bool any_contains(const std::vector<std::string>& lines, const std::string& needle) {
+  for (const std::string& l : lines)
+    if (l.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+inline double ranked_cost(const Verdict& v, const std::string& category) {
+  for (const auto& [name, cost] : v.ranking)
+    if (name == category) return cost;
+  return -1;
+}
+
+}  // namespace stepscope::test

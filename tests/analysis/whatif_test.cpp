@@ -1,0 +1,123 @@
+// Tests of src/analysis/what_if.cpp: Amdahl projections, the local
+// optimisation trap, overlap honesty for background phases.
+#include "analysis/report_builder.hpp"
+#include "analysis/thresholds.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace stepscope;
+using namespace stepscope::test;
+
+namespace {
+
+const WhatIf* find(const std::vector<WhatIf>& all, const std::string& target, double speedup) {
+  for (const WhatIf& w : all)
+    if (w.target == target && w.speedup == speedup) return &w;
+  return nullptr;
+}
+const WhatIf* find(std::vector<WhatIf>&&, const std::string&, double) = delete;
+
+Report five_percent_report() {
+  Shares s;
+  s.input = 0.05;
+  s.compute = 0.90;
+  s.unattributed = 0.05;
+  Report r = host_report(s, 100, 200);
+  add_phase(r, "custom_kernel", PhaseKind::input, ThreadRole::step, 0.05, 10);
+  add_phase(r, "train", PhaseKind::compute, ThreadRole::step, 0.90, 180);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("what-if: a phase at 5% made 2x faster changes the step by 2.5%", "[analysis][whatif]") {
+  const std::vector<WhatIf> all = project_what_if(five_percent_report());
+  const WhatIf* twice = find(all, "custom_kernel", 2);
+  REQUIRE(twice != nullptr);
+  CHECK(twice->share == Approx(0.05));
+  CHECK(twice->step_ms_now == Approx(200));
+  CHECK(twice->step_ms_projected == Approx(195));
+  CHECK(twice->step_change_pct == Approx(-2.5));
+
+  const WhatIf* free = find(all, "custom_kernel", 0);
+  REQUIRE(free != nullptr);
+  CHECK(free->step_ms_projected == Approx(190));
+  CHECK(free->step_change_pct == Approx(-5.0));
+
+  // The dominant phase is where the step time is.
+  const WhatIf* train = find(all, "train", 2);
+  REQUIRE(train != nullptr);
+  CHECK(train->step_change_pct == Approx(-45.0));
+  // Sorted by gain: the biggest saving first.
+  CHECK(all.front().target == "train");
+  CHECK(all.front().speedup == 0);
+  CHECK(all.front().step_change_pct == Approx(-90.0));
+}
+
+TEST_CASE("what-if: formula for several speedups", "[analysis][whatif]") {
+  // projected = step - share * (1 - 1/k) * step
+  struct Row {
+    double share, speedup, change_pct;
+  };
+  for (const Row& row : {Row{0.5, 2, -25}, Row{0.5, 0, -50}, Row{0.2, 2, -10}, Row{0.2, 0, -20}}) {
+    Shares s;
+    s.compute = row.share;
+    s.input = 1 - row.share;
+    Report r = host_report(s);
+    add_phase(r, "p", PhaseKind::compute, ThreadRole::step, row.share, 100 * row.share);
+    const std::vector<WhatIf> all = project_what_if(r);
+    const WhatIf* w = find(all, "p", row.speedup);
+    REQUIRE(w != nullptr);
+    INFO("share " << row.share << " speedup " << row.speedup);
+    CHECK(w->step_change_pct == Approx(row.change_pct));
+  }
+}
+
+TEST_CASE("what-if: only phases at or above the minimum share", "[analysis][whatif]") {
+  const double m = stepscope::detail::kThresholds.what_if_min_share;
+  Report r = five_percent_report();
+  add_phase(r, "below", PhaseKind::other, ThreadRole::step, m - 0.001, 3.8);
+  add_phase(r, "at", PhaseKind::other, ThreadRole::step, m, 4);
+  const std::vector<WhatIf> all = project_what_if(r);
+  CHECK(find(all, "below", 2) == nullptr);
+  CHECK(find(all, "at", 2) != nullptr);
+}
+
+TEST_CASE("what-if: background phases gain nothing while overlapped", "[analysis][whatif]") {
+  Report r = five_percent_report();
+  PhaseSummary& bg = add_phase(r, "decode", PhaseKind::input, ThreadRole::background, 0, 150);
+  bg.overlap_with_steps = 0.98;
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* w = find(all, "decode", 2);
+  REQUIRE(w != nullptr);
+  CHECK(w->share == 0);
+  CHECK(w->step_ms_projected == Approx(w->step_ms_now));
+  CHECK(w->step_change_pct == Approx(0).margin(1e-12));
+  CHECK(w->note.find("overlapped") != std::string::npos);
+}
+
+TEST_CASE("what-if: kinds and unattributed time", "[analysis][whatif]") {
+  const std::vector<WhatIf> all = project_what_if(five_percent_report());
+  const WhatIf* kind = find(all, "kind:compute", 2);
+  REQUIRE(kind != nullptr);
+  CHECK(kind->step_change_pct == Approx(-45));
+  const WhatIf* unattributed = find(all, "unattributed", 0);
+  REQUIRE(unattributed != nullptr);
+  CHECK(unattributed->step_change_pct == Approx(-5));
+  CHECK(find(all, "kind:memory", 2) == nullptr);  // 0% of the step
+}
+
+TEST_CASE("what-if: phases with device time say how they were projected", "[analysis][whatif]") {
+  Report r = five_percent_report();
+  PhaseSummary& fwd = add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.1, 2);
+  fwd.device_ms = dist(40, 1, fwd.count);
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* w = find(all, "forward", 2);
+  REQUIRE(w != nullptr);
+  CHECK(w->step_change_pct == Approx(-5));
+  CHECK(w->note.find("device time") != std::string::npos);
+}
+
+TEST_CASE("what-if: nothing to project without steps", "[analysis][whatif]") {
+  CHECK(project_what_if(Report{}).empty());
+}
