@@ -70,6 +70,7 @@ class Aggregator {
 
   std::uint64_t records() const { return records_; }
   bool ran_steps(ThreadId thread) const { return threads_[thread].ran_steps; }
+  double median_step_ms() const { return step_wall_.histogram.quantile(0.5) * 1e-6; }
   std::uint64_t steps_completed() const { return steps_measured_ + steps_warmup_; }
   std::uint64_t first_ticks() const { return first_ticks_; }
   std::uint64_t last_ticks() const { return last_ticks_; }

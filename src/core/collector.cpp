@@ -8,7 +8,10 @@
 namespace stepscope::detail {
 
 Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device)
-    : options_(options), device_(std::move(device)), aggregator_(options.aggregator, &clock_) {
+    : options_(options),
+      device_(std::move(device)),
+      aggregator_(options.aggregator, &clock_),
+      trace_(options.trace, options.trace_max_events, &clock_) {
   clock_.start();
   start_ns_ = static_cast<std::int64_t>(monotonic_ns());
   if (options_.sample_system) sampler_.start(start_ns_);
@@ -70,12 +73,15 @@ void Collector::drain_locked() {
   // A ring marked retiring before this point has no more pushes coming:
   // after this drain it is empty and can be freed.
   std::vector<RingEntry*> finished;
+  const double median_step_ms = trace_.enabled() ? aggregator_.median_step_ms() : 0;
   for (RingEntry* e : drain_list_) {
     const bool retiring = e->retiring.load(std::memory_order_acquire);
     const Aggregator::ThreadId thread = e->thread;
+    const bool tracing = trace_.enabled();
     e->ring->drain([&](const PhaseRecord& r) {
       if (r.device_slot != 0 && device_) device_->on_record(r);
       aggregator_.consume(thread, r);
+      if (tracing) trace_.on_record(e->os_tid, e->ran_steps, r, median_step_ms);
     });
     e->ran_steps = aggregator_.ran_steps(thread);
     if (retiring) finished.push_back(e);
@@ -126,6 +132,11 @@ void Collector::stop() noexcept {
   } catch (...) {
     // Out of memory while aggregating: the report will show what was counted.
   }
+}
+
+TraceCapture Collector::take_trace() {
+  std::lock_guard<std::mutex> state(state_mutex_);
+  return trace_.take();
 }
 
 std::uint64_t Collector::dropped_records() const {

@@ -7,6 +7,7 @@
 #include "core/clock.hpp"
 #include "core/device_backend.hpp"
 #include "core/system_sampler.hpp"
+#include "core/trace_recorder.hpp"
 
 #include <stepscope/report.hpp>
 #include <stepscope/ring.hpp>
@@ -28,6 +29,8 @@ struct CollectorOptions {
   AggregatorOptions aggregator;
   bool sample_system = true;
   bool start_thread = true;  // false: the owner calls drain_all() itself (tests, benchmarks)
+  TraceWindow trace;                    // STEPSCOPE_TRACE
+  std::size_t trace_max_events = 200000;
 };
 
 class Collector {
@@ -52,6 +55,8 @@ class Collector {
   Report facts();
 
   const TickConverter& clock() const { return clock_; }
+  // The raw intervals kept for the trace export (empty when not enabled).
+  TraceCapture take_trace();
   std::uint64_t dropped_records() const;
 
  private:
@@ -81,6 +86,7 @@ class Collector {
   // Aggregation state: guarded by state_mutex_, held while draining.
   std::mutex state_mutex_;
   Aggregator aggregator_;
+  TraceRecorder trace_;
   std::vector<RingEntry*> drain_list_;
   std::vector<SystemSampler::ThreadSample> sample_list_;
   std::int64_t start_ns_ = 0;

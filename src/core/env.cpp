@@ -83,6 +83,32 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
     else
       bad("STEPSCOPE_QUIET", v, "0 or 1", "0");
   }
+  if (const char* v = getenv_fn("STEPSCOPE_TRACE"); v != nullptr && *v != '\0') s.trace = v;
+  if (const char* v = getenv_fn("STEPSCOPE_TRACE_OUT"); v != nullptr && *v != '\0') s.trace_out = v;
+  if (const char* v = getenv_fn("STEPSCOPE_TRACE_MAX_EVENTS"); v != nullptr && *v != '\0') {
+    std::uint64_t n = 0;
+    if (parse_uint(v, 1000, 50'000'000, n))
+      s.trace_max_events = static_cast<std::uint32_t>(n);
+    else
+      bad("STEPSCOPE_TRACE_MAX_EVENTS", v, "a number of events from 1000 to 50000000", std::to_string(s.trace_max_events));
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_LIVE"); v != nullptr && *v != '\0') {
+    // "1" = every 2 s; a number = that many seconds; "0" = off.
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    if (end != v && *end == '\0' && seconds >= 0 && seconds <= 3600) {
+      s.live_interval_s = seconds;
+    } else {
+      bad("STEPSCOPE_LIVE", v, "0, 1 or an interval in seconds", "off");
+    }
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_LIVE_FORCE"); v != nullptr && *v != '\0') {
+    bool force = false;
+    if (parse_switch(v, force))
+      s.live_forced = force;
+    else
+      bad("STEPSCOPE_LIVE_FORCE", v, "0 or 1", "0");
+  }
   // Rank and world size from the usual launchers, first one set wins.
   const char* rank_vars[][2] = {{"RANK", "WORLD_SIZE"},
                                 {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},

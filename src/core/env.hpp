@@ -25,6 +25,11 @@ struct Settings {
   std::uint32_t interval_ms = 5;        // STEPSCOPE_INTERVAL_MS (1..1000)
   std::string clock;                    // STEPSCOPE_CLOCK (tsc | monotonic)
   bool quiet = false;                   // STEPSCOPE_QUIET=1: no summary on stderr
+  std::string trace;                    // STEPSCOPE_TRACE: step window to export ("" = none)
+  std::string trace_out;                // STEPSCOPE_TRACE_OUT ("" = stepscope-trace[.rankN].json.gz)
+  std::uint32_t trace_max_events = 200000;  // STEPSCOPE_TRACE_MAX_EVENTS
+  double live_interval_s = 0;           // STEPSCOPE_LIVE: seconds between progress lines (0 = off)
+  bool live_forced = false;             // STEPSCOPE_LIVE_FORCE=1: print even when stderr is not a terminal
   int rank = -1, world_size = 1;        // RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID
 };
 

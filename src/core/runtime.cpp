@@ -7,6 +7,7 @@
 
 #include <stepscope/analysis.hpp>
 #include <stepscope/stepscope.hpp>
+#include <stepscope/trace.hpp>
 
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -151,6 +152,11 @@ bool initialise_runtime() noexcept {
     options.ring_capacity = rt.settings.ring_capacity;
     options.interval = std::chrono::milliseconds(rt.settings.interval_ms);
     options.aggregator.warmup_steps = rt.settings.warmup_steps;
+    if (!parse_trace_window(rt.settings.trace, options.trace)) {
+      warn(rt, "STEPSCOPE_TRACE='" + rt.settings.trace + "' is invalid (expected A-B, N, slow or slow:MS); no trace is written");
+      options.trace = TraceWindow{};
+    }
+    options.trace_max_events = rt.settings.trace_max_events;
     std::unique_ptr<DeviceBackend> device = make_device_backend(rt.device_notice);
     if (!rt.device_notice.empty()) std::fprintf(stderr, "stepscope: %s\n", rt.device_notice.c_str());
     rt.collector = std::make_unique<Collector>(options, std::move(device));
@@ -220,6 +226,26 @@ Report build_report(bool final_report) {
 
 const Settings& settings() { return runtime().settings; }
 
+void write_trace_if_enabled(Collector& collector, const RunInfo& run, const Settings& s, int rank) {
+  TraceCapture capture = collector.take_trace();
+  if (s.trace.empty() || capture.window.empty()) return;
+  std::string path = s.trace_out.empty() ? resolve_report_path("", rank) : resolve_report_path(s.trace_out, rank);
+  if (s.trace_out.empty()) path.replace(0, std::string("stepscope-report").size(), "stepscope-trace");
+  if (s.trace_out.empty()) path += ".gz";
+  std::string error;
+  if (write_chrome_trace(capture, run, path, error)) {
+    if (!s.quiet)
+      std::fprintf(stderr, "stepscope: trace of steps %s (%zu events%s) written to %s\n", capture.window.c_str(),
+                   capture.events.size(), capture.events_over_limit ? ", some over the limit" : "", path.c_str());
+    return;
+  }
+  const std::string fallback = fallback_report_path(rank, static_cast<long>(::getpid())) + ".trace.json.gz";
+  std::fprintf(stderr, "stepscope: warning: cannot write the trace to '%s' (%s); writing it to '%s' instead\n", path.c_str(),
+               error.c_str(), fallback.c_str());
+  if (!write_chrome_trace(capture, run, fallback, error))
+    std::fprintf(stderr, "stepscope: error: cannot write the trace to '%s' either (%s)\n", fallback.c_str(), error.c_str());
+}
+
 }  // namespace detail
 
 void set_config(const std::string& key, const std::string& value) noexcept {
@@ -286,6 +312,7 @@ std::string finish() noexcept {
     detail::g_mode.store(detail::kModeDisabled, std::memory_order_release);
     Report report = detail::build_report(true);
     rt.written_path = detail::write_report_with_fallback(report, rt.settings, rt.rank);
+    detail::write_trace_if_enabled(*rt.collector, report.run, rt.settings, rt.rank);
     if (!rt.settings.quiet) std::fputs(format_summary(report).c_str(), stderr);
     return rt.written_path;
   } catch (...) {
