@@ -20,10 +20,11 @@ struct Thresholds {
   // Fewer measured (post-warm-up) steps than this: verdict "unknown". Means and
   // shares of a handful of steps are dominated by the one slow step.
   std::uint64_t min_measured_steps = 10;
-  // With a device timeline (every kernel of every step recorded, e.g. an
-  // imported PyTorch-profiler trace of 3-5 ProfilerSteps) fewer steps suffice:
-  // the GPU fractions average thousands of kernels, not a few step times.
-  std::uint64_t min_steps_with_device_timeline = 3;
+  // With a device timeline one analysed window suffices: its fractions come
+  // from every kernel in it (hundreds to thousands), not from a few step
+  // times, and imported PyTorch-profiler traces hold 1-5 ProfilerSteps (HTA
+  // drops the last). Confidence is still scaled down for few steps.
+  std::uint64_t min_steps_with_device_timeline = 1;
   // Below this many steps confidence is scaled down (see sample factor).
   std::uint64_t steady_step_count = 30;
 

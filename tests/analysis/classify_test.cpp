@@ -441,6 +441,8 @@ TEST_CASE("classify: device timeline allows fewer steps", "[analysis][classify][
     gpu(r, {{"device_busy_fraction", 0.97}, {"idle_fraction", 0.03}});
     CHECK((classify(r).category == "unknown") == (steps < n));
   }
+  // The same few steps without a device timeline are not enough.
+  CHECK(classify(host_report(host, n)).category == "unknown");
 }
 
 TEST_CASE("classify: idle causes given as fractions of idle time are rescaled", "[analysis][classify][gpu]") {
