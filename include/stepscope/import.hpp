@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "stepscope/export.hpp"
+#include "stepscope/report.hpp"
 #include "stepscope/timeline.hpp"
 
 namespace stepscope {
@@ -66,5 +67,15 @@ STEPSCOPE_API ImportResult import_kineto_trace(const std::string& path,
 // Same, from bytes already in memory (gzip or plain). Never throws.
 STEPSCOPE_API ImportResult import_kineto_trace_from_buffer(std::string_view bytes,
                                                            const ImportOptions& options = {}) noexcept;
+
+// ---- a report from a trace (src/import/trace_report.cpp) -------------------
+
+// Builds the same Report a live run writes, from an imported trace: steps from
+// ProfilerStep#N, phases from user annotations, device facts from the
+// timeline analyses, then the analyzer's verdict. Never throws.
+STEPSCOPE_API Report report_from_timeline(const timeline::Timeline& trace, const std::string& source) noexcept;
+
+// import_kineto_trace + report_from_timeline. False with `error` set.
+STEPSCOPE_API bool analyze_trace_file(const std::string& path, Report& out, std::string& error) noexcept;
 
 }  // namespace stepscope
