@@ -1,0 +1,567 @@
+// The CUDA device backend: per-phase device time from CUDA event pairs,
+// CUPTI activity for the device timeline facts, NVTX ranges, and a clean
+// fallback (host timing only, one stderr line) when any of it is missing.
+//
+// Hot path (training thread, through g_device_begin / g_device_end): take a
+// slot from the thread's own block, cudaStreamIsCapturing, cudaEventRecord.
+// No synchronisation, no lock, no allocation after the thread's first timed
+// phase. Collector thread: cudaEventQuery on the pending pairs (never
+// cudaEventSynchronize), cudaEventElapsedTime, slot back to its block.
+#include "core/clock.hpp"
+#include "core/device_backend.hpp"
+#include "core/runtime.hpp"
+#include "cuda/cupti_activity.hpp"
+#include "cuda/event_pool.hpp"
+
+#include <stepscope/cuda.hpp>
+#include <stepscope/phase.hpp>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace stepscope {
+namespace detail {
+
+// Referenced by <stepscope/cuda.hpp>: only this (CUDA-enabled) library defines it.
+const int cuda_backend_abi_v1 = 1;
+
+namespace cuda {
+namespace {
+
+// How long finish() waits for the device to complete the last phases' events
+// before reporting them unresolved (the run is ending; never a hang).
+constexpr auto kFinishWait = std::chrono::milliseconds(2000);
+// A thread that cannot get a block yet (no CUDA context, pool full) retries
+// after this many timed scopes, so the cold path stays rare.
+constexpr std::uint32_t kAttachRetryScopes = 1024;
+
+// Hot-path per-thread state. Trivial, so the thread_local needs no guard.
+struct ThreadDevice {
+  void* stream;  // cudaStream_t, nullptr = legacy default stream
+  SlotBlock* block;
+  std::uint32_t attach_countdown;
+  bool bound;   // set_stream() was called
+  bool exited;  // past the thread-exit guard
+};
+thread_local ThreadDevice t_device{};
+
+std::int64_t monotonic_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Env flag: unset -> fallback; "0/off/false" / "1/on/true"; anything else one warning.
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  const std::string s(v);
+  if (s == "0" || s == "off" || s == "OFF" || s == "false" || s == "no") return false;
+  if (s == "1" || s == "on" || s == "ON" || s == "true" || s == "yes") return true;
+  std::fprintf(stderr, "stepscope: warning: %s='%s' is not 0 or 1; using %d\n", name, v, fallback ? 1 : 0);
+  return fallback;
+}
+
+bool create_pair(void*, int, void** begin, void** end) noexcept {
+  cudaEvent_t b = nullptr, e = nullptr;
+  // Default flags: timing enabled, no blocking sync (we only ever query).
+  if (cudaEventCreateWithFlags(&b, cudaEventDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (cudaEventCreateWithFlags(&e, cudaEventDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaEventDestroy(b);
+    return false;
+  }
+  *begin = b;
+  *end = e;
+  return true;
+}
+
+void destroy_pair(void*, void* begin, void* end) noexcept {
+  (void)cudaEventDestroy(static_cast<cudaEvent_t>(begin));
+  (void)cudaEventDestroy(static_cast<cudaEvent_t>(end));
+}
+
+// The collector's CUDA calls must not invalidate a user's CUDA-graph capture
+// in global mode (cudaEventQuery and cudaMemGetInfo count as "unsafe" there):
+// relax this thread's capture interaction mode while they run.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() noexcept {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ok_ = false;
+    }
+  }
+  ~RelaxedCaptureMode() {
+    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool ok_ = true;
+};
+
+class CudaBackend;
+CudaBackend* g_backend = nullptr;  // set before the hooks are installed, never reset
+
+using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
+using DeviceGet = CUresult (*)(CUdevice*, int);
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  CudaBackend(bool nvtx, bool cupti_wanted) : pool_(create_pair, destroy_pair, nullptr), nvtx_(nvtx) {
+    clock_.start();
+    warmup_steps_ = settings().warmup_steps;
+    set_callback_warmup(warmup_steps_);
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      ctx_state_ = reinterpret_cast<PrimaryCtxGetState>(fn);
+    fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGet", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      device_get_ = reinterpret_cast<DeviceGet>(fn);
+    (void)cudaGetLastError();
+    if (nvtx_) {
+      domain_ = nvtxDomainCreateA("stepscope");
+      static const char* const kNames[] = {"input", "compute", "memory", "communication", "other", "step"};
+      for (int i = 0; i < 6; ++i) kind_names_[i] = nvtxDomainRegisterStringA(domain_, kNames[i]);
+    }
+    if (!cupti_wanted) {
+      cupti_status_ = "cupti_disabled";
+      cupti_reason_ = "CUPTI activity turned off by STEPSCOPE_CUPTI=0; phase device times from CUDA events only";
+    } else if (!cupti_.start(cupti_status_, cupti_reason_)) {
+      // status/reason set by start()
+    }
+  }
+
+  // ---- hot path -------------------------------------------------------------
+  std::uint16_t begin(const PhaseSite* site) noexcept {
+    ThreadDevice& td = t_device;
+    const ThreadState& ts = t_thread_state;
+    if (!td.bound && ts.step_depth == 0) return nvtx_ ? nvtx_only(site) : 0;
+    SlotBlock* block = td.block;
+    if (STEPSCOPE_DETAIL_UNLIKELY(block == nullptr)) {
+      block = attach(td);
+      if (block == nullptr) return nvtx_ ? nvtx_only(site) : 0;
+    }
+    const std::uint16_t id = block->take();
+    if (id == 0) return nvtx_ ? nvtx_only(site) : 0;
+    Slot& s = block->slots[(id - 1u) % kBlockSlots];
+    s.stream = td.stream;
+    s.state = 0;
+    if (nvtx_) {
+      nvtx_push(site);
+      s.state |= kSlotNvtxOpen;
+    }
+    const auto stream = static_cast<cudaStream_t>(td.stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const cudaError_t qe = cudaStreamIsCapturing(stream, &capture);
+    if (qe != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      // Recording into a capturing stream would add a node to (or break) the
+      // user's graph. cudaErrorStreamCaptureImplicit: the legacy stream while
+      // another blocking stream captures.
+      if (qe != cudaSuccess) (void)cudaGetLastError();
+      s.state |= (qe == cudaSuccess || qe == cudaErrorStreamCaptureImplicit) ? kSlotCaptured : kSlotRecordFailed;
+      return id;
+    }
+    if (cudaEventRecord(static_cast<cudaEvent_t>(s.begin_event), stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      s.state |= kSlotRecordFailed;
+      return id;
+    }
+    s.state |= kSlotBeginRecorded;
+    return id;
+  }
+
+  void end(std::uint16_t id) noexcept {
+    if (id == kSlotNvtxOnly) {
+      nvtxDomainRangePop(domain_);
+      return;
+    }
+    Slot* s = pool_.slot(id);
+    if (s == nullptr) return;
+    if (s->state & kSlotNvtxOpen) nvtxDomainRangePop(domain_);
+    if (!(s->state & kSlotBeginRecorded)) return;
+    const auto stream = static_cast<cudaStream_t>(s->stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const cudaError_t qe = cudaStreamIsCapturing(stream, &capture);
+    if (qe != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      if (qe != cudaSuccess) (void)cudaGetLastError();
+      s->state |= kSlotCaptured;  // capture began inside the phase
+      return;
+    }
+    if (cudaEventRecord(static_cast<cudaEvent_t>(s->end_event), stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      s->state |= kSlotRecordFailed;
+      return;
+    }
+    s->state |= kSlotEndRecorded;
+  }
+
+  // ---- collector --------------------------------------------------------------
+  void on_record(const PhaseRecord& r) override {
+    if (r.device_slot == kSlotNvtxOnly) return;
+    Slot* s = pool_.slot(r.device_slot);
+    if (s == nullptr) return;
+    if (cupti_.active()) {
+      const std::int64_t start = clock_.to_ns(r.start_ticks), stop = clock_.to_ns(r.end_ticks);
+      if (r.flags & kRecordIsStep)
+        cupti_.add_step(r.step, start, stop);
+      else if (r.flags & kRecordInStep)
+        cupti_.add_phase(r.site->name, r.site->kind == PhaseKind::input, start, stop);
+    }
+    const std::uint8_t state = s->state;
+    if (state & kSlotCaptured) {
+      ++captured_;
+      pool_.give_back(r.device_slot);
+    } else if ((state & kSlotRecordFailed) || !(state & kSlotBeginRecorded) || !(state & kSlotEndRecorded)) {
+      ++record_failed_;
+      pool_.give_back(r.device_slot);
+    } else {
+      pending_.push_back(Pending{r.site, r.step, r.device_slot, (r.flags & kRecordInStep) != 0});
+    }
+  }
+
+  void poll(Aggregator& aggregator) override {
+    RelaxedCaptureMode relaxed;
+    clock_.recalibrate();
+    resolve(aggregator);
+    pool_.reclaim();
+    const std::uint64_t steps = aggregator.steps_completed();
+    if (steps != sampled_steps_) {
+      sampled_steps_ = steps;
+      sample_memory();
+    }
+    cupti_.poll(monotonic_now_ns());
+  }
+
+  void finish(Aggregator& aggregator, DeviceInfo& info) override {
+    RelaxedCaptureMode relaxed;
+    // Bounded wait: the last phases' events complete when the device gets
+    // there; poll them (cudaEventQuery) for at most kFinishWait.
+    const auto deadline = std::chrono::steady_clock::now() + kFinishWait;
+    resolve(aggregator);
+    while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      resolve(aggregator);
+    }
+    sample_memory();
+    info.enabled = true;
+    info.status = cupti_status_.empty() ? "ok" : cupti_status_;
+    info.reason = cupti_status_.empty() ? "phase device times from CUDA events; device timeline from CUPTI activity"
+                                        : cupti_reason_;
+    fill_device_properties(info);
+    info.memory_peak_mb = memory_peak_mb_;
+    auto& m = info.facts;
+    m["device_times_resolved"] = static_cast<double>(resolved_);
+    m["device_times_unresolved"] = static_cast<double>(pending_.size());
+    m["event_pool_exhausted"] = static_cast<double>(pool_.exhausted());
+    m["event_pool_threads"] = static_cast<double>(pool_.blocks());
+    m["phases_in_graph_capture"] = static_cast<double>(captured_);
+    m["event_record_failed"] = static_cast<double>(record_failed_ + query_failed_);
+    m["nvtx"] = nvtx_ ? 1.0 : 0.0;
+    if (memory_samples_ > 0) m["memory_in_use_mb_last"] = memory_last_mb_;
+    const std::uint64_t steps = aggregator.steps_completed();
+    const std::uint64_t measured = steps > warmup_steps_ ? steps - warmup_steps_ : 0;
+    cupti_.finish(info, warmup_steps_, measured);
+  }
+
+ private:
+  struct Pending {
+    const PhaseSite* site;
+    std::uint32_t step;
+    std::uint16_t slot;
+    bool in_step;
+  };
+
+  std::uint16_t nvtx_only(const PhaseSite* site) noexcept {
+    nvtx_push(site);
+    return kSlotNvtxOnly;
+  }
+
+  void nvtx_push(const PhaseSite* site) noexcept {
+    nvtxEventAttributes_t a{};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    if (site != nullptr) {
+      a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+      a.message.ascii = site->name;
+    } else {
+      // Hook without the call site: name the range after the scope's kind.
+      const ThreadState& ts = t_thread_state;
+      const std::uint8_t kind = ts.ring != nullptr ? ts.ring->current_kind.load(std::memory_order_relaxed) : 0xff;
+      a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+      a.message.registered = kind_names_[kind < 5 ? kind : 5];
+    }
+    nvtxDomainRangePushEx(domain_, &a);
+  }
+
+  // Cold: the thread's first timed phase (or a retry).
+  SlotBlock* attach(ThreadDevice& td) noexcept {
+    if (td.exited) return nullptr;
+    if (td.attach_countdown > 0) {
+      --td.attach_countdown;
+      return nullptr;
+    }
+    td.attach_countdown = kAttachRetryScopes;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    // A thread that never bound a stream and whose device has no context
+    // yet: creating events would create the context (hundreds of MB of
+    // device memory) for a program that may not use CUDA at all.
+    if (!td.bound && !context_active(device)) return nullptr;
+    SlotBlock* block = pool_.acquire_block(device);
+    if (block == nullptr) return nullptr;
+    try {
+      static thread_local ExitGuard guard;
+      guard.pool = &pool_;
+    } catch (...) {
+    }
+    td.block = block;
+    td.attach_countdown = 0;
+    device_.store(device, std::memory_order_relaxed);
+    return block;
+  }
+
+  bool context_active(int device) noexcept {
+    if (ctx_state_ == nullptr || device_get_ == nullptr) return true;  // cannot tell: assume the program uses CUDA
+    CUdevice handle{};
+    if (device_get_(&handle, device) != CUDA_SUCCESS) return true;
+    unsigned int flags = 0;
+    int active = 0;
+    if (ctx_state_(handle, &flags, &active) != CUDA_SUCCESS) return true;
+    return active != 0;
+  }
+
+  struct ExitGuard {
+    EventPool* pool = nullptr;
+    ~ExitGuard() {
+      ThreadDevice& td = t_device;
+      if (pool != nullptr && td.block != nullptr) pool->release_block(td.block);
+      td.block = nullptr;
+      td.exited = true;
+    }
+  };
+
+  void resolve(Aggregator& aggregator) noexcept {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      const Pending p = pending_[i];
+      Slot* s = pool_.slot(p.slot);
+      const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(s->end_event));
+      if (q == cudaErrorNotReady) {
+        pending_[kept++] = p;
+        continue;
+      }
+      float ms = 0;
+      if (q == cudaSuccess &&
+          cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(s->begin_event), static_cast<cudaEvent_t>(s->end_event)) ==
+              cudaSuccess) {
+        aggregator.add_device_time(p.site, p.in_step, p.step, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5));
+        ++resolved_;
+      } else {
+        (void)cudaGetLastError();
+        ++query_failed_;
+      }
+      pool_.give_back(p.slot);
+    }
+    pending_.resize(kept);
+  }
+
+  // Device memory in use (all processes on the device) and capacity, from the
+  // collector, once per completed step at most.
+  void sample_memory() noexcept {
+    const int device = device_.load(std::memory_order_relaxed);
+    if (device < 0) return;
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    if (previous != device && cudaSetDevice(device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && total_bytes > 0) {
+      memory_last_mb_ = static_cast<double>(total_bytes - free_bytes) / (1024.0 * 1024.0);
+      memory_capacity_mb_ = static_cast<double>(total_bytes) / (1024.0 * 1024.0);
+      if (memory_last_mb_ > memory_peak_mb_) memory_peak_mb_ = memory_last_mb_;
+      ++memory_samples_;
+    } else {
+      (void)cudaGetLastError();
+    }
+    if (previous >= 0 && previous != device) (void)cudaSetDevice(previous);
+  }
+
+  void fill_device_properties(DeviceInfo& info) noexcept {
+    int device = device_.load(std::memory_order_relaxed);
+    if (device < 0) device = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+      info.name = prop.name;
+      info.memory_capacity_mb = static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0);
+    } else {
+      (void)cudaGetLastError();
+    }
+    if (memory_capacity_mb_ > 0) info.memory_capacity_mb = memory_capacity_mb_;
+  }
+
+  EventPool pool_;
+  CuptiActivity cupti_;
+  TickConverter clock_;
+  bool nvtx_ = false;
+  nvtxDomainHandle_t domain_ = nullptr;
+  nvtxStringHandle_t kind_names_[6] = {};
+  PrimaryCtxGetState ctx_state_ = nullptr;
+  DeviceGet device_get_ = nullptr;
+  std::string cupti_status_, cupti_reason_;
+  std::uint64_t warmup_steps_ = 0;
+  std::atomic<int> device_{-1};
+
+  // Collector-only state.
+  std::vector<Pending> pending_;
+  std::uint64_t resolved_ = 0, captured_ = 0, record_failed_ = 0, query_failed_ = 0;
+  std::uint64_t sampled_steps_ = ~std::uint64_t{0};
+  double memory_last_mb_ = 0, memory_peak_mb_ = 0, memory_capacity_mb_ = 0;
+  std::uint64_t memory_samples_ = 0;
+};
+
+// Hooks. The current DeviceBeginHook takes no argument; a hook that receives
+// the call site (for NVTX range names) is installed when phase.hpp offers it.
+std::uint16_t begin_hook() noexcept { return g_backend->begin(nullptr); }
+std::uint16_t begin_hook_with_site(const PhaseSite* site) noexcept { return g_backend->begin(site); }
+void end_hook(std::uint16_t slot) noexcept { g_backend->end(slot); }
+
+template <typename Hook>
+void install_hooks() noexcept {
+  if constexpr (std::is_invocable_v<Hook, const PhaseSite*>)
+    g_device_begin.store(static_cast<Hook>(&begin_hook_with_site), std::memory_order_release);
+  else
+    g_device_begin.store(static_cast<Hook>(&begin_hook), std::memory_order_release);
+  g_device_end.store(&end_hook, std::memory_order_release);
+}
+
+// Host timing only; the report says why.
+class FallbackBackend final : public DeviceBackend {
+ public:
+  FallbackBackend(std::string status, std::string reason) : status_(std::move(status)), reason_(std::move(reason)) {}
+  void on_record(const PhaseRecord&) override {}
+  void poll(Aggregator&) override {}
+  void finish(Aggregator&, DeviceInfo& info) override {
+    info.enabled = false;
+    info.status = status_;
+    info.reason = reason_;
+  }
+
+ private:
+  std::string status_, reason_;
+};
+
+std::string cuda_error(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+// Why the CUDA runtime cannot be used here, as (status, reason); empty status
+// when a device is usable. Never creates a context; returns in about a
+// millisecond without a driver (cudart fails to load libcuda.so.1).
+std::pair<std::string, std::string> probe_cuda(int& device_count) {
+  device_count = 0;
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) (void)cudaGetLastError();
+  const cudaError_t e = cudaGetDeviceCount(&device_count);
+  if (e == cudaSuccess && device_count > 0) return {};
+  (void)cudaGetLastError();
+  if (e == cudaSuccess || e == cudaErrorNoDevice) {
+    device_count = 0;
+    return {"no_device", "no CUDA device visible (CUDA_VISIBLE_DEVICES, container or machine without a GPU)"};
+  }
+  device_count = 0;
+  if (driver == 0 || e == cudaErrorStubLibrary)
+    return {"no_driver", "no NVIDIA driver found (libcuda.so.1 could not be loaded; " + cuda_error(e) + ")"};
+  int runtime = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  if (e == cudaErrorInsufficientDriver)
+    return {"driver_too_old", "the NVIDIA driver (CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
+                                  ") is older than the CUDA runtime stepscope was built with (" + std::to_string(runtime / 1000) +
+                                  "." + std::to_string(runtime % 1000 / 10) + ")"};
+  return {"cuda_error", "the CUDA runtime could not start (" + cuda_error(e) + ")"};
+}
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept {
+  notice.clear();
+  try {
+    if (!cuda::env_flag("STEPSCOPE_CUDA", true)) {
+      notice = "device timing off (STEPSCOPE_CUDA=0); host timing only";
+      return std::make_unique<cuda::FallbackBackend>("disabled", "device timing turned off by STEPSCOPE_CUDA=0");
+    }
+    int devices = 0;
+    auto [status, reason] = cuda::probe_cuda(devices);
+    if (!status.empty()) {
+      notice = "no GPU timing (" + status + "): " + reason + "; host timing only";
+      return std::make_unique<cuda::FallbackBackend>(std::move(status), std::move(reason));
+    }
+    const bool nvtx = cuda::env_flag("STEPSCOPE_NVTX", false);
+    const bool cupti = cuda::env_flag("STEPSCOPE_CUPTI", true);
+    // One per process (make_device_backend runs once); the collector owns it
+    // and the run time keeps the collector alive until exit.
+    auto owned = std::make_unique<cuda::CudaBackend>(nvtx, cupti);
+    cuda::g_backend = owned.get();
+    cuda::install_hooks<DeviceBeginHook>();
+    return owned;
+  } catch (...) {
+    notice = "device timing could not start (out of memory); host timing only";
+    try {
+      return std::make_unique<cuda::FallbackBackend>("error", "device backend could not start");
+    } catch (...) {
+      return nullptr;
+    }
+  }
+}
+
+}  // namespace detail
+
+// ---- public stream API (<stepscope/cuda.hpp>) ---------------------------------
+
+void set_stream(void* cuda_stream) noexcept {
+  detail::cuda::t_device.stream = cuda_stream;
+  detail::cuda::t_device.bound = true;
+}
+
+void* current_stream() noexcept { return detail::cuda::t_device.stream; }
+
+void clear_stream() noexcept {
+  detail::cuda::t_device.stream = nullptr;
+  detail::cuda::t_device.bound = false;
+}
+
+namespace detail {
+bool stream_bound() noexcept { return cuda::t_device.bound; }
+void restore_stream(void* cuda_stream, bool bound) noexcept {
+  cuda::t_device.stream = cuda_stream;
+  cuda::t_device.bound = bound;
+}
+}  // namespace detail
+
+}  // namespace stepscope

@@ -1,0 +1,463 @@
+// CUPTI activity and callbacks -> timeline::Timeline -> device facts.
+//
+// Threads: CUPTI calls buffer_requested/buffer_completed from its own worker
+// thread or from inside cuptiActivityFlushAll (collector thread); the
+// runtime-API callback runs on whichever thread makes the CUDA call (the
+// training thread), so it only bumps relaxed atomic counters.
+#include "cuda/cupti_activity.hpp"
+
+#include <stepscope/phase.hpp>
+
+#include <cupti.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string_view>
+
+namespace stepscope::detail::cuda {
+namespace {
+
+// Activity buffers: 4 MiB each, 8-byte aligned as CUPTI requires. CUPTI asks
+// for a new one whenever one fills; a flush every ~100 ms hands them back, so
+// a few buffers are in flight at a time.
+constexpr std::size_t kBufferBytes = 4u << 20;
+constexpr std::int64_t kFlushIntervalNs = 100'000'000;
+
+CuptiActivity* g_activity = nullptr;  // set once in start(), before any callback is enabled
+
+struct Counters {
+  std::atomic<std::uint64_t> sync_calls{0}, sync_calls_in_steps{0};
+  std::atomic<std::uint64_t> malloc_calls{0}, malloc_calls_measured{0};
+  std::atomic<std::uint64_t> free_calls{0}, free_calls_measured{0};
+  std::atomic<std::uint64_t> launch_calls{0}, graph_launch_calls{0};
+  std::atomic<std::uint64_t> warmup_steps{0};
+};
+Counters g_counters;
+
+std::uint64_t CUPTIAPI monotonic_timestamp() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
+  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t, std::size_t valid_size) {
+  if (g_activity != nullptr && buffer != nullptr) g_activity->consume_buffer(buffer, valid_size);
+  std::free(buffer);
+}
+
+void relaxed_add(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+
+void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
+  const auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (info->callbackSite != CUPTI_API_ENTER) return;
+  const ThreadState& ts = t_thread_state;
+  const bool in_step = ts.step_depth != 0;
+  const bool measured =
+      in_step && g_steps_started.load(std::memory_order_relaxed) > g_counters.warmup_steps.load(std::memory_order_relaxed);
+  switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020:
+      relaxed_add(g_counters.sync_calls);
+      if (in_step) relaxed_add(g_counters.sync_calls_in_steps);
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020:
+      relaxed_add(g_counters.malloc_calls);
+      if (measured) relaxed_add(g_counters.malloc_calls_measured);
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020:
+      relaxed_add(g_counters.free_calls);
+      if (measured) relaxed_add(g_counters.free_calls_measured);
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
+      relaxed_add(g_counters.launch_calls);
+      break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
+      relaxed_add(g_counters.graph_launch_calls);
+      break;
+    default: break;
+  }
+}
+
+constexpr CUpti_CallbackId kCountedCallbacks[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,     CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,                CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000,         CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,          CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020,  CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020,                  CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,            CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,          CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,       CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,          CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+};
+
+constexpr CUpti_ActivityKind kActivityKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,  // not KIND_KERNEL: that one serialises kernels
+    CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+    CUPTI_ACTIVITY_KIND_RUNTIME,
+};
+
+std::string cupti_error(CUptiResult result) {
+  const char* text = nullptr;
+  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr) return "CUPTI error " + std::to_string(result);
+  return text;
+}
+
+// "cudaLaunchKernel_v7000" -> "cudaLaunchKernel" (the names the timeline's
+// classify_runtime_call matches exactly).
+std::string_view strip_version(std::string_view name) {
+  const std::size_t v = name.rfind("_v");
+  if (v != std::string_view::npos && v + 2 < name.size() &&
+      std::all_of(name.begin() + static_cast<std::ptrdiff_t>(v + 2), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    name = name.substr(0, v);
+  if (name.size() > 5 && name.substr(name.size() - 5) == "_ptsz") name = name.substr(0, name.size() - 5);
+  return name;
+}
+
+timeline::MemcpyDirection direction_of(std::uint8_t copy_kind) {
+  switch (copy_kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return timeline::MemcpyDirection::host_to_device;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return timeline::MemcpyDirection::device_to_host;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return timeline::MemcpyDirection::device_to_device;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return timeline::MemcpyDirection::peer_to_peer;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return timeline::MemcpyDirection::host_to_host;
+    default: return timeline::MemcpyDirection::unknown;
+  }
+}
+
+// Kineto-style copy names ("Memcpy HtoD (Pageable -> Device)"), so the
+// timeline classifies live and imported copies the same way.
+const char* memcpy_name(timeline::MemcpyDirection d, timeline::HostMemoryKind host) {
+  using D = timeline::MemcpyDirection;
+  const bool pageable = host == timeline::HostMemoryKind::pageable;
+  switch (d) {
+    case D::host_to_device: return pageable ? "Memcpy HtoD (Pageable -> Device)" : "Memcpy HtoD (Pinned -> Device)";
+    case D::device_to_host: return pageable ? "Memcpy DtoH (Device -> Pageable)" : "Memcpy DtoH (Device -> Pinned)";
+    case D::device_to_device: return "Memcpy DtoD (Device -> Device)";
+    case D::peer_to_peer: return "Memcpy PtoP (Device -> Device)";
+    case D::host_to_host: return "Memcpy HtoH";
+    default: return "Memcpy";
+  }
+}
+
+}  // namespace
+
+ApiCounts api_counts() noexcept {
+  ApiCounts c;
+  c.sync_calls = g_counters.sync_calls.load(std::memory_order_relaxed);
+  c.sync_calls_in_steps = g_counters.sync_calls_in_steps.load(std::memory_order_relaxed);
+  c.malloc_calls = g_counters.malloc_calls.load(std::memory_order_relaxed);
+  c.malloc_calls_measured = g_counters.malloc_calls_measured.load(std::memory_order_relaxed);
+  c.free_calls = g_counters.free_calls.load(std::memory_order_relaxed);
+  c.free_calls_measured = g_counters.free_calls_measured.load(std::memory_order_relaxed);
+  c.launch_calls = g_counters.launch_calls.load(std::memory_order_relaxed);
+  c.graph_launch_calls = g_counters.graph_launch_calls.load(std::memory_order_relaxed);
+  return c;
+}
+
+void set_callback_warmup(std::uint64_t warmup_steps) noexcept {
+  g_counters.warmup_steps.store(warmup_steps, std::memory_order_relaxed);
+}
+
+bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
+  try {
+    g_activity = this;
+    CUpti_SubscriberHandle subscriber = nullptr;
+    CUptiResult r = cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(api_callback), nullptr);
+    if (r != CUPTI_SUCCESS) {
+      status = "cupti_unavailable";
+      reason = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                   ? "CUPTI is held by another profiler (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); "
+                     "phase device times are still measured with CUDA events"
+                   : "cuptiSubscribe failed (" + cupti_error(r) + "); phase device times are still measured with CUDA events";
+      return false;
+    }
+    for (CUpti_CallbackId cbid : kCountedCallbacks) (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
+    // Same clock as the host records (CLOCK_MONOTONIC ns). Without the
+    // timestamp callback, CUPTI uses CLOCK_REALTIME: convert with an offset.
+    if (cuptiActivityRegisterTimestampCallback(monotonic_timestamp) != CUPTI_SUCCESS) {
+      std::uint64_t cupti_now = 0;
+      if (cuptiGetTimestamp(&cupti_now) == CUPTI_SUCCESS)
+        clock_offset_ns_ = static_cast<std::int64_t>(monotonic_timestamp()) - static_cast<std::int64_t>(cupti_now);
+    }
+    r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+      status = "cupti_unavailable";
+      reason = "cuptiActivityRegisterCallbacks failed (" + cupti_error(r) + ")";
+      return false;
+    }
+    for (CUpti_ActivityKind kind : kActivityKinds) {
+      r = cuptiActivityEnable(kind);
+      if (r != CUPTI_SUCCESS) {
+        for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+        status = "cupti_unavailable";
+        reason = "cuptiActivityEnable failed (" + cupti_error(r) + ")";
+        return false;
+      }
+    }
+    active_ = true;
+    return true;
+  } catch (...) {
+    status = "cupti_unavailable";
+    reason = "out of memory while starting CUPTI";
+    return false;
+  }
+}
+
+void CuptiActivity::poll(std::int64_t now_ns) noexcept {
+  if (!active_ || finished_) return;
+  bool over = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    over = over_limit_;
+  }
+  if (over) {
+    // Enough for the analyses: stop paying for collection.
+    for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityFlushAll(0);
+    finished_ = true;
+    return;
+  }
+  if (now_ns - last_flush_ns_ < kFlushIntervalNs) return;
+  last_flush_ns_ = now_ns;
+  (void)cuptiActivityFlushAll(0);  // completed buffers only: never waits for the device
+}
+
+void CuptiActivity::add_step(std::int64_t number, std::int64_t start_ns, std::int64_t end_ns) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (steps_.size() < kMaxSteps) steps_.push_back(timeline::Step{number, start_ns, end_ns});
+  } catch (...) {
+  }
+}
+
+void CuptiActivity::add_phase(const char* name, bool input_kind, std::int64_t start_ns, std::int64_t end_ns) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (timeline_.phases.size() >= kMaxPhases) return;
+    // Input phases are marked so the attribution finds them whatever the user named them.
+    const std::string label = input_kind ? std::string("[stepscope-input] ") + name : std::string(name);
+    timeline_.phases.push_back(timeline::Phase{timeline_.intern(label), start_ns, end_ns, -1, false});
+  } catch (...) {
+  }
+}
+
+void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    CUpti_Activity* record = nullptr;
+    const std::int64_t off = clock_offset_ns_;
+    auto ns = [off](std::uint64_t t) { return static_cast<std::int64_t>(t) + off; };
+    while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+      if (timeline_.device_ops.size() >= kMaxDeviceOps || timeline_.host_ops.size() >= kMaxHostOps) {
+        over_limit_ = true;
+        ++dropped_records_;
+        continue;
+      }
+      switch (record->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+          const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+          timeline::DeviceInterval d;
+          d.start_ns = ns(k->start);
+          d.end_ns = std::max(d.start_ns, ns(k->end));
+          d.stream = k->streamId;
+          d.correlation = k->correlationId;
+          d.device = static_cast<std::int32_t>(k->deviceId);
+          const char* name = k->name != nullptr ? k->name : "kernel";
+          d.name = timeline_.intern(name);
+          d.kind = timeline::DeviceOpKind::kernel;
+          d.cls = timeline::classify_kernel(name);  // nccl* kernels -> communication
+          if (d.cls == timeline::KernelClass::communication) ++nccl_kernels_;
+          timeline_.device_ops.push_back(d);
+          ++kernels_;
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+          timeline::DeviceInterval d;
+          d.start_ns = ns(m->start);
+          d.end_ns = std::max(d.start_ns, ns(m->end));
+          d.stream = m->streamId;
+          d.correlation = m->correlationId;
+          d.device = static_cast<std::int32_t>(m->deviceId);
+          d.kind = timeline::DeviceOpKind::memcpy;
+          d.direction = direction_of(m->copyKind);
+          const std::uint8_t host_side = d.direction == timeline::MemcpyDirection::device_to_host ? m->dstKind : m->srcKind;
+          d.host_memory = host_side == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ? timeline::HostMemoryKind::pageable
+                          : host_side == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ? timeline::HostMemoryKind::pinned
+                                                                           : timeline::HostMemoryKind::unknown;
+          if (d.host_memory == timeline::HostMemoryKind::pageable) ++pageable_memcpys_;
+          d.bytes = static_cast<std::int64_t>(m->bytes);
+          const char* name = memcpy_name(d.direction, d.host_memory);
+          d.name = timeline_.intern(name);
+          d.cls = timeline::classify_kernel(name);
+          timeline_.device_ops.push_back(d);
+          ++memcpys_;
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+          timeline::DeviceInterval d;
+          d.start_ns = ns(m->start);
+          d.end_ns = std::max(d.start_ns, ns(m->end));
+          d.stream = m->streamId;
+          d.correlation = m->correlationId;
+          d.device = static_cast<std::int32_t>(m->deviceId);
+          d.kind = timeline::DeviceOpKind::memset;
+          d.bytes = static_cast<std::int64_t>(m->bytes);
+          d.name = timeline_.intern("Memset (Device)");
+          d.cls = timeline::classify_kernel("Memset (Device)");
+          timeline_.device_ops.push_back(d);
+          ++memsets_;
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+          // Host-side waits: counted, not device work (the runtime call
+          // records below carry them into the idle attribution).
+          const auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(record);
+          ++syncs_;
+          if (s->end > s->start) sync_ns_ += static_cast<std::int64_t>(s->end - s->start);
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_RUNTIME: {
+          const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+          const char* raw = nullptr;
+          if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &raw) != CUPTI_SUCCESS || raw == nullptr) break;
+          const std::string_view name = strip_version(raw);
+          timeline::HostInterval h;
+          h.start_ns = ns(a->start);
+          h.end_ns = std::max(h.start_ns, ns(a->end));
+          h.pid = a->processId;
+          h.tid = a->threadId;
+          h.correlation = a->correlationId;
+          h.name = timeline_.intern(name);
+          h.kind = timeline::classify_runtime_call(name);
+          timeline_.host_ops.push_back(h);
+          ++api_records_;
+          break;
+        }
+        default: break;
+      }
+    }
+  } catch (...) {
+    // Out of memory: the records of this buffer are lost, the run goes on.
+  }
+}
+
+void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps) noexcept {
+  auto& m = info.facts;
+  const ApiCounts c = api_counts();
+  m["sync_calls"] = static_cast<double>(c.sync_calls);
+  m["sync_calls_in_steps"] = static_cast<double>(c.sync_calls_in_steps);
+  m["cuda_malloc_calls"] = static_cast<double>(c.malloc_calls);
+  m["cuda_free_calls"] = static_cast<double>(c.free_calls);
+  if (measured_steps > 0) {
+    m["cuda_malloc_calls_per_step"] = static_cast<double>(c.malloc_calls_measured) / static_cast<double>(measured_steps);
+    m["cuda_free_calls_per_step"] = static_cast<double>(c.free_calls_measured) / static_cast<double>(measured_steps);
+  }
+  m["kernel_launch_calls"] = static_cast<double>(c.launch_calls);
+  m["graph_launch_calls"] = static_cast<double>(c.graph_launch_calls);
+  if (!active_) return;
+  try {
+    // Everything recorded so far, including buffers not yet full.
+    (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    finished_ = true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    m["cupti_kernels"] = static_cast<double>(kernels_);
+    m["cupti_nccl_kernels"] = static_cast<double>(nccl_kernels_);
+    m["cupti_memcpys"] = static_cast<double>(memcpys_);
+    m["cupti_pageable_memcpys"] = static_cast<double>(pageable_memcpys_);
+    m["cupti_memsets"] = static_cast<double>(memsets_);
+    m["cupti_sync_records"] = static_cast<double>(syncs_);
+    m["cupti_sync_ms"] = static_cast<double>(sync_ns_) * 1e-6;
+    m["cupti_runtime_records"] = static_cast<double>(api_records_);
+    m["cupti_over_limit"] = over_limit_ ? 1.0 : 0.0;
+    m["cupti_records_not_kept"] = static_cast<double>(dropped_records_);
+
+    // Analyse the measured steps only (warm-up steps are left out, as on the host side).
+    std::sort(steps_.begin(), steps_.end(), [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
+    timeline_.steps.clear();
+    for (const auto& s : steps_)
+      if (s.number > static_cast<std::int64_t>(warmup_steps)) timeline_.steps.push_back(s);
+    // Steps whose activity was not collected (over the limit) would read as idle.
+    if (over_limit_ && !timeline_.device_ops.empty()) {
+      std::int64_t last = 0;
+      for (const auto& d : timeline_.device_ops) last = std::max(last, d.end_ns);
+      auto& st = timeline_.steps;
+      st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }), st.end());
+    }
+    if (timeline_.device_ops.empty()) return;
+    timeline::AttributionOptions options;
+    options.input_phase_markers = {"[stepscope-input]"};
+    const timeline::DeviceFacts f = timeline::device_facts(timeline_, options);
+    if (!f.has_device_activity) return;
+    // Same keys as the Kineto import (src/import/trace_report.cpp), so the
+    // analyzer reads live and imported runs alike.
+    m["steps"] = static_cast<double>(f.steps);
+    m["step_time_mean_ms"] = f.step_time_mean_ns * 1e-6;
+    m["device_busy_fraction"] = f.device_busy_fraction;
+    m["device_idle_fraction"] = f.device_idle_fraction;
+    m["idle_host_input_fraction"] = f.idle_host_input_fraction;
+    m["idle_host_launch_bound_fraction"] = f.idle_host_launch_bound_fraction;
+    m["idle_sync_fraction"] = f.idle_sync_fraction;
+    m["idle_unattributed_fraction"] = f.idle_unattributed_fraction;
+    m["compute_fraction"] = f.compute_fraction;
+    m["communication_fraction"] = f.communication_fraction;
+    m["exposed_communication_fraction"] = f.exposed_communication_fraction;
+    m["comm_compute_overlap_fraction"] = f.comm_compute_overlap_fraction;
+    m["memcpy_fraction"] = f.memcpy_fraction;
+    m["pageable_memcpy_fraction"] = f.pageable_memcpy_fraction;
+    m["kernels_per_step"] = f.kernels_per_step;
+    m["launches_per_step"] = f.launches_per_step;
+    m["short_kernel_fraction"] = f.short_kernel_fraction;
+    m["runtime_outlier_fraction"] = f.runtime_outlier_fraction;
+    m["launch_delay_p50_us"] = f.launch_delay_p50_ns * 1e-3;
+    m["launch_delay_p90_us"] = f.launch_delay_p90_ns * 1e-3;
+    m["host_wait_idle_fraction"] = f.host_wait_idle_fraction;
+    m["kernel_wait_idle_fraction"] = f.kernel_wait_idle_fraction;
+  } catch (...) {
+    m["cupti_analysis_failed"] = 1.0;
+  }
+}
+
+}  // namespace stepscope::detail::cuda

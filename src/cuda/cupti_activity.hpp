@@ -1,0 +1,75 @@
+// CUPTI side of the CUDA backend: activity records (kernels, copies, memsets,
+// synchronisation, runtime launch calls) become a timeline::Timeline whose
+// analyses give the report's device facts; runtime-API callbacks count
+// allocations, synchronisations and launches. Collector thread only, except
+// the CUPTI callbacks themselves (see cupti_activity.cpp).
+#pragma once
+
+#include <stepscope/report.hpp>
+#include <stepscope/timeline.hpp>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace stepscope::detail::cuda {
+
+// Bounds on what is kept for the analyses; beyond them activity collection is
+// switched off and the report says so (facts cupti_over_limit = 1).
+inline constexpr std::size_t kMaxDeviceOps = 400000;  // ~40 MB with host ops
+inline constexpr std::size_t kMaxHostOps = 400000;
+inline constexpr std::size_t kMaxSteps = 100000;
+inline constexpr std::size_t kMaxPhases = 400000;
+
+class CuptiActivity {
+ public:
+  // Subscribes and enables activity collection. False with a status
+  // ("cupti_unavailable") and a reason when CUPTI cannot be used, e.g. when
+  // another profiler holds it (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).
+  bool start(std::string& status, std::string& reason) noexcept;
+  bool active() const noexcept { return active_; }
+
+  // Collector tick: hands completed activity buffers over (every ~100 ms).
+  void poll(std::int64_t now_ns) noexcept;
+
+  // Host windows on CLOCK_MONOTONIC ns (the clock CUPTI is told to use).
+  void add_step(std::int64_t number, std::int64_t start_ns, std::int64_t end_ns) noexcept;
+  void add_phase(const char* name, bool input_kind, std::int64_t start_ns, std::int64_t end_ns) noexcept;
+
+  // Flushes, stops collection and writes the timeline facts and counters
+  // into info.facts. Only steps numbered above `warmup_steps` are analysed.
+  void finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps) noexcept;
+
+  // Called from CUPTI's buffer-completed callback (any thread).
+  void consume_buffer(std::uint8_t* buffer, std::size_t valid_size) noexcept;
+
+ private:
+  bool active_ = false;
+  bool finished_ = false;
+  std::int64_t last_flush_ns_ = 0;
+  std::int64_t clock_offset_ns_ = 0;  // added to CUPTI timestamps when no timestamp callback
+
+  std::mutex mutex_;  // timeline and counters below (buffers complete on CUPTI's thread)
+  timeline::Timeline timeline_;
+  std::vector<timeline::Step> steps_;
+  bool over_limit_ = false;
+  std::uint64_t kernels_ = 0, memcpys_ = 0, memsets_ = 0, syncs_ = 0, api_records_ = 0;
+  std::uint64_t pageable_memcpys_ = 0, nccl_kernels_ = 0;
+  std::int64_t sync_ns_ = 0;
+  std::uint64_t dropped_records_ = 0;
+};
+
+// Runtime-API call counts from the CUPTI callback (relaxed atomics; the
+// callback runs on the calling thread). "in_steps": made by a thread inside a
+// STEPSCOPE_STEP; "measured": in a step past the warm-up.
+struct ApiCounts {
+  std::uint64_t sync_calls = 0, sync_calls_in_steps = 0;
+  std::uint64_t malloc_calls = 0, malloc_calls_measured = 0;
+  std::uint64_t free_calls = 0, free_calls_measured = 0;
+  std::uint64_t launch_calls = 0, graph_launch_calls = 0;
+};
+ApiCounts api_counts() noexcept;
+void set_callback_warmup(std::uint64_t warmup_steps) noexcept;
+
+}  // namespace stepscope::detail::cuda
