@@ -1,0 +1,509 @@
+// What each field of a Kineto / Chrome trace means to the importer, in one
+// place. Two parsers drive this code: the exact nlohmann SAX parser and the
+// fast scanner (kineto_fast_scanner.hpp). Both hand every value they do not
+// skip to the same functions below, in document order, so the two cannot
+// drift apart: a value the fast scanner skips is one these functions would
+// have ignored. Internal to the importer; included by kineto_reader.cpp only.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "stepscope/import.hpp"
+#include "stepscope/timeline.hpp"
+
+namespace stepscope::detail::kineto {
+
+using timeline::NameId;
+
+// Interns strings; views point into a deque, whose elements never move.
+class Interner {
+ public:
+  // Looks the text up first, so a repeated name costs a hash and no allocation.
+  NameId intern(std::string_view text) {
+    auto found = index_.find(text);
+    if (found != index_.end()) return found->second;
+    const auto id = static_cast<NameId>(storage_.size());
+    storage_.emplace_back(text);
+    index_.emplace(std::string_view(storage_.back()), id);
+    return id;
+  }
+  std::vector<std::string> take() {
+    index_.clear();
+    std::vector<std::string> out;
+    out.reserve(storage_.size());
+    for (auto& s : storage_) out.push_back(std::move(s));
+    storage_.clear();
+    return out;
+  }
+  const std::string& text(NameId id) const { return storage_[id]; }
+  std::size_t size() const { return storage_.size(); }
+
+ private:
+  std::deque<std::string> storage_;
+  std::unordered_map<std::string_view, NameId> index_;
+};
+
+// A JSON scalar as either parser saw it. Views are valid only during the call
+// they are passed to.
+enum class ValueType : std::uint8_t {
+  null,
+  boolean,
+  string,
+  number_integer,   // fits int64 (negative, or what nlohmann calls integer)
+  number_unsigned,  // non-negative integer, fits uint64
+  number_float,
+  object,
+  array,
+  other,  // binary: cannot occur in JSON text
+};
+
+inline const char* type_name(ValueType t) {
+  switch (t) {
+    case ValueType::null: return "null";
+    case ValueType::boolean: return "boolean";
+    case ValueType::string: return "string";
+    case ValueType::object: return "object";
+    case ValueType::array: return "array";
+    default: return "number";
+  }
+}
+
+struct Scalar {
+  explicit Scalar(ValueType t = ValueType::null) : type(t) {}
+  ValueType type;
+  std::int64_t integer = 0;
+  std::uint64_t unsigned_value = 0;
+  double floating = 0;
+  std::string_view number_text;   // number_float only: the text as written
+  std::string_view string_value;  // string only
+};
+
+// A number as it appeared in the JSON: exact integer, or a double plus its
+// text (the text gives exact nanoseconds when HTA rounding is off).
+struct NumberValue {
+  enum class Kind : std::uint8_t { missing, integer, floating, wrong_type } kind = Kind::missing;
+  std::int64_t integer = 0;
+  double floating = 0.0;
+  std::string text;
+  const char* wrong_type = "";
+};
+
+// One complete event, compact. Times already in ns.
+struct RawEvent {
+  std::int64_t start_ns;
+  std::int64_t end_ns;
+  std::int64_t pid;
+  std::int64_t tid;
+  std::int64_t stream;
+  std::int64_t correlation;
+  std::int64_t bytes;
+  std::int32_t device;
+  NameId name;
+  NameId category;
+};
+
+constexpr double kMaxMicroseconds = 9.0e15;  // ns must fit in int64
+
+// Parses a JSON decimal like "1712195495519695.8" (microseconds) into exact
+// integer nanoseconds; falls back to the double for exponent forms.
+inline bool microseconds_text_to_ns(const std::string& text, double value, std::int64_t& ns) {
+  if (text.find_first_of("eE") != std::string::npos || text.empty()) {
+    if (!(std::fabs(value) < kMaxMicroseconds)) return false;
+    ns = std::llround(value * 1000.0);
+    return true;
+  }
+  std::size_t i = 0;
+  const bool negative = text[0] == '-';
+  if (negative) ++i;
+  std::int64_t whole = 0;
+  for (; i < text.size() && text[i] != '.'; ++i) {
+    whole = whole * 10 + (text[i] - '0');
+    if (whole > static_cast<std::int64_t>(kMaxMicroseconds)) return false;
+  }
+  std::int64_t fraction = 0;
+  int digits = 0;
+  bool round_up = false;
+  if (i < text.size() && text[i] == '.') {
+    for (++i; i < text.size(); ++i) {
+      if (digits < 3) {
+        fraction = fraction * 10 + (text[i] - '0');
+        ++digits;
+      } else if (digits == 3) {
+        round_up = text[i] >= '5';
+        ++digits;
+      }
+    }
+  }
+  while (digits < 3) {
+    fraction *= 10;
+    ++digits;
+  }
+  ns = whole * 1000 + fraction + (round_up ? 1 : 0);
+  if (negative) ns = -ns;
+  return true;
+}
+
+inline bool as_int64(const Scalar& s, std::int64_t& out) {
+  switch (s.type) {
+    case ValueType::number_integer: out = s.integer; return true;
+    case ValueType::number_unsigned:
+      // Kineto writes stream -1 as 4294967295 on some versions; int64 holds it.
+      if (s.unsigned_value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        return false;
+      out = static_cast<std::int64_t>(s.unsigned_value);
+      return true;
+    case ValueType::number_float:
+      if (!(std::fabs(s.floating) < 9.2e18)) return false;
+      out = static_cast<std::int64_t>(s.floating);
+      return true;
+    default: return false;
+  }
+}
+
+// Keys, per context.
+enum class Key : std::uint8_t {
+  other, trace_events, distributed_info, device_properties,
+  ph, cat, name, ts, dur, pid, tid, args,
+  stream, correlation, device, bytes,
+  rank, world_size, backend,
+  device_id, device_name, total_memory, compute_major, compute_minor, sm_count,
+};
+
+inline Key top_key(std::string_view k) {
+  if (k == "traceEvents") return Key::trace_events;
+  if (k == "distributedInfo") return Key::distributed_info;
+  if (k == "deviceProperties") return Key::device_properties;
+  return Key::other;
+}
+
+inline Key event_key(std::string_view k) {
+  switch (k.size()) {
+    case 2:
+      // As the importer has always matched: "td" (not "tid") fills tid, so
+      // Kineto's "tid" is ignored and host tids stay -1. Kept bit for bit so
+      // both parsers agree; changing it changes the analyses' inputs.
+      if (k[0] == 't') {
+        if (k[1] == 's') return Key::ts;
+        if (k[1] == 'd') return Key::tid;
+      }
+      if (k == "ph") return Key::ph;
+      return Key::other;
+    case 3:
+      if (k == "cat") return Key::cat;
+      if (k == "dur") return Key::dur;
+      if (k == "pid") return Key::pid;
+      return Key::other;
+    case 4:
+      if (k == "name") return Key::name;
+      if (k == "args") return Key::args;
+      return Key::other;
+    default: return Key::other;
+  }
+}
+
+inline Key args_key(std::string_view k) {
+  if (k == "stream") return Key::stream;
+  if (k == "correlation") return Key::correlation;
+  if (k == "device") return Key::device;
+  if (k == "bytes") return Key::bytes;
+  return Key::other;
+}
+
+inline Key distributed_key(std::string_view k) {
+  if (k == "rank") return Key::rank;
+  if (k == "world_size") return Key::world_size;
+  if (k == "backend") return Key::backend;
+  return Key::other;
+}
+
+inline Key device_key(std::string_view k) {
+  if (k == "id") return Key::device_id;
+  if (k == "name") return Key::device_name;
+  if (k == "totalGlobalMem") return Key::total_memory;
+  if (k == "computeMajor") return Key::compute_major;
+  if (k == "computeMinor") return Key::compute_minor;
+  if (k == "numSms") return Key::sm_count;
+  return Key::other;
+}
+
+// The fields of one traceEvents element that the model uses.
+struct EventFields {
+  bool has_ph = false, is_complete = false;
+  bool has_cat = false;
+  std::string cat, name;
+  NumberValue ts, dur;
+  std::int64_t pid = -1, tid = -1, stream = -1, correlation = -1, bytes = -1;
+  std::int32_t device = -1;
+  const char* wrong_field = nullptr;
+  const char* wrong_type = nullptr;
+  const char* wrong_expected = nullptr;
+
+  // Back to the state of a fresh event, keeping string capacity.
+  void reset() {
+    has_ph = is_complete = has_cat = false;
+    cat.clear();
+    name.clear();
+    ts.kind = dur.kind = NumberValue::Kind::missing;
+    ts.text.clear();
+    dur.text.clear();
+    pid = tid = stream = correlation = bytes = -1;
+    device = -1;
+    wrong_field = wrong_type = wrong_expected = nullptr;
+  }
+};
+
+// What finish_event decided.
+enum class EventVerdict : std::uint8_t {
+  kept,          // a complete event became a RawEvent
+  ignored,       // not a complete event the model uses
+  wrong_field,   // e.wrong_field / wrong_type / wrong_expected say which
+  wrong_number,  // ts or dur of a complete event is not a number
+  missing_ts,
+  out_of_range,  // ts/dur do not fit int64 nanoseconds
+};
+
+// The state both parsers build: kept events, interned names, trace metadata.
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(const ImportOptions& options) : options_(options) {}
+
+  // --- values inside one event ----------------------------------------------
+  void wrong(EventFields& e, const char* field, const char* got, const char* expected) const {
+    if (e.wrong_field == nullptr) {
+      e.wrong_field = field;
+      e.wrong_type = got;
+      e.wrong_expected = expected;
+    }
+  }
+
+  void set_number(NumberValue& n, const Scalar& s) {
+    switch (s.type) {
+      case ValueType::number_integer:
+      case ValueType::number_unsigned:
+        if (!as_int64(s, n.integer)) {
+          n.kind = NumberValue::Kind::wrong_type;
+          n.wrong_type = "out-of-range number";
+          return;
+        }
+        n.kind = NumberValue::Kind::integer;
+        return;
+      case ValueType::number_float:
+        n.kind = NumberValue::Kind::floating;
+        n.floating = s.floating;
+        if (!options_.hta_rounding) n.text.assign(s.number_text);
+        fractional_ = true;
+        return;
+      default:
+        n.kind = NumberValue::Kind::wrong_type;
+        n.wrong_type = type_name(s.type);
+        return;
+    }
+  }
+
+  // A scalar under an event-level key.
+  void event_scalar(EventFields& e, Key key, const Scalar& s) {
+    const bool is_string = s.type == ValueType::string;
+    switch (key) {
+      case Key::ph:
+        if (!is_string) {
+          wrong(e, "ph", type_name(s.type), "a string");
+          return;
+        }
+        e.has_ph = true;
+        e.is_complete = s.string_value == "X";
+        return;
+      case Key::cat:
+        if (s.type == ValueType::null) return;  // HTA drops events with null cat
+        if (!is_string) {
+          wrong(e, "cat", type_name(s.type), "a string");
+          return;
+        }
+        e.has_cat = true;
+        e.cat.assign(s.string_value);
+        return;
+      case Key::name:
+        if (!is_string) {
+          wrong(e, "name", type_name(s.type), "a string");
+          return;
+        }
+        e.name.assign(s.string_value);
+        return;
+      case Key::ts: set_number(e.ts, s); return;
+      case Key::dur:
+        if (s.type == ValueType::null) return;  // treated as missing, as HTA's dropna
+        set_number(e.dur, s);
+        return;
+      case Key::pid:
+      case Key::tid: {
+        // Kineto sometimes labels rows with strings ("Spans", "stream 7"): keep -1.
+        std::int64_t v = -1;
+        if (!as_int64(s, v)) v = -1;
+        (key == Key::pid ? e.pid : e.tid) = v;
+        return;
+      }
+      default: return;  // non-object args: HTA falls back to defaults
+    }
+  }
+
+  // A container under an event-level key. True: descend (args object);
+  // false: the parser skips the container.
+  bool event_container(EventFields& e, Key key, bool is_object) const {
+    if (key == Key::args && is_object) return true;
+    const char* got = is_object ? "object" : "array";
+    if (key == Key::ts || key == Key::dur) wrong(e, key == Key::ts ? "ts" : "dur", got, "a number");
+    if (key == Key::ph || key == Key::cat || key == Key::name)
+      wrong(e, key == Key::ph ? "ph" : key == Key::cat ? "cat" : "name", got, "a string");
+    return false;
+  }
+
+  // A scalar inside args. Containers inside args are skipped.
+  static void args_scalar(EventFields& e, Key key, const Scalar& s) {
+    std::int64_t v = -1;
+    // Like HTA (pd.to_numeric(errors="coerce")), a non-numeric arg becomes -1.
+    if (!as_int64(s, v)) v = -1;
+    switch (key) {
+      case Key::stream: e.stream = v; break;
+      case Key::correlation: e.correlation = v; break;
+      case Key::device: e.device = static_cast<std::int32_t>(v); break;
+      case Key::bytes: e.bytes = v; break;
+      default: break;
+    }
+  }
+
+  // The end of one traceEvents element.
+  EventVerdict finish_event(const EventFields& e) {
+    if (e.wrong_field != nullptr) {
+      // Only complete events feed the model; other phases may carry odd fields.
+      if (e.is_complete || !e.has_ph || std::string_view(e.wrong_field) == "ph") return EventVerdict::wrong_field;
+      return EventVerdict::ignored;
+    }
+    if (e.ts.kind == NumberValue::Kind::wrong_type || e.dur.kind == NumberValue::Kind::wrong_type)
+      return e.is_complete ? EventVerdict::wrong_number : EventVerdict::ignored;
+    if (!e.is_complete) return EventVerdict::ignored;
+    // HTA drops rows without dur or cat, and the "Trace" summary span.
+    if (!e.has_cat || e.dur.kind == NumberValue::Kind::missing || e.cat == "Trace") return EventVerdict::ignored;
+    if (e.ts.kind == NumberValue::Kind::missing) return EventVerdict::missing_ts;
+
+    RawEvent raw{};
+    if (!convert_times(e, raw.start_ns, raw.end_ns)) return EventVerdict::out_of_range;
+    raw.pid = e.pid;
+    raw.tid = e.tid;
+    raw.stream = e.stream;
+    raw.correlation = e.correlation;
+    raw.bytes = e.bytes;
+    raw.device = e.device;
+    raw.name = names_.intern(e.name);
+    raw.category = categories_.intern(e.cat);
+    events_.push_back(raw);
+    return EventVerdict::kept;
+  }
+
+  // --- trace metadata --------------------------------------------------------
+  // A scalar inside distributedInfo; false when rank/world_size is unusable
+  // (error_field then names it).
+  bool distributed_scalar(Key key, const Scalar& s, const char*& error_field) {
+    std::int64_t v = 0;
+    if (key == Key::rank || key == Key::world_size) {
+      if (!as_int64(s, v) || v < 0 || v > std::numeric_limits<int>::max()) {
+        error_field = key == Key::rank ? "rank" : "world_size";
+        return false;
+      }
+      (key == Key::rank ? meta_.rank : meta_.world_size) = static_cast<int>(v);
+      meta_.has_distributed_info = true;
+    } else if (key == Key::backend && s.type == ValueType::string) {
+      meta_.distributed_backend.assign(s.string_value);
+    }
+    return true;
+  }
+
+  void begin_device() { meta_.devices.emplace_back(); }
+
+  // A scalar inside one deviceProperties entry.
+  void device_scalar(Key key, const Scalar& s) {
+    auto& d = meta_.devices.back();
+    if (key == Key::device_name) {
+      if (s.type == ValueType::string) d.name.assign(s.string_value);
+      return;
+    }
+    std::int64_t v = -1;
+    if (!as_int64(s, v)) v = -1;
+    switch (key) {
+      case Key::device_id: d.id = static_cast<int>(v); break;
+      case Key::total_memory: d.total_memory_bytes = v; break;
+      case Key::compute_major: d.compute_major = static_cast<int>(v); break;
+      case Key::compute_minor: d.compute_minor = static_cast<int>(v); break;
+      case Key::sm_count: d.multiprocessor_count = static_cast<int>(v); break;
+      default: break;
+    }
+  }
+
+  // --- results ---------------------------------------------------------------
+  std::vector<RawEvent>& events() { return events_; }
+  const std::vector<RawEvent>& events() const { return events_; }
+  Interner& names() { return names_; }
+  Interner& categories() { return categories_; }
+  const Interner& names() const { return names_; }
+  const Interner& categories() const { return categories_; }
+  timeline::Timeline& meta() { return meta_; }
+  bool fractional_timestamps() const { return fractional_; }
+  const ImportOptions& options() const { return options_; }
+
+ private:
+  // HTA's rounding works on float64 microseconds: start = ceil(ts),
+  // end = floor(ts + dur). Doing the same double arithmetic reproduces its
+  // integer microseconds bit for bit; integer inputs are exact either way.
+  bool convert_times(const EventFields& e, std::int64_t& start_ns, std::int64_t& end_ns) const {
+    const bool both_integer =
+        e.ts.kind == NumberValue::Kind::integer && e.dur.kind == NumberValue::Kind::integer;
+    if (both_integer) {
+      const std::int64_t limit = static_cast<std::int64_t>(kMaxMicroseconds);
+      if (std::llabs(e.ts.integer) > limit || std::llabs(e.dur.integer) > limit) return false;
+      start_ns = e.ts.integer * 1000;
+      end_ns = (e.ts.integer + e.dur.integer) * 1000;
+      return true;
+    }
+    const double ts = e.ts.kind == NumberValue::Kind::integer ? static_cast<double>(e.ts.integer) : e.ts.floating;
+    const double dur = e.dur.kind == NumberValue::Kind::integer ? static_cast<double>(e.dur.integer) : e.dur.floating;
+    if (options_.hta_rounding) {
+      const double start = std::ceil(ts);
+      const double end = std::floor(ts + dur);
+      if (!(std::fabs(start) < kMaxMicroseconds) || !(std::fabs(end) < kMaxMicroseconds)) return false;
+      start_ns = static_cast<std::int64_t>(start) * 1000;
+      end_ns = static_cast<std::int64_t>(end) * 1000;
+      return true;
+    }
+    std::int64_t ts_ns = 0, dur_ns = 0;
+    if (e.ts.kind == NumberValue::Kind::integer) {
+      if (std::llabs(e.ts.integer) > static_cast<std::int64_t>(kMaxMicroseconds)) return false;
+      ts_ns = e.ts.integer * 1000;
+    } else if (!microseconds_text_to_ns(e.ts.text, ts, ts_ns)) {
+      return false;
+    }
+    if (e.dur.kind == NumberValue::Kind::integer) {
+      if (std::llabs(e.dur.integer) > static_cast<std::int64_t>(kMaxMicroseconds)) return false;
+      dur_ns = e.dur.integer * 1000;
+    } else if (!microseconds_text_to_ns(e.dur.text, dur, dur_ns)) {
+      return false;
+    }
+    start_ns = ts_ns;
+    end_ns = ts_ns + dur_ns;
+    return true;
+  }
+
+  const ImportOptions& options_;
+  std::vector<RawEvent> events_;
+  Interner names_;
+  Interner categories_;
+  timeline::Timeline meta_;
+  bool fractional_ = false;
+};
+
+}  // namespace stepscope::detail::kineto
