@@ -199,6 +199,80 @@ struct RunInfo {
   std::string warmup_source;  // "default", "env", "reduced"
 };
 
+// ---- multi-rank jobs (filled by merge_reports, include/stepscope/merge.hpp) ----
+
+// One rank of a merged job. Times are means per measured step.
+struct RankSummary {
+  int rank = -1;
+  std::string host;
+  std::uint64_t steps = 0;       // measured steps
+  double step_ms = 0;            // wall time
+  double busy_ms = 0;            // wall time outside communication phases
+  double input_ms = 0, compute_ms = 0, memory_ms = 0, communication_ms = 0, other_ms = 0, unattributed_ms = 0;
+  double comm_wait_ms = 0;       // of communication_ms: waiting for slower ranks (estimate)
+  std::string verdict;           // the rank's own bottleneck category
+  bool straggler = false;
+};
+
+// A value compared across ranks: min / median / max and who holds the extremes.
+struct AcrossRanks {
+  double min = 0, median = 0, max = 0, mean = 0;
+  int min_rank = -1, max_rank = -1;
+  double imbalance = 0;  // max / mean - 1: what the slowest rank costs a synchronous job
+};
+
+// A step-thread phase across ranks: its self time per measured step.
+struct PhaseAcrossRanks {
+  std::string name;
+  PhaseKind kind = PhaseKind::other;
+  std::uint32_t ranks = 0;  // ranks that ran it
+  AcrossRanks per_step_ms;
+};
+
+// One point of the aligned per-step series across ranks (same steps on every
+// rank); values are the point's mean per step.
+struct StepAcrossRanks {
+  std::uint64_t first_step = 0;
+  AcrossRanks wall_ms;
+  AcrossRanks busy_ms;           // wall outside communication: where stragglers show
+  AcrossRanks communication_ms;
+};
+
+// A rank that holds the others back. Found with robust statistics: its value
+// against the median of the other ranks, in units of the ranks' spread
+// (1.4826 x median absolute deviation, floored by the measurement noise), and
+// only when the excess is a material share of the step.
+struct Straggler {
+  int rank = -1;
+  std::string phase;          // where it is slow: a phase name, or "step" (outside communication)
+  double rank_ms = 0;         // its mean per step there
+  double median_ms = 0;       // the other ranks' median
+  double excess_ms = 0;       // rank_ms - median_ms
+  double robust_z = 0;        // excess / spread
+  double slow_step_fraction = 0;  // of the aligned step points, where it was materially slower
+  std::string pattern;        // "chronic" (most steps) or "one-off" (a few steps)
+  std::vector<std::uint64_t> slow_steps;  // first steps of its worst points (at most 8)
+};
+
+struct MultiRank {
+  int world_size = 0;             // ranks in the job
+  int ranks_merged = 0;           // reports merged
+  std::vector<int> missing_ranks; // ranks in [0, world_size) without a report (at most 64 listed)
+  std::vector<RankSummary> ranks; // by rank
+  std::vector<PhaseAcrossRanks> phases;
+  std::vector<StepAcrossRanks> steps;  // aligned series (bounded)
+  std::uint32_t step_stride = 1;       // steps per point of `steps`
+  AcrossRanks step_ms, busy_ms, compute_ms, communication_ms;
+  // Communication split (means per step over ranks): the collective itself
+  // (what the last rank to arrive spends in it) and waiting for slower ranks.
+  double comm_ms = 0, comm_collective_ms = 0, comm_wait_ms = 0;
+  double comm_wait_fraction = 0;  // comm_wait_ms / comm_ms
+  // Waiting the compute imbalance predicts: mean over ranks of (slowest busy - own busy).
+  double expected_wait_from_imbalance_ms = 0;
+  std::vector<Straggler> stragglers;
+  std::string method;  // how stragglers and waiting were estimated, in words
+};
+
 struct Report {
   int schema_version = kReportSchemaVersion;
   RunInfo run;
@@ -212,6 +286,7 @@ struct Report {
   std::vector<Finding> findings;
   std::vector<WhatIf> what_if;
   std::vector<std::string> warnings;  // configuration problems, fallbacks taken
+  std::optional<MultiRank> ranks;     // merged multi-rank jobs only (run.source "merge")
 };
 
 // Serialisation (src/report/json_report.cpp). Never throw.

@@ -100,6 +100,7 @@ class Classifier {
   const Report& report_;
   detail::StepShares shares_;
   detail::DeviceFacts device_;
+  bool host_ahead_ = false;  // median launch delay says the host runs ahead of the device
   double step_ms_ = 0;
   double runqueue_fraction_ = 0;
   std::vector<Signal> signals_;
@@ -243,11 +244,28 @@ void Classifier::collect_device() {
         fmt::format("The GPU was idle while the host was in an input phase {:.1f}% of the time{}.",
                     pct(device_.idle_host_input), rescaled));
   }
-  add(kScheduling, Weight::primary, "idle_launch_bound_fraction", device_.idle_launch,
+  // Host running ahead: kernels wait queued long after their launch, so the
+  // idle time during launches is the device waiting on a dependency (another
+  // stream, a collective), not the host failing to feed it.
+  host_ahead_ = device_.launch_delay_p50_us && *device_.launch_delay_p50_us >= t.host_ahead_launch_delay_us;
+  if (device_.launch_delay_p50_us) {
+    add(kNoCategory, Weight::info, "launch_delay_p50_us", *device_.launch_delay_p50_us, t.host_ahead_launch_delay_us,
+        ">=",
+        host_ahead_ ? fmt::format("Kernels started a median {:.0f} us after their launch: the host runs ahead of the "
+                                  "device, so GPU idle time is the device waiting on dependencies, not on the host.",
+                                  *device_.launch_delay_p50_us)
+                    : fmt::format("Kernels started a median {:.0f} us after their launch: the device drains the "
+                                  "queue faster than the host fills it.",
+                                  *device_.launch_delay_p50_us));
+  }
+  add(kScheduling, Weight::primary, "idle_launch_bound_fraction", host_ahead_ ? 0.0 : device_.idle_launch,
       t.scheduling_moderately_bound, ">=",
-      fmt::format("The GPU was idle while the host was launching work or in framework code {:.1f}% "
-                  "of the time{}.",
-                  pct(device_.idle_launch), rescaled));
+      host_ahead_ ? fmt::format("The GPU was idle while the host was in framework code {:.1f}% of the time{}, but the "
+                                "host had already queued the work: not launch-bound.",
+                                pct(device_.idle_launch), rescaled)
+                  : fmt::format("The GPU was idle while the host was launching work or in framework code {:.1f}% "
+                                "of the time{}.",
+                                pct(device_.idle_launch), rescaled));
   add(kScheduling, Weight::secondary, "idle_sync_fraction", device_.idle_sync,
       t.scheduling_moderately_bound, ">=",
       fmt::format("The GPU was idle while the host blocked in a synchronisation with nothing queued "
@@ -326,6 +344,21 @@ void Classifier::compute_costs() {
   cost_[kIo] = device_.idle_host_input + part(w_input);
   cost_[kScheduling] =
       device_.idle_launch + device_.idle_sync + (w_sum > 0 ? part(w_sched) : idle_rest);
+  if (host_ahead_) {
+    // The "launch-bound" idle is the device waiting on a dependency. With
+    // exposed communication it is the compute stream waiting for collectives:
+    // communication. Otherwise nothing says what it waits on: it stays out of
+    // every category (the verdict's confidence falls accordingly).
+    cost_[kScheduling] -= device_.idle_launch;
+    if (comm >= kThresholds.moderately_bound) {
+      cost_[kCommunication] += device_.idle_launch;
+      add(kCommunication, Weight::secondary, "idle_waiting_on_collectives", device_.idle_launch,
+          kThresholds.moderately_bound, ">=",
+          fmt::format("With the host ahead and {:.1f}% exposed communication, the GPU's {:.1f}% idle time "
+                      "during launches is compute waiting for collectives.",
+                      pct(comm), pct(device_.idle_launch)));
+    }
+  }
   if (idle_rest > 0) {
     add(kScheduling, Weight::secondary, "idle_host_busy_fraction", idle_rest,
         kThresholds.scheduling_moderately_bound, ">=",

@@ -105,6 +105,7 @@ DeviceFacts device_facts(const Report& report) {
   if (auto v = fact(report, {"pageable_memcpy_fraction"})) f.pageable_memcpy = clamp01(*v);
   if (auto v = fact(report, {"short_kernel_fraction"})) f.short_kernels = clamp01(*v);
   if (auto v = fact(report, {"kernels_per_step"})) f.kernels_per_step = std::max(0.0, *v);
+  if (auto v = fact(report, {"launch_delay_p50_us"})) f.launch_delay_p50_us = std::max(0.0, *v);
   return f;
 }
 

@@ -44,6 +44,7 @@ struct DeviceFacts {
   std::optional<double> pageable_memcpy;   // device time in copies from pageable memory
   std::optional<double> short_kernels;     // of kernels, shorter than launch
   std::optional<double> kernels_per_step;
+  std::optional<double> launch_delay_p50_us;  // median delay between a launch call and its kernel
   bool idle_causes_rescaled = false;  // causes were given as fractions of idle time
 };
 

@@ -91,6 +91,13 @@ struct Thresholds {
   // PyTorch TensorBoard profiler plugin: more than half of the kernels are
   // shorter than their launch -> "kernels are short", fuse them.
   double short_kernel_fraction = 0.50;
+  // Median launch delay (device start − end of the launching runtime call)
+  // above which the host is running ahead of the device: work waits queued
+  // for a millisecond or more, so GPU idle time is not the host failing to
+  // launch but the device waiting on a dependency (another stream, a
+  // collective). HTA flags single launch delays above 100 us as outliers
+  // (launch_delay_cutoff); a median ten times that is a queue, not a hiccup.
+  double host_ahead_launch_delay_us = 1000.0;
   // Kernels per step at or above this: per-launch overhead (5-20 us each, HTA)
   // alone adds 5-20 ms per step. Heuristic.
   double kernels_per_step = 1000.0;

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <map>
 
@@ -61,7 +63,10 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
                {"events_over_limit", capture.events_over_limit},
                {"origin_monotonic_ns", origin}}}};
     const std::string text = doc.dump(-1, ' ', false, json::error_handler_t::replace);
-    const std::string tmp = path + ".tmp";
+    // Devices and FIFOs are written in place (never renamed over).
+    struct stat st {};
+    const bool special = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+    const std::string tmp = special ? path : path + ".tmp";
     if (ends_with(path, ".gz")) {
       gzFile f = gzopen(tmp.c_str(), "wb6");
       if (f == nullptr) {
@@ -87,7 +92,7 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
         return false;
       }
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (!special && std::rename(tmp.c_str(), path.c_str()) != 0) {
       error = "cannot rename '" + tmp + "' to '" + path + "'";
       std::remove(tmp.c_str());
       return false;

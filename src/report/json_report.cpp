@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -295,6 +296,149 @@ PhaseSummary phase_from(const json& j) {
   return p;
 }
 
+json to_j(const AcrossRanks& a) {
+  return json{{"min", num(a.min)},           {"median", num(a.median)}, {"max", num(a.max)},
+              {"mean", num(a.mean)},         {"min_rank", a.min_rank},  {"max_rank", a.max_rank},
+              {"imbalance", num(a.imbalance)}};
+}
+AcrossRanks across_from(const json& j) {
+  AcrossRanks a;
+  a.min = get_num(j, "min");
+  a.median = get_num(j, "median");
+  a.max = get_num(j, "max");
+  a.mean = get_num(j, "mean");
+  a.min_rank = static_cast<int>(get_num(j, "min_rank", -1));
+  a.max_rank = static_cast<int>(get_num(j, "max_rank", -1));
+  a.imbalance = get_num(j, "imbalance");
+  return a;
+}
+
+// The multi-rank section of a merged report (absent from single-rank reports).
+json to_j(const MultiRank& m) {
+  json ranks = json::array();
+  for (const auto& r : m.ranks)
+    ranks.push_back(json{{"rank", r.rank},
+                         {"host", r.host},
+                         {"steps", r.steps},
+                         {"step_ms", num(r.step_ms)},
+                         {"busy_ms", num(r.busy_ms)},
+                         {"input_ms", num(r.input_ms)},
+                         {"compute_ms", num(r.compute_ms)},
+                         {"memory_ms", num(r.memory_ms)},
+                         {"communication_ms", num(r.communication_ms)},
+                         {"other_ms", num(r.other_ms)},
+                         {"unattributed_ms", num(r.unattributed_ms)},
+                         {"comm_wait_ms", num(r.comm_wait_ms)},
+                         {"verdict", r.verdict},
+                         {"straggler", r.straggler}});
+  json phases = json::array();
+  for (const auto& p : m.phases)
+    phases.push_back(json{{"name", p.name}, {"kind", to_string(p.kind)}, {"ranks", p.ranks}, {"per_step_ms", to_j(p.per_step_ms)}});
+  json steps = json::array();
+  for (const auto& s : m.steps)
+    steps.push_back(json{{"first_step", s.first_step},
+                         {"wall_ms", to_j(s.wall_ms)},
+                         {"busy_ms", to_j(s.busy_ms)},
+                         {"communication_ms", to_j(s.communication_ms)}});
+  json stragglers = json::array();
+  for (const auto& s : m.stragglers)
+    stragglers.push_back(json{{"rank", s.rank},
+                              {"phase", s.phase},
+                              {"rank_ms", num(s.rank_ms)},
+                              {"median_ms", num(s.median_ms)},
+                              {"excess_ms", num(s.excess_ms)},
+                              {"robust_z", num(s.robust_z)},
+                              {"slow_step_fraction", num(s.slow_step_fraction)},
+                              {"pattern", s.pattern},
+                              {"slow_steps", s.slow_steps}});
+  return json{{"world_size", m.world_size},
+              {"ranks_merged", m.ranks_merged},
+              {"missing_ranks", m.missing_ranks},
+              {"step_ms", to_j(m.step_ms)},
+              {"busy_ms", to_j(m.busy_ms)},
+              {"compute_ms", to_j(m.compute_ms)},
+              {"communication_ms", to_j(m.communication_ms)},
+              {"comm_ms", num(m.comm_ms)},
+              {"comm_collective_ms", num(m.comm_collective_ms)},
+              {"comm_wait_ms", num(m.comm_wait_ms)},
+              {"comm_wait_fraction", num(m.comm_wait_fraction)},
+              {"expected_wait_from_imbalance_ms", num(m.expected_wait_from_imbalance_ms)},
+              {"stragglers", stragglers},
+              {"method", m.method},
+              {"ranks", ranks},
+              {"phases", phases},
+              {"step_stride", m.step_stride},
+              {"steps", steps}};
+}
+MultiRank multirank_from(const json& j) {
+  MultiRank m;
+  m.world_size = static_cast<int>(get_num(j, "world_size"));
+  m.ranks_merged = static_cast<int>(get_num(j, "ranks_merged"));
+  for (const auto& r : get_arr(j, "missing_ranks"))
+    if (r.is_number_integer()) m.missing_ranks.push_back(r.get<int>());
+  m.step_ms = across_from(get_obj(j, "step_ms"));
+  m.busy_ms = across_from(get_obj(j, "busy_ms"));
+  m.compute_ms = across_from(get_obj(j, "compute_ms"));
+  m.communication_ms = across_from(get_obj(j, "communication_ms"));
+  m.comm_ms = get_num(j, "comm_ms");
+  m.comm_collective_ms = get_num(j, "comm_collective_ms");
+  m.comm_wait_ms = get_num(j, "comm_wait_ms");
+  m.comm_wait_fraction = get_num(j, "comm_wait_fraction");
+  m.expected_wait_from_imbalance_ms = get_num(j, "expected_wait_from_imbalance_ms");
+  for (const auto& x : get_arr(j, "stragglers")) {
+    Straggler s;
+    s.rank = static_cast<int>(get_num(x, "rank", -1));
+    s.phase = get_str(x, "phase");
+    s.rank_ms = get_num(x, "rank_ms");
+    s.median_ms = get_num(x, "median_ms");
+    s.excess_ms = get_num(x, "excess_ms");
+    s.robust_z = get_num(x, "robust_z");
+    s.slow_step_fraction = get_num(x, "slow_step_fraction");
+    s.pattern = get_str(x, "pattern");
+    for (const auto& v : get_arr(x, "slow_steps"))
+      if (v.is_number_unsigned()) s.slow_steps.push_back(v.get<std::uint64_t>());
+    m.stragglers.push_back(std::move(s));
+  }
+  m.method = get_str(j, "method");
+  for (const auto& x : get_arr(j, "ranks")) {
+    RankSummary r;
+    r.rank = static_cast<int>(get_num(x, "rank", -1));
+    r.host = get_str(x, "host");
+    r.steps = get_u64(x, "steps");
+    r.step_ms = get_num(x, "step_ms");
+    r.busy_ms = get_num(x, "busy_ms");
+    r.input_ms = get_num(x, "input_ms");
+    r.compute_ms = get_num(x, "compute_ms");
+    r.memory_ms = get_num(x, "memory_ms");
+    r.communication_ms = get_num(x, "communication_ms");
+    r.other_ms = get_num(x, "other_ms");
+    r.unattributed_ms = get_num(x, "unattributed_ms");
+    r.comm_wait_ms = get_num(x, "comm_wait_ms");
+    r.verdict = get_str(x, "verdict");
+    r.straggler = x.value("straggler", false);
+    m.ranks.push_back(std::move(r));
+  }
+  for (const auto& x : get_arr(j, "phases")) {
+    PhaseAcrossRanks p;
+    p.name = get_str(x, "name");
+    if (!parse_phase_kind(get_str(x, "kind", "other"), p.kind)) throw std::runtime_error("ranks.phases: unknown kind");
+    p.ranks = static_cast<std::uint32_t>(get_u64(x, "ranks"));
+    p.per_step_ms = across_from(get_obj(x, "per_step_ms"));
+    m.phases.push_back(std::move(p));
+  }
+  m.step_stride = static_cast<std::uint32_t>(get_u64(j, "step_stride"));
+  if (m.step_stride == 0) m.step_stride = 1;
+  for (const auto& x : get_arr(j, "steps")) {
+    StepAcrossRanks s;
+    s.first_step = get_u64(x, "first_step");
+    s.wall_ms = across_from(get_obj(x, "wall_ms"));
+    s.busy_ms = across_from(get_obj(x, "busy_ms"));
+    s.communication_ms = across_from(get_obj(x, "communication_ms"));
+    m.steps.push_back(std::move(s));
+  }
+  return m;
+}
+
 json to_j(const Report& r) {
   json run{{"library_version", r.run.library_version},
            {"time_utc", r.run.time_utc},
@@ -350,18 +494,20 @@ json to_j(const Report& r) {
   for (const auto& [k, v] : r.device.facts) facts[k] = num(v);
   device["facts"] = facts;
 
-  return json{{"schema_version", r.schema_version},
-              {"run", run},
-              {"steps", steps},
-              {"phases", phases},
-              {"dropped_records", r.dropped_records},
-              {"total_records", r.total_records},
-              {"system", to_j(r.system)},
-              {"device", device},
-              {"bottleneck", to_j(r.bottleneck)},
-              {"findings", findings},
-              {"what_if", what_if},
-              {"warnings", r.warnings}};
+  json out{{"schema_version", r.schema_version},
+           {"run", run},
+           {"steps", steps},
+           {"phases", phases},
+           {"dropped_records", r.dropped_records},
+           {"total_records", r.total_records},
+           {"system", to_j(r.system)},
+           {"device", device},
+           {"bottleneck", to_j(r.bottleneck)},
+           {"findings", findings},
+           {"what_if", what_if},
+           {"warnings", r.warnings}};
+  if (r.ranks) out["ranks"] = to_j(*r.ranks);  // merged multi-rank reports only
+  return out;
 }
 
 Report report_from(const json& j) {
@@ -448,6 +594,7 @@ Report report_from(const json& j) {
   }
   for (const auto& w : get_arr(j, "warnings"))
     if (w.is_string()) r.warnings.push_back(w.get<std::string>());
+  if (j.contains("ranks") && j["ranks"].is_object()) r.ranks = multirank_from(j["ranks"]);
   return r;
 }
 
@@ -513,6 +660,24 @@ bool load_report(const std::string& path, Report& out, std::string& error) {
 
 bool write_report_file(const Report& report, const std::string& path, std::string& error) {
   try {
+    const std::string text = report_to_json(report) + "\n";
+    // A path that exists and is not a regular file (/dev/null, /dev/stdout, a
+    // FIFO) is written in place: renaming over it would replace the device.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      std::FILE* f = std::fopen(path.c_str(), "wb");
+      if (f == nullptr) {
+        error = std::strerror(errno);
+        return false;
+      }
+      const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+      const int write_errno = errno;
+      if (std::fclose(f) != 0 || !ok) {
+        error = std::strerror(write_errno);
+        return false;
+      }
+      return true;
+    }
     // Write beside the target, then rename: readers never see half a report.
     const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(getpid()));
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -520,7 +685,6 @@ bool write_report_file(const Report& report, const std::string& path, std::strin
       error = std::strerror(errno);
       return false;
     }
-    const std::string text = report_to_json(report) + "\n";
     const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
     const bool flushed = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
     const int write_errno = errno;
