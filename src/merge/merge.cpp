@@ -1,0 +1,1147 @@
+// src/merge/merge.cpp — one job report from the reports of its ranks.
+//
+// Semantics and the statistics behind them: docs/multi-rank.md. In short:
+//  - job facts: per-kind means over ranks (the analyzer classifies these);
+//    phases merged (counts and totals summed, percentiles from the summed
+//    histograms); the step series aligned on step numbers and averaged.
+//  - across ranks: per rank, per phase and per aligned step point the
+//    min / median / max / mean and who holds the extremes; imbalance max/mean-1.
+//  - stragglers: a rank's per-step time outside communication against the
+//    median of the *other* ranks, in units of the ranks' spread (1.4826 x
+//    MAD, floored by the measurement noise of the means); flagged when
+//    z >= 3.5 (Iglewicz-Hoaglin modified z-score cut-off) AND the excess is
+//    >= 5% of the median step. The same test on each non-communication phase
+//    says where. A stall inflates the rank's own noise, so a second pass over
+//    the aligned per-step series flags ranks whose outlier steps alone cost
+//    >= 5% of the step on average; the series also tells chronic (slow in
+//    most points) from one-off.
+//  - communication: the last rank to reach a collective waits for nobody, so
+//    the smallest communication time at each step point is the collective
+//    itself; each rank's excess over it is waiting for slower ranks.
+// Cost: O(ranks x (phases + points)) time, O(ranks x points) memory with
+// points capped at kMaxStepPoints.
+#include "core/histogram.hpp"
+
+#include <stepscope/analysis.hpp>
+#include <stepscope/merge.hpp>
+#include <stepscope/version.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace stepscope {
+namespace {
+
+// Iglewicz & Hoaglin (1993): |modified z| > 3.5 marks an outlier.
+constexpr double kStragglerZ = 3.5;
+// Scale of a normal distribution from its median absolute deviation.
+constexpr double kMadToSigma = 1.4826;
+// An excess below 5% of the median step is not worth a user's attention
+// (the analyzer's "moderately bound" tier, docs/classification.md).
+constexpr double kMaterialShare = 0.05;
+// Slow in at least half the aligned step points: chronic; fewer: one-off.
+constexpr double kChronicFraction = 0.5;
+// Relative floor of the spread, so identical synthetic ranks (MAD = 0, no
+// recorded variance) do not turn a rounding difference into a huge z.
+constexpr double kRelativeSpreadFloor = 0.005;
+// Aligned step points kept per merge: bounds memory at ranks x this.
+constexpr std::size_t kMaxStepPoints = 256;
+constexpr std::size_t kMaxSlowSteps = 8;
+constexpr std::size_t kMaxListedMissing = 64;
+constexpr std::size_t kMaxListedRanksPerFinding = 8;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Median of values (reorders them). Empty: 0.
+double median_inplace(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return 0.5 * (lower + upper);
+}
+
+// Values of one metric across ranks, sorted once, so leave-one-out medians
+// and the MAD cost O(1) / O(n) per rank instead of O(n) / O(n log n).
+class RankSample {
+ public:
+  RankSample() = default;
+  // values[i] belongs to ranks[i]; NaN entries are left out.
+  RankSample(const std::vector<double>& values, const std::vector<int>& ranks) {
+    sorted_.reserve(values.size());
+    position_.assign(values.size(), kAbsent);
+    std::vector<std::pair<double, std::size_t>> order;
+    order.reserve(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (std::isfinite(values[i])) order.emplace_back(values[i], i);
+    std::sort(order.begin(), order.end());
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      sorted_.push_back(order[k].first);
+      position_[order[k].second] = k;
+    }
+    if (!order.empty()) {
+      summary_.min = order.front().first;
+      summary_.max = order.back().first;
+      summary_.min_rank = ranks[order.front().second];
+      summary_.max_rank = ranks[order.back().second];
+      double sum = 0;
+      for (double v : sorted_) sum += v;
+      summary_.mean = sum / static_cast<double>(sorted_.size());
+      summary_.median = median_of_sorted(0, kAbsent);
+      summary_.imbalance = summary_.mean > 0 ? summary_.max / summary_.mean - 1.0 : 0.0;
+      std::vector<double> deviations(sorted_.size());
+      for (std::size_t k = 0; k < sorted_.size(); ++k) deviations[k] = std::fabs(sorted_[k] - summary_.median);
+      mad_ = median_inplace(deviations);
+    }
+  }
+
+  std::size_t size() const { return sorted_.size(); }
+  const AcrossRanks& summary() const { return summary_; }
+  double mad() const { return mad_; }
+  bool has(std::size_t i) const { return position_[i] != kAbsent; }
+  // Median of every value but entry i's.
+  double median_without(std::size_t i) const { return median_of_sorted(0, position_[i]); }
+
+ private:
+  static constexpr std::size_t kAbsent = std::numeric_limits<std::size_t>::max();
+
+  // Median of sorted_ with the element at `skip` removed (kAbsent: none).
+  double median_of_sorted(std::size_t, std::size_t skip) const {
+    const std::size_t n = sorted_.size() - (skip == kAbsent ? 0 : 1);
+    if (n == 0) return 0;
+    auto at = [&](std::size_t j) { return sorted_[skip != kAbsent && j >= skip ? j + 1 : j]; };
+    return n % 2 == 1 ? at(n / 2) : 0.5 * (at(n / 2 - 1) + at(n / 2));
+  }
+
+  std::vector<double> sorted_;
+  std::vector<std::size_t> position_;
+  AcrossRanks summary_;
+  double mad_ = 0;
+};
+
+// Per-rank facts the merge works on, means per measured step.
+struct RankFacts {
+  const Report* report = nullptr;
+  int rank = -1;
+  double steps = 0;
+  double wall = 0, input = 0, compute = 0, memory = 0, comm = 0, other = 0, unattributed = 0;
+  double busy = 0;        // wall - comm
+  double busy_se = 0;     // standard error of the busy mean (noise floor)
+};
+
+RankFacts rank_facts(const Report& r, int rank) {
+  RankFacts f;
+  f.report = &r;
+  f.rank = rank;
+  f.steps = static_cast<double>(r.steps.count);
+  const StepBreakdown& b = r.steps.breakdown;
+  if (b.wall_ms > 0) {
+    f.wall = b.wall_ms;
+    f.input = b.input_ms;
+    f.compute = b.compute_ms;
+    f.memory = b.memory_ms;
+    f.comm = b.communication_ms;
+    f.other = b.other_ms;
+    f.unattributed = b.unattributed_ms;
+  } else {
+    // No breakdown (hand-built report): from the phases' shares.
+    f.wall = r.steps.wall_ms.mean;
+    double attributed = 0;
+    for (const PhaseSummary& p : r.phases) {
+      if (p.thread_role != ThreadRole::step) continue;
+      const double ms = p.share_of_step * f.wall;
+      attributed += ms;
+      switch (p.kind) {
+        case PhaseKind::input: f.input += ms; break;
+        case PhaseKind::compute: f.compute += ms; break;
+        case PhaseKind::memory: f.memory += ms; break;
+        case PhaseKind::communication: f.comm += ms; break;
+        case PhaseKind::other: f.other += ms; break;
+      }
+    }
+    f.unattributed = std::max(0.0, f.wall - attributed);
+  }
+  f.busy = std::max(0.0, f.wall - f.comm);
+  const double n = std::max(1.0, static_cast<double>(r.steps.wall_ms.count));
+  f.busy_se = r.steps.wall_ms.stddev / std::sqrt(n);
+  return f;
+}
+
+// Per-step self time of a step-thread phase, and the standard error of it.
+struct PhaseValue {
+  double per_step_ms = kNaN;
+  double se = 0;
+};
+
+// Merges distributions by count: totals add, the mean is the pooled mean,
+// the variance the pooled variance, extremes the extremes. Percentiles are
+// count-weighted means of the ranks' percentiles (histograms replace them
+// when available).
+struct DistributionMerger {
+  std::uint64_t count = 0;
+  double total = 0, min = std::numeric_limits<double>::infinity(), max = -std::numeric_limits<double>::infinity();
+  double sum_sq = 0;  // sum of n_i * (s_i^2 + m_i^2), for the pooled variance
+  double p50 = 0, p90 = 0, p99 = 0;
+
+  void add(const Distribution& d) {
+    if (d.count == 0) return;
+    const double n = static_cast<double>(d.count);
+    count += d.count;
+    total += d.total;
+    min = std::min(min, d.min);
+    max = std::max(max, d.max);
+    sum_sq += n * (d.stddev * d.stddev + d.mean * d.mean);
+    p50 += n * d.p50;
+    p90 += n * d.p90;
+    p99 += n * d.p99;
+  }
+  Distribution result() const {
+    Distribution d;
+    if (count == 0) return d;
+    const double n = static_cast<double>(count);
+    d.count = count;
+    d.total = total;
+    d.mean = total / n;
+    d.stddev = std::sqrt(std::max(0.0, sum_sq / n - d.mean * d.mean));
+    d.min = min;
+    d.max = max;
+    d.p50 = p50 / n;
+    d.p90 = p90 / n;
+    d.p99 = p99 / n;
+    return d;
+  }
+};
+
+// Sums histograms of the same layout; gives percentiles in ms.
+struct HistogramMerger {
+  detail::Histogram histogram;
+  bool valid = true;
+  bool any = false;
+  void add(const HistogramData& h) {
+    if (h.buckets.empty()) return;
+    any = true;
+    if (!valid) return;
+    detail::Histogram one;
+    if (!one.from_data(h)) {
+      valid = false;
+      return;
+    }
+    histogram.merge(one);
+  }
+  bool usable() const { return any && valid && histogram.count() > 0; }
+  void apply(Distribution& d) const {
+    if (!usable()) return;
+    d.p50 = histogram.quantile(0.50) / 1e6;  // ns -> ms
+    d.p90 = histogram.quantile(0.90) / 1e6;
+    d.p99 = histogram.quantile(0.99) / 1e6;
+  }
+};
+
+struct PhaseKey {
+  std::string name;
+  PhaseKind kind;
+  ThreadRole role;
+  bool operator<(const PhaseKey& o) const {
+    return std::tie(name, kind, role) < std::tie(o.name, o.kind, o.role);
+  }
+};
+
+struct PhaseAccumulator {
+  DistributionMerger host, self, device;
+  HistogramMerger histogram;
+  bool any_device = false;
+  double share_sum = 0;
+  double overlap_sum = 0;
+  int overlap_n = 0;
+  std::uint32_t threads = 0;
+  std::vector<PhaseValue> per_rank;  // indexed like the usable ranks (step-thread phases)
+};
+
+// The per-step series of one rank resampled onto the job's step grid.
+struct AlignedSeries {
+  std::vector<std::uint64_t> grid;  // first step of each point
+  std::uint32_t stride = 1;
+};
+
+AlignedSeries choose_grid(const std::vector<RankFacts>& ranks) {
+  // The coarsest series is the common grid: finer series average onto it.
+  const Report* coarsest = nullptr;
+  for (const RankFacts& f : ranks) {
+    const StepSeries& s = f.report->steps.series;
+    if (s.first_step.empty() || s.wall_ms.size() != s.first_step.size()) continue;
+    if (coarsest == nullptr || s.stride > coarsest->steps.series.stride ||
+        (s.stride == coarsest->steps.series.stride && s.first_step.size() < coarsest->steps.series.first_step.size()))
+      coarsest = f.report;
+  }
+  AlignedSeries a;
+  if (coarsest == nullptr) return a;
+  a.grid = coarsest->steps.series.first_step;
+  a.stride = coarsest->steps.series.stride;
+  if (!std::is_sorted(a.grid.begin(), a.grid.end())) {
+    a.grid.clear();
+    return a;
+  }
+  // Bound the work and memory: merge neighbouring points.
+  while (a.grid.size() > kMaxStepPoints) {
+    std::vector<std::uint64_t> coarser;
+    coarser.reserve(a.grid.size() / 2 + 1);
+    for (std::size_t i = 0; i < a.grid.size(); i += 2) coarser.push_back(a.grid[i]);
+    a.grid = std::move(coarser);
+    a.stride *= 2;
+  }
+  return a;
+}
+
+// Resamples `values` (at `first_step`) onto the grid: mean of the points
+// whose first step falls in [grid[k], grid[k+1]). NaN where none does.
+void resample(const std::vector<std::uint64_t>& grid, const std::vector<std::uint64_t>& first_step,
+              const std::vector<double>& values, std::vector<double>& out, std::vector<int>& counts) {
+  out.assign(grid.size(), 0.0);
+  counts.assign(grid.size(), 0);
+  const std::size_t n = std::min(first_step.size(), values.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    auto it = std::upper_bound(grid.begin(), grid.end(), first_step[i]);
+    if (it == grid.begin()) continue;  // before the grid starts
+    const std::size_t k = static_cast<std::size_t>(it - grid.begin()) - 1;
+    if (!std::isfinite(values[i])) continue;
+    out[k] += values[i];
+    ++counts[k];
+  }
+  for (std::size_t k = 0; k < grid.size(); ++k) out[k] = counts[k] > 0 ? out[k] / counts[k] : kNaN;
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size() && i < kMaxListedRanksPerFinding; ++i)
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > kMaxListedRanksPerFinding) out += fmt::format(" and {} more", ranks.size() - kMaxListedRanksPerFinding);
+  return out;
+}
+
+// A straggler candidate from one metric.
+struct Candidate {
+  std::string phase;
+  double rank_ms = 0, median_ms = 0, excess = 0, z = 0;
+  PhaseKind kind = PhaseKind::other;
+  bool whole_step = false;
+};
+
+Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
+  Report job;
+  if (inputs.empty()) {
+    error = "no reports to merge";
+    return Report{};
+  }
+  // ---- 1. validate and order the ranks ----------------------------------
+  std::vector<std::string> warnings;
+  std::vector<std::pair<int, const Report*>> ordered;
+  ordered.reserve(inputs.size());
+  int declared_world = 0;
+  bool any_unranked = false;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Report& r = inputs[i];
+    if (r.schema_version != kReportSchemaVersion) {
+      error = fmt::format("report {} has schema_version {} (this stepscope merges {})", i, r.schema_version,
+                          kReportSchemaVersion);
+      return Report{};
+    }
+    if (r.run.source == "merge" || r.ranks) {
+      error = fmt::format("report {} is already a merged job report; merge the per-rank reports instead", i);
+      return Report{};
+    }
+    declared_world = std::max(declared_world, r.run.world_size);
+    int rank = r.run.rank;
+    if (rank < 0) {
+      any_unranked = true;
+      rank = static_cast<int>(i);
+    }
+    ordered.emplace_back(rank, &r);
+  }
+  if (any_unranked)
+    warnings.push_back("some reports carry no rank (run.rank); their position in the input was used as the rank");
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<RankFacts> ranks;
+  std::vector<int> rank_ids;
+  std::vector<int> duplicates, empty_ranks;
+  for (std::size_t i = 0; i < ordered.size(); ++i) {
+    if (i > 0 && ordered[i].first == ordered[i - 1].first) {
+      duplicates.push_back(ordered[i].first);
+      continue;
+    }
+    if (ordered[i].second->steps.count == 0) {
+      empty_ranks.push_back(ordered[i].first);
+      continue;
+    }
+    ranks.push_back(rank_facts(*ordered[i].second, ordered[i].first));
+    rank_ids.push_back(ordered[i].first);
+  }
+  if (!duplicates.empty())
+    warnings.push_back(fmt::format("duplicate reports for rank(s) {}: only the first of each was merged", rank_list(duplicates)));
+  if (!empty_ranks.empty())
+    warnings.push_back(
+        fmt::format("rank(s) {} measured no steps and were left out of the statistics", rank_list(empty_ranks)));
+  if (ranks.empty()) {
+    error = "none of the reports has measured steps";
+    return Report{};
+  }
+  const std::size_t n = ranks.size();
+  const int world = std::max({declared_world, rank_ids.back() + 1, static_cast<int>(n)});
+
+  MultiRank m;
+  m.world_size = world;
+  m.ranks_merged = static_cast<int>(n);
+  {
+    std::set<int> present;
+    for (const auto& [rank, report] : ordered) present.insert(rank);
+    int missing = 0;
+    for (int r = 0; r < world; ++r)
+      if (present.count(r) == 0) {
+        ++missing;
+        if (m.missing_ranks.size() < kMaxListedMissing) m.missing_ranks.push_back(r);
+      }
+    if (missing > 0)
+      warnings.push_back(fmt::format("{} of {} ranks have no report (e.g. rank {}): the job facts cover the others",
+                                     missing, world, m.missing_ranks.front()));
+  }
+
+  // ---- 2. per-rank means across ranks -----------------------------------
+  auto across = [&](auto getter) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = getter(ranks[i]);
+    return RankSample(v, rank_ids);
+  };
+  const RankSample step_sample = across([](const RankFacts& f) { return f.wall; });
+  const RankSample busy_sample = across([](const RankFacts& f) { return f.busy; });
+  const RankSample compute_sample = across([](const RankFacts& f) { return f.compute; });
+  const RankSample comm_sample = across([](const RankFacts& f) { return f.comm; });
+  m.step_ms = step_sample.summary();
+  m.busy_ms = busy_sample.summary();
+  m.compute_ms = compute_sample.summary();
+  m.communication_ms = comm_sample.summary();
+  const double median_step = step_sample.summary().median;
+  const double material_ms = kMaterialShare * median_step;
+
+  // ---- 3. phases: merged distributions and per-rank per-step values -----
+  std::map<PhaseKey, PhaseAccumulator> phases;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Report& r = *ranks[i].report;
+    for (const PhaseSummary& p : r.phases) {
+      PhaseAccumulator& acc = phases[PhaseKey{p.name, p.kind, p.thread_role}];
+      acc.host.add(p.host_ms);
+      acc.self.add(p.self_ms);
+      if (p.device_ms) {
+        acc.any_device = true;
+        acc.device.add(*p.device_ms);
+      }
+      acc.histogram.add(p.histogram);
+      acc.share_sum += p.share_of_step;
+      if (p.overlap_with_steps) {
+        acc.overlap_sum += *p.overlap_with_steps;
+        ++acc.overlap_n;
+      }
+      acc.threads += p.threads;
+      if (p.thread_role == ThreadRole::step && ranks[i].steps > 0) {
+        if (acc.per_rank.empty()) acc.per_rank.resize(n);
+        PhaseValue& v = acc.per_rank[i];
+        const double per_step = p.self_ms.total / ranks[i].steps;
+        v.per_step_ms = std::isfinite(v.per_step_ms) ? v.per_step_ms + per_step : per_step;
+        const double occurrences_per_step = static_cast<double>(p.self_ms.count) / ranks[i].steps;
+        v.se = p.self_ms.count > 0 ? p.self_ms.stddev * occurrences_per_step / std::sqrt(static_cast<double>(p.self_ms.count)) : 0;
+      }
+    }
+  }
+  for (auto& [key, acc] : phases) {
+    PhaseSummary p;
+    p.name = key.name;
+    p.kind = key.kind;
+    p.thread_role = key.role;
+    p.host_ms = acc.host.result();
+    p.self_ms = acc.self.result();
+    acc.histogram.apply(p.host_ms);
+    if (acc.histogram.usable()) p.histogram = acc.histogram.histogram.to_data();
+    p.count = p.host_ms.count;
+    p.share_of_step = acc.share_sum / static_cast<double>(n);
+    if (acc.overlap_n > 0) p.overlap_with_steps = acc.overlap_sum / acc.overlap_n;
+    if (acc.any_device) p.device_ms = acc.device.result();
+    p.threads = acc.threads;
+    job.phases.push_back(std::move(p));
+  }
+  std::stable_sort(job.phases.begin(), job.phases.end(),
+                   [](const PhaseSummary& a, const PhaseSummary& b) { return a.self_ms.total > b.self_ms.total; });
+
+  // ---- 4. aligned per-step series ----------------------------------------
+  const AlignedSeries grid = choose_grid(ranks);
+  const std::size_t points = grid.grid.size();
+  // busy / comm / wall per rank per point (NaN: the rank has no value there).
+  std::vector<std::vector<double>> busy_series(n), comm_series(n);
+  StepSeries job_series;
+  if (points > 0) {
+    job_series.stride = grid.stride;
+    job_series.first_step = grid.grid;
+    std::vector<std::vector<double>*> job_columns = {&job_series.wall_ms,    &job_series.input_ms, &job_series.compute_ms,
+                                                     &job_series.memory_ms,  &job_series.communication_ms,
+                                                     &job_series.other_ms,   &job_series.unattributed_ms,
+                                                     &job_series.rss_mb};
+    std::vector<std::vector<double>> sums(job_columns.size(), std::vector<double>(points, 0.0));
+    std::vector<std::vector<int>> sum_n(job_columns.size(), std::vector<int>(points, 0));
+    std::vector<double> resampled;
+    std::vector<int> counts;
+    for (std::size_t i = 0; i < n; ++i) {
+      const StepSeries& s = ranks[i].report->steps.series;
+      const std::vector<double>* columns[] = {&s.wall_ms,  &s.input_ms, &s.compute_ms,       &s.memory_ms,
+                                              &s.communication_ms, &s.other_ms, &s.unattributed_ms, &s.rss_mb};
+      std::vector<double> wall, comm;
+      for (std::size_t c = 0; c < job_columns.size(); ++c) {
+        if (columns[c]->empty()) continue;
+        resample(grid.grid, s.first_step, *columns[c], resampled, counts);
+        for (std::size_t k = 0; k < points; ++k)
+          if (std::isfinite(resampled[k])) {
+            sums[c][k] += resampled[k];
+            ++sum_n[c][k];
+          }
+        if (c == 0) wall = resampled;
+        if (c == 4) comm = resampled;
+      }
+      busy_series[i].assign(points, kNaN);
+      comm_series[i].assign(points, kNaN);
+      for (std::size_t k = 0; k < points && !wall.empty(); ++k) {
+        const double c = comm.empty() || !std::isfinite(comm[k]) ? 0.0 : comm[k];
+        if (std::isfinite(wall[k])) {
+          busy_series[i][k] = std::max(0.0, wall[k] - c);
+          comm_series[i][k] = c;
+        }
+      }
+    }
+    for (std::size_t c = 0; c < job_columns.size(); ++c) {
+      job_columns[c]->resize(points);
+      for (std::size_t k = 0; k < points; ++k) (*job_columns[c])[k] = sum_n[c][k] > 0 ? sums[c][k] / sum_n[c][k] : 0.0;
+    }
+    if (sum_n[7].empty() || std::all_of(sum_n[7].begin(), sum_n[7].end(), [](int x) { return x == 0; }))
+      job_series.rss_mb.clear();
+  }
+
+  // Per point: across-ranks summaries, the collective estimate, waiting.
+  std::vector<RankSample> point_busy(points);  // kept for the per-step straggler pass
+  double collective_sum = 0, expected_wait_sum = 0;
+  int collective_points = 0;
+  m.step_stride = grid.stride;
+  {
+    std::vector<double> column(n);
+    for (std::size_t k = 0; k < points; ++k) {
+      StepAcrossRanks point;
+      point.first_step = grid.grid[k];
+      for (std::size_t i = 0; i < n; ++i) column[i] = busy_series[i][k];
+      point_busy[k] = RankSample(column, rank_ids);
+      const RankSample& busy = point_busy[k];
+      if (busy.size() == 0) continue;
+      point.busy_ms = busy.summary();
+      for (std::size_t i = 0; i < n; ++i) column[i] = comm_series[i][k];
+      const RankSample comm(column, rank_ids);
+      point.communication_ms = comm.summary();
+      for (std::size_t i = 0; i < n; ++i)
+        column[i] = std::isfinite(busy_series[i][k]) ? busy_series[i][k] + comm_series[i][k] : kNaN;
+      point.wall_ms = RankSample(column, rank_ids).summary();
+      if (comm.size() > 0) {
+        collective_sum += comm.summary().min;
+        expected_wait_sum += busy.summary().max - busy.summary().mean;
+        ++collective_points;
+      }
+      m.steps.push_back(std::move(point));
+    }
+  }
+
+  // ---- 5. communication: collective vs waiting ---------------------------
+  m.comm_ms = comm_sample.summary().mean;
+  m.comm_collective_ms = collective_points > 0 ? collective_sum / collective_points : comm_sample.summary().min;
+  m.comm_collective_ms = std::min(m.comm_collective_ms, comm_sample.summary().min);
+  m.expected_wait_from_imbalance_ms =
+      collective_points > 0 ? expected_wait_sum / collective_points
+                            : busy_sample.summary().max - busy_sample.summary().mean;
+  double wait_sum = 0;
+  for (std::size_t i = 0; i < n; ++i) wait_sum += std::max(0.0, ranks[i].comm - m.comm_collective_ms);
+  m.comm_wait_ms = wait_sum / static_cast<double>(n);
+  m.comm_wait_fraction = m.comm_ms > 0 ? std::min(1.0, m.comm_wait_ms / m.comm_ms) : 0.0;
+
+  // ---- 6. stragglers -------------------------------------------------------
+  // Robust z of rank i's value against the median of the other ranks.
+  auto test = [&](const RankSample& sample, std::size_t i, double value, double se, double median_se,
+                  Candidate& out) {
+    if (!sample.has(i) || sample.size() < 2) return false;
+    const double reference = sample.median_without(i);
+    // With two ranks the MAD is half their difference by construction and
+    // says nothing: only the measurement noise of the means counts.
+    const double spread = sample.size() >= 3 ? kMadToSigma * sample.mad() : 0.0;
+    const double noise = std::sqrt(se * se + median_se * median_se);
+    const double scale =
+        std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
+    out.rank_ms = value;
+    out.median_ms = reference;
+    out.excess = value - reference;
+    out.z = out.excess / scale;
+    return out.z >= kStragglerZ && out.excess >= material_ms;
+  };
+  std::vector<double> se_scratch(n);
+  for (std::size_t i = 0; i < n; ++i) se_scratch[i] = ranks[i].busy_se;
+  const double busy_median_se = median_inplace(se_scratch);
+
+  struct PhaseTest {
+    const PhaseKey* key;
+    RankSample sample;
+    double median_se;
+    const std::vector<PhaseValue>* values;
+  };
+  std::vector<PhaseTest> phase_tests;
+  for (const auto& [key, acc] : phases) {
+    if (key.role != ThreadRole::step || acc.per_rank.empty()) continue;
+    std::vector<double> values(n), ses;
+    for (std::size_t i = 0; i < n; ++i) {
+      values[i] = acc.per_rank[i].per_step_ms;
+      if (std::isfinite(values[i])) ses.push_back(acc.per_rank[i].se);
+    }
+    PhaseAcrossRanks across_phase;
+    across_phase.name = key.name;
+    across_phase.kind = key.kind;
+    RankSample sample(values, rank_ids);
+    across_phase.ranks = static_cast<std::uint32_t>(sample.size());
+    across_phase.per_step_ms = sample.summary();
+    m.phases.push_back(across_phase);
+    // Communication phases are where the victims wait, not where a straggler is.
+    if (key.kind == PhaseKind::communication) continue;
+    const double median_se = median_inplace(ses);
+    phase_tests.push_back(PhaseTest{&key, std::move(sample), median_se, &acc.per_rank});
+  }
+  std::stable_sort(m.phases.begin(), m.phases.end(), [](const PhaseAcrossRanks& a, const PhaseAcrossRanks& b) {
+    return a.per_step_ms.mean > b.per_step_ms.mean;
+  });
+
+  // Per-rank noise of one step point: 1.4826 x MAD of its own busy series
+  // over the points (robust to the stall we are looking for).
+  std::vector<double> point_noise(n, 0.0);
+  {
+    std::vector<double> values;
+    for (std::size_t i = 0; i < n; ++i) {
+      values.clear();
+      for (double v : busy_series[i])
+        if (std::isfinite(v)) values.push_back(v);
+      const double center = median_inplace(values);
+      for (double& v : values) v = std::fabs(v - center);
+      point_noise[i] = kMadToSigma * median_inplace(values);
+    }
+  }
+  std::vector<double> noise_scratch = point_noise;
+  const double median_point_noise = median_inplace(noise_scratch);
+
+  // The per-step pass for rank i: at each aligned point, its time outside
+  // communication against the other ranks' median there. `slow` collects the
+  // materially slower points; `outlier_excess_per_step` sums the excess of
+  // points that are also outliers (z >= 3.5), per step of the run.
+  struct PointPass {
+    int valid_points = 0;
+    std::vector<std::pair<double, std::uint64_t>> slow;  // (excess ms, first step)
+    double outlier_excess_per_step = 0;
+    double max_z = 0;
+  };
+  auto point_pass = [&](std::size_t i) {
+    PointPass pass;
+    double outlier_sum = 0;
+    for (std::size_t k = 0; k < points; ++k) {
+      const RankSample& point = point_busy[k];
+      if (!std::isfinite(busy_series[i][k]) || point.size() < 2 || !point.has(i)) continue;
+      ++pass.valid_points;
+      const double reference = point.median_without(i);
+      const double excess = busy_series[i][k] - reference;
+      if (excess < material_ms) continue;
+      pass.slow.emplace_back(excess, grid.grid[k]);
+      const double spread = point.size() >= 3 ? kMadToSigma * point.mad() : 0.0;
+      const double noise = std::sqrt(point_noise[i] * point_noise[i] + median_point_noise * median_point_noise);
+      const double z = excess / std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
+      if (z >= kStragglerZ) {
+        outlier_sum += excess;
+        pass.max_z = std::max(pass.max_z, z);
+      }
+    }
+    if (pass.valid_points > 0) pass.outlier_excess_per_step = outlier_sum / pass.valid_points;
+    return pass;
+  };
+
+  // The per-step pass for every rank, and how much outlier time the other
+  // ranks have too: on a busy host every rank is preempted now and then, and
+  // that shared heavy tail is not one rank holding the others back.
+  std::vector<PointPass> passes(n);
+  std::vector<double> outlier_per_step(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    passes[i] = point_pass(i);
+    outlier_per_step[i] = passes[i].outlier_excess_per_step;
+  }
+  const RankSample outlier_sample(outlier_per_step, rank_ids);
+
+  std::vector<bool> is_straggler(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    // (a) chronic: the rank's means against the other ranks' medians.
+    Candidate best;
+    bool found = false;
+    Candidate largest;  // the phase with the largest excess, flagged or not
+    bool any_phase = false;
+    for (const PhaseTest& t : phase_tests) {
+      Candidate c;
+      const PhaseValue& v = (*t.values)[i];
+      if (!std::isfinite(v.per_step_ms)) continue;
+      const bool flagged = test(t.sample, i, v.per_step_ms, v.se, t.median_se, c);
+      c.phase = t.key->name;
+      c.kind = t.key->kind;
+      if (t.sample.has(i) && (!any_phase || c.excess > largest.excess)) {
+        largest = c;
+        any_phase = true;
+      }
+      if (flagged && (!found || c.excess > best.excess)) {
+        best = c;
+        found = true;
+      }
+    }
+    // A straggler holds the others back: its whole time outside
+    // communication must stand out, not just one phase (a rank slow in one
+    // phase and fast in another does not make anyone wait). The phase then
+    // says where: the flagged phase with the largest excess, else the phase
+    // with the largest excess.
+    Candidate whole;
+    const bool whole_flagged = test(busy_sample, i, ranks[i].busy, ranks[i].busy_se, busy_median_se, whole);
+    if (whole_flagged && !found) {
+      if (any_phase && largest.excess > 0) {
+        best = largest;
+      } else {
+        best = whole;
+        best.phase = "step";
+        best.whole_step = true;
+      }
+    }
+    found = whole_flagged;
+    // (b) one-off: a few outlier steps whose excess alone costs the run a
+    // material share (a stall inflates the rank's own variance, so the test
+    // on means cannot see it), beyond the outlier time the other ranks have,
+    // and the rank is materially slower on average (not just noisier).
+    PointPass& pass = passes[i];
+    const double outlier_beyond_others =
+        pass.outlier_excess_per_step - (outlier_sample.size() >= 2 ? outlier_sample.median_without(i) : 0.0);
+    if (!found && outlier_beyond_others >= material_ms && whole.excess >= material_ms) {
+      best = any_phase && largest.excess > 0 ? largest : whole;
+      if (!(any_phase && largest.excess > 0)) best.phase = "step";
+      best.z = pass.max_z;  // of its worst step point
+      found = true;
+    }
+    if (!found) continue;
+    is_straggler[i] = true;
+    Straggler s;
+    s.rank = ranks[i].rank;
+    s.phase = best.phase;
+    s.rank_ms = best.rank_ms;
+    s.median_ms = best.median_ms;
+    s.excess_ms = best.excess;
+    s.robust_z = best.z;
+    // Chronic or one-off: in how many aligned points it was materially slower.
+    if (pass.valid_points > 0) {
+      s.slow_step_fraction = static_cast<double>(pass.slow.size()) / pass.valid_points;
+      s.pattern = s.slow_step_fraction >= kChronicFraction ? "chronic" : "one-off";
+      std::sort(pass.slow.begin(), pass.slow.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (std::size_t j = 0; j < pass.slow.size() && j < kMaxSlowSteps; ++j) s.slow_steps.push_back(pass.slow[j].second);
+      std::sort(s.slow_steps.begin(), s.slow_steps.end());
+    } else {
+      s.pattern = "chronic";  // no series: only the means, which say "on average"
+      s.slow_step_fraction = 1.0;
+    }
+    m.stragglers.push_back(std::move(s));
+  }
+  std::stable_sort(m.stragglers.begin(), m.stragglers.end(),
+                   [](const Straggler& a, const Straggler& b) { return a.excess_ms > b.excess_ms; });
+
+  // ---- 7. per-rank rows ----------------------------------------------------
+  m.ranks.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const RankFacts& f = ranks[i];
+    RankSummary r;
+    r.rank = f.rank;
+    r.host = f.report->run.host;
+    r.steps = f.report->steps.count;
+    r.step_ms = f.wall;
+    r.busy_ms = f.busy;
+    r.input_ms = f.input;
+    r.compute_ms = f.compute;
+    r.memory_ms = f.memory;
+    r.communication_ms = f.comm;
+    r.other_ms = f.other;
+    r.unattributed_ms = f.unattributed;
+    r.comm_wait_ms = std::max(0.0, f.comm - m.comm_collective_ms);
+    r.verdict = f.report->bottleneck.category;
+    r.straggler = is_straggler[i];
+    m.ranks.push_back(std::move(r));
+  }
+  m.method =
+      "Stragglers: per rank, the per-step time outside communication against the median of the other ranks in "
+      "units of 1.4826 x MAD across ranks (floored by the standard error of the means and 0.5% of the median); "
+      "flagged when z >= 3.5 and the excess is >= 5% of the median step; the same test per non-communication "
+      "phase names the phase. Or: outlier step points (same test per point) whose excess alone is >= 5% of the "
+      "median step on average. Chronic: materially slower in >= 50% of the aligned step points, else one-off. "
+      "Collective: the smallest communication time across ranks at each step point (the last rank to arrive "
+      "does not wait); waiting: each rank's communication time above it.";
+
+  // ---- 8. job facts ------------------------------------------------------
+  job.run.library_version = ranks.front().report->run.library_version;
+  job.run.time_utc = now_utc();
+  {
+    std::set<std::string> hosts;
+    for (const RankFacts& f : ranks) hosts.insert(f.report->run.host);
+    job.run.host = hosts.size() == 1 ? *hosts.begin() : fmt::format("{} hosts", hosts.size());
+  }
+  job.run.pid = 0;
+  job.run.rank = -1;
+  job.run.world_size = world;
+  job.run.source = "merge";
+  job.run.build = ranks.front().report->run.build;
+  job.run.clock_source = ranks.front().report->run.clock_source;
+  job.run.clock_tsc_ghz = ranks.front().report->run.clock_tsc_ghz;
+  job.run.clock_error_ppm = ranks.front().report->run.clock_error_ppm;
+  job.run.warmup_steps = ranks.front().report->run.warmup_steps;
+  job.run.warmup_source = ranks.front().report->run.warmup_source;
+  {
+    // Settings every rank agrees on; the others are named in a warning.
+    const RunInfo& first = ranks.front().report->run;
+    std::vector<std::string> differing;
+    for (const auto& [key, value] : first.config) {
+      bool same = true;
+      for (const RankFacts& f : ranks) {
+        auto it = f.report->run.config.find(key);
+        if (it == f.report->run.config.end() || it->second != value) {
+          same = false;
+          break;
+        }
+      }
+      if (same) {
+        job.run.config[key] = value;
+        auto type = first.config_types.find(key);
+        if (type != first.config_types.end()) job.run.config_types[key] = type->second;
+      } else {
+        differing.push_back(key);
+      }
+    }
+    if (!differing.empty()) {
+      std::string keys;
+      for (const auto& k : differing) keys += (keys.empty() ? "" : ", ") + k;
+      warnings.push_back("ranks differ in config key(s) " + keys + ": left out of the job's run.config");
+    }
+  }
+
+  DistributionMerger wall, warmup_wall;
+  HistogramMerger wall_histogram;
+  std::uint64_t min_steps = std::numeric_limits<std::uint64_t>::max(), max_warmup = 0;
+  StepBreakdown& b = job.steps.breakdown;
+  for (const RankFacts& f : ranks) {
+    const Report& r = *f.report;
+    wall.add(r.steps.wall_ms);
+    warmup_wall.add(r.steps.warmup_wall_ms);
+    wall_histogram.add(r.steps.histogram);
+    min_steps = std::min(min_steps, r.steps.count);
+    max_warmup = std::max(max_warmup, r.steps.warmup_excluded);
+    b.wall_ms += f.wall;
+    b.input_ms += f.input;
+    b.compute_ms += f.compute;
+    b.memory_ms += f.memory;
+    b.communication_ms += f.comm;
+    b.other_ms += f.other;
+    b.unattributed_ms += f.unattributed;
+    job.dropped_records += r.dropped_records;
+    job.total_records += r.total_records;
+  }
+  const double nd = static_cast<double>(n);
+  for (double* x : {&b.wall_ms, &b.input_ms, &b.compute_ms, &b.memory_ms, &b.communication_ms, &b.other_ms,
+                    &b.unattributed_ms})
+    *x /= nd;
+  // Steps every rank measured (they step together in a synchronous job); the
+  // distributions hold every rank's steps.
+  job.steps.count = min_steps;
+  job.steps.warmup_excluded = max_warmup;
+  job.steps.wall_ms = wall.result();
+  wall_histogram.apply(job.steps.wall_ms);
+  if (wall_histogram.usable()) job.steps.histogram = wall_histogram.histogram.to_data();
+  job.steps.warmup_wall_ms = warmup_wall.result();
+  job.steps.series = std::move(job_series);
+
+  // System signals are per host and do not add up across ranks; keep the
+  // ones that mean the same for the job (extremes), mark the rest unknown.
+  job.system.available = false;
+  job.system.input_on_cpu_fraction = -1;
+  job.system.compute_on_cpu_fraction = -1;
+  job.system.input_disk_wait_fraction = -1;
+  for (const RankFacts& f : ranks) {
+    const SystemSignals& s = f.report->system;
+    job.system.wall_s = std::max(job.system.wall_s, s.wall_s);
+    job.system.rss_peak_mb = std::max(job.system.rss_peak_mb, s.rss_peak_mb);
+  }
+  // Device facts: the mean over ranks that have them.
+  {
+    std::map<std::string, std::pair<double, int>> facts;
+    int enabled = 0;
+    for (const RankFacts& f : ranks) {
+      const DeviceInfo& d = f.report->device;
+      if (d.enabled) ++enabled;
+      for (const auto& [k, v] : d.facts) {
+        facts[k].first += v;
+        ++facts[k].second;
+      }
+      job.device.memory_peak_mb = std::max(job.device.memory_peak_mb, d.memory_peak_mb);
+      job.device.memory_capacity_mb = std::max(job.device.memory_capacity_mb, d.memory_capacity_mb);
+    }
+    for (const auto& [k, sum_count] : facts) job.device.facts[k] = sum_count.first / sum_count.second;
+    job.device.enabled = enabled > 0;
+    job.device.status = ranks.front().report->device.status;
+    job.device.reason = ranks.front().report->device.reason;
+    job.device.name = ranks.front().report->device.name;
+  }
+
+  // ---- 9. verdict: the analyzer on the job facts + straggler evidence ----
+  // The verdict is the analyzer's on the typical rank: the rank with the
+  // median time outside communication (of two, the faster). In a
+  // synchronous job that is what most ranks live through — compute, then
+  // waiting for the slowest rank, then the collective — whereas the mean over
+  // ranks mixes the straggler's compute into everyone's (with few ranks it
+  // would call a job that mostly waits compute-bound).
+  std::size_t typical = 0;
+  {
+    std::vector<std::pair<double, std::size_t>> by_busy(n);
+    for (std::size_t i = 0; i < n; ++i) by_busy[i] = {ranks[i].busy, i};
+    std::sort(by_busy.begin(), by_busy.end());
+    typical = by_busy[(n - 1) / 2].second;
+  }
+  {
+    Report facts = job;  // job-level counts, series and device facts
+    const Report& t = *ranks[typical].report;
+    facts.steps.breakdown = t.steps.breakdown;
+    facts.steps.wall_ms = t.steps.wall_ms;
+    for (PhaseSummary& p : facts.phases) {
+      p.share_of_step = 0;
+      for (const PhaseSummary& q : t.phases)
+        if (q.name == p.name && q.kind == p.kind && q.thread_role == p.thread_role) p.share_of_step = q.share_of_step;
+    }
+    job.bottleneck = classify(facts);
+  }
+  job.findings = find_issues(job);
+  job.what_if = project_what_if(job);
+  Verdict& v = job.bottleneck;
+  const bool straggling = !m.stragglers.empty();
+  {
+    Evidence e;
+    e.signal = "typical_rank";
+    e.value = ranks[typical].rank;
+    e.comparison = "info";
+    e.sentence = fmt::format(
+        "The verdict describes the typical rank, rank {} (median time outside communication, {:.2f} ms/step): "
+        "{:.2f} ms/step in communication of a {:.2f} ms step.",
+        ranks[typical].rank, ranks[typical].busy, ranks[typical].comm, ranks[typical].wall);
+    v.evidence.push_back(std::move(e));
+  }
+  {
+    Evidence e;
+    e.signal = "rank_busy_imbalance";
+    e.value = m.busy_ms.imbalance;
+    e.threshold = kMaterialShare;
+    e.comparison = ">=";
+    e.supports = e.value >= e.threshold;
+    e.sentence = fmt::format(
+        "Time outside communication per step ranges from {:.2f} ms (rank {}) to {:.2f} ms (rank {}); the slowest "
+        "rank is {:.1f}% above the mean.",
+        m.busy_ms.min, m.busy_ms.min_rank, m.busy_ms.max, m.busy_ms.max_rank, 100 * m.busy_ms.imbalance);
+    v.evidence.push_back(std::move(e));
+  }
+  if (m.comm_ms > 0) {
+    Evidence e;
+    e.signal = "comm_wait_fraction";
+    e.value = m.comm_wait_fraction;
+    e.threshold = 0.5;
+    e.comparison = ">=";
+    e.supports = e.value >= e.threshold;
+    e.sentence = fmt::format(
+        "Of {:.2f} ms/step in communication (mean over ranks), about {:.2f} ms is the collective itself and "
+        "{:.2f} ms ({:.0f}%) waiting for slower ranks (compute imbalance predicts {:.2f} ms).",
+        m.comm_ms, m.comm_collective_ms, m.comm_wait_ms, 100 * m.comm_wait_fraction,
+        m.expected_wait_from_imbalance_ms);
+    v.evidence.push_back(std::move(e));
+  }
+  {
+    Evidence e;
+    e.signal = "stragglers";
+    e.value = static_cast<double>(m.stragglers.size());
+    e.threshold = 1;
+    e.comparison = ">=";
+    e.supports = straggling;
+    if (straggling) {
+      const Straggler& s = m.stragglers.front();
+      e.sentence = fmt::format(
+          "Rank {} is a {} straggler in '{}': {:.2f} ms/step against a median of {:.2f} ms over the other ranks "
+          "(+{:.2f} ms, robust z {:.1f}, slower in {:.0f}% of the steps).",
+          s.rank, s.pattern, s.phase, s.rank_ms, s.median_ms, s.excess_ms, s.robust_z, 100 * s.slow_step_fraction);
+    } else {
+      e.sentence = fmt::format("No straggler: the {} ranks' per-phase times are statistically alike.", n);
+    }
+    v.evidence.push_back(std::move(e));
+  }
+  if (straggling) {
+    const Straggler& s = m.stragglers.front();
+    std::string straggler_host;
+    for (const RankSummary& r : m.ranks)
+      if (r.rank == s.rank) straggler_host = r.host;
+    std::string who = fmt::format("rank {} is a {} straggler in '{}' (+{:.2f} ms/step over the median rank)", s.rank,
+                                  s.pattern, s.phase, s.excess_ms);
+    if (m.stragglers.size() > 1) who += fmt::format(", with {} more straggler(s)", m.stragglers.size() - 1);
+    if (v.category == "communication") {
+      v.summary = fmt::format(
+          "The job is {} communication-bound because {}: the other ranks wait {:.2f} ms/step for it in collectives, "
+          "the collective itself costs {:.2f} ms/step.",
+          v.severity, who, m.comm_wait_ms, m.comm_collective_ms);
+    } else {
+      v.summary += fmt::format(" Across ranks, {}; the others wait for it in collectives ({:.2f} ms/step).", who,
+                               m.comm_wait_ms);
+    }
+    v.recommendations.insert(
+        v.recommendations.begin(),
+        fmt::format("Fix rank {} first: every rank waits for it at each collective. Look at what differs on it in "
+                    "'{}' (host {}: data shard or sample sizes, CPU/GPU clocks and thermal throttling, other "
+                    "processes on its cores); {} slowness points at {}.",
+                    s.rank, s.phase, straggler_host.empty() ? "?" : straggler_host, s.pattern,
+                    s.pattern == "chronic" ? "the hardware, placement or an uneven data split"
+                                           : "an event at the listed steps (GC, checkpoint, I/O stall, preemption)"));
+    WhatIf w;
+    w.target = fmt::format("rank {} at the median", s.rank);
+    w.share = median_step > 0 ? s.excess_ms / median_step : 0;
+    w.speedup = 0;
+    w.step_ms_now = b.wall_ms;
+    // In a synchronous job the step is set by the slowest rank: removing its
+    // excess removes at most that much (and at most the waiting it causes).
+    const double saved = std::min(s.excess_ms, std::max(0.0, m.comm_wait_ms + s.excess_ms / nd));
+    w.step_ms_projected = std::max(0.0, b.wall_ms - saved);
+    w.step_change_pct = b.wall_ms > 0 ? 100.0 * (w.step_ms_projected - b.wall_ms) / b.wall_ms : 0;
+    w.note = "synchronous data parallelism: the others stop waiting for it";
+    job.what_if.insert(job.what_if.begin(), std::move(w));
+    Finding f;
+    f.kind = "straggler";
+    f.severity = s.excess_ms >= 0.2 * median_step ? "critical" : "warning";
+    std::vector<int> ids;
+    for (const Straggler& x : m.stragglers) ids.push_back(x.rank);
+    f.message = fmt::format("straggler rank(s) {}: {}", rank_list(ids), who);
+    f.values = {{"rank", s.rank},
+                {"excess_ms", s.excess_ms},
+                {"robust_z", s.robust_z},
+                {"slow_step_fraction", s.slow_step_fraction}};
+    job.findings.insert(job.findings.begin(), std::move(f));
+  } else if (v.category == "communication") {
+    v.summary += fmt::format(
+        " No straggler: the ranks are statistically alike, so the cost is the collective itself ({:.2f} ms/step) "
+        "rather than waiting ({:.2f} ms/step).",
+        m.comm_collective_ms, m.comm_wait_ms);
+  }
+  // Findings every rank reported, once per kind with the ranks named.
+  {
+    std::map<std::string, std::vector<int>> by_kind;
+    for (const RankFacts& f : ranks)
+      for (const Finding& x : f.report->findings) {
+        auto& list = by_kind[x.kind];
+        if (list.empty() || list.back() != f.rank) list.push_back(f.rank);
+      }
+    for (const auto& [kind, ids] : by_kind) {
+      Finding f;
+      f.kind = "ranks_" + kind;
+      f.severity = "info";
+      f.message = fmt::format("{} on {} of {} ranks ({})", kind, ids.size(), n, rank_list(ids));
+      f.values = {{"ranks", static_cast<double>(ids.size())}};
+      job.findings.push_back(std::move(f));
+    }
+    std::map<std::string, std::vector<int>> warned;
+    for (const RankFacts& f : ranks)
+      for (const std::string& w : f.report->warnings) warned[w].push_back(f.rank);
+    for (const auto& [w, ids] : warned) warnings.push_back(fmt::format("rank(s) {}: {}", rank_list(ids), w));
+  }
+  job.warnings = std::move(warnings);
+  job.ranks = std::move(m);
+  return job;
+}
+
+}  // namespace
+
+Report merge_reports(const std::vector<Report>& ranks, std::string& error) {
+  try {
+    return merge_impl(ranks, error);
+  } catch (const std::exception& e) {
+    error = std::string("merge failed: ") + e.what();
+  } catch (...) {
+    error = "merge failed";
+  }
+  return Report{};
+}
+
+std::string format_multi_rank(const Report& merged) {
+  try {
+    if (!merged.ranks) return "";
+    const MultiRank& m = *merged.ranks;
+    std::string out;
+    auto line = [&out](const std::string& s) {
+      out += s;
+      out += '\n';
+    };
+    line(fmt::format("== stepscope job: {} of {} ranks merged ==", m.ranks_merged, m.world_size));
+    line(fmt::format("step ms/step across ranks: min {:.3f} (rank {}), median {:.3f}, max {:.3f} (rank {})",
+                     m.step_ms.min, m.step_ms.min_rank, m.step_ms.median, m.step_ms.max, m.step_ms.max_rank));
+    line(fmt::format("outside communication:     min {:.3f} (rank {}), median {:.3f}, max {:.3f} (rank {}), "
+                     "imbalance {:.1f}%",
+                     m.busy_ms.min, m.busy_ms.min_rank, m.busy_ms.median, m.busy_ms.max, m.busy_ms.max_rank,
+                     100 * m.busy_ms.imbalance));
+    if (m.comm_ms > 0)
+      line(fmt::format("communication: {:.3f} ms/step = collective {:.3f} + waiting for slower ranks {:.3f} ({:.0f}%)",
+                       m.comm_ms, m.comm_collective_ms, m.comm_wait_ms, 100 * m.comm_wait_fraction));
+    if (m.stragglers.empty()) line("stragglers: none (ranks statistically alike)");
+    for (const Straggler& s : m.stragglers)
+      line(fmt::format("straggler: rank {} {} in '{}': {:.3f} vs median {:.3f} ms/step (+{:.3f}, z {:.1f}, slow in "
+                       "{:.0f}% of steps)",
+                       s.rank, s.pattern, s.phase, s.rank_ms, s.median_ms, s.excess_ms, s.robust_z,
+                       100 * s.slow_step_fraction));
+    line(fmt::format("  {:<20} {:>10} {:>10} {:>10} {:>10} {:>10}", "phase (ms/step)", "min", "median", "max", "max rank",
+                     "imbalance"));
+    std::size_t shown = 0;
+    for (const PhaseAcrossRanks& p : m.phases) {
+      if (shown++ >= 12) break;
+      line(fmt::format("  {:<20} {:>10.3f} {:>10.3f} {:>10.3f} {:>10} {:>9.1f}%", p.name.substr(0, 20),
+                       p.per_step_ms.min, p.per_step_ms.median, p.per_step_ms.max, p.per_step_ms.max_rank,
+                       100 * p.per_step_ms.imbalance));
+    }
+    if (!m.ranks.empty() && m.ranks.size() <= 16) {
+      line(fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10}  {}", "rank", "step", "busy", "comm", "waiting", "verdict"));
+      for (const RankSummary& r : m.ranks)
+        line(fmt::format("  {:>5} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}  {}{}", r.rank, r.step_ms, r.busy_ms,
+                         r.communication_ms, r.comm_wait_ms, r.verdict, r.straggler ? "  <- straggler" : ""));
+    }
+    return out;
+  } catch (...) {
+    return "";
+  }
+}
+
+}  // namespace stepscope

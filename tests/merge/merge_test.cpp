@@ -1,0 +1,388 @@
+// merge_reports on synthetic rank reports built like a synchronous
+// data-parallel job: every step, each rank computes (data + forward +
+// backward), then waits in "allreduce" until the slowest rank arrives, then
+// the collective itself runs. Cases: a chronic straggler, a one-off stall,
+// ranks that differ only by noise (no straggler, many seeds), two ranks,
+// imbalance arithmetic, the waiting/collective split, bad input, JSON.
+#include <stepscope/merge.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace stepscope;
+
+namespace {
+
+struct JobSpec {
+  int ranks = 8;
+  int steps = 100;
+  double data_ms = 2, forward_ms = 20, backward_ms = 40;
+  double collective_ms = 5;
+  double noise = 0.02;  // relative standard deviation of each phase per step
+  unsigned seed = 1;
+  // Extra forward time of one rank on every step (chronic straggler).
+  int slow_rank = -1;
+  double slow_extra_ms = 0;
+  // One stall of one rank at one step (one-off).
+  int stall_rank = -1;
+  int stall_step = -1;
+  double stall_ms = 0;
+};
+
+Distribution dist_of(const std::vector<double>& v) {
+  Distribution d;
+  d.count = v.size();
+  if (v.empty()) return d;
+  double sum = 0, sq = 0;
+  for (double x : v) sum += x;
+  d.total = sum;
+  d.mean = sum / v.size();
+  for (double x : v) sq += (x - d.mean) * (x - d.mean);
+  d.stddev = std::sqrt(sq / v.size());
+  std::vector<double> s = v;
+  std::sort(s.begin(), s.end());
+  d.min = s.front();
+  d.max = s.back();
+  auto q = [&](double p) { return s[std::min(s.size() - 1, static_cast<std::size_t>(p * s.size()))]; };
+  d.p50 = q(0.5);
+  d.p90 = q(0.9);
+  d.p99 = q(0.99);
+  return d;
+}
+
+PhaseSummary phase(const std::string& name, PhaseKind kind, const std::vector<double>& per_step, double wall_mean) {
+  PhaseSummary p;
+  p.name = name;
+  p.kind = kind;
+  p.thread_role = ThreadRole::step;
+  p.host_ms = dist_of(per_step);
+  p.self_ms = p.host_ms;
+  p.count = p.host_ms.count;
+  p.share_of_step = wall_mean > 0 ? p.host_ms.mean / wall_mean : 0;
+  p.threads = 1;
+  return p;
+}
+
+std::vector<Report> make_job(const JobSpec& spec) {
+  std::mt19937 rng(spec.seed);
+  std::normal_distribution<double> unit(0.0, 1.0);
+  auto noisy = [&](double ms) { return std::max(0.0, ms * (1.0 + spec.noise * unit(rng))); };
+  const std::size_t R = static_cast<std::size_t>(spec.ranks), S = static_cast<std::size_t>(spec.steps);
+  std::vector<std::vector<double>> data(R, std::vector<double>(S)), fwd = data, bwd = data, busy = data, comm = data;
+  for (std::size_t s = 0; s < S; ++s) {
+    double slowest = 0;
+    for (std::size_t r = 0; r < R; ++r) {
+      data[r][s] = noisy(spec.data_ms);
+      fwd[r][s] = noisy(spec.forward_ms);
+      bwd[r][s] = noisy(spec.backward_ms);
+      if (static_cast<int>(r) == spec.slow_rank) fwd[r][s] += spec.slow_extra_ms;
+      if (static_cast<int>(r) == spec.stall_rank && static_cast<int>(s) == spec.stall_step) fwd[r][s] += spec.stall_ms;
+      busy[r][s] = data[r][s] + fwd[r][s] + bwd[r][s];
+      slowest = std::max(slowest, busy[r][s]);
+    }
+    const double collective = noisy(spec.collective_ms);
+    for (std::size_t r = 0; r < R; ++r) comm[r][s] = (slowest - busy[r][s]) + collective;
+  }
+  std::vector<Report> out;
+  for (std::size_t r = 0; r < R; ++r) {
+    Report rep;
+    rep.run.rank = static_cast<int>(r);
+    rep.run.world_size = spec.ranks;
+    rep.run.host = "node" + std::to_string(r / 4);
+    rep.run.config = {{"batch_size", "32"}};
+    rep.run.config_types = {{"batch_size", "number"}};
+    std::vector<double> wall(S);
+    for (std::size_t s = 0; s < S; ++s) wall[s] = busy[r][s] + comm[r][s];
+    rep.steps.count = S;
+    rep.steps.wall_ms = dist_of(wall);
+    const double w = rep.steps.wall_ms.mean;
+    auto mean = [](const std::vector<double>& v) {
+      double t = 0;
+      for (double x : v) t += x;
+      return t / v.size();
+    };
+    StepBreakdown& b = rep.steps.breakdown;
+    b.wall_ms = w;
+    b.input_ms = mean(data[r]);
+    b.compute_ms = mean(fwd[r]) + mean(bwd[r]);
+    b.communication_ms = mean(comm[r]);
+    b.unattributed_ms = std::max(0.0, w - b.input_ms - b.compute_ms - b.communication_ms);
+    StepSeries& series = rep.steps.series;
+    series.stride = 1;
+    for (std::size_t s = 0; s < S; ++s) {
+      series.first_step.push_back(s + 1);
+      series.wall_ms.push_back(wall[s]);
+      series.input_ms.push_back(data[r][s]);
+      series.compute_ms.push_back(fwd[r][s] + bwd[r][s]);
+      series.memory_ms.push_back(0);
+      series.communication_ms.push_back(comm[r][s]);
+      series.other_ms.push_back(0);
+      series.unattributed_ms.push_back(0);
+    }
+    rep.phases.push_back(phase("data", PhaseKind::input, data[r], w));
+    rep.phases.push_back(phase("forward", PhaseKind::compute, fwd[r], w));
+    rep.phases.push_back(phase("backward", PhaseKind::compute, bwd[r], w));
+    rep.phases.push_back(phase("allreduce", PhaseKind::communication, comm[r], w));
+    rep.bottleneck.category = "compute";
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
+
+Report merge_ok(const std::vector<Report>& ranks) {
+  std::string error;
+  Report job = merge_reports(ranks, error);
+  INFO(error);
+  REQUIRE(error.empty());
+  REQUIRE(job.ranks.has_value());
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("a chronic straggler is named, with its phase, and explains a communication verdict", "[merge]") {
+  JobSpec spec;
+  spec.data_ms = 1;
+  spec.forward_ms = 5;
+  spec.backward_ms = 10;
+  spec.slow_rank = 5;
+  spec.slow_extra_ms = 30;  // the others wait 30 ms of a ~51 ms step
+  const Report job = merge_ok(make_job(spec));
+  const MultiRank& m = *job.ranks;
+  CHECK(job.run.source == "merge");
+  CHECK(job.run.world_size == 8);
+  CHECK(m.ranks_merged == 8);
+  REQUIRE(m.stragglers.size() == 1);
+  const Straggler& s = m.stragglers[0];
+  CHECK(s.rank == 5);
+  CHECK(s.phase == "forward");
+  CHECK(s.pattern == "chronic");
+  CHECK(s.slow_step_fraction > 0.9);
+  CHECK(s.excess_ms == Approx(30).margin(1.5));
+  CHECK(s.robust_z >= 3.5);
+  CHECK(m.ranks[5].straggler);
+  CHECK_FALSE(m.ranks[0].straggler);
+  // The others wait ~30 ms for it; the straggler itself only pays the collective.
+  CHECK(m.ranks[0].comm_wait_ms == Approx(30).margin(2.5));
+  CHECK(m.ranks[5].comm_wait_ms < 2.5);
+  CHECK(job.bottleneck.category == "communication");
+  CHECK(job.bottleneck.summary.find("rank 5") != std::string::npos);
+  CHECK(job.bottleneck.summary.find("chronic straggler in 'forward'") != std::string::npos);
+  REQUIRE(!job.bottleneck.recommendations.empty());
+  CHECK(job.bottleneck.recommendations[0].find("rank 5") != std::string::npos);
+  REQUIRE(!job.findings.empty());
+  CHECK(job.findings[0].kind == "straggler");
+  REQUIRE(!job.what_if.empty());
+  CHECK(job.what_if[0].step_change_pct < -10);
+  // Per-phase across ranks: forward's max is rank 5.
+  const auto fwd = std::find_if(m.phases.begin(), m.phases.end(), [](const PhaseAcrossRanks& p) { return p.name == "forward"; });
+  REQUIRE(fwd != m.phases.end());
+  CHECK(fwd->per_step_ms.max_rank == 5);
+  CHECK(fwd->per_step_ms.median == Approx(5).margin(0.5));
+  CHECK(fwd->per_step_ms.max == Approx(35).margin(1));
+  // Per step across ranks: the busiest rank at each point is rank 5.
+  REQUIRE(m.steps.size() == 100);
+  int rank5_max = 0;
+  for (const auto& p : m.steps) rank5_max += p.busy_ms.max_rank == 5;
+  CHECK(rank5_max >= 95);
+  CHECK(format_multi_rank(job).find("straggler: rank 5 chronic in 'forward'") != std::string::npos);
+}
+
+TEST_CASE("ranks that differ only by noise have no straggler (many seeds, several noise levels)", "[merge]") {
+  for (double noise : {0.01, 0.05, 0.10}) {
+    for (unsigned seed = 1; seed <= 25; ++seed) {
+      JobSpec spec;
+      spec.noise = noise;
+      spec.seed = seed;
+      const Report job = merge_ok(make_job(spec));
+      INFO("noise " << noise << " seed " << seed);
+      CHECK(job.ranks->stragglers.empty());
+      CHECK(job.bottleneck.summary.find("straggler") == std::string::npos);
+      for (const auto& r : job.ranks->ranks) CHECK_FALSE(r.straggler);
+    }
+  }
+}
+
+TEST_CASE("a rank that is systematically a little slower is not a straggler unless it matters", "[merge]") {
+  JobSpec spec;
+  spec.noise = 0.001;
+  spec.slow_rank = 3;
+  spec.slow_extra_ms = 1.0;  // statistically clear (z >> 3.5) but 1.5% of the step: not material
+  const Report job = merge_ok(make_job(spec));
+  CHECK(job.ranks->stragglers.empty());
+}
+
+TEST_CASE("a one-off stall is a one-off straggler at its step", "[merge]") {
+  JobSpec spec;
+  spec.stall_rank = 2;
+  spec.stall_step = 39;  // series first_step 40
+  spec.stall_ms = 2000;  // one 2 s stall in a ~6.7 s run
+  const Report job = merge_ok(make_job(spec));
+  const MultiRank& m = *job.ranks;
+  REQUIRE(m.stragglers.size() == 1);
+  const Straggler& s = m.stragglers[0];
+  CHECK(s.rank == 2);
+  CHECK(s.pattern == "one-off");
+  CHECK(s.slow_step_fraction < 0.05);
+  REQUIRE(!s.slow_steps.empty());
+  CHECK(s.slow_steps[0] == 40);
+  CHECK(job.bottleneck.summary.find("one-off") != std::string::npos);
+}
+
+TEST_CASE("two ranks: the slow one is found from the noise of its means", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 2;
+  spec.slow_rank = 1;
+  spec.slow_extra_ms = 10;
+  const Report job = merge_ok(make_job(spec));
+  REQUIRE(job.ranks->stragglers.size() == 1);
+  CHECK(job.ranks->stragglers[0].rank == 1);
+  CHECK(job.ranks->stragglers[0].phase == "forward");
+
+  JobSpec alike;
+  alike.ranks = 2;
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    alike.seed = seed;
+    INFO("seed " << seed);
+    CHECK(merge_ok(make_job(alike)).ranks->stragglers.empty());
+  }
+}
+
+TEST_CASE("imbalance and the waiting / collective split are exact on noiseless ranks", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 4;
+  spec.noise = 0;
+  spec.slow_rank = 3;
+  spec.slow_extra_ms = 18;  // busy: 62, 62, 62, 80
+  const Report job = merge_ok(make_job(spec));
+  const MultiRank& m = *job.ranks;
+  CHECK(m.busy_ms.min == Approx(62));
+  CHECK(m.busy_ms.max == Approx(80));
+  CHECK(m.busy_ms.max_rank == 3);
+  CHECK(m.busy_ms.median == Approx(62));
+  CHECK(m.busy_ms.mean == Approx(66.5));
+  CHECK(m.busy_ms.imbalance == Approx(80.0 / 66.5 - 1.0));
+  // Every rank's step is 85 ms (80 of the slowest + 5 of collective).
+  CHECK(m.step_ms.min == Approx(85));
+  CHECK(m.step_ms.max == Approx(85));
+  CHECK(m.comm_collective_ms == Approx(5));
+  CHECK(m.comm_ms == Approx((23.0 * 3 + 5) / 4));
+  CHECK(m.comm_wait_ms == Approx(18.0 * 3 / 4));
+  CHECK(m.comm_wait_fraction == Approx((18.0 * 3 / 4) / ((23.0 * 3 + 5) / 4)));
+  CHECK(m.expected_wait_from_imbalance_ms == Approx(80 - 66.5));
+  CHECK(m.ranks[0].comm_wait_ms == Approx(18));
+  CHECK(m.ranks[3].comm_wait_ms == Approx(0).margin(1e-9));
+  REQUIRE(m.stragglers.size() == 1);
+  CHECK(m.stragglers[0].rank == 3);
+  CHECK(m.stragglers[0].excess_ms == Approx(18));
+  // Job facts: means over ranks.
+  CHECK(job.steps.breakdown.wall_ms == Approx(85));
+  CHECK(job.steps.breakdown.communication_ms == Approx((23.0 * 3 + 5) / 4));
+  CHECK(job.steps.count == 100);
+  CHECK(job.steps.wall_ms.count == 400);
+  CHECK(job.run.config.at("batch_size") == "32");
+}
+
+TEST_CASE("no straggler and communication-bound: the collective itself is the cost", "[merge]") {
+  JobSpec spec;
+  spec.collective_ms = 150;  // collectives dominate
+  const Report job = merge_ok(make_job(spec));
+  CHECK(job.ranks->stragglers.empty());
+  CHECK(job.bottleneck.category == "communication");
+  CHECK(job.bottleneck.summary.find("No straggler") != std::string::npos);
+  CHECK(job.ranks->comm_collective_ms == Approx(150).epsilon(0.1));
+  CHECK(job.ranks->comm_wait_fraction < 0.2);
+}
+
+TEST_CASE("missing, duplicate and unranked reports; inputs in any order", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 4;
+  std::vector<Report> ranks = make_job(spec);
+  std::reverse(ranks.begin(), ranks.end());
+  ranks.erase(ranks.begin());  // rank 3 missing
+  ranks.push_back(ranks.back());  // rank 0 twice
+  const Report job = merge_ok(ranks);
+  CHECK(job.ranks->ranks_merged == 3);
+  CHECK(job.ranks->world_size == 4);
+  CHECK(job.ranks->missing_ranks == std::vector<int>{3});
+  REQUIRE(job.ranks->ranks.size() == 3);
+  CHECK(job.ranks->ranks[0].rank == 0);
+  CHECK(job.ranks->ranks[2].rank == 2);
+  bool warned_missing = false, warned_duplicate = false;
+  for (const auto& w : job.warnings) {
+    warned_missing |= w.find("no report") != std::string::npos;
+    warned_duplicate |= w.find("duplicate") != std::string::npos;
+  }
+  CHECK(warned_missing);
+  CHECK(warned_duplicate);
+}
+
+TEST_CASE("bad input: an error and an empty report, never an exception", "[merge]") {
+  std::string error;
+  Report job = merge_reports({}, error);
+  CHECK(!error.empty());
+  CHECK(!job.ranks);
+
+  JobSpec spec;
+  spec.ranks = 2;
+  Report merged = merge_ok(make_job(spec));
+  error.clear();
+  job = merge_reports({merged}, error);
+  CHECK(error.find("already") != std::string::npos);
+
+  std::vector<Report> ranks = make_job(spec);
+  ranks[1].schema_version = 99;
+  error.clear();
+  CHECK_NOTHROW(job = merge_reports(ranks, error));
+  CHECK(error.find("schema_version") != std::string::npos);
+
+  // Garbage numbers do not crash the merge.
+  ranks = make_job(spec);
+  ranks[0].steps.breakdown.wall_ms = std::nan("");
+  ranks[1].steps.series.wall_ms.resize(3);
+  ranks[1].phases[0].histogram.sub_bucket_bits = 3;
+  ranks[1].phases[0].histogram.buckets = {{5, 1}};
+  error.clear();
+  CHECK_NOTHROW(job = merge_reports(ranks, error));
+
+  Report empty;
+  empty.run.rank = 0;
+  error.clear();
+  job = merge_reports({empty}, error);
+  CHECK(error.find("measured steps") != std::string::npos);
+}
+
+TEST_CASE("the ranks section survives JSON; reports without it still load", "[merge][json]") {
+  JobSpec spec;
+  spec.slow_rank = 1;
+  spec.slow_extra_ms = 20;
+  spec.ranks = 4;
+  const Report job = merge_ok(make_job(spec));
+  const std::string text = report_to_json(job);
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(text, back, error));
+  REQUIRE(back.ranks.has_value());
+  CHECK(back.run.source == "merge");
+  CHECK(back.ranks->world_size == 4);
+  REQUIRE(back.ranks->stragglers.size() == 1);
+  CHECK(back.ranks->stragglers[0].rank == 1);
+  CHECK(back.ranks->stragglers[0].pattern == "chronic");
+  CHECK(back.ranks->stragglers[0].excess_ms == Approx(job.ranks->stragglers[0].excess_ms));
+  CHECK(back.ranks->ranks.size() == 4);
+  CHECK(back.ranks->ranks[1].straggler);
+  CHECK(back.ranks->phases.size() == job.ranks->phases.size());
+  CHECK(back.ranks->steps.size() == job.ranks->steps.size());
+  CHECK(back.ranks->comm_wait_ms == Approx(job.ranks->comm_wait_ms));
+  CHECK(report_to_json(back) == text);
+
+  Report single = make_job(spec)[0];
+  REQUIRE(report_from_json(report_to_json(single), back, error));
+  CHECK(!back.ranks.has_value());
+  CHECK(report_to_json(single).find("\"ranks\"") == std::string::npos);
+}
