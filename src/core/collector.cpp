@@ -2,7 +2,12 @@
 
 #include <stepscope/clock.hpp>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <new>
+#include <string>
 #include <utility>
 
 namespace stepscope::detail {
@@ -15,6 +20,11 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> de
   clock_.start();
   start_ns_ = static_cast<std::int64_t>(monotonic_ns());
   if (options_.sample_system) sampler_.start(start_ns_);
+  if (options_.live_interval_s > 0) {
+    live_terminal_ = ::isatty(STDERR_FILENO) == 1;
+    live_active_ = live_terminal_ || options_.live_forced;
+    live_next_ns_ = start_ns_ + static_cast<std::int64_t>(options_.live_interval_s * 1e9);
+  }
   if (options_.start_thread) thread_ = std::thread([this] { run(); });
 }
 
@@ -53,7 +63,14 @@ void Collector::run() {
     wake_.wait_for(lock, options_.interval, [this] { return stop_requested_; });
     if (stop_requested_) break;
     lock.unlock();
-    drain_all();
+    try {
+      drain_all();
+    } catch (...) {
+      // Out of memory while aggregating: skip this tick rather than take the
+      // training process down (std::terminate); records stay in the rings.
+      collector_errors_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (live_active_) maybe_print_live();
     lock.lock();
   }
 }
@@ -110,6 +127,34 @@ void Collector::drain_locked() {
   }
 }
 
+void Collector::maybe_print_live() noexcept {
+  try {
+    const auto now = static_cast<std::int64_t>(monotonic_ns());
+    if (now < live_next_ns_) return;
+    const auto interval_ns = static_cast<std::int64_t>(options_.live_interval_s * 1e9);
+    live_next_ns_ = now + interval_ns;
+    // facts() + classify cost well under a millisecond for a few dozen
+    // phases, once per interval, on this thread: never on the hot path.
+    const Report snapshot = facts();
+    const LiveStatus status = live_.update(snapshot, static_cast<double>(now - start_ns_) * 1e-9);
+    std::size_t width = 0;
+    if (live_terminal_) {
+      winsize size{};
+      // One column less than the terminal: a line that fills it exactly wraps on some terminals.
+      if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 20) width = size.ws_col - 1;
+    }
+    const std::string line = format_live_line(status, width);
+    if (live_terminal_)
+      std::fprintf(stderr, "\r%s\x1b[K", line.c_str());  // rewrite in place, clear the rest of the old line
+    else
+      std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+    live_printed_ = true;
+  } catch (...) {
+    // A progress line is never worth disturbing the run.
+  }
+}
+
 void Collector::stop() noexcept {
   {
     std::lock_guard<std::mutex> lock(wake_mutex_);
@@ -117,6 +162,11 @@ void Collector::stop() noexcept {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (live_printed_ && live_terminal_) {
+    // End the in-place line so what follows (the summary) starts on its own line.
+    std::fputs("\n", stderr);
+    live_printed_ = false;
+  }
   try {
     std::lock_guard<std::mutex> state(state_mutex_);
     if (stopped_) return;
@@ -154,6 +204,9 @@ Report Collector::facts() {
   report.dropped_records = dropped_records();
   report.total_records = aggregator_.records() + report.dropped_records;
   for (auto& note : aggregator_.notes()) report.warnings.push_back(std::move(note));
+  if (const auto errors = collector_errors_.load(std::memory_order_relaxed); errors > 0)
+    report.warnings.push_back("the collector failed to aggregate " + std::to_string(errors) +
+                              " times (out of memory?); statistics may be incomplete");
   report.system = stopped_ ? final_system_ : SystemSignals{};
   if (!stopped_ && options_.sample_system) {
     report.system.available = false;

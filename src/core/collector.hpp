@@ -9,6 +9,7 @@
 #include "core/system_sampler.hpp"
 #include "core/trace_recorder.hpp"
 
+#include <stepscope/live.hpp>
 #include <stepscope/report.hpp>
 #include <stepscope/ring.hpp>
 
@@ -31,6 +32,8 @@ struct CollectorOptions {
   bool start_thread = true;  // false: the owner calls drain_all() itself (tests, benchmarks)
   TraceWindow trace;                    // STEPSCOPE_TRACE
   std::size_t trace_max_events = 200000;
+  double live_interval_s = 0;  // STEPSCOPE_LIVE: seconds between progress lines on stderr (0 = off)
+  bool live_forced = false;    // STEPSCOPE_LIVE_FORCE: print even when stderr is not a terminal
 };
 
 class Collector {
@@ -70,6 +73,8 @@ class Collector {
   };
   void run();
   void drain_locked();  // state_mutex_ held
+  // Collector thread: prints the progress line when its interval has passed.
+  void maybe_print_live() noexcept;
 
   CollectorOptions options_;
   TickConverter clock_;
@@ -93,10 +98,19 @@ class Collector {
   SystemSignals final_system_;
   bool stopped_ = false;
 
+  std::atomic<std::uint64_t> collector_errors_{0};
+
   std::mutex wake_mutex_;
   std::condition_variable wake_;
   bool stop_requested_ = false;
   std::thread thread_;
+
+  // Live progress line (collector thread only, except live_printed_ read after join).
+  bool live_active_ = false;    // interval set and (stderr is a terminal or forced)
+  bool live_terminal_ = false;  // rewrite one line in place with \r
+  bool live_printed_ = false;
+  std::int64_t live_next_ns_ = 0;  // monotonic ns of the next line
+  LiveTracker live_;
 };
 
 }  // namespace stepscope::detail

@@ -157,6 +157,8 @@ bool initialise_runtime() noexcept {
       options.trace = TraceWindow{};
     }
     options.trace_max_events = rt.settings.trace_max_events;
+    options.live_interval_s = rt.settings.live_interval_s;
+    options.live_forced = rt.settings.live_forced;
     std::unique_ptr<DeviceBackend> device = make_device_backend(rt.device_notice);
     if (!rt.device_notice.empty()) std::fprintf(stderr, "stepscope: %s\n", rt.device_notice.c_str());
     rt.collector = std::make_unique<Collector>(options, std::move(device));

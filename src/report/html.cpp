@@ -1,0 +1,855 @@
+// The HTML report: one self-contained page (inline CSS, inline SVG charts, a
+// few lines of inline script), no network access of any kind.
+#include <stepscope/html.hpp>
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace stepscope {
+
+namespace {
+
+// ---- text helpers -----------------------------------------------------------
+
+// For element content and attribute values alike.
+std::string esc(const std::string& text) {
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default:
+        // Control characters other than tab/newline are invalid in HTML text.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
+          out += "&#xFFFD;";
+        else
+          out += c;
+    }
+  }
+  return out;
+}
+
+// Milliseconds with precision that suits their size.
+std::string ms(double v) {
+  if (!std::isfinite(v)) return "–";
+  const double a = std::fabs(v);
+  if (a == 0) return "0";
+  if (a < 0.01) return fmt::format("{:.4f}", v);
+  if (a < 1) return fmt::format("{:.3f}", v);
+  if (a < 100) return fmt::format("{:.2f}", v);
+  return fmt::format("{:.1f}", v);
+}
+
+std::string pct(double fraction) {
+  if (!std::isfinite(fraction)) return "–";
+  return fmt::format("{:.1f}%", fraction * 100);
+}
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "–";
+  return fmt::format("{:.4g}", v);
+}
+
+// SVG coordinates: finite, two decimals.
+std::string xy(double v) {
+  if (!std::isfinite(v)) v = 0;
+  return fmt::format("{:.2f}", v);
+}
+
+// ---- the step breakdown's kinds ---------------------------------------------
+
+struct KindStyle {
+  const char* name;
+  const char* color;
+  const char* meaning;
+};
+
+// Order is the stacking order (bottom to top) in every chart.
+constexpr KindStyle kKinds[] = {
+    {"input", "#f28e2b", "waiting for the input pipeline"},
+    {"compute", "#4e79a7", "forward / backward / optimizer math"},
+    {"memory", "#b07aa1", "copies and memory management"},
+    {"communication", "#59a14f", "collectives and other ranks"},
+    {"other", "#9c9c9c", "phases of kind other"},
+    {"unattributed", "#e15759", "in the step, in no phase (framework, launch, scheduling)"},
+};
+
+const char* category_color(const std::string& category) {
+  if (category == "io") return "#f28e2b";
+  if (category == "compute") return "#4e79a7";
+  if (category == "memory") return "#b07aa1";
+  if (category == "communication") return "#59a14f";
+  if (category == "scheduling") return "#e15759";
+  return "#7a7a7a";
+}
+
+std::vector<double> breakdown_parts(const StepBreakdown& b) {
+  return {b.input_ms, b.compute_ms, b.memory_ms, b.communication_ms, b.other_ms, b.unattributed_ms};
+}
+
+const std::vector<double>& series_of(const StepSeries& s, int kind) {
+  switch (kind) {
+    case 0: return s.input_ms;
+    case 1: return s.compute_ms;
+    case 2: return s.memory_ms;
+    case 3: return s.communication_ms;
+    case 4: return s.other_ms;
+    default: return s.unattributed_ms;
+  }
+}
+
+// A "nice" axis maximum and tick step (1, 2, 5 × 10^k) for [0, max].
+std::pair<double, double> nice_axis(double max_value, int ticks) {
+  if (!(max_value > 0) || !std::isfinite(max_value)) return {1, 0.25};
+  const double raw = max_value / ticks;
+  const double magnitude = std::pow(10, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * magnitude;
+    if (step >= raw) break;
+  }
+  return {std::ceil(max_value / step) * step, step};
+}
+
+// ---- sections ---------------------------------------------------------------
+
+void header(std::string& o, const Report& r) {
+  const RunInfo& run = r.run;
+  std::string who = run.rank >= 0 ? fmt::format("rank {} of {}", run.rank, run.world_size) : "single process";
+  std::string where = fmt::format("host {} · pid {}", run.host.empty() ? "?" : run.host, run.pid);
+  if (r.ranks) {
+    who = fmt::format("{} of {} ranks merged", r.ranks->ranks_merged, r.ranks->world_size);
+    where = run.host;  // the merge names its hosts ("2 hosts"); there is no one pid
+  }
+  o += "<header><h1>stepscope report</h1><p class=\"sub\">";
+  o += esc(fmt::format("{} · {} · {} · {} · stepscope {}", run.source, who, where, run.time_utc.empty() ? "time unknown" : run.time_utc,
+                       run.library_version));
+  o += "</p></header>\n";
+}
+
+void verdict_section(std::string& o, const Report& r) {
+  const Verdict& v = r.bottleneck;
+  const bool unknown = v.category.empty() || v.category == "unknown";
+  o += fmt::format("<section id=\"verdict\" class=\"card verdict\" style=\"border-left-color:{}\">", category_color(v.category));
+  o += "<h2>Verdict</h2><p class=\"big\">";
+  if (unknown)
+    o += "<span class=\"cat\" style=\"color:#7a7a7a\">UNKNOWN</span>";
+  else
+    o += fmt::format("<span class=\"sev\">{}</span> <span class=\"cat\" style=\"color:{}\">{}-bound</span>", esc(v.severity),
+                     category_color(v.category), esc(v.category));
+  o += fmt::format(
+      " <span class=\"conf\" title=\"confidence\">confidence {:.2f}<span class=\"meter\"><span style=\"width:{:.0f}%\"></span></span></span>",
+      v.confidence, std::clamp(v.confidence, 0.0, 1.0) * 100);
+  o += "</p>";
+  if (!v.summary.empty()) o += "<p class=\"summary\">" + esc(v.summary) + "</p>";
+  if (!v.ranking.empty()) {
+    // What each category costs the step, as one stacked bar.
+    o += "<div class=\"ranking\" title=\"what each category costs the step\">";
+    for (const auto& [category, share] : v.ranking) {
+      if (!(share > 0)) continue;
+      o += fmt::format("<span style=\"width:{:.2f}%;background:{}\" title=\"{}: {}\">{}</span>", std::min(share, 1.0) * 100,
+                       category_color(category), esc(category), pct(share), share >= 0.08 ? esc(category) : "");
+    }
+    o += "</div><p class=\"note\">Share of step time by category: ";
+    bool first = true;
+    for (const auto& [category, share] : v.ranking) {
+      o += (first ? "" : ", ") + esc(category) + " " + pct(share);
+      first = false;
+    }
+    o += "</p>";
+  }
+  if (!v.evidence.empty()) {
+    // The signals that carry the verdict first; the ones checked and not
+    // crossed stay one click away (they explain what was ruled out).
+    auto rows = [&](bool supporting) {
+      std::string t;
+      for (const auto& e : v.evidence) {
+        if (e.supports != supporting) continue;
+        t += fmt::format("<tr class=\"{}\"><td>{}</td><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{} {}</td><td>{}</td></tr>",
+                         e.supports ? "yes" : "no", e.supports ? "&#10004;" : "&#183;", esc(e.signal), num(e.value), esc(e.comparison),
+                         num(e.threshold), esc(e.sentence));
+      }
+      return t;
+    };
+    const char* head = "<thead><tr><th></th><th>signal</th><th>value</th><th>threshold</th><th>meaning</th></tr></thead><tbody>";
+    std::size_t supporting = 0;
+    for (const auto& e : v.evidence) supporting += e.supports ? 1 : 0;
+    o += "<h3>Evidence</h3>";
+    if (supporting > 0) o += std::string("<table id=\"evidence\" class=\"evidence sortable\">") + head + rows(true) + "</tbody></table>";
+    if (supporting < v.evidence.size())
+      o += fmt::format("<details><summary>{} other signal{} checked, below their thresholds</summary><table class=\"evidence sortable\">{}{}</tbody></table></details>",
+                       v.evidence.size() - supporting, v.evidence.size() - supporting == 1 ? "" : "s", head, rows(false));
+  }
+  if (!v.recommendations.empty()) {
+    o += "<h3>What to try first</h3><ol class=\"recs\">";
+    for (const auto& rec : v.recommendations) o += "<li>" + esc(rec) + "</li>";
+    o += "</ol>";
+  }
+  o += "</section>\n";
+}
+
+void legend(std::string& o) {
+  o += "<p class=\"legend\">";
+  for (const auto& k : kKinds)
+    o += fmt::format("<span title=\"{}\"><i style=\"background:{}\"></i>{}</span>", esc(k.meaning), k.color, k.name);
+  o += "</p>";
+}
+
+void breakdown_section(std::string& o, const Report& r) {
+  const StepStats& s = r.steps;
+  o += "<section id=\"steps\" class=\"card\"><h2>Step breakdown</h2>";
+  if (s.count == 0) {
+    o += fmt::format("<p class=\"warn\">No measured steps ({} warm-up steps excluded): there is nothing to break down.</p>",
+                     s.warmup_excluded);
+  } else {
+    const auto& w = s.wall_ms;
+    o += fmt::format(
+        "<p><b>{}</b> measured step{}, <b>{}</b> warm-up step{} excluded{}.</p>"
+        "<table class=\"stats\"><tr><th>ms/step</th><th>mean</th><th>stddev</th><th>min</th><th>p50</th><th>p90</th><th>p99</th>"
+        "<th>max</th></tr><tr><td>wall</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr></table>",
+        s.count, s.count == 1 ? "" : "s", s.warmup_excluded, s.warmup_excluded == 1 ? "" : "s",
+        s.warmup_excluded > 0 ? fmt::format(" (warm-up mean {} ms, max {} ms)", ms(s.warmup_wall_ms.mean), ms(s.warmup_wall_ms.max)) : "",
+        ms(w.mean), ms(w.stddev), ms(w.min),
+        ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max));
+    // Mean breakdown as one horizontal stacked bar (SVG, 1000 units wide).
+    const auto parts = breakdown_parts(s.breakdown);
+    double total = 0;
+    for (double p : parts) total += std::max(0.0, p);
+    o += "<svg id=\"breakdown-chart\" class=\"chart\" viewBox=\"0 0 1000 46\" preserveAspectRatio=\"none\" role=\"img\" "
+         "aria-label=\"mean step breakdown\">";
+    double x = 0;
+    for (int k = 0; k < 6; ++k) {
+      const double part = std::max(0.0, parts[static_cast<std::size_t>(k)]);
+      if (total <= 0 || part <= 0) continue;
+      const double width = part / total * 1000;
+      o += fmt::format("<rect x=\"{}\" y=\"0\" width=\"{}\" height=\"46\" fill=\"{}\"><title>{}: {} ms ({})</title></rect>", xy(x),
+                       xy(width), kKinds[k].color, kKinds[k].name, ms(part), pct(part / s.breakdown.wall_ms));
+      x += width;
+    }
+    o += "</svg>";
+    legend(o);
+    o += "<table class=\"kinds\"><thead><tr><th>kind</th><th>ms/step</th><th>share</th><th>meaning</th></tr></thead><tbody>";
+    for (int k = 0; k < 6; ++k) {
+      const double part = parts[static_cast<std::size_t>(k)];
+      o += fmt::format("<tr><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                       kKinds[k].color, kKinds[k].name, ms(part),
+                       s.breakdown.wall_ms > 0 ? pct(part / s.breakdown.wall_ms) : "–", kKinds[k].meaning);
+    }
+    o += "</tbody></table>";
+  }
+  o += "</section>\n";
+}
+
+void series_section(std::string& o, const Report& r) {
+  const StepSeries& s = r.steps.series;
+  const std::size_t n = s.first_step.size();
+  o += "<section id=\"series\" class=\"card\"><h2>Step time over the run</h2>";
+  if (n == 0) {
+    o += "<p class=\"note\">No per-step series in this report.</p></section>\n";
+    return;
+  }
+  auto at = [](const std::vector<double>& v, std::size_t i) { return i < v.size() && std::isfinite(v[i]) ? std::max(0.0, v[i]) : 0.0; };
+  double top = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int k = 0; k < 6; ++k) sum += at(series_of(s, k), i);
+    top = std::max({top, sum, at(s.wall_ms, i)});
+  }
+  const auto [axis_max, tick] = nice_axis(top, 5);
+  // Plot area inside a 1000 x 320 viewBox, margins for the axes.
+  const double left = 64, right = 990, plot_top = 12, bottom = 280;
+  const double plot_w = right - left, plot_h = bottom - plot_top;
+  const double col_w = plot_w / static_cast<double>(n);
+  auto y_of = [&](double v) { return bottom - v / axis_max * plot_h; };
+  o += fmt::format(
+      "<p class=\"note\">Each column is the mean of {} consecutive measured step{} (stride {}), stacked by kind; "
+      "hover a column for its numbers.</p>",
+      s.stride, s.stride == 1 ? "" : "s", s.stride);
+  o += "<div class=\"readout\" id=\"series-readout\">&#160;</div>";
+  o += "<svg id=\"series-chart\" class=\"chart\" viewBox=\"0 0 1000 320\" role=\"img\" aria-label=\"step breakdown over steps\">";
+  for (double t = 0; t <= axis_max * 1.0001; t += tick) {
+    o += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+                     xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+  }
+  o += fmt::format("<text class=\"ax\" x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">ms / step</text>",
+                   xy((plot_top + bottom) / 2), xy((plot_top + bottom) / 2));
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t first = s.first_step[i];
+    const std::uint64_t last = first + s.stride - 1;
+    std::string info = s.stride == 1 ? fmt::format("step {}", first) : fmt::format("steps {}–{}", first, last);
+    info += ": wall " + ms(at(s.wall_ms, i)) + " ms";
+    for (int k = 0; k < 6; ++k) info += fmt::format(", {} {}", kKinds[k].name, ms(at(series_of(s, k), i)));
+    if (i < s.rss_mb.size() && s.rss_mb[i] > 0) info += fmt::format(", RSS {:.0f} MB", s.rss_mb[i]);
+    o += fmt::format("<g class=\"col\" data-info=\"{}\"><title>{}</title>", esc(info), esc(info));
+    double base = 0;
+    // A hair of overlap between dense columns avoids anti-aliasing seams; a
+    // few wide columns are capped at 60 units so one step is not a wall.
+    const double w = std::min(std::max(col_w * (n > 60 ? 1.0 : 0.86), 0.5) + (n > 60 ? 0.3 : 0), 60.0);
+    const double x = left + col_w * static_cast<double>(i) + std::max(0.0, (col_w - w) / 2);
+    for (int k = 0; k < 6; ++k) {
+      const double v = at(series_of(s, k), i);
+      if (v <= 0) continue;
+      o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)), xy(w),
+                       xy(v / axis_max * plot_h), kKinds[k].color);
+      base += v;
+    }
+    // Invisible full-height target so the hover works over empty space too.
+    o += fmt::format("<rect class=\"hit\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/></g>", xy(x), xy(plot_top), xy(col_w), xy(plot_h));
+  }
+  // Wall time as a line: equals the stack when the parts add up.
+  std::string points;
+  for (std::size_t i = 0; i < n && i < s.wall_ms.size(); ++i)
+    points += xy(left + col_w * (static_cast<double>(i) + 0.5)) + "," + xy(y_of(at(s.wall_ms, i))) + " ";
+  o += "<polyline class=\"wall\" points=\"" + points + "\"/>";
+  o += fmt::format("<line class=\"axis\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/>", xy(left), xy(right), xy(bottom), xy(bottom));
+  const std::size_t label_every = std::max<std::size_t>(1, n / 8);
+  for (std::size_t i = 0; i < n; i += label_every)
+    o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                     xy(left + col_w * (static_cast<double>(i) + 0.5)), xy(bottom + 16), s.first_step[i]);
+  o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"312\" text-anchor=\"middle\">step</text>", xy((left + right) / 2));
+  o += "</svg>";
+  legend(o);
+
+  // Resident memory over the run, when sampled: steady growth is a leak.
+  std::vector<double> rss;
+  for (std::size_t i = 0; i < n && i < s.rss_mb.size(); ++i) rss.push_back(s.rss_mb[i]);
+  const bool have_rss = !rss.empty() && *std::min_element(rss.begin(), rss.end()) > 0;
+  if (have_rss && rss.size() >= 2) {
+    const double lo = *std::min_element(rss.begin(), rss.end()), hi = *std::max_element(rss.begin(), rss.end());
+    const double span = std::max(hi - lo, std::max(1.0, hi * 0.01));
+    std::string pts;
+    for (std::size_t i = 0; i < rss.size(); ++i)
+      pts += xy(left + col_w * (static_cast<double>(i) + 0.5)) + "," + xy(70 - (rss[i] - lo) / span * 60) + " ";
+    o += fmt::format(
+        "<h3>Resident memory</h3><svg id=\"rss-chart\" class=\"chart\" viewBox=\"0 0 1000 80\" role=\"img\" aria-label=\"RSS over steps\">"
+        "<text class=\"ax\" x=\"{}\" y=\"14\" text-anchor=\"end\">{:.0f} MB</text><text class=\"ax\" x=\"{}\" y=\"74\" text-anchor=\"end\">{:.0f} MB</text>"
+        "<polyline class=\"rss\" points=\"{}\"/></svg>",
+        xy(left - 6), lo + span, xy(left - 6), lo, pts);
+  }
+  o += "</section>\n";
+}
+
+// Histogram bucket bounds in ns for the log-linear layout of src/core/histogram.hpp.
+std::pair<double, double> bucket_range_ns(std::uint32_t index, int sub_bits) {
+  const std::uint64_t sub_count = 1ull << sub_bits;
+  if (index < sub_count) return {static_cast<double>(index), static_cast<double>(index) + 1};
+  const int shift = static_cast<int>(index >> sub_bits) - 1;
+  const std::uint64_t sub = index & (sub_count - 1);
+  if (shift > 62) return {0, 0};
+  const double low = std::ldexp(static_cast<double>(sub_count + sub), shift);
+  return {low, low + std::ldexp(1.0, shift)};
+}
+
+// A small histogram (log-spaced bins between the distribution's min and max).
+std::string sparkline(const HistogramData& h, double min_ms, double max_ms) {
+  if (h.buckets.empty() || h.sub_bucket_bits <= 0 || h.sub_bucket_bits > 20 || !(max_ms > 0)) return "";
+  constexpr int kBins = 24;
+  const double lo = std::log(std::max(min_ms, 1e-6)), hi = std::log(std::max(max_ms, min_ms * 1.0001 + 1e-6));
+  std::vector<double> bins(kBins, 0);
+  for (const auto& [index, count] : h.buckets) {
+    const auto [low_ns, high_ns] = bucket_range_ns(index, h.sub_bucket_bits);
+    const double mid_ms = (low_ns + high_ns) / 2 / 1e6;
+    int b = hi > lo ? static_cast<int>((std::log(std::max(mid_ms, 1e-6)) - lo) / (hi - lo) * kBins) : 0;
+    b = std::clamp(b, 0, kBins - 1);
+    bins[static_cast<std::size_t>(b)] += static_cast<double>(count);
+  }
+  const double peak = *std::max_element(bins.begin(), bins.end());
+  if (!(peak > 0)) return "";
+  std::string o = "<svg class=\"spark\" viewBox=\"0 0 96 22\" preserveAspectRatio=\"none\">";
+  for (int b = 0; b < kBins; ++b) {
+    const double v = bins[static_cast<std::size_t>(b)];
+    if (v <= 0) continue;
+    // Square-root scale: the tail (a few slow occurrences) stays visible next to the mode.
+    const double height = std::max(1.5, std::sqrt(v / peak) * 21);
+    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"3.4\" height=\"{}\"/>", b * 4, xy(22 - height), xy(height));
+  }
+  return o + "</svg>";
+}
+
+void phases_section(std::string& o, const Report& r) {
+  o += "<section id=\"phases\" class=\"card\"><h2>Phases</h2>";
+  if (r.phases.empty()) {
+    o += "<p class=\"note\">No phases were recorded.</p></section>\n";
+    return;
+  }
+  // One shared log axis for every phase's box plot, so phases compare at a glance.
+  double lo = 1e300, hi = 0;
+  for (const auto& p : r.phases) {
+    if (p.count == 0) continue;
+    lo = std::min(lo, std::max(p.host_ms.min, 1e-4));
+    hi = std::max(hi, p.host_ms.max);
+  }
+  if (!(hi > 0) || lo > hi) {
+    lo = 1e-3;
+    hi = 1;
+  }
+  const double log_lo = std::floor(std::log10(lo)), log_hi = std::max(std::ceil(std::log10(hi)), log_lo + 1);
+  auto x_of = [&](double v) {
+    const double l = std::log10(std::max(v, std::pow(10, log_lo)));
+    return 4 + (l - log_lo) / (log_hi - log_lo) * 202;  // 210-unit wide box plot
+  };
+  o += "<p class=\"note\">Box plots of each phase's duration per occurrence (host clock, inclusive), on a shared log axis: "
+       "whiskers min–p99, box p50–p90, dot max. The small histogram is the full distribution (log-spaced bins, square-root heights). "
+       "Self = exclusive of nested phases. Share = self time as a fraction of step time (step-thread phases); background "
+       "phases show how much of their time overlapped a step instead. Click a column header to sort.</p>";
+  o += "<table id=\"phase-table\" class=\"phases sortable\"><thead><tr><th>phase</th><th>kind</th><th>role</th><th>count</th>"
+       "<th>mean ms</th><th>p50</th><th>p99</th><th>max</th><th>self ms</th><th>share</th><th>device ms</th><th>distribution ";
+  o += fmt::format("<span class=\"ax\">({} ms … {} ms)</span></th><th>histogram</th></tr></thead><tbody>", ms(std::pow(10, log_lo)),
+                   ms(std::pow(10, log_hi)));
+  for (const auto& p : r.phases) {
+    const auto& d = p.host_ms;
+    const std::string share = p.thread_role == ThreadRole::step
+                                  ? pct(p.share_of_step)
+                                  : (p.overlap_with_steps ? "overlap " + pct(*p.overlap_with_steps) : std::string("–"));
+    const double share_sort = p.thread_role == ThreadRole::step ? p.share_of_step : -1;
+    o += fmt::format("<tr><td class=\"name\">{}</td><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td>{}</td>"
+                     "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                     "<td class=\"n\">{}</td><td class=\"n\" data-sort=\"{}\">{}</td><td class=\"n\">{}</td>",
+                     esc(p.name), kKinds[static_cast<int>(p.kind) < 5 ? static_cast<int>(p.kind) : 4].color, to_string(p.kind),
+                     to_string(p.thread_role), p.count, ms(d.mean), ms(d.p50), ms(d.p99), ms(d.max), ms(p.self_ms.mean), num(share_sort),
+                     share, p.device_ms ? ms(p.device_ms->mean) : "–");
+    if (p.count > 0) {
+      const double x_min = x_of(d.min), x_p50 = x_of(d.p50), x_p90 = x_of(d.p90), x_p99 = x_of(d.p99), x_max = x_of(d.max);
+      o += fmt::format(
+          "<td><svg class=\"box\" viewBox=\"0 0 210 22\"><title>min {} · p50 {} · p90 {} · p99 {} · max {} ms</title>"
+          "<line class=\"whisker\" x1=\"{}\" x2=\"{}\" y1=\"11\" y2=\"11\"/><line class=\"whisker\" x1=\"{}\" x2=\"{}\" y1=\"5\" y2=\"17\"/>"
+          "<line class=\"whisker\" x1=\"{}\" x2=\"{}\" y1=\"5\" y2=\"17\"/>"
+          "<rect class=\"iqr\" x=\"{}\" y=\"4\" width=\"{}\" height=\"14\"/><line class=\"median\" x1=\"{}\" x2=\"{}\" y1=\"3\" y2=\"19\"/>"
+          "<circle class=\"max\" cx=\"{}\" cy=\"11\" r=\"2.5\"/></svg></td>",
+          ms(d.min), ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), xy(x_min), xy(x_p99), xy(x_min), xy(x_min), xy(x_p99), xy(x_p99),
+          xy(x_p50), xy(std::max(1.5, x_p90 - x_p50)), xy(x_p50), xy(x_p50), xy(x_max));
+    } else {
+      o += "<td></td>";
+    }
+    o += "<td>" + sparkline(p.histogram, d.min, d.max) + "</td></tr>";
+  }
+  o += "</tbody></table></section>\n";
+}
+
+void what_if_section(std::string& o, const Report& r) {
+  o += "<section id=\"what-if\" class=\"card\"><h2>What if…</h2>";
+  if (r.what_if.empty()) {
+    o += "<p class=\"note\">No projections (no measured steps or no significant phase).</p></section>\n";
+    return;
+  }
+  o += "<p class=\"note\">Amdahl projections from the measured shares: what the whole step would become if one part got "
+       "faster. Change one thing at a time and measure again.</p>";
+  o += "<table id=\"what-if-table\" class=\"sortable\"><thead><tr><th>if</th><th>were</th><th>share</th><th>step now ms</th>"
+       "<th>projected ms</th><th>change</th><th></th><th>note</th></tr></thead><tbody>";
+  for (const auto& x : r.what_if) {
+    const double gain = std::clamp(-x.step_change_pct, 0.0, 100.0);
+    o += fmt::format("<tr><td>{}</td><td class=\"nw\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                     "<td class=\"n\" data-sort=\"{}\">{:+.1f}%</td><td><span class=\"gain\" style=\"width:{:.0f}px\"></span></td><td>{}</td></tr>",
+                     esc(x.target), x.speedup == 0 ? std::string("free") : esc(fmt::format("{:g}× faster", x.speedup)), pct(x.share),
+                     ms(x.step_ms_now), ms(x.step_ms_projected), num(x.step_change_pct), x.step_change_pct, gain * 1.2, esc(x.note));
+  }
+  o += "</tbody></table></section>\n";
+}
+
+void findings_section(std::string& o, const Report& r) {
+  o += "<section id=\"findings\" class=\"card\"><h2>Findings</h2>";
+  if (r.findings.empty()) {
+    o += "<p class=\"note\">No findings.</p>";
+  } else {
+    o += "<ul class=\"findings\">";
+    for (const auto& f : r.findings) {
+      o += fmt::format("<li class=\"{}\"><span class=\"badge\">{}</span> <code>{}</code> {}", esc(f.severity), esc(f.severity),
+                       esc(f.kind), esc(f.message));
+      if (!f.values.empty()) {
+        o += "<span class=\"vals\">";
+        for (const auto& [key, value] : f.values) o += " " + esc(key) + "=" + num(value);
+        o += "</span>";
+      }
+      o += "</li>";
+    }
+    o += "</ul>";
+  }
+  o += "</section>\n";
+}
+
+void warnings_section(std::string& o, const Report& r) {
+  o += "<section id=\"warnings\" class=\"card\"><h2>Warnings and dropped records</h2>";
+  if (r.dropped_records > 0)
+    o += fmt::format("<p class=\"warn\" id=\"dropped\"><b>{} of {} records were dropped</b> (a ring was full): the statistics "
+                     "undercount those phases.</p>",
+                     r.dropped_records, r.total_records);
+  else
+    o += fmt::format("<p id=\"dropped\">No records dropped ({} recorded).</p>", r.total_records);
+  if (r.steps.warmup_excluded > 0)
+    o += fmt::format("<p>{} warm-up step{} left out of the statistics (source: {}).</p>", r.steps.warmup_excluded,
+                     r.steps.warmup_excluded == 1 ? "" : "s", esc(r.run.warmup_source.empty() ? "?" : r.run.warmup_source));
+  if (!r.warnings.empty()) {
+    o += "<ul class=\"warnings\">";
+    for (const auto& w : r.warnings) o += "<li>" + esc(w) + "</li>";
+    o += "</ul>";
+  } else {
+    o += "<p class=\"note\">No warnings.</p>";
+  }
+  o += "</section>\n";
+}
+
+void kv_table(std::string& o, const std::vector<std::pair<std::string, std::string>>& rows, const char* id) {
+  o += fmt::format("<table class=\"kv\" id=\"{}\"><tbody>", id);
+  for (const auto& [k, v] : rows) o += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
+  o += "</tbody></table>";
+}
+
+void run_section(std::string& o, const Report& r) {
+  o += "<section id=\"run\" class=\"card\"><h2>Run</h2><div class=\"cols\"><div><h3>Configuration</h3>";
+  if (r.run.config.empty()) {
+    o += "<p class=\"note\">No set_config() values: comparisons will not know what changed between runs.</p>";
+  } else {
+    std::vector<std::pair<std::string, std::string>> rows(r.run.config.begin(), r.run.config.end());
+    kv_table(o, rows, "config");
+  }
+  o += "<h3>Build and clock</h3>";
+  std::vector<std::pair<std::string, std::string>> build(r.run.build.begin(), r.run.build.end());
+  build.emplace_back("clock", r.run.clock_source.empty() ? "?" : r.run.clock_source);
+  if (r.run.clock_tsc_ghz > 0) build.emplace_back("TSC", fmt::format("{:.3f} GHz (±{:.1f} ppm)", r.run.clock_tsc_ghz, r.run.clock_error_ppm));
+  build.emplace_back("warm-up steps", fmt::format("{} ({})", r.run.warmup_steps, r.run.warmup_source));
+  build.emplace_back("schema version", std::to_string(r.schema_version));
+  kv_table(o, build, "build");
+  o += "</div><div><h3>System</h3>";
+  const SystemSignals& s = r.system;
+  if (!s.available) {
+    o += "<p class=\"note\">No system signals in this report.</p>";
+  } else {
+    std::vector<std::pair<std::string, std::string>> rows = {
+        {"wall", fmt::format("{:.2f} s", s.wall_s)},
+        {"CPU user / system", fmt::format("{:.2f} s / {:.2f} s", s.cpu_user_s, s.cpu_system_s)},
+        {"cores available", std::to_string(s.cores_available)},
+        {"CPU utilisation", pct(s.cpu_utilization)},
+        {"page faults minor / major", fmt::format("{} / {}", s.minor_faults, s.major_faults)},
+        {"context switches vol. / invol.", fmt::format("{} / {}", s.voluntary_switches, s.involuntary_switches)},
+        {"storage read / write", fmt::format("{:.1f} MB / {:.1f} MB", static_cast<double>(s.read_bytes) / 1e6,
+                                             static_cast<double>(s.write_bytes) / 1e6)},
+        {"RSS start / peak / end", fmt::format("{:.0f} / {:.0f} / {:.0f} MB", s.rss_start_mb, s.rss_peak_mb, s.rss_end_mb)},
+        {"input phases on CPU", s.input_on_cpu_fraction < 0 ? "not measured" : pct(s.input_on_cpu_fraction)},
+        {"input phases in disk wait", s.input_disk_wait_fraction < 0 ? "not measured" : pct(s.input_disk_wait_fraction)},
+        {"samples (cost)", fmt::format("{} ({} ms)", s.samples, ms(s.sampling_cost_ms))},
+    };
+    kv_table(o, rows, "system");
+  }
+  o += "<h3>Device</h3>";
+  const DeviceInfo& d = r.device;
+  std::vector<std::pair<std::string, std::string>> dev = {{"status", d.status.empty() ? "?" : d.status}};
+  if (!d.reason.empty()) dev.emplace_back("reason", d.reason);
+  if (!d.name.empty()) dev.emplace_back("name", d.name);
+  if (d.memory_capacity_mb > 0)
+    dev.emplace_back("memory peak / capacity", fmt::format("{:.0f} / {:.0f} MB", d.memory_peak_mb, d.memory_capacity_mb));
+  for (const auto& [k, v] : d.facts) dev.emplace_back(k, num(v));
+  kv_table(o, dev, "device");
+  o += "</div></div></section>\n";
+}
+
+std::string rank_of(int rank) { return rank >= 0 ? fmt::format("rank {}", rank) : std::string("?"); }
+
+std::string across(const AcrossRanks& a) {
+  return fmt::format("min {} ({}) · median {} · max {} ({}) · imbalance {}", ms(a.min), rank_of(a.min_rank), ms(a.median), ms(a.max),
+                     rank_of(a.max_rank), pct(a.imbalance));
+}
+
+// Merged multi-rank jobs: who is slow, by how much, and what the others wait.
+void ranks_section(std::string& o, const Report& r) {
+  if (!r.ranks) return;
+  const MultiRank& m = *r.ranks;
+  o += "<section id=\"ranks\" class=\"card\"><h2>Ranks</h2>";
+  o += fmt::format("<p><b>{}</b> rank reports merged of a job of <b>{}</b>.", m.ranks_merged, m.world_size);
+  const int missing = std::max(0, m.world_size - m.ranks_merged);
+  if (!m.missing_ranks.empty() || missing > 0) {
+    // Runs of consecutive ranks as ranges: "2–65", not 64 numbers.
+    std::string list;
+    for (std::size_t i = 0; i < m.missing_ranks.size();) {
+      std::size_t j = i;
+      while (j + 1 < m.missing_ranks.size() && m.missing_ranks[j + 1] == m.missing_ranks[j] + 1) ++j;
+      list += (list.empty() ? "" : ", ") + (j > i ? fmt::format("{}–{}", m.missing_ranks[i], m.missing_ranks[j])
+                                                 : std::to_string(m.missing_ranks[i]));
+      i = j + 1;
+    }
+    const bool partial = static_cast<int>(m.missing_ranks.size()) < missing;
+    o += fmt::format(" <span class=\"warn\">{} rank{} without a report{}{}{}.</span>", missing, missing == 1 ? "" : "s",
+                     list.empty() ? "" : ": ", list, partial ? ", …" : "");
+  }
+  o += "</p>";
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"step ms", across(m.step_ms)},
+      {"busy ms (outside communication)", across(m.busy_ms)},
+      {"compute ms", across(m.compute_ms)},
+      {"communication ms", across(m.communication_ms)},
+      {"communication split", fmt::format("{} ms/step: collective {} ms, waiting for slower ranks {} ms ({})", ms(m.comm_ms),
+                                          ms(m.comm_collective_ms), ms(m.comm_wait_ms), pct(m.comm_wait_fraction))},
+      {"wait predicted by compute imbalance", ms(m.expected_wait_from_imbalance_ms) + " ms/step"},
+  };
+  kv_table(o, rows, "rank-summary");
+  if (!m.method.empty()) o += "<p class=\"note\">" + esc(m.method) + "</p>";
+
+  if (!m.stragglers.empty()) {
+    o += "<h3>Stragglers</h3><table id=\"straggler-table\" class=\"sortable\"><thead><tr><th>rank</th><th>where</th><th>rank ms</th>"
+         "<th>others' median</th><th>excess ms</th><th>robust z</th><th>pattern</th><th>slow steps</th></tr></thead><tbody>";
+    for (const auto& s : m.stragglers) {
+      std::string steps;
+      for (auto step : s.slow_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(step);
+      o += fmt::format("<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                       "<td class=\"n\">{}</td><td>{} ({} of steps)</td><td>{}</td></tr>",
+                       s.rank, esc(s.phase), ms(s.rank_ms), ms(s.median_ms), ms(s.excess_ms), num(s.robust_z), esc(s.pattern),
+                       pct(s.slow_step_fraction), esc(steps));
+    }
+    o += "</tbody></table>";
+  } else {
+    o += "<p class=\"note\">No straggler: no rank is materially slower than the others.</p>";
+  }
+
+  // Per-rank stacked columns (same kinds and colours as the step chart).
+  if (!m.ranks.empty()) {
+    double top = 0;
+    for (const auto& k : m.ranks) top = std::max(top, k.step_ms);
+    const auto [axis_max, tick] = nice_axis(top, 4);
+    const double left = 64, right = 990, plot_top = 10, bottom = 200;
+    const double col_w = (right - left) / static_cast<double>(m.ranks.size());
+    auto y_of = [&](double v) { return bottom - v / axis_max * (bottom - plot_top); };
+    o += "<h3>Step breakdown per rank</h3><svg id=\"rank-chart\" class=\"chart\" viewBox=\"0 0 1000 230\" role=\"img\" "
+         "aria-label=\"step breakdown per rank\">";
+    for (double t = 0; t <= axis_max * 1.0001; t += tick)
+      o += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+                       xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+    for (std::size_t i = 0; i < m.ranks.size(); ++i) {
+      const RankSummary& k = m.ranks[i];
+      const double parts[] = {k.input_ms, k.compute_ms, k.memory_ms, k.communication_ms, k.other_ms, k.unattributed_ms};
+      const std::string info = fmt::format("rank {}{}: step {} ms, busy {} ms, communication {} ms (waiting {} ms), verdict {}", k.rank,
+                                           k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms), ms(k.communication_ms),
+                                           ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
+      o += "<g class=\"col\"><title>" + esc(info) + "</title>";
+      double base = 0;
+      const double w = std::min(std::max(col_w * 0.86, 0.5), 60.0);
+      const double x = left + col_w * static_cast<double>(i) + (col_w - w) / 2;
+      for (int c = 0; c < 6; ++c) {
+        const double v = std::isfinite(parts[c]) ? std::max(0.0, parts[c]) : 0;
+        if (v <= 0) continue;
+        o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)), xy(w),
+                         xy(v / axis_max * (bottom - plot_top)), kKinds[c].color);
+        base += v;
+      }
+      if (k.straggler)
+        o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"strag\">&#9650;</text>", xy(x + w / 2),
+                         xy(y_of(base) - 3));
+      o += "</g>";
+    }
+    const std::size_t label_every = std::max<std::size_t>(1, m.ranks.size() / 16);
+    for (std::size_t i = 0; i < m.ranks.size(); i += label_every)
+      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", xy(left + col_w * (static_cast<double>(i) + 0.5)),
+                       xy(bottom + 15), m.ranks[i].rank);
+    o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>", xy((left + right) / 2));
+    legend(o);
+
+    o += m.ranks.size() > 32 ? "<details><summary>Per-rank table</summary>" : "";
+    o += "<table id=\"rank-table\" class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>steps</th><th>step ms</th><th>busy ms</th>"
+         "<th>input</th><th>compute</th><th>memory</th><th>comm.</th><th>comm. wait</th><th>unattributed</th><th>verdict</th>"
+         "<th>straggler</th></tr></thead><tbody>";
+    for (const auto& k : m.ranks)
+      o += fmt::format("<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                       "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                       "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+                       k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms), ms(k.input_ms),
+                       ms(k.compute_ms), ms(k.memory_ms), ms(k.communication_ms), ms(k.comm_wait_ms), ms(k.unattributed_ms), esc(k.verdict),
+                       k.straggler ? "yes" : "");
+    o += "</tbody></table>";
+    o += m.ranks.size() > 32 ? "</details>" : "";
+  }
+
+  if (!m.phases.empty()) {
+    o += "<h3>Phases across ranks (self ms per step)</h3><table id=\"rank-phase-table\" class=\"sortable\"><thead><tr><th>phase</th>"
+         "<th>kind</th><th>ranks</th><th>min</th><th>median</th><th>max</th><th>slowest</th><th>imbalance</th></tr></thead><tbody>";
+    for (const auto& p : m.phases)
+      o += fmt::format("<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                       "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
+                       esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median), ms(p.per_step_ms.max),
+                       rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance), pct(p.per_step_ms.imbalance));
+    o += "</tbody></table>";
+  }
+
+  // Aligned steps: the band between the fastest and the slowest rank.
+  if (m.steps.size() >= 2) {
+    double top = 0;
+    for (const auto& s : m.steps) top = std::max(top, s.wall_ms.max);
+    const auto [axis_max, tick] = nice_axis(top, 4);
+    const double left = 64, right = 990, plot_top = 10, bottom = 170;
+    const double dx = (right - left) / static_cast<double>(m.steps.size() - 1);
+    auto y_of = [&](double v) { return bottom - (std::isfinite(v) ? v : 0) / axis_max * (bottom - plot_top); };
+    std::string band_top, band_bottom, median;
+    for (std::size_t i = 0; i < m.steps.size(); ++i) {
+      const double x = left + dx * static_cast<double>(i);
+      band_top += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.max)) + " ";
+      median += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.median)) + " ";
+    }
+    for (std::size_t i = m.steps.size(); i-- > 0;)
+      band_bottom += xy(left + dx * static_cast<double>(i)) + "," + xy(y_of(m.steps[i].wall_ms.min)) + " ";
+    o += fmt::format("<h3>Step time across ranks (min–max band, median line; {} step{} per point)</h3>", m.step_stride,
+                     m.step_stride == 1 ? "" : "s");
+    o += "<svg id=\"rank-steps-chart\" class=\"chart\" viewBox=\"0 0 1000 195\" role=\"img\" aria-label=\"step time across ranks\">";
+    for (double t = 0; t <= axis_max * 1.0001; t += tick)
+      o += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+                       xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+    o += "<polygon class=\"band\" points=\"" + band_top + band_bottom + "\"/><polyline class=\"wall\" points=\"" + median + "\"/>";
+    const std::size_t label_every = std::max<std::size_t>(1, m.steps.size() / 8);
+    for (std::size_t i = 0; i < m.steps.size(); i += label_every)
+      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", xy(left + dx * static_cast<double>(i)),
+                       xy(bottom + 15), m.steps[i].first_step);
+    o += "</svg>";
+  }
+  o += "</section>\n";
+}
+
+// Inline, no external resources. Light and dark follow the viewer's setting.
+constexpr const char* kStyle = R"CSS(
+:root{--bg:#f6f7f9;--card:#fff;--fg:#1d2330;--mut:#5f6b7a;--line:#dfe3e8;--grid:#eceff3}
+@media (prefers-color-scheme:dark){:root{--bg:#15181d;--card:#1e232a;--fg:#e6e9ee;--mut:#9aa5b1;--line:#333a44;--grid:#2a3038}}
+*{box-sizing:border-box}body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+main{max-width:1200px;margin:0 auto;padding:16px 20px 40px}header h1{margin:8px 0 0;font-size:22px}.sub{color:var(--mut);margin:2px 0 14px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 18px;margin:0 0 14px}
+h2{font-size:17px;margin:0 0 8px}h3{font-size:14px;margin:14px 0 6px;color:var(--mut)}
+.verdict{border-left:8px solid}.big{font-size:24px;margin:4px 0}.cat{font-weight:700;text-transform:uppercase}.sev{color:var(--mut)}
+.conf{font-size:14px;color:var(--mut);margin-left:12px;white-space:nowrap}
+.meter{display:inline-block;width:90px;height:8px;background:var(--grid);border-radius:4px;margin-left:6px;vertical-align:middle;overflow:hidden}
+.meter span{display:block;height:100%;background:var(--mut)}
+.summary{font-size:15px;margin:6px 0 10px}.note{color:var(--mut);font-size:13px;margin:6px 0}
+.ranking{display:flex;height:22px;border-radius:4px;overflow:hidden;background:var(--grid)}
+.ranking span{color:#fff;font-size:12px;line-height:22px;padding-left:5px;white-space:nowrap;overflow:hidden}
+table{border-collapse:collapse;width:100%;margin:6px 0}th,td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:middle}
+th{font-weight:600;color:var(--mut);font-size:12px}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.sortable th{cursor:pointer;user-select:none}table.sortable th.sorted::after{content:" \2195"}
+table.stats{width:auto}table.kv{width:auto}table.kv th{padding-right:18px}
+tr.no td{color:var(--mut)}tr.yes td:first-child{color:#2e9d4f;font-weight:700}
+details summary{cursor:pointer;color:var(--mut);font-size:13px;margin:6px 0}
+code{font:12px ui-monospace,Menlo,Consolas,monospace}
+.chart{width:100%;height:auto;display:block}#breakdown-chart{height:46px;border-radius:4px}
+.legend span{margin-right:14px;white-space:nowrap;font-size:12px}.legend i,i.sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:5px;vertical-align:-1px}
+.grid{stroke:var(--grid);stroke-width:1}.axis{stroke:var(--mut);stroke-width:1}.ax{fill:var(--mut);font-size:11px}
+.wall{fill:none;stroke:var(--fg);stroke-width:1.2;stroke-opacity:.55}.rss{fill:none;stroke:#b07aa1;stroke-width:1.6}
+.col .hit{fill:transparent}.col:hover rect:not(.hit){opacity:.75}
+.readout{font:12px ui-monospace,Menlo,Consolas,monospace;color:var(--mut);min-height:18px}
+.box{width:210px;height:22px}.whisker{stroke:var(--mut);stroke-width:1.3}.iqr{fill:#4e79a7;fill-opacity:.35;stroke:#4e79a7}
+.median{stroke:var(--fg);stroke-width:2}.max{fill:#e15759}.spark{width:72px;height:22px;fill:#4e79a7}
+table.phases{font-size:13px}table.phases td,table.phases th{padding:4px 5px}
+td.host{max-width:220px;overflow-wrap:anywhere;font-size:12px}td.nw{white-space:nowrap}
+td.name{font-weight:600;min-width:90px;max-width:240px;overflow-wrap:anywhere}
+.gain{display:inline-block;height:10px;background:#59a14f;border-radius:2px}
+ul.findings{padding-left:0;list-style:none}ul.findings li{padding:5px 0;border-bottom:1px solid var(--line)}
+.badge{display:inline-block;font-size:11px;border-radius:3px;padding:0 6px;color:#fff;background:#7a7a7a;text-transform:uppercase}
+li.warning .badge{background:#e8a33d}li.critical .badge{background:#d64545}li.info .badge{background:#4e79a7}
+.vals{color:var(--mut);font-size:12px}.warn{color:#b3261e}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:24px}@media (max-width:800px){.cols{grid-template-columns:1fr}}
+.band{fill:#4e79a7;fill-opacity:.25}.strag{fill:#d64545;font-size:10px}tr.straggler td{color:#d64545}
+footer{color:var(--mut);font-size:12px;text-align:center}
+)CSS";
+
+// Runs first: any later script error lands in data-errors (the tests read it).
+constexpr const char* kErrorCatcher = R"JS(
+window.onerror=function(msg,src,line,col){var r=document.documentElement;
+r.setAttribute('data-errors',(r.getAttribute('data-errors')||'')+msg+' (line '+line+':'+col+'); ');};
+)JS";
+
+// Hover readout for the step chart and sortable tables; then marks the page rendered.
+constexpr const char* kScript = R"JS(
+(function(){
+var readout=document.getElementById('series-readout');
+var cols=document.querySelectorAll('#series-chart .col');
+for(var i=0;i<cols.length;i++){cols[i].addEventListener('mouseenter',function(){if(readout)readout.textContent=this.getAttribute('data-info');});}
+function key(td){var s=td.getAttribute('data-sort');var t=(s!==null?s:td.textContent).trim();var v=parseFloat(t);
+return /^[-+]?\.?[0-9]/.test(t)&&!isNaN(v)?v:t.toLowerCase();}
+var tables=document.querySelectorAll('table.sortable');
+for(var t=0;t<tables.length;t++){(function(table){var ths=table.querySelectorAll('thead th');
+for(var c=0;c<ths.length;c++){(function(col,th){th.addEventListener('click',function(){
+var body=table.tBodies[0];var rows=Array.prototype.slice.call(body.rows);var desc=th.getAttribute('data-dir')!=='desc';
+rows.sort(function(a,b){var x=key(a.cells[col]),y=key(b.cells[col]);
+var d=typeof x==='number'&&typeof y==='number'?x-y:(String(x)<String(y)?-1:String(x)>String(y)?1:0);return desc?-d:d;});
+for(var r=0;r<rows.length;r++)body.appendChild(rows[r]);
+for(var k=0;k<ths.length;k++){ths[k].classList.remove('sorted');}th.classList.add('sorted');th.setAttribute('data-dir',desc?'desc':'asc');});})(c,ths[c]);}
+})(tables[t]);}
+document.documentElement.setAttribute('data-rendered','ok');
+})();
+)JS";
+
+std::string build_page(const Report& r) {
+  std::string o;
+  o.reserve(64 * 1024 + r.steps.series.first_step.size() * 700);
+  const std::string title =
+      fmt::format("stepscope: {} ({})", r.bottleneck.category.empty() ? "unknown" : r.bottleneck.category, r.run.source);
+  o += "<!DOCTYPE html>\n<html lang=\"en\" data-rendered=\"pending\"><head><meta charset=\"utf-8\">";
+  o += "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">";
+  // No network, even by accident: the page may only use what it carries.
+  o += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+       "script-src 'unsafe-inline'; img-src data:\">";
+  o += "<title>" + esc(title) + "</title><script>" + kErrorCatcher + "</script><style>" + kStyle + "</style></head>\n<body><main>\n";
+  header(o, r);
+  verdict_section(o, r);
+  breakdown_section(o, r);
+  series_section(o, r);
+  phases_section(o, r);
+  what_if_section(o, r);
+  findings_section(o, r);
+  ranks_section(o, r);
+  warnings_section(o, r);
+  run_section(o, r);
+  o += "<footer>Written by stepscope " + esc(r.run.library_version) + " · report schema " + std::to_string(r.schema_version) +
+       "</footer>\n</main><script>";
+  o += kScript;
+  o += "</script></body></html>\n";
+  return o;
+}
+
+}  // namespace
+
+std::string html_report(const Report& report) {
+  try {
+    return build_page(report);
+  } catch (...) {
+    return "<!DOCTYPE html><html><body><p>stepscope: could not build the HTML report (out of memory?)</p></body></html>\n";
+  }
+}
+
+bool write_html_report(const Report& report, const std::string& path, std::string& error) {
+  try {
+    const std::string page = html_report(report);
+    // Beside the target, then rename: a browser never opens half a page.
+    const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (f == nullptr) {
+      error = "cannot write '" + path + "': " + std::strerror(errno);
+      return false;
+    }
+    const bool written = std::fwrite(page.data(), 1, page.size(), f) == page.size();
+    const int write_errno = errno;
+    const bool closed = std::fclose(f) == 0;
+    if (!written || !closed) {
+      error = "cannot write '" + path + "': " + std::strerror(written ? errno : write_errno);
+      std::remove(tmp.c_str());
+      return false;
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      error = "cannot write '" + path + "': " + std::strerror(errno);
+      std::remove(tmp.c_str());
+      return false;
+    }
+    return true;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return false;
+  }
+}
+
+}  // namespace stepscope

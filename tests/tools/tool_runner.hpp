@@ -1,0 +1,95 @@
+// Helpers for the tool tests: temporary directories, running a command with
+// its output captured, reading (gzipped) files.
+#pragma once
+
+#include <stepscope/report.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace stepscope_test {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/stepscope-tools-XXXXXX";
+    const char* made = mkdtemp(tmpl);
+    path = made != nullptr ? made : "/tmp";
+  }
+  ~TempDir() {
+    if (path != "/tmp") std::system(("rm -rf '" + path + "'").c_str());
+  }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+inline bool exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+inline std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void spit(const std::string& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+// Reads a file, gunzipping it when it is gzip.
+inline std::string slurp_maybe_gzip(const std::string& p) {
+  std::string out;
+  gzFile f = gzopen(p.c_str(), "rb");
+  if (f == nullptr) return out;
+  char buf[1 << 16];
+  int n = 0;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  gzclose(f);
+  return out;
+}
+
+struct Result {
+  int status = -1;  // exit code, -1 when killed by a signal
+  std::string out, err;
+};
+
+// Runs a shell command line in `dir`, stdout and stderr captured separately.
+inline Result run(const TempDir& dir, const std::string& command) {
+  static int counter = 0;
+  const std::string id = std::to_string(++counter);
+  const std::string out = dir / ("out." + id), err = dir / ("err." + id);
+  const std::string cmd = "cd '" + dir.path + "' && " + command + " >'" + out + "' 2>'" + err + "'";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+inline std::string tool() { return std::string("'") + STEPSCOPE_TOOL + "'"; }
+inline std::string probe() { return std::string("'") + STEPSCOPE_PROBE + "'"; }
+
+// A live report of tests/core/probe (quiet, in `dir`), written to `name`.
+inline bool make_probe_report(const TempDir& dir, const std::string& name, const std::string& env = "", int steps = 120) {
+  const Result r = run(dir, "env STEPSCOPE_QUIET=1 STEPSCOPE_OUT='" + (dir / name) + "' " + env + " " + probe() + " workload " +
+                                std::to_string(steps));
+  return r.status == 0 && exists(dir / name);
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
+
+inline std::string shared_trace(const std::string& name) { return std::string(STEPSCOPE_SHARED_DIR) + "/traces/" + name; }
+
+}  // namespace stepscope_test

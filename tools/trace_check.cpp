@@ -1,0 +1,164 @@
+#include "trace_check.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace stepscope::tools {
+
+namespace {
+
+bool read_maybe_gzip(const std::string& path, std::string& out, std::string& error) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    error = "cannot open '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  char buf[1 << 16];
+  int n = 0;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  int errnum = 0;
+  const char* message = gzerror(f, &errnum);
+  const bool ok = n == 0 && errnum == Z_OK;
+  if (!ok) error = "cannot read '" + path + "': " + (errnum == Z_BUF_ERROR ? "truncated gzip data" : message);
+  gzclose(f);
+  return ok;
+}
+
+// At most this many problems are listed; the rest are counted.
+constexpr std::size_t kMaxProblems = 20;
+
+}  // namespace
+
+TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
+  using nlohmann::json;
+  TraceCheck check;
+  std::string text;
+  if (!read_maybe_gzip(path, text, check.read_error)) return check;
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const std::exception& e) {
+    check.read_error = std::string("'") + path + "' is not valid JSON: " + e.what();
+    return check;
+  }
+  check.readable = true;
+  std::uint64_t more_problems = 0;
+  auto problem = [&](std::string message) {
+    if (check.problems.size() < kMaxProblems)
+      check.problems.push_back(std::move(message));
+    else
+      ++more_problems;
+  };
+  // Both layouts of the format: {"traceEvents": [...]} and a bare array.
+  const json* events = nullptr;
+  if (doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array())
+    events = &doc["traceEvents"];
+  else if (doc.is_array())
+    events = &doc;
+  if (events == nullptr) {
+    problem("no 'traceEvents' array (and the document is not an array of events)");
+    return check;
+  }
+
+  using Track = std::pair<std::string, std::string>;  // (pid, tid) as JSON text: ids may be numbers or strings
+  std::set<std::string> named_processes;
+  std::set<Track> named_threads, used_threads;
+  std::set<std::string> used_processes;
+  std::map<Track, std::vector<std::pair<double, double>>> intervals;  // per track: (start, end) in us
+  double previous_ts = -1e300, first = 1e300, last = -1e300;
+  std::size_t index = 0;
+  for (const auto& e : *events) {
+    ++check.events;
+    const std::string where = fmt::format("event {}", index++);
+    if (!e.is_object()) {
+      problem(where + ": not an object");
+      continue;
+    }
+    if (!e.contains("ph") || !e["ph"].is_string()) {
+      problem(where + ": no string 'ph'");
+      continue;
+    }
+    const std::string ph = e["ph"].get<std::string>();
+    const std::string pid = e.contains("pid") ? e["pid"].dump() : "";
+    const std::string tid = e.contains("tid") ? e["tid"].dump() : "";
+    if (ph == "M") {
+      ++check.metadata_events;
+      const std::string name = e.value("name", "");
+      const bool has_name = e.contains("args") && e["args"].is_object() && e["args"].contains("name") && e["args"]["name"].is_string();
+      if (name == "process_name") {
+        if (!has_name) problem(where + ": process_name without args.name");
+        named_processes.insert(pid);
+      } else if (name == "thread_name") {
+        if (!has_name) problem(where + ": thread_name without args.name");
+        named_threads.insert({pid, tid});
+      }
+      continue;
+    }
+    if (ph == "i" || ph == "I") ++check.instant_events;
+    if (!e.contains("name") || !e["name"].is_string()) problem(where + ": no string 'name'");
+    if (pid.empty() || tid.empty()) problem(where + ": no 'pid' or 'tid'");
+    if (!e.contains("ts") || !e["ts"].is_number()) {
+      problem(where + ": no numeric 'ts'");
+      continue;
+    }
+    const double ts = e["ts"].get<double>();
+    if (ph != "X") continue;
+    ++check.complete_events;
+    if (!e.contains("dur") || !e["dur"].is_number()) {
+      problem(where + ": complete event without numeric 'dur'");
+      continue;
+    }
+    const double dur = e["dur"].get<double>();
+    if (dur < 0) problem(where + fmt::format(": negative dur {}", dur));
+    if (ts < previous_ts) {
+      if (check.sorted) problem(where + fmt::format(": ts {} before the previous complete event's {} (not sorted)", ts, previous_ts));
+      check.sorted = false;
+    }
+    previous_ts = std::max(previous_ts, ts);
+    first = std::min(first, ts);
+    last = std::max(last, ts + dur);
+    if (e.value("cat", "") == "step") ++check.step_events;
+    used_processes.insert(pid);
+    used_threads.insert({pid, tid});
+    intervals[{pid, tid}].emplace_back(ts, ts + dur);
+  }
+  for (const auto& p : used_processes)
+    if (!named_processes.count(p)) problem("process " + p + " has no process_name metadata");
+  for (const auto& t : used_threads)
+    if (!named_threads.count(t)) problem("thread " + t.second + " of process " + t.first + " has no thread_name metadata");
+  // Slices on one track must nest: viewers draw a partial overlap wrongly.
+  // Tolerance 0.002 us: timestamps are rounded to the nanosecond on output.
+  constexpr double kTolerance_us = 0.002;
+  for (auto& [track, list] : intervals) {
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;  // parents before children
+    });
+    std::vector<double> open_ends;
+    for (const auto& [start, end] : list) {
+      while (!open_ends.empty() && open_ends.back() <= start + kTolerance_us) open_ends.pop_back();
+      if (!open_ends.empty() && end > open_ends.back() + kTolerance_us) {
+        problem(fmt::format("thread {} of process {}: slice [{}, {}] us overlaps its parent ending at {} us without nesting", track.second,
+                            track.first, start, end, open_ends.back()));
+        break;
+      }
+      open_ends.push_back(end);
+    }
+  }
+  check.processes = used_processes.size();
+  check.threads = used_threads.size();
+  check.span_ms = check.complete_events > 0 ? (last - first) / 1000.0 : 0;
+  if (check.complete_events == 0) problem("no complete ('X') events");
+  if (require_steps && check.step_events == 0) problem("no step marked (no complete event with cat \"step\")");
+  if (more_problems > 0) check.problems.push_back(fmt::format("... and {} more problems", more_problems));
+  return check;
+}
+
+}  // namespace stepscope::tools
