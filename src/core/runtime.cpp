@@ -176,7 +176,10 @@ bool initialise_runtime() noexcept {
 
 ThreadRing* register_thread(ThreadState& state) noexcept {
   Runtime& rt = runtime();
-  if (state.exited || !rt.collector || g_mode.load(std::memory_order_acquire) != kModeEnabled) {
+  // The acquire load pairs with initialise_runtime's release store: only
+  // after it may rt.collector be read (the hot path's relaxed load does not
+  // order it).
+  if (g_mode.load(std::memory_order_acquire) != kModeEnabled || state.exited || !rt.collector) {
     rt.lost_records.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
