@@ -1,0 +1,372 @@
+// End-to-end verdicts: each scenario of examples/scenarios (and the MLP demo)
+// runs as its own process with a known bottleneck; the test loads the report
+// it wrote and checks the analyzer named that bottleneck, with evidence and
+// advice, and that the what-if projection matches a measured change.
+//
+// The machine these run on is shared. A step thread that waits for a CPU
+// (runqueue wait, measured by the kernel and stored in the report) is a real
+// scheduling bottleneck, so a CPU-bound scenario run on a saturated machine
+// is — correctly — not the scenario it was built to be. Such a run is
+// repeated (up to 3 attempts); if every attempt was starved the case exits
+// with code 77, which ctest reports as "skipped", never as passed.
+#include <stepscope/analysis.hpp>
+#include <stepscope/report.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace stepscope;
+
+namespace {
+
+// Exit code ctest maps to "skipped" (SKIP_RETURN_CODE in CMakeLists.txt).
+constexpr int kSkipExitCode = 77;
+// A step thread runnable-but-waiting for a CPU at least this fraction of the
+// run was starved by other load: the run is not the scenario it was built to be.
+constexpr double kStarvedRunqueueFraction = 0.25;
+constexpr int kAttempts = 3;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/stepscope-scenarios-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { remove(); }
+  void remove() const {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The shell command that runs `program args` with its report going to
+// `dir/name.json` and its output to `dir/name.out` / `dir/name.err`.
+std::string command_for(const std::string& dir, const std::string& name, const std::string& program,
+                        const std::string& args) {
+  return "env STEPSCOPE_QUIET=1 TMPDIR='" + dir + "' STEPSCOPE_OUT='" + dir + "/" + name + ".json' '" + program +
+         "' " + args + " >'" + dir + "/" + name + ".out' 2>'" + dir + "/" + name + ".err'";
+}
+
+int run_shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Report load(const std::string& path) {
+  Report r;
+  std::string error;
+  INFO("report " << path << ": " << error);
+  REQUIRE(load_report(path, r, error));
+  return r;
+}
+
+double runqueue_fraction(const Report& r) {
+  return r.system.wall_s > 0 ? r.system.runqueue_wait_s / r.system.wall_s : 0.0;
+}
+
+bool starved(const Report& r) { return runqueue_fraction(r) >= kStarvedRunqueueFraction; }
+
+[[noreturn]] void skip_starved(const TempDir& dir, const std::string& what, const Report& last) {
+  std::fprintf(stderr,
+               "SKIPPED %s: in all %d attempts the step thread waited for a CPU >= %.0f%% of the run "
+               "(last: %.0f%%); the machine is too busy for this scenario to be what it was built to be.\n",
+               what.c_str(), kAttempts, 100 * kStarvedRunqueueFraction, 100 * runqueue_fraction(last));
+  dir.remove();
+  std::exit(kSkipExitCode);
+}
+
+std::string describe(const Report& r) {
+  std::ostringstream out;
+  out << "verdict " << r.bottleneck.category << " (" << r.bottleneck.severity << ", confidence "
+      << r.bottleneck.confidence << "): " << r.bottleneck.summary << "\n";
+  out << "step " << r.steps.wall_ms.mean << " ms over " << r.steps.count << " steps; runqueue "
+      << 100 * runqueue_fraction(r) << "%\n";
+  for (const auto& [category, cost] : r.bottleneck.ranking) out << "  cost " << category << " " << cost << "\n";
+  for (const auto& e : r.bottleneck.evidence)
+    out << "  " << (e.supports ? "+" : " ") << " " << e.signal << " = " << e.value << " (" << e.comparison << " "
+        << e.threshold << ")\n";
+  return out.str();
+}
+
+// Runs `program args` until `expected` holds or a run was not starved of CPU
+// (then its report is returned as is, to be checked); skips when every
+// attempt was starved.
+Report run_expecting(const TempDir& dir, const std::string& name, const std::string& program,
+                     const std::string& args, const std::function<bool(const Report&)>& expected) {
+  Report r;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    const std::string tag = name + "-" + std::to_string(attempt);
+    const int status = run_shell(command_for(dir.path, tag, program, args));
+    INFO("stderr: " << slurp(dir.path + "/" + tag + ".err"));
+    REQUIRE(status == 0);
+    r = load(dir.path + "/" + tag + ".json");
+    if (expected(r) || !starved(r)) return r;
+    WARN(name << " attempt " << attempt << " starved of CPU: " << describe(r));
+    ::sleep(2);
+  }
+  skip_starved(dir, name, r);
+}
+
+Report run_scenario(const TempDir& dir, const std::string& scenario, int steps,
+                    const std::function<bool(const Report&)>& expected) {
+  return run_expecting(dir, scenario, STEPSCOPE_SCENARIOS,
+                       "--scenario " + scenario + " --steps " + std::to_string(steps), expected);
+}
+
+std::function<bool(const Report&)> category_is(const std::string& category) {
+  return [category](const Report& r) { return r.bottleneck.category == category; };
+}
+
+const Evidence* evidence(const Report& r, const std::string& signal) {
+  for (const auto& e : r.bottleneck.evidence)
+    if (e.signal == signal) return &e;
+  return nullptr;
+}
+
+// The verdict is backed: its own share signal crossed its threshold, and
+// there is advice.
+void check_backed(const Report& r, const std::string& signal) {
+  INFO(describe(r));
+  const Evidence* e = evidence(r, signal);
+  REQUIRE(e != nullptr);
+  CHECK(e->supports);
+  CHECK(std::count_if(r.bottleneck.evidence.begin(), r.bottleneck.evidence.end(),
+                      [](const Evidence& x) { return x.supports; }) >= 1);
+  CHECK(!r.bottleneck.recommendations.empty());
+  CHECK(r.bottleneck.confidence > 0);
+  CHECK(!r.bottleneck.summary.empty());
+  CHECK(r.dropped_records == 0);
+}
+
+const PhaseSummary* phase(const Report& r, const std::string& name, ThreadRole role) {
+  for (const auto& p : r.phases)
+    if (p.name == name && p.thread_role == role) return &p;
+  return nullptr;
+}
+
+const WhatIf* what_if(const Report& r, const std::string& target, double speedup) {
+  for (const auto& w : r.what_if)
+    if (w.target == target && w.speedup == speedup) return &w;
+  return nullptr;
+}
+
+// Standard error of a distribution's mean, in ms.
+double standard_error(const Distribution& d) {
+  return d.count > 1 ? d.stddev / std::sqrt(static_cast<double>(d.count)) : 0.0;
+}
+
+}  // namespace
+
+TEST_CASE("io: a loader reading cold files through a slow volume starves the step", "[scenarios][io]") {
+  TempDir dir;
+  const Report r = run_scenario(dir, "io", 150, category_is("io"));
+  INFO(describe(r));
+  REQUIRE(r.bottleneck.category == "io");
+  check_backed(r, "input_share");
+  // The loader's read and decode run on a background thread: shown, not counted as waiting.
+  const PhaseSummary* read = phase(r, "read", ThreadRole::background);
+  REQUIRE(read != nullptr);
+  CHECK(read->share_of_step == 0);
+  // The step waits (off CPU) rather than works in its input phase.
+  if (r.system.input_on_cpu_fraction >= 0) CHECK(r.system.input_on_cpu_fraction < 0.5);
+  CHECK(r.steps.breakdown.input_ms > 2 * r.steps.breakdown.compute_ms);
+}
+
+TEST_CASE("compute: matrix math dominates the step", "[scenarios][compute]") {
+  TempDir dir;
+  const Report r = run_scenario(dir, "compute", 150, category_is("compute"));
+  INFO(describe(r));
+  REQUIRE(r.bottleneck.category == "compute");
+  check_backed(r, "compute_share");
+  if (r.system.compute_on_cpu_fraction >= 0) CHECK(r.system.compute_on_cpu_fraction >= 0.5);
+}
+
+TEST_CASE("memory: fresh pages and large copies every step", "[scenarios][memory]") {
+  TempDir dir;
+  const Report r = run_scenario(dir, "memory", 150, category_is("memory"));
+  INFO(describe(r));
+  REQUIRE(r.bottleneck.category == "memory");
+  check_backed(r, "memory_share");
+  // 8 MiB of fresh 4 KiB pages per step: the page-fault storm is in the evidence.
+  const Evidence* faults = evidence(r, "minor_faults_per_step");
+  REQUIRE(faults != nullptr);
+  CHECK(faults->supports);
+  CHECK(faults->value >= 1500);
+}
+
+TEST_CASE("communication: the step waits for a straggling peer in all-reduce", "[scenarios][communication]") {
+  TempDir dir;
+  const Report r = run_scenario(dir, "communication", 150, category_is("communication"));
+  INFO(describe(r));
+  REQUIRE(r.bottleneck.category == "communication");
+  check_backed(r, "communication_share");
+  const PhaseSummary* allreduce = phase(r, "allreduce", ThreadRole::step);
+  REQUIRE(allreduce != nullptr);
+  CHECK(allreduce->kind == PhaseKind::communication);
+}
+
+TEST_CASE("scheduling: an oversubscribed spinning pool cannot keep the step fed", "[scenarios][scheduling]") {
+  TempDir dir;
+  const Report r = run_scenario(dir, "scheduling", 100, category_is("scheduling"));
+  INFO(describe(r));
+  REQUIRE(r.bottleneck.category == "scheduling");
+  check_backed(r, "unattributed_share");
+  // The time outside phases is explained by a scheduling signal from the OS.
+  const Evidence* invol = evidence(r, "involuntary_switches_per_second");
+  const Evidence* runqueue = evidence(r, "runqueue_wait_fraction");
+  REQUIRE(invol != nullptr);
+  REQUIRE(runqueue != nullptr);
+  CHECK((invol->supports || runqueue->supports));
+}
+
+TEST_CASE("pipeline: preprocessing on a background thread beats the serial loop and is not io-bound",
+          "[scenarios][pipeline]") {
+  TempDir dir;
+  const Report a = run_scenario(dir, "pipeline-a", 150, category_is("io"));
+  const Report b = run_scenario(dir, "pipeline-b", 150, [](const Report& r) { return r.bottleneck.category != "io"; });
+  INFO("A: " << describe(a) << "B: " << describe(b));
+  REQUIRE(a.bottleneck.category == "io");
+  check_backed(a, "input_share");
+  CHECK(b.bottleneck.category != "io");
+  CHECK(b.bottleneck.category != "unknown");
+  // A's step thread works in its input phase (parsing); B's only pops a batch.
+  const PhaseSummary* a_data = phase(a, "data", ThreadRole::step);
+  const PhaseSummary* b_data = phase(b, "data", ThreadRole::step);
+  REQUIRE(a_data != nullptr);
+  REQUIRE(b_data != nullptr);
+  CHECK(b_data->share_of_step < a_data->share_of_step);
+  // B is faster, by more than the noise of the two means.
+  const Comparison c = compare_reports(a, b);
+  INFO(format_comparison(c));
+  CHECK(b.steps.wall_ms.mean < a.steps.wall_ms.mean);
+  CHECK(c.step.significant);
+  CHECK(c.step.delta_ms < 0);
+}
+
+TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2.5%, as projected",
+          "[scenarios][trap]") {
+  TempDir dir;
+  // Both variants run at the same time, so they share whatever else the
+  // machine is doing; each keeps working (unrecorded) for a while after its
+  // measured steps so the other never runs alone.
+  const int steps = 300, linger = 60;
+  const std::string args = " --steps " + std::to_string(steps) + " --linger " + std::to_string(linger);
+  for (int attempt = 1;; ++attempt) {
+    const std::string base_tag = "trap-base-" + std::to_string(attempt), fast_tag = "trap-fast-" + std::to_string(attempt);
+    const int status = run_shell("( " + command_for(dir.path, base_tag, STEPSCOPE_SCENARIOS, "--scenario trap-base" + args) +
+                                 " ) & ( " + command_for(dir.path, fast_tag, STEPSCOPE_SCENARIOS, "--scenario trap-fast" + args) +
+                                 " ); s=$?; wait $! && exit $s");
+    REQUIRE(status == 0);
+    const Report base = load(dir.path + "/" + base_tag + ".json");
+    const Report fast = load(dir.path + "/" + fast_tag + ".json");
+
+    const PhaseSummary* metrics = phase(base, "metrics", ThreadRole::step);
+    const PhaseSummary* metrics_fast = phase(fast, "metrics", ThreadRole::step);
+    REQUIRE(metrics != nullptr);
+    REQUIRE(metrics_fast != nullptr);
+    const WhatIf* projected = what_if(base, "metrics", 2.0);
+    REQUIRE(projected != nullptr);
+
+    const double base_ms = base.steps.wall_ms.mean, fast_ms = fast.steps.wall_ms.mean;
+    const double measured_pct = 100.0 * (fast_ms - base_ms) / base_ms;
+    const double noise_pct =
+        100.0 * std::hypot(standard_error(base.steps.wall_ms), standard_error(fast.steps.wall_ms)) / base_ms;
+    const double tolerance_pct = std::max(1.5, 3.0 * noise_pct);
+    const double phase_speedup = metrics->host_ms.mean / metrics_fast->host_ms.mean;
+    const bool confirmed = std::abs(measured_pct - projected->step_change_pct) <= tolerance_pct;
+    INFO("base: " << describe(base) << "fast: " << describe(fast));
+    INFO("metrics share " << 100 * metrics->share_of_step << "%, phase " << metrics->host_ms.mean << " -> "
+                          << metrics_fast->host_ms.mean << " ms (" << phase_speedup << "x); step " << base_ms
+                          << " -> " << fast_ms << " ms: measured " << measured_pct << "%, projected "
+                          << projected->step_change_pct << "%, tolerance " << tolerance_pct << " pp (noise "
+                          << noise_pct << " pp)");
+    if (!confirmed && (starved(base) || starved(fast))) {
+      if (attempt < kAttempts) {
+        WARN("trap attempt " << attempt << " starved of CPU; again");
+        ::sleep(2);
+        continue;
+      }
+      skip_starved(dir, "trap", starved(base) ? base : fast);
+    }
+    // The setup is what it claims: a phase of about 5% of the step, really
+    // made about twice as fast.
+    CHECK(metrics->share_of_step >= 0.025);
+    CHECK(metrics->share_of_step <= 0.10);
+    CHECK(phase_speedup >= 1.6);
+    CHECK(phase_speedup <= 2.5);
+    // Amdahl's projection: 2x on ~5% is ~2.5%, not 50%.
+    CHECK(projected->step_change_pct == Approx(-50.0 * metrics->share_of_step).margin(0.01));
+    CHECK(projected->step_change_pct > -6.0);
+    // ... and the measured run confirms it within the noise of the two means.
+    CHECK(confirmed);
+    break;
+  }
+}
+
+TEST_CASE("mlp demo: the loss falls and a fast loader is not the bottleneck", "[scenarios][demo]") {
+  TempDir dir;
+  const std::string out = dir.path + "/run";
+  const Report r = run_expecting(dir, "demo", STEPSCOPE_MLP_DEMO, "--steps 200 --out '" + out + "'",
+                                 [](const Report& x) { return x.bottleneck.category == "compute"; });
+  INFO(describe(r));
+  CHECK(r.bottleneck.category != "io");
+  CHECK(r.bottleneck.category == "compute");
+  CHECK(r.run.config.at("batch_size") == "64");
+  CHECK(r.run.config.at("slow_loader") == "false");
+  const PhaseSummary* decode = phase(r, "decode", ThreadRole::background);
+  REQUIRE(decode != nullptr);
+
+  // loss.csv: step,loss,accuracy — the mean loss of the last 20 steps is well
+  // below that of the first 20.
+  std::ifstream csv(out + "/loss.csv");
+  REQUIRE(csv.good());
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "step,loss,accuracy");
+  std::vector<double> losses;
+  while (std::getline(csv, line)) {
+    const auto first = line.find(','), second = line.find(',', first + 1);
+    REQUIRE(first != std::string::npos);
+    losses.push_back(std::stod(line.substr(first + 1, second - first - 1)));
+  }
+  REQUIRE(losses.size() == 200);
+  double head = 0, tail = 0;
+  for (int i = 0; i < 20; ++i) {
+    head += losses[static_cast<std::size_t>(i)] / 20;
+    tail += losses[losses.size() - 1 - static_cast<std::size_t>(i)] / 20;
+  }
+  INFO("loss " << head << " -> " << tail);
+  CHECK(std::isfinite(tail));
+  CHECK(tail < 0.6 * head);
+}
+
+TEST_CASE("mlp demo: --slow-loader makes the step wait on input", "[scenarios][demo-slow]") {
+  TempDir dir;
+  const Report r = run_expecting(dir, "demo-slow", STEPSCOPE_MLP_DEMO, "--steps 150 --slow-loader", category_is("io"));
+  INFO(describe(r));
+  REQUIRE(r.bottleneck.category == "io");
+  check_backed(r, "input_share");
+  CHECK(r.run.config.at("slow_loader") == "true");
+  // The recommendation is about a starved loader (the step waits, off CPU).
+  if (r.system.input_on_cpu_fraction >= 0) CHECK(r.system.input_on_cpu_fraction < 0.5);
+}
