@@ -12,9 +12,10 @@
 //    z >= 3.5 (Iglewicz-Hoaglin modified z-score cut-off) AND the excess is
 //    >= 5% of the median step. The same test on each non-communication phase
 //    says where. A stall inflates the rank's own noise, so a second pass over
-//    the aligned per-step series flags ranks whose outlier steps alone cost
-//    >= 5% of the step on average; the series also tells chronic (slow in
-//    most points) from one-off.
+//    the aligned per-step series flags ranks slow in a few (< 25%) steps
+//    whose outlier steps alone cost >= 5% of the step on average; the series
+//    also tells chronic (slow in most points) from one-off. Below 8 ranks
+//    the spread is the MAD of the other ranks (leave one out).
 //  - communication: the last rank to reach a collective waits for nobody, so
 //    the smallest communication time at each step point is the collective
 //    itself; each rank's excess over it is waiting for slower ranks.
@@ -55,6 +56,11 @@ constexpr double kChronicFraction = 0.5;
 // Relative floor of the spread, so identical synthetic ranks (MAD = 0, no
 // recorded variance) do not turn a rounding difference into a huge z.
 constexpr double kRelativeSpreadFloor = 0.005;
+// Below this many ranks the spread is the other ranks' MAD (leave one out).
+constexpr std::size_t kLeaveOneOutBelow = 8;
+// One-off: outlier steps in fewer than this fraction of the step points (a
+// rank slower in more of them is judged by its means).
+constexpr double kOneOffMaxFraction = 0.25;
 // Aligned step points kept per merge: bounds memory at ranks x this.
 constexpr std::size_t kMaxStepPoints = 256;
 constexpr std::size_t kMaxSlowSteps = 8;
@@ -114,6 +120,18 @@ class RankSample {
   bool has(std::size_t i) const { return position_[i] != kAbsent; }
   // Median of every value but entry i's.
   double median_without(std::size_t i) const { return median_of_sorted(0, position_[i]); }
+  // The spread to measure entry i against: with many ranks the MAD of all
+  // (one rank barely moves it); with few, the MAD of the *other* ranks, or
+  // the candidate's own deviation would dominate it. O(n), n small.
+  double mad_for(std::size_t i) const {
+    if (sorted_.size() >= kLeaveOneOutBelow || !has(i)) return mad_;
+    const double center = median_without(i);
+    std::vector<double> deviations;
+    deviations.reserve(sorted_.size());
+    for (std::size_t k = 0; k < sorted_.size(); ++k)
+      if (k != position_[i]) deviations.push_back(std::fabs(sorted_[k] - center));
+    return median_inplace(deviations);
+  }
 
  private:
   static constexpr std::size_t kAbsent = std::numeric_limits<std::size_t>::max();
@@ -230,16 +248,24 @@ struct HistogramMerger {
   detail::Histogram histogram;
   bool valid = true;
   bool any = false;
+  // Largest bucket index of the layout (values up to 2^64 ns).
+  static constexpr std::uint32_t kMaxBuckets = (64 - detail::Histogram::kSubBits + 1) << detail::Histogram::kSubBits;
   void add(const HistogramData& h) {
     if (h.buckets.empty()) return;
     any = true;
     if (!valid) return;
-    detail::Histogram one;
-    if (!one.from_data(h)) {
+    // Validate first, then add the counts in place: no per-rank histogram
+    // (a temporary one costs up to 58 KiB of zeroing per phase per rank).
+    if (h.sub_bucket_bits != detail::Histogram::kSubBits) {
       valid = false;
       return;
     }
-    histogram.merge(one);
+    for (const auto& bucket : h.buckets)
+      if (bucket.first >= kMaxBuckets) {
+        valid = false;
+        return;
+      }
+    for (const auto& [index, count] : h.buckets) histogram.add_count(index, count);
   }
   bool usable() const { return any && valid && histogram.count() > 0; }
   void apply(Distribution& d) const {
@@ -593,7 +619,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     const double reference = sample.median_without(i);
     // With two ranks the MAD is half their difference by construction and
     // says nothing: only the measurement noise of the means counts.
-    const double spread = sample.size() >= 3 ? kMadToSigma * sample.mad() : 0.0;
+    const double spread = sample.size() >= 3 ? kMadToSigma * sample.mad_for(i) : 0.0;
     const double noise = std::sqrt(se * se + median_se * median_se);
     const double scale =
         std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
@@ -675,7 +701,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
       const double excess = busy_series[i][k] - reference;
       if (excess < material_ms) continue;
       pass.slow.emplace_back(excess, grid.grid[k]);
-      const double spread = point.size() >= 3 ? kMadToSigma * point.mad() : 0.0;
+      const double spread = point.size() >= 3 ? kMadToSigma * point.mad_for(i) : 0.0;
       const double noise = std::sqrt(point_noise[i] * point_noise[i] + median_point_noise * median_point_noise);
       const double z = excess / std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
       if (z >= kStragglerZ) {
@@ -745,7 +771,9 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     PointPass& pass = passes[i];
     const double outlier_beyond_others =
         pass.outlier_excess_per_step - (outlier_sample.size() >= 2 ? outlier_sample.median_without(i) : 0.0);
-    if (!found && outlier_beyond_others >= material_ms && whole.excess >= material_ms) {
+    const bool few_points =
+        pass.valid_points > 0 && static_cast<double>(pass.slow.size()) / pass.valid_points < kOneOffMaxFraction;
+    if (!found && few_points && outlier_beyond_others >= material_ms && whole.excess >= material_ms) {
       best = any_phase && largest.excess > 0 ? largest : whole;
       if (!(any_phase && largest.excess > 0)) best.phase = "step";
       best.z = pass.max_z;  // of its worst step point
@@ -801,8 +829,8 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
       "Stragglers: per rank, the per-step time outside communication against the median of the other ranks in "
       "units of 1.4826 x MAD across ranks (floored by the standard error of the means and 0.5% of the median); "
       "flagged when z >= 3.5 and the excess is >= 5% of the median step; the same test per non-communication "
-      "phase names the phase. Or: outlier step points (same test per point) whose excess alone is >= 5% of the "
-      "median step on average. Chronic: materially slower in >= 50% of the aligned step points, else one-off. "
+      "phase names the phase. Or: outlier step points (same test per point) in < 25% of the points whose "
+      "excess alone is >= 5% of the median step on average. Below 8 ranks the MAD is the other ranks'. Chronic: materially slower in >= 50% of the aligned step points, else one-off. "
       "Collective: the smallest communication time across ranks at each step point (the last rank to arrive "
       "does not wait); waiting: each rank's communication time above it.";
 

@@ -386,3 +386,27 @@ TEST_CASE("the ranks section survives JSON; reports without it still load", "[me
   CHECK(!back.ranks.has_value());
   CHECK(report_to_json(single).find("\"ranks\"") == std::string::npos);
 }
+
+TEST_CASE("few ranks: measured against the other ranks' spread, no false alarms", "[merge]") {
+  for (int world : {3, 4, 5}) {
+    for (unsigned seed = 1; seed <= 20; ++seed) {
+      JobSpec alike;
+      alike.ranks = world;
+      alike.noise = 0.05;
+      alike.seed = seed;
+      INFO("world " << world << " seed " << seed);
+      CHECK(merge_ok(make_job(alike)).ranks->stragglers.empty());
+    }
+  }
+  // Three ranks whose two victims differ a lot (one is starved of CPU): the
+  // straggler still stands out from the *other* ranks' spread.
+  JobSpec spec;
+  spec.ranks = 3;
+  spec.noise = 0.02;
+  spec.slow_rank = 1;
+  spec.slow_extra_ms = 60;
+  std::vector<Report> ranks = make_job(spec);
+  const Report job = merge_ok(ranks);
+  REQUIRE(job.ranks->stragglers.size() == 1);
+  CHECK(job.ranks->stragglers[0].rank == 1);
+}
