@@ -228,4 +228,40 @@ ChunkStreambuf::int_type ChunkStreambuf::underflow() {
   return traits_type::to_int_type(*gptr());
 }
 
+ChunkWindow::ChunkWindow(Decoder& decoder, PipelinedDecoder* pipeline)
+    : decoder_(decoder),
+      pipeline_(pipeline),
+      data_(new char[Decoder::kChunkBytes + kPadding]()),
+      capacity_(Decoder::kChunkBytes),
+      end_(data_.get()) {}
+
+bool ChunkWindow::refill(const char*& cursor) {
+  const std::size_t keep = static_cast<std::size_t>(end_ - cursor);
+  discarded_ += static_cast<std::uint64_t>(cursor - data_.get());
+  if (keep > 0 && cursor != data_.get()) std::memmove(data_.get(), cursor, keep);
+  cursor = data_.get();
+  end_ = data_.get() + keep;
+  for (;;) {
+    bool more = false;
+    try {
+      more = pipeline_ != nullptr ? pipeline_->next(chunk_) : decoder_.next(chunk_);
+    } catch (...) {
+      more = false;  // bad_alloc: reads as a truncated stream; the caller falls back
+    }
+    if (!more) return false;
+    if (!chunk_.empty()) break;
+  }
+  if (keep + chunk_.size() > capacity_) {
+    const std::size_t grown = std::max(keep + chunk_.size(), 2 * capacity_);
+    std::unique_ptr<char[]> bigger(new char[grown + kPadding]());
+    std::memcpy(bigger.get(), data_.get(), keep);
+    data_ = std::move(bigger);
+    capacity_ = grown;
+    cursor = data_.get();
+  }
+  std::memcpy(data_.get() + keep, chunk_.data(), chunk_.size());
+  end_ = data_.get() + keep + chunk_.size();
+  return true;
+}
+
 }  // namespace stepscope::detail

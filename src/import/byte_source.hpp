@@ -130,4 +130,39 @@ class ChunkStreambuf final : public std::streambuf {
   std::uint64_t consumed_before_ = 0;
 };
 
+// A contiguous, padded view of the decompressed stream for the fast scanner.
+// refill() moves the unconsumed tail [cursor, end) to the front of one buffer
+// and appends the next chunk behind it, so a token that straddles two chunks
+// is contiguous once the scanner asks for more. At least kPadding readable
+// bytes follow end() (16-byte vector loads may run past the data). Memory:
+// one buffer of about a chunk plus the longest tail a caller keeps.
+class ChunkWindow {
+ public:
+  static constexpr std::size_t kPadding = 64;
+
+  ChunkWindow(Decoder& decoder, PipelinedDecoder* pipeline);
+  ChunkWindow(const ChunkWindow&) = delete;
+  ChunkWindow& operator=(const ChunkWindow&) = delete;
+
+  const char* begin() const { return data_.get(); }
+  const char* end() const { return end_; }
+  // Keeps [cursor, end()), appends the next non-empty chunk and points cursor
+  // at the kept bytes' new place. False at end of data (or when the decoder
+  // failed; its error() says so); the kept bytes stay readable either way.
+  bool refill(const char*& cursor);
+  // Byte offset of p in the whole uncompressed stream.
+  std::uint64_t offset_of(const char* p) const {
+    return discarded_ + static_cast<std::uint64_t>(p - data_.get());
+  }
+
+ private:
+  Decoder& decoder_;
+  PipelinedDecoder* pipeline_;
+  std::vector<char> chunk_;
+  std::unique_ptr<char[]> data_;
+  std::size_t capacity_ = 0;  // bytes in data_, padding excluded
+  const char* end_ = nullptr;
+  std::uint64_t discarded_ = 0;  // stream bytes before data_[0]
+};
+
 }  // namespace stepscope::detail

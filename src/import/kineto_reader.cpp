@@ -1,6 +1,9 @@
-// PyTorch profiler / Kineto Chrome-trace reader: a SAX handler that keeps
-// one small record per complete ("X") event, then a pass that applies HTA's
-// rounding and last-step filtering and builds the Timeline.
+// PyTorch profiler / Kineto Chrome-trace reader. Two parsers fill one
+// TraceBuilder (kineto_semantics.hpp) with one small record per complete
+// ("X") event: the fast scanner (kineto_fast_scanner.hpp) first, and, for any
+// input it does not handle, nlohmann's SAX parser from the start, which is the
+// reference and words every error. A final pass applies HTA's rounding and
+// last-step filtering and builds the Timeline.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <istream>
 #include <limits>
 #include <new>
@@ -19,6 +23,8 @@
 #include <vector>
 
 #include "import/byte_source.hpp"
+#include "import/kineto_fast_scanner.hpp"
+#include "import/kineto_reader_internal.hpp"
 #include "import/kineto_semantics.hpp"
 #include "stepscope/import.hpp"
 #include "timeline/classify.hpp"
@@ -454,7 +460,9 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   tl.names = names.take();
 }
 
-ImportResult run_import(std::unique_ptr<RawInput> input, const ImportOptions& options) {
+// The exact path: nlohmann's SAX parser. Slow (its lexer copies every byte
+// into token buffers) but the reference, and the source of every error message.
+ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& options) {
   ImportResult result;
   Decoder decoder(std::move(input));
   std::unique_ptr<PipelinedDecoder> pipeline;
@@ -501,6 +509,76 @@ ImportResult run_import(std::unique_ptr<RawInput> input, const ImportOptions& op
   return result;
 }
 
+
+// The fast path: kineto::FastScanner over a ChunkWindow. True with `result`
+// filled when it handled the whole input; false with `reason` otherwise.
+bool run_fast(std::unique_ptr<RawInput> input, const ImportOptions& options, ImportResult& result,
+              std::string& reason) {
+  Decoder decoder(std::move(input));
+  std::unique_ptr<PipelinedDecoder> pipeline;
+  if (options.pipelined_decompression) {
+    pipeline = std::make_unique<PipelinedDecoder>(decoder);
+    if (pipeline->start_failed()) pipeline.reset();
+  }
+  ChunkWindow window(decoder, pipeline.get());
+  TraceBuilder builder(options);
+  kineto::FastScanner scanner(options, window, builder);
+  const bool scanned = scanner.run();
+  const std::uint64_t uncompressed = scanner.position();
+  pipeline.reset();  // joins the helper: the decoder's state is ours again
+  if (!scanned) {
+    reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
+    return false;
+  }
+  // The exact path words these failures; only a clean, complete trace is ours.
+  if (!decoder.error().empty()) {
+    reason = "the decoder failed";
+    return false;
+  }
+  if (!scanner.saw_trace_events()) {
+    reason = "no traceEvents";
+    return false;
+  }
+  result.stats.compressed_bytes = decoder.compressed_bytes();
+  result.stats.uncompressed_bytes = uncompressed;
+  result.stats.gzip = decoder.gzip();
+  result.stats.events_seen = scanner.events_seen();
+  result.stats.fractional_timestamps = builder.fractional_timestamps();
+  result.stats.complete_events = builder.events().size();
+  build_timeline(builder, options, result);
+  result.ok = true;
+  return true;
+}
+
+// Opens the input again when the fast path hands over to the exact one.
+using ReopenInput = std::function<std::unique_ptr<RawInput>(std::string& error)>;
+
+ImportResult run_import(std::unique_ptr<RawInput> input, const ReopenInput& reopen, const ImportOptions& options,
+                        KinetoParser parser, ImportDiagnostics* diagnostics) {
+  if (parser != KinetoParser::exact) {
+    ImportResult result;
+    std::string reason;
+    if (run_fast(std::move(input), options, result, reason)) {
+      if (diagnostics != nullptr) diagnostics->fast_path_used = true;
+      return result;
+    }
+    if (diagnostics != nullptr) diagnostics->fast_path_gave_up = reason;
+    if (parser == KinetoParser::fast_only) {
+      ImportResult failed;
+      failed.error = "fast path gave up: " + reason;
+      return failed;
+    }
+    std::string error;
+    input = reopen(error);
+    if (input == nullptr) {
+      ImportResult failed;
+      failed.error = error;
+      return failed;
+    }
+  }
+  return run_exact(std::move(input), options);
+}
+
 template <typename Fn>
 ImportResult guarded(Fn&& fn) noexcept {
   try {
@@ -524,24 +602,49 @@ ImportResult guarded(Fn&& fn) noexcept {
 }  // namespace stepscope::detail
 
 namespace stepscope {
+namespace detail {
 
-ImportResult import_kineto_trace(const std::string& path, const ImportOptions& options) noexcept {
-  return detail::guarded([&] {
+ImportResult import_kineto_trace_with(const std::string& path, const ImportOptions& options, KinetoParser parser,
+                                      ImportDiagnostics* diagnostics) noexcept {
+  return guarded([&] {
     std::FILE* file = std::fopen(path.c_str(), "rb");
     if (file == nullptr) {
       ImportResult r;
       r.error = "cannot open " + path + ": " + std::strerror(errno);
       return r;
     }
-    ImportResult r = detail::run_import(std::make_unique<detail::FileInput>(file), options);
+    const ReopenInput reopen = [&path](std::string& error) -> std::unique_ptr<RawInput> {
+      std::FILE* again = std::fopen(path.c_str(), "rb");
+      if (again == nullptr) {
+        error = "cannot open " + path + " again: " + std::strerror(errno);
+        return nullptr;
+      }
+      return std::make_unique<FileInput>(again);
+    };
+    ImportResult r = run_import(std::make_unique<FileInput>(file), reopen, options, parser, diagnostics);
     if (!r.ok) r.error = path + ": " + r.error;
     return r;
   });
 }
 
+ImportResult import_kineto_buffer_with(std::string_view bytes, const ImportOptions& options, KinetoParser parser,
+                                       ImportDiagnostics* diagnostics) noexcept {
+  return guarded([&] {
+    const ReopenInput reopen = [bytes](std::string&) -> std::unique_ptr<RawInput> {
+      return std::make_unique<MemoryInput>(bytes);
+    };
+    return run_import(std::make_unique<MemoryInput>(bytes), reopen, options, parser, diagnostics);
+  });
+}
+
+}  // namespace detail
+
+ImportResult import_kineto_trace(const std::string& path, const ImportOptions& options) noexcept {
+  return detail::import_kineto_trace_with(path, options, detail::KinetoParser::automatic);
+}
+
 ImportResult import_kineto_trace_from_buffer(std::string_view bytes, const ImportOptions& options) noexcept {
-  return detail::guarded(
-      [&] { return detail::run_import(std::make_unique<detail::MemoryInput>(bytes), options); });
+  return detail::import_kineto_buffer_with(bytes, options, detail::KinetoParser::automatic);
 }
 
 }  // namespace stepscope

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <string>
@@ -177,10 +178,18 @@ enum class Key : std::uint8_t {
   device_id, device_name, total_memory, compute_major, compute_minor, sm_count,
 };
 
+// Key lookups run once per key of every event, so they compare lengths and
+// fixed-size byte blocks (which compile to integer compares) rather than
+// calling string comparison.
+template <std::size_t N>
+inline bool key_is(std::string_view k, const char (&literal)[N]) {
+  return k.size() == N - 1 && std::memcmp(k.data(), literal, N - 1) == 0;
+}
+
 inline Key top_key(std::string_view k) {
-  if (k == "traceEvents") return Key::trace_events;
-  if (k == "distributedInfo") return Key::distributed_info;
-  if (k == "deviceProperties") return Key::device_properties;
+  if (key_is(k, "traceEvents")) return Key::trace_events;
+  if (key_is(k, "distributedInfo")) return Key::distributed_info;
+  if (key_is(k, "deviceProperties")) return Key::device_properties;
   return Key::other;
 }
 
@@ -194,43 +203,47 @@ inline Key event_key(std::string_view k) {
         if (k[1] == 's') return Key::ts;
         if (k[1] == 'd') return Key::tid;
       }
-      if (k == "ph") return Key::ph;
+      if (k[0] == 'p' && k[1] == 'h') return Key::ph;
       return Key::other;
     case 3:
-      if (k == "cat") return Key::cat;
-      if (k == "dur") return Key::dur;
-      if (k == "pid") return Key::pid;
+      if (key_is(k, "cat")) return Key::cat;
+      if (key_is(k, "dur")) return Key::dur;
+      if (key_is(k, "pid")) return Key::pid;
       return Key::other;
     case 4:
-      if (k == "name") return Key::name;
-      if (k == "args") return Key::args;
+      if (key_is(k, "name")) return Key::name;
+      if (key_is(k, "args")) return Key::args;
       return Key::other;
     default: return Key::other;
   }
 }
 
 inline Key args_key(std::string_view k) {
-  if (k == "stream") return Key::stream;
-  if (k == "correlation") return Key::correlation;
-  if (k == "device") return Key::device;
-  if (k == "bytes") return Key::bytes;
-  return Key::other;
+  switch (k.size()) {
+    case 5: return key_is(k, "bytes") ? Key::bytes : Key::other;
+    case 6:
+      if (key_is(k, "stream")) return Key::stream;
+      if (key_is(k, "device")) return Key::device;
+      return Key::other;
+    case 11: return key_is(k, "correlation") ? Key::correlation : Key::other;
+    default: return Key::other;
+  }
 }
 
 inline Key distributed_key(std::string_view k) {
-  if (k == "rank") return Key::rank;
-  if (k == "world_size") return Key::world_size;
-  if (k == "backend") return Key::backend;
+  if (key_is(k, "rank")) return Key::rank;
+  if (key_is(k, "world_size")) return Key::world_size;
+  if (key_is(k, "backend")) return Key::backend;
   return Key::other;
 }
 
 inline Key device_key(std::string_view k) {
-  if (k == "id") return Key::device_id;
-  if (k == "name") return Key::device_name;
-  if (k == "totalGlobalMem") return Key::total_memory;
-  if (k == "computeMajor") return Key::compute_major;
-  if (k == "computeMinor") return Key::compute_minor;
-  if (k == "numSms") return Key::sm_count;
+  if (key_is(k, "id")) return Key::device_id;
+  if (key_is(k, "name")) return Key::device_name;
+  if (key_is(k, "totalGlobalMem")) return Key::total_memory;
+  if (key_is(k, "computeMajor")) return Key::compute_major;
+  if (key_is(k, "computeMinor")) return Key::compute_minor;
+  if (key_is(k, "numSms")) return Key::sm_count;
   return Key::other;
 }
 
@@ -318,7 +331,7 @@ class TraceBuilder {
           return;
         }
         e.has_ph = true;
-        e.is_complete = s.string_value == "X";
+        e.is_complete = s.string_value.size() == 1 && s.string_value[0] == 'X';
         return;
       case Key::cat:
         if (s.type == ValueType::null) return;  // HTA drops events with null cat
@@ -389,7 +402,7 @@ class TraceBuilder {
       return e.is_complete ? EventVerdict::wrong_number : EventVerdict::ignored;
     if (!e.is_complete) return EventVerdict::ignored;
     // HTA drops rows without dur or cat, and the "Trace" summary span.
-    if (!e.has_cat || e.dur.kind == NumberValue::Kind::missing || e.cat == "Trace") return EventVerdict::ignored;
+    if (!e.has_cat || e.dur.kind == NumberValue::Kind::missing || key_is(e.cat, "Trace")) return EventVerdict::ignored;
     if (e.ts.kind == NumberValue::Kind::missing) return EventVerdict::missing_ts;
 
     RawEvent raw{};

@@ -1,0 +1,783 @@
+// The fast path of the Kineto importer: a hand-written streaming scanner
+// specialised for Chrome-trace JSON. It walks the document once over a
+// ChunkWindow, decodes only the values the importer uses (ph, cat, name, ts,
+// dur, pid, tid and four args) and skips everything else at vector speed,
+// while still validating it as strictly as nlohmann does (string escapes,
+// UTF-8, control characters, number grammar, literals, nesting).
+//
+// Contract with kineto_reader.cpp: run() returns true only for a document
+// nlohmann would accept and that imports without error; the TraceBuilder then
+// holds exactly what the nlohmann SAX path builds, because every value that
+// matters goes through the same TraceBuilder calls in the same order. For
+// anything else (malformed JSON, a field of the wrong kind that makes the
+// import fail, numbers nlohmann parses differently, very deep nesting, an
+// event near max_event_bytes, a decoder error) it gives up with a reason and
+// the caller re-imports with the nlohmann parser, which produces the precise
+// error message or result. Internal; included by kineto_reader.cpp only.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "import/byte_source.hpp"
+#include "import/kineto_semantics.hpp"
+#include "stepscope/export.hpp"
+#include "stepscope/import.hpp"
+
+namespace stepscope::detail::kineto {
+
+// --- numbers -----------------------------------------------------------------
+
+struct NumberRead {
+  enum Status : std::uint8_t { ok, invalid, give_up } status = ok;
+  const char* end = nullptr;  // just past the number (ok)
+  const char* reason = "";    // give_up: why
+};
+
+// Numbers longer than this are left to nlohmann (it accepts any length;
+// Kineto never writes them). Callers make kMaxNumberChars + 1 bytes available
+// when the stream has them, so a shorter number is never cut by the window.
+constexpr std::ptrdiff_t kMaxNumberChars = 64;
+
+constexpr double kPowersOfTen[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Consumes the digits at q, folding them into value (value * 10 + digit,
+// wrapping past 19 digits: callers check the count). Eight at a time while
+// eight bytes are available (SWAR; a Kineto timestamp has 16 integer digits).
+inline const char* fold_digits(const char* q, const char* end, std::uint64_t& value) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  while (end - q >= 8) {
+    std::uint64_t chunk;
+    std::memcpy(&chunk, q, 8);
+    // Every byte in '0'..'9': high nibble 3, and adding 6 does not carry into it.
+    if (((chunk & 0xF0F0F0F0F0F0F0F0ull) | (((chunk + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) !=
+        0x3333333333333333ull)
+      break;
+    // The first digit is the lowest byte; combine pairs, then quads, then both halves.
+    chunk -= 0x3030303030303030ull;
+    chunk = (chunk * 10) + (chunk >> 8);
+    chunk = (((chunk & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
+             (((chunk >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >>
+            32;
+    value = value * 100000000ull + chunk;
+    q += 8;
+  }
+#endif
+  while (q < end && is_digit(*q)) {
+    value = value * 10 + static_cast<unsigned>(*q - '0');
+    ++q;
+  }
+  return q;
+}
+
+// Reads the JSON number at [begin, end) (the grammar of RFC 8259; what
+// follows it is the caller's business). With want_value, `out` gets
+// nlohmann's reading of it: negative integers as int64 (number_integer),
+// other integers as uint64 (number_unsigned), anything with a fraction or
+// exponent as the correctly rounded double (number_float), the value strtod
+// gives. Gives up on what nlohmann reads differently or refuses: integers
+// that overflow (nlohmann turns them into doubles), exponents out of double
+// range (an error there), and very long numbers.
+inline NumberRead read_json_number(const char* begin, const char* end, bool want_value, Scalar& out) {
+  NumberRead read;
+  const char* q = begin;
+  const bool negative = q < end && *q == '-';
+  if (negative) ++q;
+  if (q == end) {
+    read.status = NumberRead::invalid;
+    return read;
+  }
+  std::uint64_t mantissa = 0;  // all digits, integer and fraction (exact when 19 or fewer)
+  const char* const integer_begin = q;
+  if (*q == '0') {
+    ++q;
+  } else if (*q >= '1' && *q <= '9') {
+    q = fold_digits(q, end, mantissa);
+  } else {
+    read.status = NumberRead::invalid;
+    return read;
+  }
+  const std::uint64_t integer_value = mantissa;
+  const std::ptrdiff_t integer_digits = q - integer_begin;
+  std::ptrdiff_t fraction_digits = 0;
+  bool fraction = false, exponent = false;
+  if (q < end && *q == '.') {
+    ++q;
+    if (q == end || !is_digit(*q)) {
+      read.status = NumberRead::invalid;
+      return read;
+    }
+    const char* const fraction_begin = q;
+    q = fold_digits(q, end, mantissa);
+    fraction_digits = q - fraction_begin;
+    fraction = true;
+  }
+  if (q < end && (*q == 'e' || *q == 'E')) {
+    ++q;
+    if (q < end && (*q == '+' || *q == '-')) ++q;
+    if (q == end || !is_digit(*q)) {
+      read.status = NumberRead::invalid;
+      return read;
+    }
+    while (q < end && is_digit(*q)) ++q;
+    exponent = true;
+  }
+  if (q - begin > kMaxNumberChars) {
+    read.status = NumberRead::give_up;
+    read.reason = "very long number";
+    return read;
+  }
+  read.end = q;
+  if (fraction || exponent) {
+    // Without an exponent a number this short is finite and nlohmann accepts
+    // it; with one it may overflow (an error there) or underflow.
+    if (!want_value && !exponent) return read;
+    double value = 0;
+    if (!exponent && integer_digits + fraction_digits <= 15) {
+      // Clinger's fast path: the digits as an integer (< 10^15 < 2^53) and the
+      // power of ten (<= 10^22) are exact doubles, so one IEEE division is
+      // correctly rounded: durations like 63.813 take this path.
+      value = static_cast<double>(mantissa) / kPowersOfTen[fraction_digits];
+      if (negative) value = -value;
+    } else {
+      const auto [end_of_number, ec] = std::from_chars(begin, q, value);
+      if (ec != std::errc() || end_of_number != q) {
+        read.status = NumberRead::give_up;
+        read.reason = "number out of double range";
+        return read;
+      }
+    }
+    out.type = ValueType::number_float;
+    out.floating = value;
+    out.number_text = std::string_view(begin, static_cast<std::size_t>(q - begin));
+    return read;
+  }
+  if (!want_value) return read;
+  // 19 digits always fit in uint64 (the folded value is exact); 20 may. nlohmann
+  // reads larger integers, and negative ones beyond int64, as doubles: leave
+  // those to it.
+  std::uint64_t magnitude = integer_value;
+  bool fits = integer_digits <= 19;
+  if (integer_digits == 20) {
+    const auto [end_of_number, ec] = std::from_chars(integer_begin, q, magnitude);
+    fits = ec == std::errc() && end_of_number == q;
+  }
+  if (negative && magnitude > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1) fits = false;
+  if (!fits) {
+    read.status = NumberRead::give_up;
+    read.reason = "integer out of range";
+    return read;
+  }
+  if (negative) {
+    out.type = ValueType::number_integer;
+    out.integer = static_cast<std::int64_t>(0 - magnitude);
+  } else {
+    out.type = ValueType::number_unsigned;
+    out.unsigned_value = magnitude;
+  }
+  return read;
+}
+
+class FastScanner {
+ public:
+  FastScanner(const ImportOptions& options, ChunkWindow& window, TraceBuilder& builder)
+      : window_(window),
+        builder_(builder),
+        // KinetoSax checks an event's size at each of its keys, measured from
+        // just after '{' to just after the key; staying 16 bytes under the
+        // limit leaves any borderline event to the exact parser.
+        event_size_limit_(options.max_event_bytes > kEventSizeMargin ? options.max_event_bytes - kEventSizeMargin
+                                                                     : 0) {
+    p_ = end_ = window_.end();
+  }
+  FastScanner(const FastScanner&) = delete;
+  FastScanner& operator=(const FastScanner&) = delete;
+
+  // True: the whole document was read and the builder holds the trace.
+  // False: give_up_reason() says why; the builder's state is then garbage.
+  bool run() {
+    if (!skip_whitespace()) return give_up("no JSON value");
+    if (*p_ == '{') {
+      if (!top_object()) return false;
+    } else if (*p_ == '[') {
+      // The Chrome "JSON Array Format": the document is the event list.
+      saw_trace_events_ = true;
+      if (!events_array()) return false;
+    } else {
+      return give_up("the document is not an object or array");
+    }
+    if (skip_whitespace()) return give_up("data after the JSON document");
+    return true;
+  }
+
+  const char* give_up_reason() const { return reason_; }
+  bool saw_trace_events() const { return saw_trace_events_; }
+  std::uint64_t events_seen() const { return events_seen_; }
+  // Uncompressed bytes consumed (the whole stream after a successful run).
+  std::uint64_t position() const { return window_.offset_of(p_); }
+
+ private:
+  static constexpr std::size_t kEventSizeMargin = 16;
+  // Deeper nesting goes to nlohmann, which has no recursion limit.
+  static constexpr int kMaxDepth = 200;
+
+  bool give_up(const char* reason) {
+    if (reason_ == nullptr) reason_ = reason;
+    return false;
+  }
+  bool invalid() { return give_up("invalid JSON"); }
+
+  // --- window ----------------------------------------------------------------
+  bool refill() {
+    const bool more = window_.refill(p_);
+    end_ = window_.end();
+    return more;
+  }
+  // At least n bytes at p_, unless the stream ends first.
+  void ensure(std::ptrdiff_t n) {
+    while (end_ - p_ < n && refill()) {
+    }
+  }
+
+  STEPSCOPE_DETAIL_ALWAYS_INLINE static bool is_whitespace(char c) {
+    // ' ' is 0x20, the others below it: one compare rejects most bytes.
+    return static_cast<unsigned char>(c) <= 0x20 && (c == ' ' || c == '\n' || c == '\r' || c == '\t');
+  }
+
+  // Skips JSON whitespace; false at the end of the stream, else p_ < end_.
+  // Inlined: called between every two tokens, and usually finds none or one.
+  STEPSCOPE_DETAIL_ALWAYS_INLINE bool skip_whitespace() {
+    if (p_ < end_ && !is_whitespace(*p_)) return true;
+    return skip_whitespace_run();
+  }
+  STEPSCOPE_DETAIL_NOINLINE bool skip_whitespace_run() {
+    for (;;) {
+      while (p_ < end_) {
+        if (!is_whitespace(*p_)) return true;
+        ++p_;
+      }
+      if (!refill()) return false;
+    }
+  }
+  // Skips whitespace and one expected structural character.
+  STEPSCOPE_DETAIL_ALWAYS_INLINE bool expect(char c) {
+    if (!skip_whitespace() || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+
+  // --- strings ---------------------------------------------------------------
+  // First byte in [q, end) that needs attention inside a string: '"', '\\',
+  // a control character (< 0x20) or the start of a multi-byte UTF-8 sequence.
+  static const char* find_special(const char* q, const char* end) {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"');
+    const __m128i backslash = _mm_set1_epi8('\\');
+    // Signed compare: bytes 0x80..0xFF are negative, so one compare flags
+    // both control characters and non-ASCII bytes.
+    const __m128i space = _mm_set1_epi8(0x20);
+    while (end - q >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                        _mm_cmplt_epi8(v, space));
+      const int mask = _mm_movemask_epi8(hits);
+      if (mask != 0) return q + __builtin_ctz(static_cast<unsigned>(mask));
+      q += 16;
+    }
+#endif
+    while (q < end) {
+      const auto c = static_cast<unsigned char>(*q);
+      if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) return q;
+      ++q;
+    }
+    return q;
+  }
+
+  // Length of the well-formed UTF-8 sequence at q (RFC 3629, as nlohmann
+  // checks it: no overlongs, no surrogates, nothing above U+10FFFF), or 0.
+  static int utf8_length(const char* q, const char* end) {
+    const auto at = [&](std::ptrdiff_t i) { return static_cast<unsigned char>(q[i]); };
+    const auto in = [](unsigned char c, unsigned lo, unsigned hi) { return c >= lo && c <= hi; };
+    const std::ptrdiff_t avail = end - q;
+    const unsigned char c = at(0);
+    if (in(c, 0xC2, 0xDF)) return avail >= 2 && in(at(1), 0x80, 0xBF) ? 2 : 0;
+    if (c == 0xE0) return avail >= 3 && in(at(1), 0xA0, 0xBF) && in(at(2), 0x80, 0xBF) ? 3 : 0;
+    if (in(c, 0xE1, 0xEC) || c == 0xEE || c == 0xEF)
+      return avail >= 3 && in(at(1), 0x80, 0xBF) && in(at(2), 0x80, 0xBF) ? 3 : 0;
+    if (c == 0xED) return avail >= 3 && in(at(1), 0x80, 0x9F) && in(at(2), 0x80, 0xBF) ? 3 : 0;
+    if (c == 0xF0)
+      return avail >= 4 && in(at(1), 0x90, 0xBF) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
+    if (in(c, 0xF1, 0xF3))
+      return avail >= 4 && in(at(1), 0x80, 0xBF) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
+    if (c == 0xF4)
+      return avail >= 4 && in(at(1), 0x80, 0x8F) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
+    return 0;
+  }
+
+  static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+  // Four hex digits at q (bounds checked by the caller), or -1.
+  static long hex4(const char* q) {
+    long value = 0;
+    for (int i = 0; i < 4; ++i) {
+      const int digit = hex_value(q[i]);
+      if (digit < 0) return -1;
+      value = value * 16 + digit;
+    }
+    return value;
+  }
+
+  void append_utf8(std::string& out, unsigned long cp) {
+    if (cp < 0x80) {
+      out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+
+  // One escape sequence at p_ ('\\'); appends its text when Keep. The caller
+  // made 12 bytes available when the stream has them.
+  template <bool Keep>
+  bool escape() {
+    if (end_ - p_ < 2) return invalid();
+    char decoded = 0;
+    switch (p_[1]) {
+      case '"': decoded = '"'; break;
+      case '\\': decoded = '\\'; break;
+      case '/': decoded = '/'; break;
+      case 'b': decoded = '\b'; break;
+      case 'f': decoded = '\f'; break;
+      case 'n': decoded = '\n'; break;
+      case 'r': decoded = '\r'; break;
+      case 't': decoded = '\t'; break;
+      case 'u': {
+        if (end_ - p_ < 6) return invalid();
+        long cp = hex4(p_ + 2);
+        if (cp < 0) return invalid();
+        p_ += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          // A high surrogate must be followed by an escaped low surrogate.
+          if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u') return invalid();
+          const long low = hex4(p_ + 2);
+          if (low < 0xDC00 || low > 0xDFFF) return invalid();
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          p_ += 6;
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          return invalid();
+        }
+        if constexpr (Keep) append_utf8(scratch_, static_cast<unsigned long>(cp));
+        return true;
+      }
+      default: return invalid();
+    }
+    if constexpr (Keep) scratch_.push_back(decoded);
+    p_ += 2;
+    return true;
+  }
+
+  // p_ just past an opening quote; on success p_ is past the closing quote.
+  // Keep: *out is the decoded text, a view into the window (no copy) unless
+  // the string had escapes or straddled a refill; valid until the next scan.
+  template <bool Keep>
+  bool string(std::string_view* out) {
+    bool in_scratch = false;
+    if constexpr (Keep) scratch_.clear();
+    const char* start = p_;
+    const char* q = p_;
+    for (;;) {
+      q = find_special(q, end_);
+      if (q == end_) {
+        if constexpr (Keep) {
+          scratch_.append(start, q);
+          in_scratch = true;
+        }
+        p_ = q;
+        if (!refill()) return invalid();  // unterminated string
+        q = start = p_;
+        continue;
+      }
+      const auto c = static_cast<unsigned char>(*q);
+      if (c == '"') {
+        if constexpr (Keep) {
+          if (in_scratch) {
+            scratch_.append(start, q);
+            *out = scratch_;
+          } else {
+            *out = std::string_view(start, static_cast<std::size_t>(q - start));
+          }
+        }
+        p_ = q + 1;
+        return true;
+      }
+      if (c == '\\') {
+        if constexpr (Keep) {
+          scratch_.append(start, q);
+          in_scratch = true;
+        }
+        p_ = q;
+        ensure(12);  // may move the window: everything before p_ is flushed
+        if (!escape<Keep>()) return false;
+        q = start = p_;
+        continue;
+      }
+      if (c < 0x20) return invalid();  // control characters must be escaped
+      if (end_ - q < 4) {
+        if constexpr (Keep) {
+          scratch_.append(start, q);
+          in_scratch = true;
+        }
+        p_ = q;
+        ensure(4);
+        q = start = p_;
+      }
+      const int length = utf8_length(q, end_);
+      if (length == 0) return invalid();
+      q += length;
+    }
+  }
+
+  // A key (p_ past its opening quote). Keys are short and plain: when the
+  // closing quote is within the next 16 bytes with nothing special before
+  // it, one vector compare finds it; anything else takes string<true>.
+  STEPSCOPE_DETAIL_ALWAYS_INLINE bool key_string(std::string_view& out) {
+#if defined(__SSE2__)
+    if (end_ - p_ >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
+      const __m128i hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                                     _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                                        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+      const int mask = _mm_movemask_epi8(hits);
+      if (mask != 0) {
+        const int at = __builtin_ctz(static_cast<unsigned>(mask));
+        if (p_[at] == '"') {
+          out = std::string_view(p_, static_cast<std::size_t>(at));
+          p_ += at + 1;
+          return true;
+        }
+      }
+    }
+#endif
+    return string<true>(&out);
+  }
+
+  // --- scalars ---------------------------------------------------------------
+  // A number at p_ (see read_json_number).
+  bool number(Scalar& s, bool want_value) {
+    if (end_ - p_ <= kMaxNumberChars) ensure(kMaxNumberChars + 1);
+    const NumberRead read = read_json_number(p_, end_, want_value, s);
+    if (read.status == NumberRead::invalid) return invalid();
+    if (read.status == NumberRead::give_up) return give_up(read.reason);
+    p_ = read.end;
+    return true;
+  }
+
+  bool literal(Scalar& s) {
+    ensure(5);
+    const std::ptrdiff_t avail = end_ - p_;
+    if (avail >= 4 && std::memcmp(p_, "true", 4) == 0) {
+      s.type = ValueType::boolean;
+      p_ += 4;
+      return true;
+    }
+    if (avail >= 5 && std::memcmp(p_, "false", 5) == 0) {
+      s.type = ValueType::boolean;
+      p_ += 5;
+      return true;
+    }
+    if (avail >= 4 && std::memcmp(p_, "null", 4) == 0) {
+      s.type = ValueType::null;
+      p_ += 4;
+      return true;
+    }
+    return invalid();
+  }
+
+  // A scalar at p_ (not '{' or '['). Strings are decoded only with want_string.
+  bool scalar(Scalar& s, bool want_string) {
+    const char c = *p_;
+    if (c == '"') {
+      ++p_;
+      s.type = ValueType::string;
+      if (want_string) return string<true>(&s.string_value);
+      return string<false>(nullptr);
+    }
+    if (c == '-' || is_digit(c)) return number(s, true);
+    return literal(s);
+  }
+
+  // Validates and skips one value at p_ (after whitespace).
+  bool skip_value(int depth) {
+    const char c = *p_;
+    if (c == '"') {
+      ++p_;
+      return string<false>(nullptr);
+    }
+    if (c == '{' || c == '[') return skip_container(depth);
+    Scalar ignored;
+    if (c == '-' || is_digit(c)) return number(ignored, false);
+    return literal(ignored);
+  }
+
+  bool skip_container(int depth) {
+    if (depth > kMaxDepth) return give_up("deep nesting");
+    const char close = *p_ == '{' ? '}' : ']';
+    const bool is_object = close == '}';
+    ++p_;
+    if (!skip_whitespace()) return invalid();
+    if (*p_ == close) {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (is_object) {
+        if (*p_ != '"') return invalid();
+        ++p_;
+        if (!string<false>(nullptr) || !expect(':')) return invalid();
+        if (!skip_whitespace()) return invalid();
+      }
+      if (!skip_value(depth + 1)) return false;
+      if (!skip_whitespace()) return invalid();
+      if (*p_ == ',') {
+        ++p_;
+        if (!skip_whitespace()) return invalid();
+        continue;
+      }
+      if (*p_ == close) {
+        ++p_;
+        return true;
+      }
+      return invalid();
+    }
+  }
+
+  // Walks the members of the object at p_ ('{'), calling member(key) with p_
+  // at the value (after whitespace); member must consume the value.
+  template <typename Member>
+  bool object(Member&& member) {
+    ++p_;
+    if (!skip_whitespace()) return invalid();
+    if (*p_ == '}') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (*p_ != '"') return invalid();
+      ++p_;
+      std::string_view key;
+      if (!key_string(key)) return false;
+      if (!member.key(key)) return false;
+      if (!expect(':') || !skip_whitespace()) return invalid();
+      if (!member.value()) return false;
+      if (!skip_whitespace()) return invalid();
+      if (*p_ == ',') {
+        ++p_;
+        if (!skip_whitespace()) return invalid();
+        continue;
+      }
+      if (*p_ == '}') {
+        ++p_;
+        return true;
+      }
+      return invalid();
+    }
+  }
+
+  // Same for the elements of the array at p_ ('[').
+  template <typename Element>
+  bool array(Element&& element) {
+    ++p_;
+    if (!skip_whitespace()) return invalid();
+    if (*p_ == ']') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (!element()) return false;
+      if (!skip_whitespace()) return invalid();
+      if (*p_ == ',') {
+        ++p_;
+        if (!skip_whitespace()) return invalid();
+        continue;
+      }
+      if (*p_ == ']') {
+        ++p_;
+        return true;
+      }
+      return invalid();
+    }
+  }
+
+  // --- the document ------------------------------------------------------------
+  bool top_object() {
+    struct Member {
+      FastScanner& s;
+      Key current = Key::other;
+      bool key(std::string_view k) {
+        current = top_key(k);
+        return true;
+      }
+      bool value() {
+        const char c = *s.p_;
+        switch (current) {
+          case Key::trace_events:
+            if (c != '[') return s.give_up("\"traceEvents\" is not an array");
+            s.saw_trace_events_ = true;
+            return s.events_array();
+          case Key::distributed_info:
+            if (c == '{') return s.distributed_info();
+            return s.skip_value(1);
+          case Key::device_properties:
+            if (c == '[') return s.device_properties();
+            return s.skip_value(1);
+          default: return s.skip_value(1);
+        }
+      }
+    };
+    return object(Member{*this});
+  }
+
+  bool events_array() {
+    return array([this] {
+      if (*p_ != '{') return give_up("a traceEvents element is not an object");
+      return event();
+    });
+  }
+
+  bool event() {
+    const std::uint64_t event_start = window_.offset_of(p_) + 1;  // just after '{', as KinetoSax measures
+    event_.reset();
+    struct Member {
+      FastScanner& s;
+      std::uint64_t event_start;
+      Key current = Key::other;
+      bool key(std::string_view k) {
+        current = event_key(k);
+        if (s.window_.offset_of(s.p_) - event_start > s.event_size_limit_) return s.give_up("event near max_event_bytes");
+        return true;
+      }
+      bool value() {
+        if (current == Key::other) return s.skip_value(1);
+        const char c = *s.p_;
+        if (c == '{' || c == '[') {
+          if (s.builder_.event_container(s.event_, current, c == '{')) return s.args();
+          return s.skip_value(1);
+        }
+        Scalar scalar;
+        if (!s.scalar(scalar, current == Key::ph || current == Key::cat || current == Key::name)) return false;
+        s.builder_.event_scalar(s.event_, current, scalar);
+        return true;
+      }
+    };
+    if (!object(Member{*this, event_start})) return false;
+    ++events_seen_;
+    switch (builder_.finish_event(event_)) {
+      case EventVerdict::kept:
+      case EventVerdict::ignored: return true;
+      default: return give_up("an event the importer rejects");
+    }
+  }
+
+  bool args() {
+    struct Member {
+      FastScanner& s;
+      Key current = Key::other;
+      bool key(std::string_view k) {
+        current = args_key(k);
+        return true;
+      }
+      bool value() {
+        const char c = *s.p_;
+        if (current == Key::other || c == '{' || c == '[') return s.skip_value(2);
+        Scalar scalar;
+        if (!s.scalar(scalar, false)) return false;
+        TraceBuilder::args_scalar(s.event_, current, scalar);
+        return true;
+      }
+    };
+    return object(Member{*this});
+  }
+
+  bool distributed_info() {
+    struct Member {
+      FastScanner& s;
+      Key current = Key::other;
+      bool key(std::string_view k) {
+        current = distributed_key(k);
+        return true;
+      }
+      bool value() {
+        const char c = *s.p_;
+        if (c == '{' || c == '[') return s.skip_value(2);
+        Scalar scalar;
+        if (!s.scalar(scalar, current == Key::backend)) return false;
+        const char* field = nullptr;
+        if (!s.builder_.distributed_scalar(current, scalar, field)) return s.give_up("bad distributedInfo");
+        return true;
+      }
+    };
+    return object(Member{*this});
+  }
+
+  bool device_properties() {
+    struct Member {
+      FastScanner& s;
+      Key current = Key::other;
+      bool key(std::string_view k) {
+        current = device_key(k);
+        return true;
+      }
+      bool value() {
+        const char c = *s.p_;
+        if (c == '{' || c == '[') return s.skip_value(3);
+        Scalar scalar;
+        if (!s.scalar(scalar, current == Key::device_name)) return false;
+        s.builder_.device_scalar(current, scalar);
+        return true;
+      }
+    };
+    return array([this] {
+      if (*p_ != '{') return skip_value(2);  // junk entries are tolerated
+      builder_.begin_device();
+      return object(Member{*this});
+    });
+  }
+
+  ChunkWindow& window_;
+  TraceBuilder& builder_;
+  const std::uint64_t event_size_limit_;
+  const char* p_ = nullptr;
+  const char* end_ = nullptr;
+  std::string scratch_;  // decoded text of strings with escapes or split by a refill
+  EventFields event_;
+  std::uint64_t events_seen_ = 0;
+  bool saw_trace_events_ = false;
+  const char* reason_ = nullptr;
+};
+
+}  // namespace stepscope::detail::kineto

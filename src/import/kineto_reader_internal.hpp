@@ -1,0 +1,36 @@
+// Internal entry points of the Kineto importer, for tests and benchmarks:
+// choose the parser and learn which one produced the result.
+//
+//   stepscope::detail::ImportDiagnostics how;
+//   auto r = stepscope::detail::import_kineto_trace_with(path, {}, KinetoParser::automatic, &how);
+//   // how.fast_path_used, how.fast_path_gave_up
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "stepscope/export.hpp"
+#include "stepscope/import.hpp"
+
+namespace stepscope::detail {
+
+enum class KinetoParser : std::uint8_t {
+  automatic,  // fast scanner; on anything it does not handle, the exact parser from the start
+  exact,      // nlohmann's SAX parser only (the reference; gives every error message)
+  fast_only,  // fast scanner only: fails with "fast path gave up: <reason>" instead of falling back
+};
+
+struct ImportDiagnostics {
+  bool fast_path_used = false;          // the result came from the fast scanner
+  std::string fast_path_gave_up;        // why it handed over, when it did
+};
+
+STEPSCOPE_API ImportResult import_kineto_trace_with(const std::string& path, const ImportOptions& options,
+                                                    KinetoParser parser,
+                                                    ImportDiagnostics* diagnostics = nullptr) noexcept;
+STEPSCOPE_API ImportResult import_kineto_buffer_with(std::string_view bytes, const ImportOptions& options,
+                                                     KinetoParser parser,
+                                                     ImportDiagnostics* diagnostics = nullptr) noexcept;
+
+}  // namespace stepscope::detail
