@@ -48,8 +48,8 @@ struct Args {
 };
 
 struct OptionSpec {
-  std::vector<std::string> value_options;  // e.g. "-o", "--out"
-  std::vector<std::string> flag_options;   // e.g. "--json"
+  std::vector<std::string> value_options;      // e.g. "-o", "--out"
+  std::vector<std::string> flag_options;       // e.g. "--json"
   std::map<std::string, std::string> aliases;  // "-o" -> "--out"
 };
 
@@ -116,11 +116,17 @@ std::string get(const Args& args, const std::string& name, const std::string& fa
   return it != args.values.end() ? it->second : fallback;
 }
 
-bool flag(const Args& args, const std::string& name) { return args.flags.count(name) != 0; }
+bool flag(const Args& args, const std::string& name) {
+  return args.flags.count(name) != 0;
+}
 
-void error(const std::string& message) { std::fprintf(stderr, "stepscope: error: %s\n", message.c_str()); }
+void error(const std::string& message) {
+  std::fprintf(stderr, "stepscope: error: %s\n", message.c_str());
+}
 
-void out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+void out(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -192,7 +198,8 @@ options:
   -q, --quiet      do not print the summary
 )";
 
-constexpr const char* kAnalyzeHelp = R"(usage: stepscope analyze TRACE... [-o OUT] [--out-dir DIR] [--merge] [--html FILE]
+constexpr const char* kAnalyzeHelp =
+    R"(usage: stepscope analyze TRACE... [-o OUT] [--out-dir DIR] [--merge] [--html FILE]
 
 Builds a stepscope report from PyTorch-profiler / Kineto Chrome traces (.json
 or .json.gz): steps from ProfilerStep#N, phases from user annotations, device
@@ -295,7 +302,8 @@ int cmd_diff(const std::vector<std::string>& argv) {
 
 #if STEPSCOPE_CLI_HAS_MERGE
 // Merges, writes and prints; the exit code.
-int merge_and_write(const std::vector<stepscope::Report>& reports, const std::string& path, const std::string& html, bool quiet) {
+int merge_and_write(const std::vector<stepscope::Report>& reports, const std::string& path, const std::string& html,
+                    bool quiet) {
   std::string why;
   const stepscope::Report merged = stepscope::merge_reports(reports, why);
   if (!why.empty()) {
@@ -324,7 +332,8 @@ int cmd_merge(const std::vector<std::string>& argv) {
   std::vector<stepscope::Report> reports(args.positional.size());
   for (std::size_t i = 0; i < args.positional.size(); ++i)
     if (!load(args.positional[i], reports[i])) return kInputError;
-  return merge_and_write(reports, get(args, "--out", "stepscope-merged.json"), get(args, "--html"), flag(args, "--quiet"));
+  return merge_and_write(reports, get(args, "--out", "stepscope-merged.json"), get(args, "--html"),
+                         flag(args, "--quiet"));
 #else
   error("this stepscope was built without merge support (include/stepscope/merge.hpp was missing)");
   return kFailure;
@@ -410,10 +419,12 @@ int cmd_trace(const std::vector<std::string>& argv) {
     error(check.read_error);
     return kInputError;
   }
-  out(fmt::format("{}: {} events ({} complete, {} metadata, {} instant), {} process{}, {} thread{}, {} steps marked, span {:.3f} ms, {}\n",
-                  path, check.events, check.complete_events, check.metadata_events, check.instant_events, check.processes,
-                  check.processes == 1 ? "" : "es", check.threads, check.threads == 1 ? "" : "s", check.step_events, check.span_ms,
-                  check.sorted ? "sorted" : "NOT sorted"));
+  out(
+      fmt::format("{}: {} events ({} complete, {} metadata, {} instant), {} process{}, {} thread{}, {} steps marked, "
+                  "span {:.3f} ms, {}\n",
+                  path, check.events, check.complete_events, check.metadata_events, check.instant_events,
+                  check.processes, check.processes == 1 ? "" : "es", check.threads, check.threads == 1 ? "" : "s",
+                  check.step_events, check.span_ms, check.sorted ? "sorted" : "NOT sorted"));
   if (check.problems.empty()) {
     out("valid\n");
     return kOk;

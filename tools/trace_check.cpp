@@ -1,8 +1,8 @@
 #include "trace_check.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -92,7 +92,8 @@ TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
     if (ph == "M") {
       ++check.metadata_events;
       const std::string name = e.value("name", "");
-      const bool has_name = e.contains("args") && e["args"].is_object() && e["args"].contains("name") && e["args"]["name"].is_string();
+      const bool has_name =
+          e.contains("args") && e["args"].is_object() && e["args"].contains("name") && e["args"]["name"].is_string();
       if (name == "process_name") {
         if (!has_name) problem(where + ": process_name without args.name");
         named_processes.insert(pid);
@@ -119,7 +120,8 @@ TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
     const double dur = e["dur"].get<double>();
     if (dur < 0) problem(where + fmt::format(": negative dur {}", dur));
     if (ts < previous_ts) {
-      if (check.sorted) problem(where + fmt::format(": ts {} before the previous complete event's {} (not sorted)", ts, previous_ts));
+      if (check.sorted)
+        problem(where + fmt::format(": ts {} before the previous complete event's {} (not sorted)", ts, previous_ts));
       check.sorted = false;
     }
     previous_ts = std::max(previous_ts, ts);
@@ -133,7 +135,8 @@ TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
   for (const auto& p : used_processes)
     if (!named_processes.count(p)) problem("process " + p + " has no process_name metadata");
   for (const auto& t : used_threads)
-    if (!named_threads.count(t)) problem("thread " + t.second + " of process " + t.first + " has no thread_name metadata");
+    if (!named_threads.count(t))
+      problem("thread " + t.second + " of process " + t.first + " has no thread_name metadata");
   // Slices on one track must nest: viewers draw a partial overlap wrongly.
   // Tolerance 0.002 us: timestamps are rounded to the nanosecond on output.
   constexpr double kTolerance_us = 0.002;
@@ -145,8 +148,9 @@ TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
     for (const auto& [start, end] : list) {
       while (!open_ends.empty() && open_ends.back() <= start + kTolerance_us) open_ends.pop_back();
       if (!open_ends.empty() && end > open_ends.back() + kTolerance_us) {
-        problem(fmt::format("thread {} of process {}: slice [{}, {}] us overlaps its parent ending at {} us without nesting", track.second,
-                            track.first, start, end, open_ends.back()));
+        problem(fmt::format(
+            "thread {} of process {}: slice [{}, {}] us overlaps its parent ending at {} us without nesting",
+            track.second, track.first, start, end, open_ends.back()));
         break;
       }
       open_ends.push_back(end);

@@ -27,11 +27,21 @@ std::string esc(const std::string& text) {
   out.reserve(text.size() + 8);
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         // Control characters other than tab/newline are invalid in HTML text.
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
@@ -103,12 +113,18 @@ std::vector<double> breakdown_parts(const StepBreakdown& b) {
 
 const std::vector<double>& series_of(const StepSeries& s, int kind) {
   switch (kind) {
-    case 0: return s.input_ms;
-    case 1: return s.compute_ms;
-    case 2: return s.memory_ms;
-    case 3: return s.communication_ms;
-    case 4: return s.other_ms;
-    default: return s.unattributed_ms;
+    case 0:
+      return s.input_ms;
+    case 1:
+      return s.compute_ms;
+    case 2:
+      return s.memory_ms;
+    case 3:
+      return s.communication_ms;
+    case 4:
+      return s.other_ms;
+    default:
+      return s.unattributed_ms;
   }
 }
 
@@ -136,23 +152,25 @@ void header(std::string& o, const Report& r) {
     where = run.host;  // the merge names its hosts ("2 hosts"); there is no one pid
   }
   o += "<header><h1>stepscope report</h1><p class=\"sub\">";
-  o += esc(fmt::format("{} · {} · {} · {} · stepscope {}", run.source, who, where, run.time_utc.empty() ? "time unknown" : run.time_utc,
-                       run.library_version));
+  o += esc(fmt::format("{} · {} · {} · {} · stepscope {}", run.source, who, where,
+                       run.time_utc.empty() ? "time unknown" : run.time_utc, run.library_version));
   o += "</p></header>\n";
 }
 
 void verdict_section(std::string& o, const Report& r) {
   const Verdict& v = r.bottleneck;
   const bool unknown = v.category.empty() || v.category == "unknown";
-  o += fmt::format("<section id=\"verdict\" class=\"card verdict\" style=\"border-left-color:{}\">", category_color(v.category));
+  o += fmt::format("<section id=\"verdict\" class=\"card verdict\" style=\"border-left-color:{}\">",
+                   category_color(v.category));
   o += "<h2>Verdict</h2><p class=\"big\">";
   if (unknown)
     o += "<span class=\"cat\" style=\"color:#7a7a7a\">UNKNOWN</span>";
   else
-    o += fmt::format("<span class=\"sev\">{}</span> <span class=\"cat\" style=\"color:{}\">{}-bound</span>", esc(v.severity),
-                     category_color(v.category), esc(v.category));
+    o += fmt::format("<span class=\"sev\">{}</span> <span class=\"cat\" style=\"color:{}\">{}-bound</span>",
+                     esc(v.severity), category_color(v.category), esc(v.category));
   o += fmt::format(
-      " <span class=\"conf\" title=\"confidence\">confidence {:.2f}<span class=\"meter\"><span style=\"width:{:.0f}%\"></span></span></span>",
+      " <span class=\"conf\" title=\"confidence\">confidence {:.2f}<span class=\"meter\"><span "
+      "style=\"width:{:.0f}%\"></span></span></span>",
       v.confidence, std::clamp(v.confidence, 0.0, 1.0) * 100);
   o += "</p>";
   if (!v.summary.empty()) o += "<p class=\"summary\">" + esc(v.summary) + "</p>";
@@ -161,8 +179,9 @@ void verdict_section(std::string& o, const Report& r) {
     o += "<div class=\"ranking\" title=\"what each category costs the step\">";
     for (const auto& [category, share] : v.ranking) {
       if (!(share > 0)) continue;
-      o += fmt::format("<span style=\"width:{:.2f}%;background:{}\" title=\"{}: {}\">{}</span>", std::min(share, 1.0) * 100,
-                       category_color(category), esc(category), pct(share), share >= 0.08 ? esc(category) : "");
+      o += fmt::format("<span style=\"width:{:.2f}%;background:{}\" title=\"{}: {}\">{}</span>",
+                       std::min(share, 1.0) * 100, category_color(category), esc(category), pct(share),
+                       share >= 0.08 ? esc(category) : "");
     }
     o += "</div><p class=\"note\">Share of step time by category: ";
     bool first = true;
@@ -179,20 +198,26 @@ void verdict_section(std::string& o, const Report& r) {
       std::string t;
       for (const auto& e : v.evidence) {
         if (e.supports != supporting) continue;
-        t += fmt::format("<tr class=\"{}\"><td>{}</td><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{} {}</td><td>{}</td></tr>",
-                         e.supports ? "yes" : "no", e.supports ? "&#10004;" : "&#183;", esc(e.signal), num(e.value), esc(e.comparison),
-                         num(e.threshold), esc(e.sentence));
+        t += fmt::format(
+            "<tr class=\"{}\"><td>{}</td><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{} "
+            "{}</td><td>{}</td></tr>",
+            e.supports ? "yes" : "no", e.supports ? "&#10004;" : "&#183;", esc(e.signal), num(e.value),
+            esc(e.comparison), num(e.threshold), esc(e.sentence));
       }
       return t;
     };
-    const char* head = "<thead><tr><th></th><th>signal</th><th>value</th><th>threshold</th><th>meaning</th></tr></thead><tbody>";
+    const char* head =
+        "<thead><tr><th></th><th>signal</th><th>value</th><th>threshold</th><th>meaning</th></tr></thead><tbody>";
     std::size_t supporting = 0;
     for (const auto& e : v.evidence) supporting += e.supports ? 1 : 0;
     o += "<h3>Evidence</h3>";
-    if (supporting > 0) o += std::string("<table id=\"evidence\" class=\"evidence sortable\">") + head + rows(true) + "</tbody></table>";
+    if (supporting > 0)
+      o += std::string("<table id=\"evidence\" class=\"evidence sortable\">") + head + rows(true) + "</tbody></table>";
     if (supporting < v.evidence.size())
-      o += fmt::format("<details><summary>{} other signal{} checked, below their thresholds</summary><table class=\"evidence sortable\">{}{}</tbody></table></details>",
-                       v.evidence.size() - supporting, v.evidence.size() - supporting == 1 ? "" : "s", head, rows(false));
+      o += fmt::format(
+          "<details><summary>{} other signal{} checked, below their thresholds</summary><table class=\"evidence "
+          "sortable\">{}{}</tbody></table></details>",
+          v.evidence.size() - supporting, v.evidence.size() - supporting == 1 ? "" : "s", head, rows(false));
   }
   if (!v.recommendations.empty()) {
     o += "<h3>What to try first</h3><ol class=\"recs\">";
@@ -213,42 +238,51 @@ void breakdown_section(std::string& o, const Report& r) {
   const StepStats& s = r.steps;
   o += "<section id=\"steps\" class=\"card\"><h2>Step breakdown</h2>";
   if (s.count == 0) {
-    o += fmt::format("<p class=\"warn\">No measured steps ({} warm-up steps excluded): there is nothing to break down.</p>",
-                     s.warmup_excluded);
+    o += fmt::format(
+        "<p class=\"warn\">No measured steps ({} warm-up steps excluded): there is nothing to break down.</p>",
+        s.warmup_excluded);
   } else {
     const auto& w = s.wall_ms;
     o += fmt::format(
         "<p><b>{}</b> measured step{}, <b>{}</b> warm-up step{} excluded{}.</p>"
-        "<table class=\"stats\"><tr><th>ms/step</th><th>mean</th><th>stddev</th><th>min</th><th>p50</th><th>p90</th><th>p99</th>"
+        "<table "
+        "class=\"stats\"><tr><th>ms/step</th><th>mean</th><th>stddev</th><th>min</th><th>p50</th><th>p90</th><th>p99</"
+        "th>"
         "<th>max</th></tr><tr><td>wall</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr></table>",
         s.count, s.count == 1 ? "" : "s", s.warmup_excluded, s.warmup_excluded == 1 ? "" : "s",
-        s.warmup_excluded > 0 ? fmt::format(" (warm-up mean {} ms, max {} ms)", ms(s.warmup_wall_ms.mean), ms(s.warmup_wall_ms.max)) : "",
-        ms(w.mean), ms(w.stddev), ms(w.min),
-        ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max));
+        s.warmup_excluded > 0
+            ? fmt::format(" (warm-up mean {} ms, max {} ms)", ms(s.warmup_wall_ms.mean), ms(s.warmup_wall_ms.max))
+            : "",
+        ms(w.mean), ms(w.stddev), ms(w.min), ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max));
     // Mean breakdown as one horizontal stacked bar (SVG, 1000 units wide).
     const auto parts = breakdown_parts(s.breakdown);
     double total = 0;
     for (double p : parts) total += std::max(0.0, p);
-    o += "<svg id=\"breakdown-chart\" class=\"chart\" viewBox=\"0 0 1000 46\" preserveAspectRatio=\"none\" role=\"img\" "
-         "aria-label=\"mean step breakdown\">";
+    o +=
+        "<svg id=\"breakdown-chart\" class=\"chart\" viewBox=\"0 0 1000 46\" preserveAspectRatio=\"none\" role=\"img\" "
+        "aria-label=\"mean step breakdown\">";
     double x = 0;
     for (int k = 0; k < 6; ++k) {
       const double part = std::max(0.0, parts[static_cast<std::size_t>(k)]);
       if (total <= 0 || part <= 0) continue;
       const double width = part / total * 1000;
-      o += fmt::format("<rect x=\"{}\" y=\"0\" width=\"{}\" height=\"46\" fill=\"{}\"><title>{}: {} ms ({})</title></rect>", xy(x),
-                       xy(width), kKinds[k].color, kKinds[k].name, ms(part), pct(part / s.breakdown.wall_ms));
+      o += fmt::format(
+          "<rect x=\"{}\" y=\"0\" width=\"{}\" height=\"46\" fill=\"{}\"><title>{}: {} ms ({})</title></rect>", xy(x),
+          xy(width), kKinds[k].color, kKinds[k].name, ms(part), pct(part / s.breakdown.wall_ms));
       x += width;
     }
     o += "</svg>";
     legend(o);
-    o += "<table class=\"kinds\"><thead><tr><th>kind</th><th>ms/step</th><th>share</th><th>meaning</th></tr></thead><tbody>";
+    o += "<table "
+         "class=\"kinds\"><thead><tr><th>kind</th><th>ms/step</th><th>share</th><th>meaning</th></tr></thead><tbody>";
     for (int k = 0; k < 6; ++k) {
       const double part = parts[static_cast<std::size_t>(k)];
-      o += fmt::format("<tr><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-                       kKinds[k].color, kKinds[k].name, ms(part),
-                       s.breakdown.wall_ms > 0 ? pct(part / s.breakdown.wall_ms) : "–", kKinds[k].meaning);
+      o += fmt::format(
+          "<tr><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td class=\"n\">{}</td><td "
+          "class=\"n\">{}</td><td>{}</td></tr>",
+          kKinds[k].color, kKinds[k].name, ms(part), s.breakdown.wall_ms > 0 ? pct(part / s.breakdown.wall_ms) : "–",
+          kKinds[k].meaning);
     }
     o += "</tbody></table>";
   }
@@ -263,14 +297,17 @@ void series_section(std::string& o, const Report& r) {
     o += "<p class=\"note\">No per-step series in this report.</p></section>\n";
     return;
   }
-  auto at = [](const std::vector<double>& v, std::size_t i) { return i < v.size() && std::isfinite(v[i]) ? std::max(0.0, v[i]) : 0.0; };
+  auto at = [](const std::vector<double>& v, std::size_t i) {
+    return i < v.size() && std::isfinite(v[i]) ? std::max(0.0, v[i]) : 0.0;
+  };
   double top = 0;
   for (std::size_t i = 0; i < n; ++i) {
     double sum = 0;
     for (int k = 0; k < 6; ++k) sum += at(series_of(s, k), i);
     top = std::max({top, sum, at(s.wall_ms, i)});
   }
-  const auto [axis_max, tick] = nice_axis(top, 5);
+  const auto axis = nice_axis(top, 5);
+  const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
   // Plot area inside a 1000 x 320 viewBox, margins for the axes.
   const double left = 64, right = 990, plot_top = 12, bottom = 280;
   const double plot_w = right - left, plot_h = bottom - plot_top;
@@ -281,13 +318,17 @@ void series_section(std::string& o, const Report& r) {
       "hover a column for its numbers.</p>",
       s.stride, s.stride == 1 ? "" : "s", s.stride);
   o += "<div class=\"readout\" id=\"series-readout\">&#160;</div>";
-  o += "<svg id=\"series-chart\" class=\"chart\" viewBox=\"0 0 1000 320\" role=\"img\" aria-label=\"step breakdown over steps\">";
+  o += "<svg id=\"series-chart\" class=\"chart\" viewBox=\"0 0 1000 320\" role=\"img\" aria-label=\"step breakdown "
+       "over steps\">";
   for (double t = 0; t <= axis_max * 1.0001; t += tick) {
-    o += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-                     xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+    o += fmt::format(
+        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
+        "text-anchor=\"end\">{}</text>",
+        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
   }
-  o += fmt::format("<text class=\"ax\" x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">ms / step</text>",
-                   xy((plot_top + bottom) / 2), xy((plot_top + bottom) / 2));
+  o += fmt::format(
+      "<text class=\"ax\" x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">ms / step</text>",
+      xy((plot_top + bottom) / 2), xy((plot_top + bottom) / 2));
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t first = s.first_step[i];
     const std::uint64_t last = first + s.stride - 1;
@@ -304,19 +345,21 @@ void series_section(std::string& o, const Report& r) {
     for (int k = 0; k < 6; ++k) {
       const double v = at(series_of(s, k), i);
       if (v <= 0) continue;
-      o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)), xy(w),
-                       xy(v / axis_max * plot_h), kKinds[k].color);
+      o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)),
+                       xy(w), xy(v / axis_max * plot_h), kKinds[k].color);
       base += v;
     }
     // Invisible full-height target so the hover works over empty space too.
-    o += fmt::format("<rect class=\"hit\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/></g>", xy(x), xy(plot_top), xy(col_w), xy(plot_h));
+    o += fmt::format("<rect class=\"hit\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/></g>", xy(x), xy(plot_top),
+                     xy(col_w), xy(plot_h));
   }
   // Wall time as a line: equals the stack when the parts add up.
   std::string points;
   for (std::size_t i = 0; i < n && i < s.wall_ms.size(); ++i)
     points += xy(left + col_w * (static_cast<double>(i) + 0.5)) + "," + xy(y_of(at(s.wall_ms, i))) + " ";
   o += "<polyline class=\"wall\" points=\"" + points + "\"/>";
-  o += fmt::format("<line class=\"axis\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/>", xy(left), xy(right), xy(bottom), xy(bottom));
+  o += fmt::format("<line class=\"axis\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/>", xy(left), xy(right), xy(bottom),
+                   xy(bottom));
   const std::size_t label_every = std::max<std::size_t>(1, n / 8);
   for (std::size_t i = 0; i < n; i += label_every)
     o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
@@ -336,8 +379,10 @@ void series_section(std::string& o, const Report& r) {
     for (std::size_t i = 0; i < rss.size(); ++i)
       pts += xy(left + col_w * (static_cast<double>(i) + 0.5)) + "," + xy(70 - (rss[i] - lo) / span * 60) + " ";
     o += fmt::format(
-        "<h3>Resident memory</h3><svg id=\"rss-chart\" class=\"chart\" viewBox=\"0 0 1000 80\" role=\"img\" aria-label=\"RSS over steps\">"
-        "<text class=\"ax\" x=\"{}\" y=\"14\" text-anchor=\"end\">{:.0f} MB</text><text class=\"ax\" x=\"{}\" y=\"74\" text-anchor=\"end\">{:.0f} MB</text>"
+        "<h3>Resident memory</h3><svg id=\"rss-chart\" class=\"chart\" viewBox=\"0 0 1000 80\" role=\"img\" "
+        "aria-label=\"RSS over steps\">"
+        "<text class=\"ax\" x=\"{}\" y=\"14\" text-anchor=\"end\">{:.0f} MB</text><text class=\"ax\" x=\"{}\" y=\"74\" "
+        "text-anchor=\"end\">{:.0f} MB</text>"
         "<polyline class=\"rss\" points=\"{}\"/></svg>",
         xy(left - 6), lo + span, xy(left - 6), lo, pts);
   }
@@ -403,36 +448,46 @@ void phases_section(std::string& o, const Report& r) {
     const double l = std::log10(std::max(v, std::pow(10, log_lo)));
     return 4 + (l - log_lo) / (log_hi - log_lo) * 202;  // 210-unit wide box plot
   };
-  o += "<p class=\"note\">Box plots of each phase's duration per occurrence (host clock, inclusive), on a shared log axis: "
-       "whiskers min–p99, box p50–p90, dot max. The small histogram is the full distribution (log-spaced bins, square-root heights). "
-       "Self = exclusive of nested phases. Share = self time as a fraction of step time (step-thread phases); background "
+  o += "<p class=\"note\">Box plots of each phase's duration per occurrence (host clock, inclusive), on a shared log "
+       "axis: "
+       "whiskers min–p99, box p50–p90, dot max. The small histogram is the full distribution (log-spaced bins, "
+       "square-root heights). "
+       "Self = exclusive of nested phases. Share = self time as a fraction of step time (step-thread phases); "
+       "background "
        "phases show how much of their time overlapped a step instead. Click a column header to sort.</p>";
-  o += "<table id=\"phase-table\" class=\"phases sortable\"><thead><tr><th>phase</th><th>kind</th><th>role</th><th>count</th>"
-       "<th>mean ms</th><th>p50</th><th>p99</th><th>max</th><th>self ms</th><th>share</th><th>device ms</th><th>distribution ";
-  o += fmt::format("<span class=\"ax\">({} ms … {} ms)</span></th><th>histogram</th></tr></thead><tbody>", ms(std::pow(10, log_lo)),
-                   ms(std::pow(10, log_hi)));
+  o += "<table id=\"phase-table\" class=\"phases "
+       "sortable\"><thead><tr><th>phase</th><th>kind</th><th>role</th><th>count</th>"
+       "<th>mean ms</th><th>p50</th><th>p99</th><th>max</th><th>self ms</th><th>share</th><th>device "
+       "ms</th><th>distribution ";
+  o += fmt::format("<span class=\"ax\">({} ms … {} ms)</span></th><th>histogram</th></tr></thead><tbody>",
+                   ms(std::pow(10, log_lo)), ms(std::pow(10, log_hi)));
   for (const auto& p : r.phases) {
     const auto& d = p.host_ms;
     const std::string share = p.thread_role == ThreadRole::step
                                   ? pct(p.share_of_step)
                                   : (p.overlap_with_steps ? "overlap " + pct(*p.overlap_with_steps) : std::string("–"));
     const double share_sort = p.thread_role == ThreadRole::step ? p.share_of_step : -1;
-    o += fmt::format("<tr><td class=\"name\">{}</td><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td>{}</td>"
-                     "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                     "<td class=\"n\">{}</td><td class=\"n\" data-sort=\"{}\">{}</td><td class=\"n\">{}</td>",
-                     esc(p.name), kKinds[static_cast<int>(p.kind) < 5 ? static_cast<int>(p.kind) : 4].color, to_string(p.kind),
-                     to_string(p.thread_role), p.count, ms(d.mean), ms(d.p50), ms(d.p99), ms(d.max), ms(p.self_ms.mean), num(share_sort),
-                     share, p.device_ms ? ms(p.device_ms->mean) : "–");
+    o += fmt::format(
+        "<tr><td class=\"name\">{}</td><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td>{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\" data-sort=\"{}\">{}</td><td class=\"n\">{}</td>",
+        esc(p.name), kKinds[static_cast<int>(p.kind) < 5 ? static_cast<int>(p.kind) : 4].color, to_string(p.kind),
+        to_string(p.thread_role), p.count, ms(d.mean), ms(d.p50), ms(d.p99), ms(d.max), ms(p.self_ms.mean),
+        num(share_sort), share, p.device_ms ? ms(p.device_ms->mean) : "–");
     if (p.count > 0) {
-      const double x_min = x_of(d.min), x_p50 = x_of(d.p50), x_p90 = x_of(d.p90), x_p99 = x_of(d.p99), x_max = x_of(d.max);
+      const double x_min = x_of(d.min), x_p50 = x_of(d.p50), x_p90 = x_of(d.p90), x_p99 = x_of(d.p99),
+                   x_max = x_of(d.max);
       o += fmt::format(
           "<td><svg class=\"box\" viewBox=\"0 0 210 22\"><title>min {} · p50 {} · p90 {} · p99 {} · max {} ms</title>"
-          "<line class=\"whisker\" x1=\"{}\" x2=\"{}\" y1=\"11\" y2=\"11\"/><line class=\"whisker\" x1=\"{}\" x2=\"{}\" y1=\"5\" y2=\"17\"/>"
+          "<line class=\"whisker\" x1=\"{}\" x2=\"{}\" y1=\"11\" y2=\"11\"/><line class=\"whisker\" x1=\"{}\" "
+          "x2=\"{}\" y1=\"5\" y2=\"17\"/>"
           "<line class=\"whisker\" x1=\"{}\" x2=\"{}\" y1=\"5\" y2=\"17\"/>"
-          "<rect class=\"iqr\" x=\"{}\" y=\"4\" width=\"{}\" height=\"14\"/><line class=\"median\" x1=\"{}\" x2=\"{}\" y1=\"3\" y2=\"19\"/>"
+          "<rect class=\"iqr\" x=\"{}\" y=\"4\" width=\"{}\" height=\"14\"/><line class=\"median\" x1=\"{}\" x2=\"{}\" "
+          "y1=\"3\" y2=\"19\"/>"
           "<circle class=\"max\" cx=\"{}\" cy=\"11\" r=\"2.5\"/></svg></td>",
-          ms(d.min), ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), xy(x_min), xy(x_p99), xy(x_min), xy(x_min), xy(x_p99), xy(x_p99),
-          xy(x_p50), xy(std::max(1.5, x_p90 - x_p50)), xy(x_p50), xy(x_p50), xy(x_max));
+          ms(d.min), ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), xy(x_min), xy(x_p99), xy(x_min), xy(x_min), xy(x_p99),
+          xy(x_p99), xy(x_p50), xy(std::max(1.5, x_p90 - x_p50)), xy(x_p50), xy(x_p50), xy(x_max));
     } else {
       o += "<td></td>";
     }
@@ -447,16 +502,20 @@ void what_if_section(std::string& o, const Report& r) {
     o += "<p class=\"note\">No projections (no measured steps or no significant phase).</p></section>\n";
     return;
   }
-  o += "<p class=\"note\">Amdahl projections from the measured shares: what the whole step would become if one part got "
-       "faster. Change one thing at a time and measure again.</p>";
-  o += "<table id=\"what-if-table\" class=\"sortable\"><thead><tr><th>if</th><th>were</th><th>share</th><th>step now ms</th>"
+  o +=
+      "<p class=\"note\">Amdahl projections from the measured shares: what the whole step would become if one part got "
+      "faster. Change one thing at a time and measure again.</p>";
+  o += "<table id=\"what-if-table\" class=\"sortable\"><thead><tr><th>if</th><th>were</th><th>share</th><th>step now "
+       "ms</th>"
        "<th>projected ms</th><th>change</th><th></th><th>note</th></tr></thead><tbody>";
   for (const auto& x : r.what_if) {
     const double gain = std::clamp(-x.step_change_pct, 0.0, 100.0);
-    o += fmt::format("<tr><td>{}</td><td class=\"nw\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                     "<td class=\"n\" data-sort=\"{}\">{:+.1f}%</td><td><span class=\"gain\" style=\"width:{:.0f}px\"></span></td><td>{}</td></tr>",
-                     esc(x.target), x.speedup == 0 ? std::string("free") : esc(fmt::format("{:g}× faster", x.speedup)), pct(x.share),
-                     ms(x.step_ms_now), ms(x.step_ms_projected), num(x.step_change_pct), x.step_change_pct, gain * 1.2, esc(x.note));
+    o += fmt::format(
+        "<tr><td>{}</td><td class=\"nw\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\" data-sort=\"{}\">{:+.1f}%</td><td><span class=\"gain\" "
+        "style=\"width:{:.0f}px\"></span></td><td>{}</td></tr>",
+        esc(x.target), x.speedup == 0 ? std::string("free") : esc(fmt::format("{:g}× faster", x.speedup)), pct(x.share),
+        ms(x.step_ms_now), ms(x.step_ms_projected), num(x.step_change_pct), x.step_change_pct, gain * 1.2, esc(x.note));
   }
   o += "</tbody></table></section>\n";
 }
@@ -468,8 +527,8 @@ void findings_section(std::string& o, const Report& r) {
   } else {
     o += "<ul class=\"findings\">";
     for (const auto& f : r.findings) {
-      o += fmt::format("<li class=\"{}\"><span class=\"badge\">{}</span> <code>{}</code> {}", esc(f.severity), esc(f.severity),
-                       esc(f.kind), esc(f.message));
+      o += fmt::format("<li class=\"{}\"><span class=\"badge\">{}</span> <code>{}</code> {}", esc(f.severity),
+                       esc(f.severity), esc(f.kind), esc(f.message));
       if (!f.values.empty()) {
         o += "<span class=\"vals\">";
         for (const auto& [key, value] : f.values) o += " " + esc(key) + "=" + num(value);
@@ -485,14 +544,16 @@ void findings_section(std::string& o, const Report& r) {
 void warnings_section(std::string& o, const Report& r) {
   o += "<section id=\"warnings\" class=\"card\"><h2>Warnings and dropped records</h2>";
   if (r.dropped_records > 0)
-    o += fmt::format("<p class=\"warn\" id=\"dropped\"><b>{} of {} records were dropped</b> (a ring was full): the statistics "
-                     "undercount those phases.</p>",
-                     r.dropped_records, r.total_records);
+    o += fmt::format(
+        "<p class=\"warn\" id=\"dropped\"><b>{} of {} records were dropped</b> (a ring was full): the statistics "
+        "undercount those phases.</p>",
+        r.dropped_records, r.total_records);
   else
     o += fmt::format("<p id=\"dropped\">No records dropped ({} recorded).</p>", r.total_records);
   if (r.steps.warmup_excluded > 0)
     o += fmt::format("<p>{} warm-up step{} left out of the statistics (source: {}).</p>", r.steps.warmup_excluded,
-                     r.steps.warmup_excluded == 1 ? "" : "s", esc(r.run.warmup_source.empty() ? "?" : r.run.warmup_source));
+                     r.steps.warmup_excluded == 1 ? "" : "s",
+                     esc(r.run.warmup_source.empty() ? "?" : r.run.warmup_source));
   if (!r.warnings.empty()) {
     o += "<ul class=\"warnings\">";
     for (const auto& w : r.warnings) o += "<li>" + esc(w) + "</li>";
@@ -520,7 +581,8 @@ void run_section(std::string& o, const Report& r) {
   o += "<h3>Build and clock</h3>";
   std::vector<std::pair<std::string, std::string>> build(r.run.build.begin(), r.run.build.end());
   build.emplace_back("clock", r.run.clock_source.empty() ? "?" : r.run.clock_source);
-  if (r.run.clock_tsc_ghz > 0) build.emplace_back("TSC", fmt::format("{:.3f} GHz (±{:.1f} ppm)", r.run.clock_tsc_ghz, r.run.clock_error_ppm));
+  if (r.run.clock_tsc_ghz > 0)
+    build.emplace_back("TSC", fmt::format("{:.3f} GHz (±{:.1f} ppm)", r.run.clock_tsc_ghz, r.run.clock_error_ppm));
   build.emplace_back("warm-up steps", fmt::format("{} ({})", r.run.warmup_steps, r.run.warmup_source));
   build.emplace_back("schema version", std::to_string(r.schema_version));
   kv_table(o, build, "build");
@@ -538,9 +600,11 @@ void run_section(std::string& o, const Report& r) {
         {"context switches vol. / invol.", fmt::format("{} / {}", s.voluntary_switches, s.involuntary_switches)},
         {"storage read / write", fmt::format("{:.1f} MB / {:.1f} MB", static_cast<double>(s.read_bytes) / 1e6,
                                              static_cast<double>(s.write_bytes) / 1e6)},
-        {"RSS start / peak / end", fmt::format("{:.0f} / {:.0f} / {:.0f} MB", s.rss_start_mb, s.rss_peak_mb, s.rss_end_mb)},
+        {"RSS start / peak / end",
+         fmt::format("{:.0f} / {:.0f} / {:.0f} MB", s.rss_start_mb, s.rss_peak_mb, s.rss_end_mb)},
         {"input phases on CPU", s.input_on_cpu_fraction < 0 ? "not measured" : pct(s.input_on_cpu_fraction)},
-        {"input phases in disk wait", s.input_disk_wait_fraction < 0 ? "not measured" : pct(s.input_disk_wait_fraction)},
+        {"input phases in disk wait",
+         s.input_disk_wait_fraction < 0 ? "not measured" : pct(s.input_disk_wait_fraction)},
         {"samples (cost)", fmt::format("{} ({} ms)", s.samples, ms(s.sampling_cost_ms))},
     };
     kv_table(o, rows, "system");
@@ -551,17 +615,20 @@ void run_section(std::string& o, const Report& r) {
   if (!d.reason.empty()) dev.emplace_back("reason", d.reason);
   if (!d.name.empty()) dev.emplace_back("name", d.name);
   if (d.memory_capacity_mb > 0)
-    dev.emplace_back("memory peak / capacity", fmt::format("{:.0f} / {:.0f} MB", d.memory_peak_mb, d.memory_capacity_mb));
+    dev.emplace_back("memory peak / capacity",
+                     fmt::format("{:.0f} / {:.0f} MB", d.memory_peak_mb, d.memory_capacity_mb));
   for (const auto& [k, v] : d.facts) dev.emplace_back(k, num(v));
   kv_table(o, dev, "device");
   o += "</div></div></section>\n";
 }
 
-std::string rank_of(int rank) { return rank >= 0 ? fmt::format("rank {}", rank) : std::string("?"); }
+std::string rank_of(int rank) {
+  return rank >= 0 ? fmt::format("rank {}", rank) : std::string("?");
+}
 
 std::string across(const AcrossRanks& a) {
-  return fmt::format("min {} ({}) · median {} · max {} ({}) · imbalance {}", ms(a.min), rank_of(a.min_rank), ms(a.median), ms(a.max),
-                     rank_of(a.max_rank), pct(a.imbalance));
+  return fmt::format("min {} ({}) · median {} · max {} ({}) · imbalance {}", ms(a.min), rank_of(a.min_rank),
+                     ms(a.median), ms(a.max), rank_of(a.max_rank), pct(a.imbalance));
 }
 
 // Merged multi-rank jobs: who is slow, by how much, and what the others wait.
@@ -578,7 +645,7 @@ void ranks_section(std::string& o, const Report& r) {
       std::size_t j = i;
       while (j + 1 < m.missing_ranks.size() && m.missing_ranks[j + 1] == m.missing_ranks[j] + 1) ++j;
       list += (list.empty() ? "" : ", ") + (j > i ? fmt::format("{}–{}", m.missing_ranks[i], m.missing_ranks[j])
-                                                 : std::to_string(m.missing_ranks[i]));
+                                                  : std::to_string(m.missing_ranks[i]));
       i = j + 1;
     }
     const bool partial = static_cast<int>(m.missing_ranks.size()) < missing;
@@ -591,23 +658,27 @@ void ranks_section(std::string& o, const Report& r) {
       {"busy ms (outside communication)", across(m.busy_ms)},
       {"compute ms", across(m.compute_ms)},
       {"communication ms", across(m.communication_ms)},
-      {"communication split", fmt::format("{} ms/step: collective {} ms, waiting for slower ranks {} ms ({})", ms(m.comm_ms),
-                                          ms(m.comm_collective_ms), ms(m.comm_wait_ms), pct(m.comm_wait_fraction))},
+      {"communication split",
+       fmt::format("{} ms/step: collective {} ms, waiting for slower ranks {} ms ({})", ms(m.comm_ms),
+                   ms(m.comm_collective_ms), ms(m.comm_wait_ms), pct(m.comm_wait_fraction))},
       {"wait predicted by compute imbalance", ms(m.expected_wait_from_imbalance_ms) + " ms/step"},
   };
   kv_table(o, rows, "rank-summary");
   if (!m.method.empty()) o += "<p class=\"note\">" + esc(m.method) + "</p>";
 
   if (!m.stragglers.empty()) {
-    o += "<h3>Stragglers</h3><table id=\"straggler-table\" class=\"sortable\"><thead><tr><th>rank</th><th>where</th><th>rank ms</th>"
-         "<th>others' median</th><th>excess ms</th><th>robust z</th><th>pattern</th><th>slow steps</th></tr></thead><tbody>";
+    o += "<h3>Stragglers</h3><table id=\"straggler-table\" "
+         "class=\"sortable\"><thead><tr><th>rank</th><th>where</th><th>rank ms</th>"
+         "<th>others' median</th><th>excess ms</th><th>robust z</th><th>pattern</th><th>slow "
+         "steps</th></tr></thead><tbody>";
     for (const auto& s : m.stragglers) {
       std::string steps;
       for (auto step : s.slow_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(step);
-      o += fmt::format("<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                       "<td class=\"n\">{}</td><td>{} ({} of steps)</td><td>{}</td></tr>",
-                       s.rank, esc(s.phase), ms(s.rank_ms), ms(s.median_ms), ms(s.excess_ms), num(s.robust_z), esc(s.pattern),
-                       pct(s.slow_step_fraction), esc(steps));
+      o += fmt::format(
+          "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+          "<td class=\"n\">{}</td><td>{} ({} of steps)</td><td>{}</td></tr>",
+          s.rank, esc(s.phase), ms(s.rank_ms), ms(s.median_ms), ms(s.excess_ms), num(s.robust_z), esc(s.pattern),
+          pct(s.slow_step_fraction), esc(steps));
     }
     o += "</tbody></table>";
   } else {
@@ -618,21 +689,25 @@ void ranks_section(std::string& o, const Report& r) {
   if (!m.ranks.empty()) {
     double top = 0;
     for (const auto& k : m.ranks) top = std::max(top, k.step_ms);
-    const auto [axis_max, tick] = nice_axis(top, 4);
+    const auto axis = nice_axis(top, 4);
+    const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
     const double left = 64, right = 990, plot_top = 10, bottom = 200;
     const double col_w = (right - left) / static_cast<double>(m.ranks.size());
     auto y_of = [&](double v) { return bottom - v / axis_max * (bottom - plot_top); };
     o += "<h3>Step breakdown per rank</h3><svg id=\"rank-chart\" class=\"chart\" viewBox=\"0 0 1000 230\" role=\"img\" "
          "aria-label=\"step breakdown per rank\">";
     for (double t = 0; t <= axis_max * 1.0001; t += tick)
-      o += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-                       xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+      o += fmt::format(
+          "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
+          "text-anchor=\"end\">{}</text>",
+          xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
     for (std::size_t i = 0; i < m.ranks.size(); ++i) {
       const RankSummary& k = m.ranks[i];
       const double parts[] = {k.input_ms, k.compute_ms, k.memory_ms, k.communication_ms, k.other_ms, k.unattributed_ms};
-      const std::string info = fmt::format("rank {}{}: step {} ms, busy {} ms, communication {} ms (waiting {} ms), verdict {}", k.rank,
-                                           k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms), ms(k.communication_ms),
-                                           ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
+      const std::string info =
+          fmt::format("rank {}{}: step {} ms, busy {} ms, communication {} ms (waiting {} ms), verdict {}", k.rank,
+                      k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms), ms(k.communication_ms),
+                      ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
       o += "<g class=\"col\"><title>" + esc(info) + "</title>";
       double base = 0;
       const double w = std::min(std::max(col_w * 0.86, 0.5), 60.0);
@@ -640,8 +715,8 @@ void ranks_section(std::string& o, const Report& r) {
       for (int c = 0; c < 6; ++c) {
         const double v = std::isfinite(parts[c]) ? std::max(0.0, parts[c]) : 0;
         if (v <= 0) continue;
-        o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)), xy(w),
-                         xy(v / axis_max * (bottom - plot_top)), kKinds[c].color);
+        o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)),
+                         xy(w), xy(v / axis_max * (bottom - plot_top)), kKinds[c].color);
         base += v;
       }
       if (k.straggler)
@@ -651,34 +726,46 @@ void ranks_section(std::string& o, const Report& r) {
     }
     const std::size_t label_every = std::max<std::size_t>(1, m.ranks.size() / 16);
     for (std::size_t i = 0; i < m.ranks.size(); i += label_every)
-      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", xy(left + col_w * (static_cast<double>(i) + 0.5)),
-                       xy(bottom + 15), m.ranks[i].rank);
-    o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>", xy((left + right) / 2));
+      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                       xy(left + col_w * (static_cast<double>(i) + 0.5)), xy(bottom + 15), m.ranks[i].rank);
+    o += fmt::format(
+        "<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>",
+        xy((left + right) / 2));
     legend(o);
 
     o += m.ranks.size() > 32 ? "<details><summary>Per-rank table</summary>" : "";
-    o += "<table id=\"rank-table\" class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>steps</th><th>step ms</th><th>busy ms</th>"
-         "<th>input</th><th>compute</th><th>memory</th><th>comm.</th><th>comm. wait</th><th>unattributed</th><th>verdict</th>"
+    o += "<table id=\"rank-table\" class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>steps</th><th>step "
+         "ms</th><th>busy ms</th>"
+         "<th>input</th><th>compute</th><th>memory</th><th>comm.</th><th>comm. "
+         "wait</th><th>unattributed</th><th>verdict</th>"
          "<th>straggler</th></tr></thead><tbody>";
     for (const auto& k : m.ranks)
-      o += fmt::format("<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                       "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                       "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
-                       k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms), ms(k.input_ms),
-                       ms(k.compute_ms), ms(k.memory_ms), ms(k.communication_ms), ms(k.comm_wait_ms), ms(k.unattributed_ms), esc(k.verdict),
-                       k.straggler ? "yes" : "");
+      o += fmt::format(
+          "<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+          "class=\"n\">{}</td>"
+          "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+          "class=\"n\">{}</td>"
+          "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+          k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms),
+          ms(k.input_ms), ms(k.compute_ms), ms(k.memory_ms), ms(k.communication_ms), ms(k.comm_wait_ms),
+          ms(k.unattributed_ms), esc(k.verdict), k.straggler ? "yes" : "");
     o += "</tbody></table>";
     o += m.ranks.size() > 32 ? "</details>" : "";
   }
 
   if (!m.phases.empty()) {
-    o += "<h3>Phases across ranks (self ms per step)</h3><table id=\"rank-phase-table\" class=\"sortable\"><thead><tr><th>phase</th>"
-         "<th>kind</th><th>ranks</th><th>min</th><th>median</th><th>max</th><th>slowest</th><th>imbalance</th></tr></thead><tbody>";
+    o += "<h3>Phases across ranks (self ms per step)</h3><table id=\"rank-phase-table\" "
+         "class=\"sortable\"><thead><tr><th>phase</th>"
+         "<th>kind</th><th>ranks</th><th>min</th><th>median</th><th>max</th><th>slowest</th><th>imbalance</th></tr></"
+         "thead><tbody>";
     for (const auto& p : m.phases)
-      o += fmt::format("<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                       "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
-                       esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median), ms(p.per_step_ms.max),
-                       rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance), pct(p.per_step_ms.imbalance));
+      o += fmt::format(
+          "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+          "class=\"n\">{}</td>"
+          "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
+          esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median),
+          ms(p.per_step_ms.max), rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance),
+          pct(p.per_step_ms.imbalance));
     o += "</tbody></table>";
   }
 
@@ -686,7 +773,8 @@ void ranks_section(std::string& o, const Report& r) {
   if (m.steps.size() >= 2) {
     double top = 0;
     for (const auto& s : m.steps) top = std::max(top, s.wall_ms.max);
-    const auto [axis_max, tick] = nice_axis(top, 4);
+    const auto axis = nice_axis(top, 4);
+    const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
     const double left = 64, right = 990, plot_top = 10, bottom = 170;
     const double dx = (right - left) / static_cast<double>(m.steps.size() - 1);
     auto y_of = [&](double v) { return bottom - (std::isfinite(v) ? v : 0) / axis_max * (bottom - plot_top); };
@@ -700,15 +788,19 @@ void ranks_section(std::string& o, const Report& r) {
       band_bottom += xy(left + dx * static_cast<double>(i)) + "," + xy(y_of(m.steps[i].wall_ms.min)) + " ";
     o += fmt::format("<h3>Step time across ranks (min–max band, median line; {} step{} per point)</h3>", m.step_stride,
                      m.step_stride == 1 ? "" : "s");
-    o += "<svg id=\"rank-steps-chart\" class=\"chart\" viewBox=\"0 0 1000 195\" role=\"img\" aria-label=\"step time across ranks\">";
+    o += "<svg id=\"rank-steps-chart\" class=\"chart\" viewBox=\"0 0 1000 195\" role=\"img\" aria-label=\"step time "
+         "across ranks\">";
     for (double t = 0; t <= axis_max * 1.0001; t += tick)
-      o += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-                       xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
-    o += "<polygon class=\"band\" points=\"" + band_top + band_bottom + "\"/><polyline class=\"wall\" points=\"" + median + "\"/>";
+      o += fmt::format(
+          "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
+          "text-anchor=\"end\">{}</text>",
+          xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+    o += "<polygon class=\"band\" points=\"" + band_top + band_bottom + "\"/><polyline class=\"wall\" points=\"" +
+         median + "\"/>";
     const std::size_t label_every = std::max<std::size_t>(1, m.steps.size() / 8);
     for (std::size_t i = 0; i < m.steps.size(); i += label_every)
-      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", xy(left + dx * static_cast<double>(i)),
-                       xy(bottom + 15), m.steps[i].first_step);
+      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                       xy(left + dx * static_cast<double>(i)), xy(bottom + 15), m.steps[i].first_step);
     o += "</svg>";
   }
   o += "</section>\n";
@@ -787,14 +879,15 @@ document.documentElement.setAttribute('data-rendered','ok');
 std::string build_page(const Report& r) {
   std::string o;
   o.reserve(64 * 1024 + r.steps.series.first_step.size() * 700);
-  const std::string title =
-      fmt::format("stepscope: {} ({})", r.bottleneck.category.empty() ? "unknown" : r.bottleneck.category, r.run.source);
+  const std::string title = fmt::format(
+      "stepscope: {} ({})", r.bottleneck.category.empty() ? "unknown" : r.bottleneck.category, r.run.source);
   o += "<!DOCTYPE html>\n<html lang=\"en\" data-rendered=\"pending\"><head><meta charset=\"utf-8\">";
   o += "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">";
   // No network, even by accident: the page may only use what it carries.
   o += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
        "script-src 'unsafe-inline'; img-src data:\">";
-  o += "<title>" + esc(title) + "</title><script>" + kErrorCatcher + "</script><style>" + kStyle + "</style></head>\n<body><main>\n";
+  o += "<title>" + esc(title) + "</title><script>" + kErrorCatcher + "</script><style>" + kStyle +
+       "</style></head>\n<body><main>\n";
   header(o, r);
   verdict_section(o, r);
   breakdown_section(o, r);
@@ -805,8 +898,8 @@ std::string build_page(const Report& r) {
   ranks_section(o, r);
   warnings_section(o, r);
   run_section(o, r);
-  o += "<footer>Written by stepscope " + esc(r.run.library_version) + " · report schema " + std::to_string(r.schema_version) +
-       "</footer>\n</main><script>";
+  o += "<footer>Written by stepscope " + esc(r.run.library_version) + " · report schema " +
+       std::to_string(r.schema_version) + "</footer>\n</main><script>";
   o += kScript;
   o += "</script></body></html>\n";
   return o;
@@ -818,7 +911,8 @@ std::string html_report(const Report& report) {
   try {
     return build_page(report);
   } catch (...) {
-    return "<!DOCTYPE html><html><body><p>stepscope: could not build the HTML report (out of memory?)</p></body></html>\n";
+    return "<!DOCTYPE html><html><body><p>stepscope: could not build the HTML report (out of "
+           "memory?)</p></body></html>\n";
   }
 }
 

@@ -86,8 +86,8 @@ std::string format_live_line(const LiveStatus& s, std::size_t max_width) {
       if (s.verdict == "unknown" || s.verdict.empty())
         line += fmt::format(" | verdict: unknown");
       else
-        line += fmt::format(" | verdict: {}{}-bound ({:.2f})", s.severity.empty() ? "" : s.severity + " ", printable(s.verdict),
-                            s.confidence);
+        line += fmt::format(" | verdict: {}{}-bound ({:.2f})", s.severity.empty() ? "" : s.severity + " ",
+                            printable(s.verdict), s.confidence);
     }
     if (s.dropped_records > 0) line += fmt::format(" | DROPPED {}", s.dropped_records);
     truncate_utf8(line, max_width);

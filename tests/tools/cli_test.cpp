@@ -70,7 +70,8 @@ TEST_CASE("help, version and usage errors", "[tools][cli]") {
   TempDir dir;
   auto r = run(dir, tool() + " --help");
   CHECK(r.status == kOk);
-  for (const char* verb : {"show", "diff", "merge", "analyze", "html", "trace validate", "exit codes"}) CHECK(contains(r.out, verb));
+  for (const char* verb : {"show", "diff", "merge", "analyze", "html", "trace validate", "exit codes"})
+    CHECK(contains(r.out, verb));
   for (const char* verb : {"show", "diff", "merge", "analyze", "html", "trace"}) {
     INFO(verb);
     r = run(dir, tool() + " " + verb + " --help");
@@ -144,9 +145,10 @@ TEST_CASE("every report-reading verb refuses bad inputs with exit code 3", "[too
   // The gzipped whole report is fine: gzip is transparent.
   CHECK(run(dir, tool() + " show whole.json.gz").status == kOk);
   for (const auto& bad : kBadInputs) {
-    for (const std::string& command : {"show " + std::string(bad.name), "diff good.json " + std::string(bad.name),
-                                       "diff " + std::string(bad.name) + " good.json", "html " + std::string(bad.name) + " -o x.html",
-                                       "merge good.json " + std::string(bad.name)}) {
+    for (const std::string& command :
+         {"show " + std::string(bad.name), "diff good.json " + std::string(bad.name),
+          "diff " + std::string(bad.name) + " good.json", "html " + std::string(bad.name) + " -o x.html",
+          "merge good.json " + std::string(bad.name)}) {
       INFO(command);
       const auto r = run(dir, tool() + " " + command);
       CHECK(r.status == kInputError);
@@ -201,8 +203,9 @@ TEST_CASE("html writes a self-contained, escaped page", "[tools][cli][html]") {
   CHECK(contains(r.err, "page.html"));
   const std::string page = slurp(dir / "page.html");
   CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
-  for (const char* id : {"id=\"verdict\"", "id=\"steps\"", "id=\"series-chart\"", "id=\"phase-table\"", "id=\"what-if\"",
-                         "id=\"findings\"", "id=\"warnings\"", "id=\"config\"", "data-rendered=\"pending\""})
+  for (const char* id :
+       {"id=\"verdict\"", "id=\"steps\"", "id=\"series-chart\"", "id=\"phase-table\"", "id=\"what-if\"",
+        "id=\"findings\"", "id=\"warnings\"", "id=\"config\"", "data-rendered=\"pending\""})
     CHECK(contains(page, id));
   // Self-contained: nothing fetched from anywhere.
   for (const char* external : {"http://", "https://", "src=\"", "href=\"", "@import", "url("}) {
@@ -313,13 +316,15 @@ TEST_CASE("merge joins the reports of a job's ranks", "[tools][cli][merge]") {
 }
 
 TEST_CASE("analyze --merge joins the traces of two ranks", "[tools][cli][merge][import]") {
-  const std::string rank0 = shared_trace("sampled_128rank_rank0.json.gz"), rank1 = shared_trace("sampled_128rank_rank1.json.gz");
+  const std::string rank0 = shared_trace("sampled_128rank_rank0.json.gz"),
+                    rank1 = shared_trace("sampled_128rank_rank1.json.gz");
   if (!exists(rank0) || !exists(rank1)) {
     WARN("skipped: the sampled_128rank traces are not in " << STEPSCOPE_SHARED_DIR);
     return;
   }
   TempDir dir;
-  const auto r = run(dir, tool() + " analyze --merge '" + rank0 + "' '" + rank1 + "' --out-dir . -o job.json --html job.html");
+  const auto r =
+      run(dir, tool() + " analyze --merge '" + rank0 + "' '" + rank1 + "' --out-dir . -o job.json --html job.html");
   INFO(r.err);
   REQUIRE(r.status == kOk);
   CHECK(exists(dir / "sampled_128rank_rank0.stepscope.json"));
@@ -334,8 +339,8 @@ TEST_CASE("analyze --merge joins the traces of two ranks", "[tools][cli][merge][
 
 TEST_CASE("the exported Chrome trace is structurally sound", "[tools][cli][trace]") {
   TempDir dir;
-  const auto probe_run =
-      run(dir, "env STEPSCOPE_QUIET=1 STEPSCOPE_TRACE=10-12 STEPSCOPE_TRACE_OUT='" + (dir / "trace.json.gz") + "' " + probe() + " workload 40");
+  const auto probe_run = run(dir, "env STEPSCOPE_QUIET=1 STEPSCOPE_TRACE=10-12 STEPSCOPE_TRACE_OUT='" +
+                                      (dir / "trace.json.gz") + "' " + probe() + " workload 40");
   REQUIRE(probe_run.status == 0);
   REQUIRE(exists(dir / "trace.json.gz"));
 
@@ -380,9 +385,10 @@ TEST_CASE("the exported Chrome trace is structurally sound", "[tools][cli][trace
   CHECK(contains(r.out, "valid\n"));
 
   // And it catches what is wrong: unsorted, partial overlap, no metadata, no steps.
-  spit(dir / "bad.json",
-       R"({"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":10,"dur":5},)"
-       R"({"ph":"X","name":"b","pid":1,"tid":1,"ts":8,"dur":5},{"ph":"X","name":"c","pid":1,"tid":2,"ts":20,"dur":-1}]})");
+  spit(
+      dir / "bad.json",
+      R"({"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":10,"dur":5},)"
+      R"({"ph":"X","name":"b","pid":1,"tid":1,"ts":8,"dur":5},{"ph":"X","name":"c","pid":1,"tid":2,"ts":20,"dur":-1}]})");
   r = run(dir, tool() + " trace validate bad.json");
   CHECK(r.status == kFailure);
   CHECK(contains(r.out, "not sorted"));

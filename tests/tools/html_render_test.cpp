@@ -52,21 +52,27 @@ std::string attribute(const std::string& dom, const std::string& name) {
   return dom.substr(start, dom.find('"', start) - start);
 }
 
-void check_page(const std::string& browser, const TempDir& dir, const std::string& page, const std::vector<std::string>& ids) {
+void check_page(const std::string& browser, const TempDir& dir, const std::string& page,
+                const std::vector<std::string>& ids) {
   std::printf("-- %s\n", page.c_str());
   const std::string url = "file://" + (dir / page);
   const Result dom_run = run(dir, "timeout 90 " + chromium_command(browser, dir, "--dump-dom '" + url + "'"));
   check(dom_run.status == 0, "chromium --dump-dom exits 0 (status " + std::to_string(dom_run.status) + ")");
   const std::string& dom = dom_run.out;
-  check(attribute(dom, "data-rendered") == "ok", "the page's script ran to its end: data-rendered=" + attribute(dom, "data-rendered"));
+  check(attribute(dom, "data-rendered") == "ok",
+        "the page's script ran to its end: data-rendered=" + attribute(dom, "data-rendered"));
   check(attribute(dom, "data-errors") == "<absent>", "no script error: data-errors=" + attribute(dom, "data-errors"));
-  for (const auto& id : ids) check(dom.find("id=\"" + id + "\"") != std::string::npos, "element #" + id + " is in the DOM");
+  for (const auto& id : ids)
+    check(dom.find("id=\"" + id + "\"") != std::string::npos, "element #" + id + " is in the DOM");
   // Chromium logs blocked requests (CSP) and script errors to the console.
   for (const char* bad : {"Refused to", "Uncaught", "net::ERR_"})
     check(dom_run.err.find(bad) == std::string::npos, std::string("no '") + bad + "' in the browser log");
 
   const std::string png = dir / (page + ".png");
-  const Result shot = run(dir, "timeout 90 " + chromium_command(browser, dir, "--hide-scrollbars --window-size=1280,2000 --screenshot='" + png + "' '" + url + "'"));
+  const Result shot = run(
+      dir, "timeout 90 " +
+               chromium_command(browser, dir,
+                                "--hide-scrollbars --window-size=1280,2000 --screenshot='" + png + "' '" + url + "'"));
   check(shot.status == 0 && exists(png), "chromium --screenshot wrote " + png);
   const std::string bytes = slurp(png);
   check(bytes.size() > 20000, "the screenshot is not trivially small (" + std::to_string(bytes.size()) + " bytes)");
@@ -90,7 +96,8 @@ void check_page(const std::string& browser, const TempDir& dir, const std::strin
   for (const auto& [colour, n] : colours) most = std::max(most, n);
   const double dominant = static_cast<double>(most) / static_cast<double>(samples);
   check(colours.size() >= 20, "many colours (" + std::to_string(colours.size()) + ")");
-  check(dominant < 0.9, "not one flat fill (dominant colour " + std::to_string(static_cast<int>(dominant * 100)) + "%)");
+  check(dominant < 0.9,
+        "not one flat fill (dominant colour " + std::to_string(static_cast<int>(dominant * 100)) + "%)");
   // The kind colours of the charts are on screen (input orange, compute blue).
   auto has_colour = [&](std::uint32_t rgb) { return colours.count(rgb) > 0; };
   check(has_colour(0x4e79a7), "the compute colour (#4e79a7) is drawn");
@@ -101,7 +108,9 @@ void check_page(const std::string& browser, const TempDir& dir, const std::strin
 int main() {
   const std::string browser = find_chromium();
   if (browser.empty()) {
-    std::printf("SKIPPED: Chromium not found (chromium, chromium-browser, google-chrome); scripts/install-deps --all installs it\n");
+    std::printf(
+        "SKIPPED: Chromium not found (chromium, chromium-browser, google-chrome); scripts/install-deps --all installs "
+        "it\n");
     return 77;
   }
   TempDir dir;
@@ -113,19 +122,22 @@ int main() {
   const Result html = run(dir, tool() + " html live.json -o live.html");
   check(html.status == 0, "stepscope html live.json");
   check_page(browser, dir, "live.html",
-             {"verdict", "steps", "breakdown-chart", "series", "series-chart", "phases", "phase-table", "what-if", "findings",
-              "warnings", "dropped", "run", "config", "build"});
+             {"verdict", "steps", "breakdown-chart", "series", "series-chart", "phases", "phase-table", "what-if",
+              "findings", "warnings", "dropped", "run", "config", "build"});
 
   // A real GPU trace, analysed, and a merged job when merge is built in.
-  const std::string rank0 = shared_trace("sampled_128rank_rank0.json.gz"), rank1 = shared_trace("sampled_128rank_rank1.json.gz");
+  const std::string rank0 = shared_trace("sampled_128rank_rank0.json.gz"),
+                    rank1 = shared_trace("sampled_128rank_rank1.json.gz");
   if (exists(rank0) && exists(rank1)) {
     const Result analyze = run(dir, tool() + " analyze -q '" + rank0 + "' --out-dir . --html trace.html");
     check(analyze.status == 0, "stepscope analyze " + rank0);
     check_page(browser, dir, "trace.html", {"verdict", "series-chart", "phase-table", "what-if", "device"});
-    const Result merged = run(dir, tool() + " analyze -q --merge '" + rank0 + "' '" + rank1 + "' --out-dir . -o job.json --html job.html");
+    const Result merged = run(
+        dir, tool() + " analyze -q --merge '" + rank0 + "' '" + rank1 + "' --out-dir . -o job.json --html job.html");
 #if __has_include(<stepscope/merge.hpp>)
     check(merged.status == 0, "stepscope analyze --merge (two ranks): " + merged.err);
-    if (merged.status == 0) check_page(browser, dir, "job.html", {"verdict", "ranks", "rank-summary", "rank-chart", "rank-table"});
+    if (merged.status == 0)
+      check_page(browser, dir, "job.html", {"verdict", "ranks", "rank-summary", "rank-chart", "rank-table"});
 #else
     std::printf("note: built without merge: no merged page (%s)\n", merged.err.c_str());
 #endif

@@ -50,8 +50,9 @@ TEST_CASE("format_live_line shows steps, ms/step, the top phase and the verdict"
   s.verdict = "io";
   s.severity = "moderately";
   s.confidence = 0.78;
-  CHECK(format_live_line(s) ==
-        "stepscope 12.0s | step 1234 | 41.23 ms/step (last 2.0s) | top: data 38% | verdict: moderately io-bound (0.78)");
+  CHECK(
+      format_live_line(s) ==
+      "stepscope 12.0s | step 1234 | 41.23 ms/step (last 2.0s) | top: data 38% | verdict: moderately io-bound (0.78)");
 
   s.dropped_records = 17;
   CHECK(contains(format_live_line(s), " | DROPPED 17"));

@@ -59,7 +59,8 @@ inline Image decode_png(const std::string& file) {
   const std::size_t stride = static_cast<std::size_t>(img.width) * channels;
   std::vector<std::uint8_t> raw((stride + 1) * img.height);
   uLongf raw_size = static_cast<uLongf>(raw.size());
-  if (uncompress(raw.data(), &raw_size, reinterpret_cast<const Bytef*>(idat.data()), static_cast<uLong>(idat.size())) != Z_OK ||
+  if (uncompress(raw.data(), &raw_size, reinterpret_cast<const Bytef*>(idat.data()), static_cast<uLong>(idat.size())) !=
+          Z_OK ||
       raw_size != raw.size()) {
     img.error = "cannot inflate the image data";
     return img;
@@ -77,16 +78,26 @@ inline Image decode_png(const std::string& file) {
       const int c = up && x >= static_cast<std::size_t>(channels) ? up[x - channels] : 0;
       int predictor = 0;
       switch (filter) {
-        case 0: predictor = 0; break;
-        case 1: predictor = a; break;
-        case 2: predictor = b; break;
-        case 3: predictor = (a + b) / 2; break;
+        case 0:
+          predictor = 0;
+          break;
+        case 1:
+          predictor = a;
+          break;
+        case 2:
+          predictor = b;
+          break;
+        case 3:
+          predictor = (a + b) / 2;
+          break;
         case 4: {
           const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
           predictor = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
           break;
         }
-        default: img.error = "bad filter type"; return img;
+        default:
+          img.error = "bad filter type";
+          return img;
       }
       row[x] = static_cast<std::uint8_t>(in[x] + predictor);
     }

@@ -78,18 +78,27 @@ inline Result run(const TempDir& dir, const std::string& command) {
   return r;
 }
 
-inline std::string tool() { return std::string("'") + STEPSCOPE_TOOL + "'"; }
-inline std::string probe() { return std::string("'") + STEPSCOPE_PROBE + "'"; }
+inline std::string tool() {
+  return std::string("'") + STEPSCOPE_TOOL + "'";
+}
+inline std::string probe() {
+  return std::string("'") + STEPSCOPE_PROBE + "'";
+}
 
 // A live report of tests/core/probe (quiet, in `dir`), written to `name`.
-inline bool make_probe_report(const TempDir& dir, const std::string& name, const std::string& env = "", int steps = 120) {
-  const Result r = run(dir, "env STEPSCOPE_QUIET=1 STEPSCOPE_OUT='" + (dir / name) + "' " + env + " " + probe() + " workload " +
-                                std::to_string(steps));
+inline bool make_probe_report(const TempDir& dir, const std::string& name, const std::string& env = "",
+                              int steps = 120) {
+  const Result r = run(dir, "env STEPSCOPE_QUIET=1 STEPSCOPE_OUT='" + (dir / name) + "' " + env + " " + probe() +
+                                " workload " + std::to_string(steps));
   return r.status == 0 && exists(dir / name);
 }
 
-inline bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
 
-inline std::string shared_trace(const std::string& name) { return std::string(STEPSCOPE_SHARED_DIR) + "/traces/" + name; }
+inline std::string shared_trace(const std::string& name) {
+  return std::string(STEPSCOPE_SHARED_DIR) + "/traces/" + name;
+}
 
 }  // namespace stepscope_test

@@ -12,8 +12,14 @@ int main() {
   stepscope::set_config("consumer", "package-test");
   for (int i = 0; i < 30; ++i) {
     STEPSCOPE_STEP();
-    { STEPSCOPE_PHASE("data"); std::this_thread::sleep_for(std::chrono::microseconds(200)); }
-    { STEPSCOPE_PHASE_KIND("forward", stepscope::PhaseKind::compute); std::this_thread::sleep_for(std::chrono::microseconds(300)); }
+    {
+      STEPSCOPE_PHASE("data");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    {
+      STEPSCOPE_PHASE_KIND("forward", stepscope::PhaseKind::compute);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
   }
   const std::string path = stepscope::finish();
   stepscope::Report report;
@@ -23,6 +29,7 @@ int main() {
     return 1;
   }
   std::printf("consumer: report %s, %llu measured steps, verdict %s, stepscope %s\n", path.c_str(),
-              static_cast<unsigned long long>(report.steps.count), report.bottleneck.category.c_str(), STEPSCOPE_VERSION_STRING);
+              static_cast<unsigned long long>(report.steps.count), report.bottleneck.category.c_str(),
+              STEPSCOPE_VERSION_STRING);
   return report.steps.count == 25 && report.run.config.count("consumer") == 1 ? 0 : 1;
 }
