@@ -4,11 +4,14 @@
 // the documented exit code (docs/cli.md: 0 ok, 1 failure, 2 usage, 3 input).
 #include "tools/tool_runner.hpp"
 
+#include <stepscope/html.hpp>
 #include <stepscope/report.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -409,4 +412,42 @@ TEST_CASE("the exported Chrome trace is structurally sound", "[tools][cli][trace
   spit(dir / "junk.json", "not json");
   CHECK(run(dir, tool() + " trace validate junk.json").status == kInputError);
   CHECK(run(dir, tool() + " trace validate missing.json").status == kInputError);
+}
+
+TEST_CASE("the HTML page survives empty and hostile reports", "[tools][html]") {
+  // Nothing measured: every section still renders and says so.
+  const std::string empty = stepscope::html_report(stepscope::Report{});
+  CHECK(contains(empty, "No measured steps"));
+  CHECK(contains(empty, "No per-step series"));
+  CHECK(contains(empty, "No phases were recorded"));
+  CHECK(contains(empty, "data-rendered=\"pending\""));
+  CHECK(contains(empty, "</html>"));
+
+  // Non-finite and negative numbers never reach SVG coordinates as nan/inf.
+  stepscope::Report r;
+  r.steps.count = 3;
+  r.steps.wall_ms.mean = std::nan("");
+  r.steps.breakdown.wall_ms = 10;
+  r.steps.breakdown.compute_ms = std::numeric_limits<double>::infinity();
+  r.steps.breakdown.input_ms = -5;
+  r.steps.series.stride = 1;
+  r.steps.series.first_step = {5, 6, 7};
+  r.steps.series.wall_ms = {10, std::nan(""), 1e308};
+  r.steps.series.compute_ms = {std::numeric_limits<double>::infinity(), 2, 3};
+  r.steps.series.input_ms = {-1, 1};  // shorter than the others
+  stepscope::PhaseSummary p;
+  p.name = "x";
+  p.count = 2;
+  p.host_ms.min = 0;
+  p.host_ms.max = std::nan("");
+  p.histogram.sub_bucket_bits = 7;
+  p.histogram.buckets = {{4000000000u, 1}, {5, 2}};
+  r.phases.push_back(p);
+  r.bottleneck.ranking = {{"compute", std::nan("")}, {"io", 2.0}};
+  const std::string page = stepscope::html_report(r);
+  for (const char* bad : {"=\"nan", "=\"inf", "=\"-nan", ",nan", ",inf", "nan ", "inf "}) {
+    INFO(bad);
+    CHECK_FALSE(contains(page, bad));
+  }
+  CHECK(contains(page, "</html>"));
 }
