@@ -60,19 +60,29 @@ bool Decoder::fill_input() {
 }
 
 bool Decoder::next(std::vector<char>& out) {
-  out.clear();
-  if (finished_ || !error_.empty()) return false;
+  if (finished_ || !error_.empty()) {
+    out.clear();
+    return false;
+  }
   if (!started_) {
     started_ = true;
     while (in_end_ - in_begin_ < 2 && fill_input()) {
     }
-    if (!error_.empty()) return false;
+    if (!error_.empty()) {
+      out.clear();
+      return false;
+    }
     gzip_ = in_end_ - in_begin_ >= 2 && static_cast<unsigned char>(in_buffer_[in_begin_]) == 0x1f &&
             static_cast<unsigned char>(in_buffer_[in_begin_ + 1]) == 0x8b;
   }
-  if (gzip_) return next_gzip(out);
+  if (gzip_) {
+    const bool more = next_gzip(out);
+    if (!more) out.clear();
+    return more;
+  }
 
   if (in_begin_ == in_end_ && !fill_input()) {
+    out.clear();
     finished_ = true;
     return false;
   }
@@ -94,6 +104,7 @@ bool Decoder::next_gzip(std::vector<char>& out) {
     z_->initialised = true;
     member_open_ = true;
   }
+  // A recycled buffer already has this size: no zero-filling per chunk.
   out.resize(kChunkBytes);
   std::size_t produced = 0;
   while (produced < out.size()) {

@@ -56,7 +56,7 @@ inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 // Consumes the digits at q, folding them into value (value * 10 + digit,
 // wrapping past 19 digits: callers check the count). Eight at a time while
 // eight bytes are available (SWAR; a Kineto timestamp has 16 integer digits).
-inline const char* fold_digits(const char* q, const char* end, std::uint64_t& value) {
+STEPSCOPE_DETAIL_ALWAYS_INLINE const char* fold_digits(const char* q, const char* end, std::uint64_t& value) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   while (end - q >= 8) {
     std::uint64_t chunk;
@@ -90,7 +90,8 @@ inline const char* fold_digits(const char* q, const char* end, std::uint64_t& va
 // gives. Gives up on what nlohmann reads differently or refuses: integers
 // that overflow (nlohmann turns them into doubles), exponents out of double
 // range (an error there), and very long numbers.
-inline NumberRead read_json_number(const char* begin, const char* end, bool want_value, Scalar& out) {
+STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, const char* end, bool want_value,
+                                                          Scalar& out) {
   NumberRead read;
   const char* q = begin;
   const bool negative = q < end && *q == '-';
@@ -259,11 +260,32 @@ class FastScanner {
   // Skips JSON whitespace; false at the end of the stream, else p_ < end_.
   // Inlined: called between every two tokens, and usually finds none or one.
   STEPSCOPE_DETAIL_ALWAYS_INLINE bool skip_whitespace() {
+    // Kineto's layout: nothing or one space after ':' and ',', else a newline
+    // and indentation.
     if (p_ < end_ && !is_whitespace(*p_)) return true;
+    if (end_ - p_ >= 2 && *p_ == ' ' && !is_whitespace(p_[1])) {
+      ++p_;
+      return true;
+    }
     return skip_whitespace_run();
   }
   STEPSCOPE_DETAIL_NOINLINE bool skip_whitespace_run() {
     for (;;) {
+#if defined(__SSE2__)
+      while (end_ - p_ >= 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
+        const __m128i blank = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
+                                                        _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                                           _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')),
+                                                        _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        const unsigned other = ~static_cast<unsigned>(_mm_movemask_epi8(blank)) & 0xFFFFu;
+        if (other != 0) {
+          p_ += __builtin_ctz(other);
+          return true;
+        }
+        p_ += 16;
+      }
+#endif
       while (p_ < end_) {
         if (!is_whitespace(*p_)) return true;
         ++p_;
@@ -487,8 +509,9 @@ class FastScanner {
   }
 
   // --- scalars ---------------------------------------------------------------
-  // A number at p_ (see read_json_number).
-  bool number(Scalar& s, bool want_value) {
+  // A number at p_ (see read_json_number). Inlined so that want_value is a
+  // constant and the skipping variant drops the value arithmetic.
+  STEPSCOPE_DETAIL_ALWAYS_INLINE bool number(Scalar& s, bool want_value) {
     if (end_ - p_ <= kMaxNumberChars) ensure(kMaxNumberChars + 1);
     const NumberRead read = read_json_number(p_, end_, want_value, s);
     if (read.status == NumberRead::invalid) return invalid();

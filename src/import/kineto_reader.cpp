@@ -327,7 +327,7 @@ struct NameFacts {
 };
 
 void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportResult& result) {
-  std::vector<RawEvent>& events = builder.events();
+  kineto::EventStore& events = builder.events();
   Interner& names = builder.names();
   Interner& categories = builder.categories();
 
@@ -361,16 +361,18 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   // Distinct step names present.
   {
     std::unordered_set<NameId> step_names;
-    for (const RawEvent& e : events)
+    events.for_each([&](const RawEvent& e) {
       if (facts[e.name].is_step && !is_gpu_event(e)) step_names.insert(e.name);
+    });
     distinct_steps = step_names.size();
   }
 
   std::vector<char> keep(events.size(), 1);
   if (options.drop_last_profiler_step && distinct_steps >= 2) {
     std::int64_t last_step_start = std::numeric_limits<std::int64_t>::min();
-    for (const RawEvent& e : events)
+    events.for_each([&](const RawEvent& e) {
       if (facts[e.name].is_step && !is_gpu_event(e)) last_step_start = std::max(last_step_start, e.start_ns);
+    });
     std::unordered_set<std::int64_t> kept_correlations;
     for (std::size_t i = 0; i < events.size(); ++i) {
       const RawEvent& e = events[i];
@@ -399,6 +401,15 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
     kernel_class[i] = timeline::classify_kernel(names.text(i));
     runtime_kind[i] = timeline::classify_runtime_call(names.text(i));
   }
+
+  // Exact capacities: a doubling vector would briefly hold twice the ops.
+  std::size_t host_count = 0, device_count = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (!keep[i]) continue;
+    (events[i].stream != -1 ? device_count : host_count) += 1;
+  }
+  tl.host_ops.reserve(host_count);
+  tl.device_ops.reserve(device_count);
 
   for (std::size_t i = 0; i < events.size(); ++i) {
     if (!keep[i]) continue;
@@ -456,7 +467,7 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   std::stable_sort(tl.steps.begin(), tl.steps.end(),
                    [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
   // The raw events are no longer needed; release them before the names move.
-  std::vector<RawEvent>().swap(events);
+  events.release();
   tl.names = names.take();
 }
 
@@ -514,35 +525,37 @@ ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& opt
 // filled when it handled the whole input; false with `reason` otherwise.
 bool run_fast(std::unique_ptr<RawInput> input, const ImportOptions& options, ImportResult& result,
               std::string& reason) {
-  Decoder decoder(std::move(input));
-  std::unique_ptr<PipelinedDecoder> pipeline;
-  if (options.pipelined_decompression) {
-    pipeline = std::make_unique<PipelinedDecoder>(decoder);
-    if (pipeline->start_failed()) pipeline.reset();
-  }
-  ChunkWindow window(decoder, pipeline.get());
   TraceBuilder builder(options);
-  kineto::FastScanner scanner(options, window, builder);
-  const bool scanned = scanner.run();
-  const std::uint64_t uncompressed = scanner.position();
-  pipeline.reset();  // joins the helper: the decoder's state is ours again
-  if (!scanned) {
-    reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
-    return false;
+  {
+    // Scoped: the decoder's and window's buffers are freed before the timeline is built.
+    Decoder decoder(std::move(input));
+    std::unique_ptr<PipelinedDecoder> pipeline;
+    if (options.pipelined_decompression) {
+      pipeline = std::make_unique<PipelinedDecoder>(decoder);
+      if (pipeline->start_failed()) pipeline.reset();
+    }
+    ChunkWindow window(decoder, pipeline.get());
+    kineto::FastScanner scanner(options, window, builder);
+    const bool scanned = scanner.run();
+    pipeline.reset();  // joins the helper: the decoder's state is ours again
+    if (!scanned) {
+      reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
+      return false;
+    }
+    // The exact path words these failures; only a clean, complete trace is ours.
+    if (!decoder.error().empty()) {
+      reason = "the decoder failed";
+      return false;
+    }
+    if (!scanner.saw_trace_events()) {
+      reason = "no traceEvents";
+      return false;
+    }
+    result.stats.compressed_bytes = decoder.compressed_bytes();
+    result.stats.uncompressed_bytes = scanner.position();
+    result.stats.gzip = decoder.gzip();
+    result.stats.events_seen = scanner.events_seen();
   }
-  // The exact path words these failures; only a clean, complete trace is ours.
-  if (!decoder.error().empty()) {
-    reason = "the decoder failed";
-    return false;
-  }
-  if (!scanner.saw_trace_events()) {
-    reason = "no traceEvents";
-    return false;
-  }
-  result.stats.compressed_bytes = decoder.compressed_bytes();
-  result.stats.uncompressed_bytes = uncompressed;
-  result.stats.gzip = decoder.gzip();
-  result.stats.events_seen = scanner.events_seen();
   result.stats.fractional_timestamps = builder.fractional_timestamps();
   result.stats.complete_events = builder.events().size();
   build_timeline(builder, options, result);

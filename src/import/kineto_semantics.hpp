@@ -111,6 +111,40 @@ struct RawEvent {
   NameId category;
 };
 
+// The kept events, in fixed-size blocks: growing never copies what is
+// already stored, so the peak is the events themselves, not twice their
+// size as with a doubling vector.
+class EventStore {
+ public:
+  static constexpr std::size_t kBlockEvents = 4096;  // 288 KiB blocks
+
+  void push_back(const RawEvent& e) {
+    if (size_ % kBlockEvents == 0) {
+      blocks_.emplace_back();
+      blocks_.back().reserve(kBlockEvents);
+    }
+    blocks_.back().push_back(e);
+    ++size_;
+  }
+  RawEvent& operator[](std::size_t i) { return blocks_[i / kBlockEvents][i % kBlockEvents]; }
+  const RawEvent& operator[](std::size_t i) const { return blocks_[i / kBlockEvents][i % kBlockEvents]; }
+  std::size_t size() const { return size_; }
+  void release() {
+    std::vector<std::vector<RawEvent>>().swap(blocks_);
+    size_ = 0;
+  }
+
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    for (const auto& block : blocks_)
+      for (const RawEvent& e : block) fn(e);
+  }
+
+ private:
+  std::vector<std::vector<RawEvent>> blocks_;
+  std::size_t size_ = 0;
+};
+
 constexpr double kMaxMicroseconds = 9.0e15;  // ns must fit in int64
 
 // Parses a JSON decimal like "1712195495519695.8" (microseconds) into exact
@@ -459,8 +493,8 @@ class TraceBuilder {
   }
 
   // --- results ---------------------------------------------------------------
-  std::vector<RawEvent>& events() { return events_; }
-  const std::vector<RawEvent>& events() const { return events_; }
+  EventStore& events() { return events_; }
+  const EventStore& events() const { return events_; }
   Interner& names() { return names_; }
   Interner& categories() { return categories_; }
   const Interner& names() const { return names_; }
@@ -512,7 +546,7 @@ class TraceBuilder {
   }
 
   const ImportOptions& options_;
-  std::vector<RawEvent> events_;
+  EventStore events_;
   Interner names_;
   Interner categories_;
   timeline::Timeline meta_;

@@ -1,0 +1,123 @@
+// Streaming: the importer's peak heap stays far below the size of the JSON
+// it reads. A counting operator new (this executable only) tracks live and
+// peak heap bytes around each import.
+#include <catch2/catch.hpp>
+#include <malloc.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "import/kineto_reader_internal.hpp"
+#include "stepscope/import.hpp"
+
+namespace {
+
+std::atomic<std::size_t> g_live{0};
+std::atomic<std::size_t> g_peak{0};
+
+void count_allocation(void* p) {
+  const std::size_t now = g_live.fetch_add(malloc_usable_size(p)) + malloc_usable_size(p);
+  std::size_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+// Heap bytes at the peak of fn(), above what was live before it.
+template <typename Fn>
+std::size_t peak_heap_of(Fn&& fn) {
+  const std::size_t before = g_live.load();
+  g_peak.store(before);
+  fn();
+  return g_peak.load() - before;
+}
+
+std::string gzip(const std::string& plain) {
+  z_stream zs{};
+  REQUIRE(deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&zs, static_cast<uLong>(plain.size())) + 32, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+  zs.avail_in = static_cast<uInt>(plain.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr) throw std::bad_alloc();
+  count_allocation(p);
+  return p;
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p != nullptr) count_allocation(p);
+  return p;
+}
+void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept { return operator new(size, tag); }
+void operator delete(void* p) noexcept {
+  if (p == nullptr) return;
+  g_live.fetch_sub(malloc_usable_size(p));
+  std::free(p);
+}
+void operator delete[](void* p) noexcept { operator delete(p); }
+void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
+void operator delete[](void* p, std::size_t) noexcept { operator delete(p); }
+
+TEST_CASE("importing the v100 trace needs a fraction of its JSON size in memory", "[import][memory]") {
+  const std::string path = STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz";
+  for (const bool pipelined : {true, false}) {
+    stepscope::ImportOptions options;
+    options.pipelined_decompression = pipelined;
+    stepscope::ImportResult r;
+    stepscope::detail::ImportDiagnostics how;
+    const std::size_t peak = peak_heap_of([&] {
+      r = stepscope::detail::import_kineto_trace_with(path, options, stepscope::detail::KinetoParser::automatic, &how);
+    });
+    INFO("pipelined " << pipelined << ": peak heap " << peak << " bytes for " << r.stats.uncompressed_bytes
+                      << " bytes of JSON (" << r.error << ")");
+    REQUIRE(r.ok);
+    CHECK(how.fast_path_used);
+    // The kept timeline (~68k events) is most of it; the JSON never is.
+    CHECK(peak < r.stats.uncompressed_bytes / 2);
+  }
+}
+
+TEST_CASE("memory does not grow with the JSON when events are not kept", "[import][memory]") {
+  // 24 MB of flow events ("s"/"f": the importer keeps none of them) and one kernel.
+  std::string json =
+      R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "args": {"stream": 7, "correlation": 1}},)";
+  const std::string flow =
+      R"({"ph": "s", "id": 135071, "pid": 1102, "tid": 1102, "ts": 1712195495505543.140, "cat": "ac2g", "name": "ac2g", "args": {"grid": [4, 106, 1]}},)";
+  while (json.size() < (24u << 20)) json += flow;
+  json += R"({"ph": "f", "id": 1, "ts": 2.5, "cat": "ac2g", "name": "ac2g", "bp": "e"}]})";
+  const std::string compressed = gzip(json);
+  json = std::string();  // only the gzip bytes stay in memory
+  for (const bool pipelined : {true, false}) {
+    stepscope::ImportOptions options;
+    options.pipelined_decompression = pipelined;
+    stepscope::ImportResult r;
+    stepscope::detail::ImportDiagnostics how;
+    const std::size_t peak = peak_heap_of([&] {
+      r = stepscope::detail::import_kineto_buffer_with(compressed, options, stepscope::detail::KinetoParser::automatic,
+                                                       &how);
+    });
+    INFO("pipelined " << pipelined << ": peak heap " << peak << " bytes for " << r.stats.uncompressed_bytes
+                      << " bytes of JSON");
+    REQUIRE(r.ok);
+    CHECK(how.fast_path_used);
+    CHECK(r.stats.uncompressed_bytes > (24u << 20));
+    CHECK(r.trace.device_ops.size() == 1);
+    // Chunks in flight (queue of 4 + the scanner's window) and the inflate
+    // buffers: a few MB whatever the size of the input.
+    CHECK(peak < (4u << 20));
+  }
+}
