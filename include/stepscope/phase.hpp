@@ -70,7 +70,7 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE bool scope_enabled() noexcept {
 
 // Optional device-timing hooks (CUDA backend). Null when no backend is active:
 // then they cost one load and a not-taken branch per scope.
-using DeviceBeginHook = std::uint16_t (*)() noexcept;               // returns a slot, 0 = none
+using DeviceBeginHook = std::uint16_t (*)(const PhaseSite* site) noexcept;  // returns a slot, 0 = none
 using DeviceEndHook = void (*)(std::uint16_t slot) noexcept;
 STEPSCOPE_API extern std::atomic<DeviceBeginHook> g_device_begin;
 STEPSCOPE_API extern std::atomic<DeviceEndHook> g_device_end;
@@ -106,7 +106,7 @@ class ScopeBase {
       ts.kind_stack[depth_] = kind;
     }
     ts.ring->current_kind.store(site->is_step ? 0xff : kind, std::memory_order_relaxed);
-    if (DeviceBeginHook hook = g_device_begin.load(std::memory_order_relaxed)) device_slot_ = hook();
+    if (DeviceBeginHook hook = g_device_begin.load(std::memory_order_relaxed)) device_slot_ = hook(site);
     start_ = read_ticks();
   }
 

@@ -93,7 +93,7 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
       bad("STEPSCOPE_TRACE_MAX_EVENTS", v, "a number of events from 1000 to 50000000", std::to_string(s.trace_max_events));
   }
   if (const char* v = getenv_fn("STEPSCOPE_LIVE"); v != nullptr && *v != '\0') {
-    // "1" = every 2 s; a number = that many seconds; "0" = off.
+    // Seconds between progress lines ("1" = every second); "0" = off.
     char* end = nullptr;
     const double seconds = std::strtod(v, &end);
     if (end != v && *end == '\0' && seconds >= 0 && seconds <= 3600) {
