@@ -38,6 +38,12 @@ void BM_Floor(benchmark::State& state) {
 }
 BENCHMARK(BM_Floor);
 
+// The benchmark loop alone, to subtract from the disabled scope's time.
+void BM_EmptyLoop(benchmark::State& state) {
+  for (auto _ : state) benchmark::ClobberMemory();
+}
+BENCHMARK(BM_EmptyLoop);
+
 void BM_PhaseEnabled(benchmark::State& state) {
   if (!stepscope::enabled()) {
     state.SkipWithError("stepscope is disabled (STEPSCOPE=0?)");

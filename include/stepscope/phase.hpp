@@ -87,8 +87,12 @@ class ScopeBase {
   static void* operator new[](std::size_t) = delete;
 
  protected:
-  STEPSCOPE_DETAIL_ALWAYS_INLINE explicit ScopeBase(const PhaseSite* site) noexcept : site_(site) {
+  // Only active_ is written before the enabled check: the disabled path is
+  // one load, a compare and one store.
+  STEPSCOPE_DETAIL_ALWAYS_INLINE explicit ScopeBase(const PhaseSite* site) noexcept : active_(false) {
     if (!scope_enabled()) return;
+    site_ = site;
+    device_slot_ = 0;
     ThreadState& ts = t_thread_state;
     if (STEPSCOPE_DETAIL_UNLIKELY(ts.ring == nullptr) && register_thread(ts) == nullptr) return;
     active_ = true;
@@ -128,13 +132,14 @@ class ScopeBase {
   }
 
  private:
+  // Set only when active_ (the disabled path leaves them unwritten).
   const PhaseSite* site_;
-  std::uint64_t start_ = 0;
-  std::uint32_t step_ = 0;
-  std::uint16_t device_slot_ = 0;
-  std::uint8_t depth_ = 0;
-  bool in_step_ = false;
-  bool active_ = false;
+  std::uint64_t start_;
+  std::uint32_t step_;
+  std::uint16_t device_slot_;
+  std::uint8_t depth_;
+  bool in_step_;
+  bool active_;
 };
 
 }  // namespace detail

@@ -47,7 +47,9 @@ void Aggregator::retire_thread(ThreadId thread) {
 }
 
 std::uint32_t Aggregator::phase_id(const PhaseSite* site) {
-  if (site == last_site_) return last_id_;
+  // Sites are at least 8-byte aligned: drop the low bits before indexing.
+  SiteCacheEntry& cached = site_cache_[(reinterpret_cast<std::uintptr_t>(site) >> 3) % kSiteCacheSize];
+  if (cached.site == site) return cached.id;
   auto it = site_ids_.find(site);
   std::uint32_t id;
   if (it != site_ids_.end()) {
@@ -65,8 +67,7 @@ std::uint32_t Aggregator::phase_id(const PhaseSite* site) {
     }
     site_ids_.emplace(site, id);
   }
-  last_site_ = site;
-  last_id_ = id;
+  cached = SiteCacheEntry{site, id};
   return id;
 }
 
@@ -303,7 +304,7 @@ void Aggregator::fill_report(Report& report) const {
       p.thread_role = static_cast<ThreadRole>(role);
       p.count = agg.inclusive.moments.count();
       p.host_ms = agg.inclusive.to_distribution_ms();
-      p.self_ms = agg.self.to_distribution_ms();
+      p.self_ms = moments_to_distribution_ms(agg.self);
       if (p.thread_role == ThreadRole::step && step_total_ms > 0) p.share_of_step = p.self_ms.total / step_total_ms;
       if (p.thread_role == ThreadRole::background && agg.overlap_measured_ns > 0)
         p.overlap_with_steps = static_cast<double>(agg.overlap_ns) / static_cast<double>(agg.overlap_measured_ns);

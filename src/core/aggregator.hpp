@@ -34,7 +34,7 @@ inline constexpr int kKindCount = 5;  // PhaseKind values
 // Aggregates of one phase on one thread, split in-step / not-in-step.
 struct PhaseAggregate {
   DurationStats inclusive;  // measured (post-warm-up)
-  DurationStats self;
+  RunningStats self;        // moments only: the collector's budget has no room for a second histogram
   DurationStats warmup;     // inclusive, warm-up steps only
   std::uint64_t overlap_ns = 0;  // with steps (not-in-step records only)
   std::uint64_t overlap_measured_ns = 0;  // inclusive time whose overlap was computed
@@ -122,8 +122,15 @@ class Aggregator {
   std::vector<PhaseInfo> phase_info_;
   std::unordered_map<const PhaseSite*, std::uint32_t> site_ids_;
   std::unordered_map<std::string, std::uint32_t> name_ids_;  // "kind/name"
-  const PhaseSite* last_site_ = nullptr;
-  std::uint32_t last_id_ = 0;
+  // Direct-mapped cache in front of site_ids_: a step's few call sites hit
+  // it every time, so the collector pays a shift and a compare per record
+  // instead of a hash-map lookup.
+  struct SiteCacheEntry {
+    const PhaseSite* site = nullptr;
+    std::uint32_t id = 0;
+  };
+  static constexpr std::size_t kSiteCacheSize = 256;
+  std::array<SiteCacheEntry, kSiteCacheSize> site_cache_{};
 
   std::vector<ThreadInfo> threads_;
   // Pools of retired threads: [0] ran steps, [1] never did.

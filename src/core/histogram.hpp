@@ -162,6 +162,20 @@ class RunningStats {
   double shift_ = 0, sum_d_ = 0, sum_d2_ = 0;
 };
 
+// Moments only (no percentiles: those fields are NaN, "null" in JSON).
+inline Distribution moments_to_distribution_ms(const RunningStats& m) {
+  constexpr double kMs = 1e-6;
+  Distribution d;
+  d.count = m.count();
+  d.total = static_cast<double>(m.total_ns()) * kMs;
+  d.mean = m.mean_ns() * kMs;
+  d.stddev = m.stddev_ns() * kMs;
+  d.min = static_cast<double>(m.min_ns()) * kMs;
+  d.max = static_cast<double>(m.max_ns()) * kMs;
+  d.p50 = d.p90 = d.p99 = std::numeric_limits<double>::quiet_NaN();
+  return d;
+}
+
 // A duration distribution: exact moments plus a histogram for percentiles.
 struct DurationStats {
   RunningStats moments;
