@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -325,6 +326,9 @@ struct DeviceFacts {
 };
 STEPSCOPE_API DeviceFacts device_facts(const Timeline& timeline,
                                        const AttributionOptions& options = {});
+// The facts under the report's key names (report.device.facts), shared by the
+// Kineto import and the live CUPTI backend so the analyzer reads both alike.
+STEPSCOPE_API void add_device_facts(const DeviceFacts& facts, std::map<std::string, double>& out);
 
 // ---------------------------------------------------------------------------
 // Interval helpers, public because other analyses reuse them.

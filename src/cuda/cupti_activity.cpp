@@ -433,28 +433,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     if (!f.has_device_activity) return;
     // Same keys as the Kineto import (src/import/trace_report.cpp), so the
     // analyzer reads live and imported runs alike.
-    m["steps"] = static_cast<double>(f.steps);
-    m["step_time_mean_ms"] = f.step_time_mean_ns * 1e-6;
-    m["device_busy_fraction"] = f.device_busy_fraction;
-    m["device_idle_fraction"] = f.device_idle_fraction;
-    m["idle_host_input_fraction"] = f.idle_host_input_fraction;
-    m["idle_host_launch_bound_fraction"] = f.idle_host_launch_bound_fraction;
-    m["idle_sync_fraction"] = f.idle_sync_fraction;
-    m["idle_unattributed_fraction"] = f.idle_unattributed_fraction;
-    m["compute_fraction"] = f.compute_fraction;
-    m["communication_fraction"] = f.communication_fraction;
-    m["exposed_communication_fraction"] = f.exposed_communication_fraction;
-    m["comm_compute_overlap_fraction"] = f.comm_compute_overlap_fraction;
-    m["memcpy_fraction"] = f.memcpy_fraction;
-    m["pageable_memcpy_fraction"] = f.pageable_memcpy_fraction;
-    m["kernels_per_step"] = f.kernels_per_step;
-    m["launches_per_step"] = f.launches_per_step;
-    m["short_kernel_fraction"] = f.short_kernel_fraction;
-    m["runtime_outlier_fraction"] = f.runtime_outlier_fraction;
-    m["launch_delay_p50_us"] = f.launch_delay_p50_ns * 1e-3;
-    m["launch_delay_p90_us"] = f.launch_delay_p90_ns * 1e-3;
-    m["host_wait_idle_fraction"] = f.host_wait_idle_fraction;
-    m["kernel_wait_idle_fraction"] = f.kernel_wait_idle_fraction;
+    timeline::add_device_facts(f, m);
   } catch (...) {
     m["cupti_analysis_failed"] = 1.0;
   }
