@@ -14,6 +14,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -242,6 +244,19 @@ TEST_CASE("scheduling: an oversubscribed spinning pool cannot keep the step fed"
 TEST_CASE("pipeline: preprocessing on a background thread beats the serial loop and is not io-bound",
           "[scenarios][pipeline]") {
   TempDir dir;
+  // One calibration for both runs, so A and B train the same model.
+  std::string hidden;
+  {
+    const std::string cmd = std::string("'") + STEPSCOPE_SCENARIOS + "' --scenario pipeline-a --calibrate 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    char line[256];
+    while (std::fgets(line, sizeof line, p) != nullptr)
+      if (std::strncmp(line, "chosen hidden ", 14) == 0) hidden = std::to_string(std::atoi(line + 14));
+    pclose(p);
+  }
+  REQUIRE(!hidden.empty());
+  setenv("SCENARIO_PIPELINE_HIDDEN", hidden.c_str(), 1);
   const Report a = run_scenario(dir, "pipeline-a", 150, category_is("io"));
   const Report b = run_scenario(dir, "pipeline-b", 150, [](const Report& r) { return r.bottleneck.category != "io"; });
   INFO("A: " << describe(a) << "B: " << describe(b));
