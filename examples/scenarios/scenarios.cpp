@@ -587,14 +587,14 @@ double thread_cpu_ms() {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
-// Preprocessing should cost ~1.3x the math per batch: then the serial loop (A)
-// spends ~57% of its step in input (io clearly leads compute), while one
-// background loader (B) keeps the step waiting only ~23% (compute leads) and
-// B's step is ~1.3 units against A's ~2.3. The ratio depends on the machine
+// Preprocessing should cost ~1.6x the math per batch: then the serial loop (A)
+// spends ~60% of its step in input (io clearly leads compute), while one
+// background loader (B) keeps the step waiting ~35% (compute still leads) and
+// B's step is ~1.6 units against A's ~2.6. The ratio depends on the machine
 // and the compiler's vectorisation, so the hidden size is chosen by measuring
 // CPU time (immune to other load) rather than fixed. SCENARIO_PIPELINE_HIDDEN
 // pins it, so A and B can be run with the same model.
-constexpr double kPipelineTargetRatio = 1.3;
+constexpr double kPipelineTargetRatio = 1.6;
 
 int calibrate_pipeline_hidden(CsvPreprocessor& pre, int rows, bool print) {
   Batch b;
