@@ -3,6 +3,7 @@
 #include <stepscope/clock.hpp>
 
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,10 +31,17 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> de
 
 Collector::~Collector() { stop(); }
 
+void RingUnmap::operator()(PhaseRecord* p) const noexcept {
+  if (p != nullptr) ::munmap(p, bytes);
+}
+
 ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept {
   try {
     auto entry = std::make_unique<RingEntry>();
-    entry->storage.reset(new PhaseRecord[options_.ring_capacity]);
+    const std::size_t bytes = sizeof(PhaseRecord) * options_.ring_capacity;
+    void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) return nullptr;
+    entry->storage = std::unique_ptr<PhaseRecord, RingUnmap>(static_cast<PhaseRecord*>(memory), RingUnmap{bytes});
     entry->ring = std::make_unique<ThreadRing>(entry->storage.get(), options_.ring_capacity);
     entry->os_tid = os_tid;
     ThreadRing* ring = entry->ring.get();

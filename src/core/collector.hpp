@@ -36,6 +36,12 @@ struct CollectorOptions {
   bool live_forced = false;    // STEPSCOPE_LIVE_FORCE: print even when stderr is not a terminal
 };
 
+// Deleter of ring memory obtained with mmap.
+struct RingUnmap {
+  std::size_t bytes = 0;
+  void operator()(PhaseRecord* p) const noexcept;
+};
+
 class Collector {
  public:
   explicit Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device = nullptr);
@@ -64,7 +70,9 @@ class Collector {
 
  private:
   struct RingEntry {
-    std::unique_ptr<PhaseRecord[]> storage;
+    // Ring memory comes straight from mmap, never from malloc, so the
+    // profiler's largest buffers stay out of the application's heap.
+    std::unique_ptr<PhaseRecord, RingUnmap> storage;
     std::unique_ptr<ThreadRing> ring;
     std::int64_t os_tid = 0;
     Aggregator::ThreadId thread = 0;
