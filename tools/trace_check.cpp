@@ -1,5 +1,7 @@
 #include "trace_check.hpp"
 
+#include <stepscope/report.hpp>
+
 #include <fmt/format.h>
 #include <zlib.h>
 #include <nlohmann/json.hpp>
@@ -15,23 +17,6 @@ namespace stepscope::tools {
 
 namespace {
 
-bool read_maybe_gzip(const std::string& path, std::string& out, std::string& error) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    error = "cannot open '" + path + "': " + std::strerror(errno);
-    return false;
-  }
-  char buf[1 << 16];
-  int n = 0;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-  int errnum = 0;
-  const char* message = gzerror(f, &errnum);
-  const bool ok = n == 0 && errnum == Z_OK;
-  if (!ok) error = "cannot read '" + path + "': " + (errnum == Z_BUF_ERROR ? "truncated gzip data" : message);
-  gzclose(f);
-  return ok;
-}
-
 // At most this many problems are listed; the rest are counted.
 constexpr std::size_t kMaxProblems = 20;
 
@@ -41,7 +26,7 @@ TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
   using nlohmann::json;
   TraceCheck check;
   std::string text;
-  if (!read_maybe_gzip(path, text, check.read_error)) return check;
+  if (!read_file_maybe_gzip(path, text, check.read_error)) return check;
   json doc;
   try {
     doc = json::parse(text);

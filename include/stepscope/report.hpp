@@ -295,6 +295,10 @@ STEPSCOPE_API bool report_from_json(const std::string& text, Report& out, std::s
 STEPSCOPE_API bool load_report(const std::string& path, Report& out, std::string& error);
 // Writes atomically (temporary file + rename). Returns false with `error` set.
 STEPSCOPE_API bool write_report_file(const Report& report, const std::string& path, std::string& error);
+// Reads a whole file, gunzipping it when it is gzip (plain files pass
+// through). False with `error` naming the file and the problem (e.g.
+// "truncated gzip data").
+STEPSCOPE_API bool read_file_maybe_gzip(const std::string& path, std::string& out, std::string& error) noexcept;
 // The human summary table with the verdict (what goes to stderr at exit).
 STEPSCOPE_API std::string format_summary(const Report& report);
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 namespace stepscope {
@@ -598,25 +599,28 @@ Report report_from(const json& j) {
   return r;
 }
 
-// Reads a whole file, transparently gunzipping it.
-bool read_maybe_gzip(const std::string& path, std::string& out, std::string& error) {
-  gzFile f = gzopen(path.c_str(), "rb");
+}  // namespace
+
+bool read_file_maybe_gzip(const std::string& path, std::string& out, std::string& error) noexcept {
+  // gzread passes plain files through unchanged.
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
   if (f == nullptr) {
     error = "cannot open '" + path + "': " + std::strerror(errno);
     return false;
   }
-  char buf[1 << 16];
-  int n = 0;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-  int errnum = 0;
-  const char* message = gzerror(f, &errnum);
-  const bool ok = n == 0 && errnum == Z_OK;
-  if (!ok) error = "cannot read '" + path + "': " + (errnum == Z_BUF_ERROR ? "truncated gzip data" : message);
-  gzclose(f);
-  return ok;
+  try {
+    char buf[1 << 16];
+    int n = 0;
+    while ((n = gzread(f.get(), buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+    int errnum = 0;
+    const char* message = gzerror(f.get(), &errnum);
+    if (n == 0 && errnum == Z_OK) return true;
+    error = "cannot read '" + path + "': " + (errnum == Z_BUF_ERROR ? "truncated gzip data" : message);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  return false;
 }
-
-}  // namespace
 
 std::string report_to_json(const Report& report, int indent) {
   try {
@@ -642,7 +646,7 @@ bool report_from_json(const std::string& text, Report& out, std::string& error) 
 bool load_report(const std::string& path, Report& out, std::string& error) {
   try {
     std::string text;
-    if (!read_maybe_gzip(path, text, error)) return false;
+    if (!read_file_maybe_gzip(path, text, error)) return false;
     if (text.empty()) {
       error = "'" + path + "' is empty";
       return false;
