@@ -11,34 +11,19 @@
 #include <vector>
 
 #include "stepscope/import.hpp"
+#include "test_bytes.hpp"
 
 using namespace stepscope;
 using namespace stepscope::timeline;
 
 namespace {
 
+using stepscope::test::gzip;
+using stepscope::test::read_file;
+
 const std::string kCorpus = STEPSCOPE_SOURCE_DIR "/tests/import/corpus/";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
-std::string gzip(const std::string& plain) {
-  z_stream zs{};
-  REQUIRE(deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&zs, static_cast<uLong>(plain.size())) + 32, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
-  zs.avail_in = static_cast<uInt>(plain.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
 
 ImportResult import_text(const std::string& text, ImportOptions options = {}) {
   return import_kineto_trace_from_buffer(text, options);

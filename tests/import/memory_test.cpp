@@ -12,8 +12,11 @@
 
 #include "import/kineto_reader_internal.hpp"
 #include "stepscope/import.hpp"
+#include "test_bytes.hpp"
 
 namespace {
+
+using stepscope::test::gzip;
 
 std::atomic<std::size_t> g_live{0};
 std::atomic<std::size_t> g_peak{0};
@@ -34,19 +37,6 @@ std::size_t peak_heap_of(Fn&& fn) {
   return g_peak.load() - before;
 }
 
-std::string gzip(const std::string& plain) {
-  z_stream zs{};
-  REQUIRE(deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&zs, static_cast<uLong>(plain.size())) + 32, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
-  zs.avail_in = static_cast<uInt>(plain.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
 
 }  // namespace
 
@@ -99,7 +89,7 @@ TEST_CASE("memory does not grow with the JSON when events are not kept", "[impor
       R"({"ph": "s", "id": 135071, "pid": 1102, "tid": 1102, "ts": 1712195495505543.140, "cat": "ac2g", "name": "ac2g", "args": {"grid": [4, 106, 1]}},)";
   while (json.size() < (24u << 20)) json += flow;
   json += R"({"ph": "f", "id": 1, "ts": 2.5, "cat": "ac2g", "name": "ac2g", "bp": "e"}]})";
-  const std::string compressed = gzip(json);
+  const std::string compressed = gzip(json, Z_BEST_SPEED);
   json = std::string();  // only the gzip bytes stay in memory
   for (const bool pipelined : {true, false}) {
     stepscope::ImportOptions options;
