@@ -10,6 +10,7 @@
 //   stepscope_torch_demo --slow-input         # expensive decode on the step thread -> io
 //   stepscope_torch_demo --tiny-batches       # batch 2: per-step overhead dominates
 //   stepscope_torch_demo --steps 300 --workers 4 --batch 128 --threads 2
+//   stepscope_torch_demo --heap-offset 40     # keep one 40-byte block: shifts the heap layout
 //
 // STEPSCOPE=0 turns the instrumentation off at run time (used for the overhead
 // measurement in docs/benchmarks-libtorch.md).
@@ -44,15 +45,18 @@ struct Options {
   double lr = 0.05;
   bool slow_input = false;
   bool tiny_batches = false;
+  int heap_offset = 0;  // bytes of one block kept allocated before training (0: none)
 };
 
 void usage() {
   std::fprintf(stderr,
                "usage: stepscope_torch_demo [--steps N] [--batch N] [--workers N] [--threads N]\n"
                "                            [--decode-rounds N] [--lr X] [--log-every N]\n"
-               "                            [--slow-input] [--tiny-batches]\n"
+               "                            [--slow-input] [--tiny-batches] [--heap-offset BYTES]\n"
                "  --slow-input    expensive per-sample decode with 0 loader workers (input-bound)\n"
-               "  --tiny-batches  batch size 2 (per-step overhead dominates)\n");
+               "  --tiny-batches  batch size 2 (per-step overhead dominates)\n"
+               "  --heap-offset   keep one block of BYTES allocated before training: shifts glibc's\n"
+               "                  heap layout (the overhead measurement randomises layouts with it)\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -69,6 +73,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--threads") { if (!next_int(o.threads)) return false; }
     else if (a == "--decode-rounds") { if (!next_int(o.decode_rounds)) return false; }
     else if (a == "--log-every") { if (!next_int(o.log_every)) return false; }
+    else if (a == "--heap-offset") { if (!next_int(o.heap_offset)) return false; }
     else if (a == "--lr") {
       if (i + 1 >= argc) return false;
       o.lr = std::atof(argv[++i]);
@@ -82,7 +87,8 @@ bool parse(int argc, char** argv, Options& o) {
     if (o.decode_rounds == 0) o.decode_rounds = 600;  // ~2 ms per sample
   }
   if (o.tiny_batches) o.batch = 2;
-  return o.steps > 0 && o.batch > 0 && o.workers >= 0 && o.threads > 0 && o.decode_rounds >= 0 && o.log_every > 0;
+  return o.steps > 0 && o.batch > 0 && o.workers >= 0 && o.threads > 0 && o.decode_rounds >= 0 && o.log_every > 0 &&
+         o.heap_offset >= 0;
 }
 
 // Synthetic image dataset: sample i is the template of class label(i) plus
@@ -182,6 +188,12 @@ int main(int argc, char** argv) {
               o.tiny_batches ? ", tiny batches" : "");
   std::fflush(stdout);
 
+  // One long-lived block, as any unrelated change to a program would add.
+  // glibc places libtorch's per-step tensors around it differently, which
+  // decides whether the heap top is trimmed and re-faulted every step; see
+  // docs/benchmarks-libtorch.md ("heap layout").
+  void* heap_offset_block = o.heap_offset > 0 ? std::malloc(static_cast<std::size_t>(o.heap_offset)) : nullptr;
+
   auto it = loader->begin();
   bool started = false;
   double loss_sum = 0;
@@ -230,5 +242,6 @@ int main(int argc, char** argv) {
               o.steps - timed_from, stepscope::enabled() ? "on" : "off");
   std::fflush(stdout);
   stepscope::finish();  // report + summary now, after the training output
+  std::free(heap_offset_block);
   return 0;
 }

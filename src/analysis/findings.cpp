@@ -61,16 +61,30 @@ void memory_growth(const Report& r, std::vector<Finding>& out) {
 
 void page_faults(const Report& r, std::vector<Finding>& out) {
   if (!r.system.available || r.steps.count == 0) return;
-  const double per_step = static_cast<double>(r.system.minor_faults) / static_cast<double>(r.steps.count);
+  const double steps = static_cast<double>(r.steps.count);
+  const double per_step = static_cast<double>(r.system.minor_faults) / steps;
   if (per_step < kThresholds.minor_faults_per_step) return;
+  // Kernel time of the whole process per step: an upper bound of what the
+  // faults cost (it also holds syscalls), shown so the user can judge.
+  const double sys_ms = r.system.cpu_system_s * 1000.0 / steps;
+  const double step_ms = r.steps.wall_ms.mean;
+  std::string cost;
+  if (step_ms > 0 && sys_ms > 0)
+    cost = fmt::format(" The process spent {:.2f} ms/step in the kernel ({:.0f}% of the step), an upper bound "
+                       "of their cost.",
+                       sys_ms, 100.0 * sys_ms / step_ms);
   out.push_back(make(
       "page_fault_storm", "warning",
       fmt::format("{:.0f} minor page faults per step (~{:.1f} MiB of freshly touched pages): the "
-                  "allocator returns memory to the OS and faults it back every step. Reuse buffers "
-                  "or use a caching allocator.",
-                  per_step, per_step * 4.0 / 1024.0),
+                  "allocator returns memory to the OS and faults it back every step.{} With glibc malloc "
+                  "this is the heap top being trimmed and regrown: it depends on where a few long-lived "
+                  "blocks happen to land, so unrelated changes can switch it on or off. Reuse buffers, or "
+                  "keep freed memory: MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_MMAP_THRESHOLD_=33554432, "
+                  "or jemalloc/tcmalloc.",
+                  per_step, per_step * 4.0 / 1024.0, cost),
       {{"minor_faults_per_step", per_step},
-       {"threshold", kThresholds.minor_faults_per_step}}));
+       {"threshold", kThresholds.minor_faults_per_step},
+       {"system_ms_per_step", sys_ms}}));
 }
 
 void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {

@@ -211,6 +211,25 @@ TEST_CASE("findings: minor page faults per step", "[analysis][findings]") {
   }
 }
 
+TEST_CASE("findings: page-fault storm names its kernel-time cost and the glibc remedy", "[analysis][findings]") {
+  Report r = steady();
+  const double steps = static_cast<double>(r.steps.count);
+  r.system.minor_faults = static_cast<std::uint64_t>(2 * kThresholds.minor_faults_per_step * steps);
+  r.system.cpu_system_s = 0.25 * r.steps.wall_ms.mean * steps / 1000.0;  // a quarter of the step in the kernel
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "page_fault_storm");
+  REQUIRE(f != nullptr);
+  CHECK(f->values.at("system_ms_per_step") == Approx(0.25 * r.steps.wall_ms.mean));
+  CHECK(f->message.find("(25% of the step)") != std::string::npos);
+  CHECK(f->message.find("MALLOC_TRIM_THRESHOLD_") != std::string::npos);
+  // Without kernel time measured, no cost sentence (never a made-up figure).
+  r.system.cpu_system_s = 0;
+  const std::vector<Finding> none = find_issues(r);
+  const Finding* g = finding(none, "page_fault_storm");
+  REQUIRE(g != nullptr);
+  CHECK(g->message.find("in the kernel") == std::string::npos);
+}
+
 TEST_CASE("findings: large unattributed time and too few steps", "[analysis][findings]") {
   const double k = kThresholds.unattributed_finding;
   for (double share : {k - 0.001, k, k + 0.001}) {
