@@ -14,6 +14,20 @@ install(FILES "${PROJECT_BINARY_DIR}/generated/include/stepscope/version.hpp"
 
 set(STEPSCOPE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/stepscope)
 install(EXPORT stepscopeTargets NAMESPACE stepscope:: DESTINATION ${STEPSCOPE_CMAKE_DIR})
+
+# The optional MPI component (src/mpi), in its own export set so that
+# find_package(stepscope) needs MPI only when a consumer asks for it:
+# find_package(stepscope CONFIG REQUIRED COMPONENTS mpi) -> stepscope::mpi.
+set(STEPSCOPE_HAVE_MPI OFF)
+if(TARGET stepscope_mpi)
+  set(STEPSCOPE_HAVE_MPI ON)
+  install(TARGETS stepscope_mpi EXPORT stepscopeMpiTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT stepscopeMpiTargets NAMESPACE stepscope:: DESTINATION ${STEPSCOPE_CMAKE_DIR})
+endif()
 configure_package_config_file(cmake/stepscopeConfig.cmake.in
   "${PROJECT_BINARY_DIR}/stepscopeConfig.cmake"
   INSTALL_DESTINATION ${STEPSCOPE_CMAKE_DIR})

@@ -1,7 +1,7 @@
 # The package tests (tests/package/CMakeLists.txt), run with cmake -P:
 #   -DMODE=install|find_package|add_subdirectory|pkg_config
 #   -DBUILD_DIR=<stepscope build> -DSOURCE_DIR=<stepscope source> -DWORK=<scratch dir>
-#   -DGENERATOR=... -DCXX=... [-DLAUNCHER=ccache]
+#   -DGENERATOR=... -DCXX=... [-DLAUNCHER=ccache] [-DEXPECT_MPI=ON: stepscope::mpi too]
 # The install prefix is ${WORK}/prefix, shared by the modes that need it
 # (CTest fixture: install runs first).
 cmake_minimum_required(VERSION 3.16)
@@ -20,7 +20,9 @@ endfunction()
 function(run_app app dir)
   file(REMOVE_RECURSE "${dir}/run")
   file(MAKE_DIRECTORY "${dir}/run")
-  execute_process(COMMAND "${CMAKE_COMMAND}" -E env STEPSCOPE_QUIET=1 "STEPSCOPE_OUT=${dir}/run/report.json" "${app}"
+  # (Open MPI refuses root without the two OMPI_ variables; CI runs as root.)
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E env STEPSCOPE_QUIET=1 "STEPSCOPE_OUT=${dir}/run/report.json"
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${app}"
     WORKING_DIRECTORY "${dir}/run" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0 OR NOT EXISTS "${dir}/run/report.json")
     message(FATAL_ERROR "the consumer app failed (${rc}):\n${out}\n${err}")
@@ -59,7 +61,8 @@ elseif(MODE STREQUAL "find_package" OR MODE STREQUAL "add_subdirectory")
   # -O0 without debug info: add_subdirectory compiles the whole library, and
   # what is tested here is the CMake wiring, not the optimiser (2 shared cores).
   set(args -S "${SOURCE_DIR}/tests/package/consumer" -B "${dir}" -G "${GENERATOR}" "-DCMAKE_CXX_COMPILER=${CXX}"
-    -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O0 -g0" "-DSTEPSCOPE_CONSUME=${MODE}" ${launcher_args})
+    -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O0 -g0" "-DSTEPSCOPE_CONSUME=${MODE}"
+    "-DSTEPSCOPE_EXPECT_MPI=${EXPECT_MPI}" ${launcher_args})
   if(MODE STREQUAL "find_package")
     list(APPEND args "-DCMAKE_PREFIX_PATH=${prefix}")
   else()
@@ -69,6 +72,10 @@ elseif(MODE STREQUAL "find_package" OR MODE STREQUAL "add_subdirectory")
   run_step("configuring the consumer (${MODE})" "${CMAKE_COMMAND}" ${args})
   run_step("building the consumer (${MODE})" "${CMAKE_COMMAND}" --build "${dir}" --parallel 2)
   run_app("${dir}/app" "${dir}")
+  if(EXPECT_MPI)
+    # One rank, started without mpirun (an MPI singleton).
+    run_app("${dir}/mpi_app" "${dir}")
+  endif()
 
 elseif(MODE STREQUAL "pkg_config")
   find_program(PKG_CONFIG pkg-config)
