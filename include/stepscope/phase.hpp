@@ -72,8 +72,15 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE bool scope_enabled() noexcept {
 // then they cost one load and a not-taken branch per scope.
 using DeviceBeginHook = std::uint16_t (*)(const PhaseSite* site) noexcept;  // returns a slot, 0 = none
 using DeviceEndHook = void (*)(std::uint16_t slot) noexcept;
+// Called on the recording thread when a record that holds a device slot was
+// dropped (ring full): the collector will never see it, so the backend takes
+// the slot back here instead of losing it.
+using DeviceAbandonHook = void (*)(std::uint16_t slot) noexcept;
 STEPSCOPE_API extern std::atomic<DeviceBeginHook> g_device_begin;
 STEPSCOPE_API extern std::atomic<DeviceEndHook> g_device_end;
+STEPSCOPE_API extern std::atomic<DeviceAbandonHook> g_device_abandon;
+// Cold: a dropped record held `slot`; hands it to g_device_abandon.
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void device_slot_dropped(std::uint16_t slot) noexcept;
 
 class ScopeBase {
  public:
@@ -128,7 +135,9 @@ class ScopeBase {
     }
     ts.depth = depth_;
     ts.ring->current_kind.store(depth_ == 0 ? 0xff : ts.kind_stack[depth_ - 1], std::memory_order_relaxed);
-    (void)ts.ring->try_push(PhaseRecord{site_, start_, end, step_, device_slot_, depth_, flags});
+    if (STEPSCOPE_DETAIL_UNLIKELY(!ts.ring->try_push(PhaseRecord{site_, start_, end, step_, device_slot_, depth_, flags})) &&
+        device_slot_ != 0)
+      device_slot_dropped(device_slot_);  // counted as dropped by the ring; the slot is not lost
   }
 
  private:

@@ -28,6 +28,11 @@ std::atomic<std::uint8_t> g_mode{kModeUninitialised};
 std::atomic<std::uint32_t> g_steps_started{0};
 std::atomic<DeviceBeginHook> g_device_begin{nullptr};
 std::atomic<DeviceEndHook> g_device_end{nullptr};
+std::atomic<DeviceAbandonHook> g_device_abandon{nullptr};
+
+void device_slot_dropped(std::uint16_t slot) noexcept {
+  if (DeviceAbandonHook hook = g_device_abandon.load(std::memory_order_acquire)) hook(slot);
+}
 
 namespace {
 

@@ -22,6 +22,7 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -216,6 +217,13 @@ class CudaBackend final : public DeviceBackend {
     s->state |= kSlotEndRecorded;
   }
 
+  // The record holding `id` was dropped (ring full): its NVTX range is closed
+  // already (end ran first); the slot goes back to this thread's block.
+  void abandon(std::uint16_t id) noexcept {
+    if (id == kSlotNvtxOnly) return;
+    if (!pool_.abandon(id, t_device.block)) abandon_foreign_.fetch_add(1, std::memory_order_relaxed);
+  }
+
   // ---- collector --------------------------------------------------------------
   void on_record(const PhaseRecord& r) override {
     if (r.device_slot == kSlotNvtxOnly) return;
@@ -274,6 +282,10 @@ class CudaBackend final : public DeviceBackend {
     m["device_times_resolved"] = static_cast<double>(resolved_);
     m["device_times_unresolved"] = static_cast<double>(pending_.size());
     m["event_pool_exhausted"] = static_cast<double>(pool_.exhausted());
+    // Slots of dropped records, taken back by their thread (not leaked); a
+    // non-zero foreign count would be a slot that could not be (a bug).
+    m["event_slots_of_dropped_records"] = static_cast<double>(pool_.abandoned());
+    m["event_slots_leaked"] = static_cast<double>(abandon_foreign_.load(std::memory_order_relaxed));
     m["event_pool_threads"] = static_cast<double>(pool_.blocks());
     m["phases_in_graph_capture"] = static_cast<double>(captured_);
     m["event_record_failed"] = static_cast<double>(record_failed_ + query_failed_);
@@ -440,6 +452,7 @@ class CudaBackend final : public DeviceBackend {
   // Collector-only state.
   std::vector<Pending> pending_;
   std::uint64_t resolved_ = 0, captured_ = 0, record_failed_ = 0, query_failed_ = 0;
+  std::atomic<std::uint64_t> abandon_foreign_{0};  // recording threads
   std::uint64_t sampled_steps_ = ~std::uint64_t{0};
   double memory_last_mb_ = 0, memory_peak_mb_ = 0, memory_capacity_mb_ = 0;
   std::uint64_t memory_samples_ = 0;
@@ -450,6 +463,7 @@ class CudaBackend final : public DeviceBackend {
 std::uint16_t begin_hook() noexcept { return g_backend->begin(nullptr); }
 std::uint16_t begin_hook_with_site(const PhaseSite* site) noexcept { return g_backend->begin(site); }
 void end_hook(std::uint16_t slot) noexcept { g_backend->end(slot); }
+void abandon_hook(std::uint16_t slot) noexcept { g_backend->abandon(slot); }
 
 template <typename Hook>
 void install_hooks() noexcept {
@@ -458,6 +472,7 @@ void install_hooks() noexcept {
   else
     g_device_begin.store(static_cast<Hook>(&begin_hook), std::memory_order_release);
   g_device_end.store(&end_hook, std::memory_order_release);
+  g_device_abandon.store(&abandon_hook, std::memory_order_release);
 }
 
 // Host timing only; the report says why.

@@ -6,6 +6,7 @@
 //   std::uint16_t slot = block->take();              // hot: 0 when exhausted
 //   ... record events into pool.slot(slot) ..., push the PhaseRecord
 //   pool.give_back(slot);                            // collector, once resolved
+//   pool.abandon(slot, block);                       // owner, when the record was dropped
 //
 // Each training thread owns one SlotBlock of kBlockSlots slots (an event pair
 // each). The block's free list is a single-producer single-consumer ring of
@@ -63,6 +64,11 @@ struct SlotBlock {
 
   // Owning thread only. A 1-based pool slot id, or 0 when every slot is in use.
   std::uint16_t take() noexcept {
+    const std::uint32_t stashed = stash_count_.load(std::memory_order_relaxed);
+    if (stashed != 0) {  // a slot whose record was dropped: reuse it first
+      stash_count_.store(stashed - 1, std::memory_order_release);
+      return static_cast<std::uint16_t>(index * kBlockSlots + stash_[stashed - 1] + 1);
+    }
     const std::uint32_t head = free_head_.load(std::memory_order_relaxed);
     if (head == cached_tail_) {
       cached_tail_ = free_tail_.load(std::memory_order_acquire);
@@ -84,11 +90,25 @@ struct SlotBlock {
     free_tail_.store(tail + 1, std::memory_order_release);
   }
 
-  // Slots currently free (exact when neither side is running).
+  // Owning thread only: a slot it took whose record was dropped (ring full).
+  // The collector never sees that record, so the owner keeps the slot for its
+  // next take(); its events may still be pending on the device, which is fine:
+  // recording an event again supersedes the earlier record.
+  void abandon_local(std::uint16_t local) noexcept {
+    const std::uint32_t n = stash_count_.load(std::memory_order_relaxed);
+    if (n >= kBlockSlots) return;  // cannot happen: each slot is taken at most once
+    stash_[n] = local;
+    stash_count_.store(n + 1, std::memory_order_release);
+    abandoned_.store(abandoned_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  // Slots currently free, in the ring or stashed (exact when neither side is running).
   std::uint32_t free_slots() const noexcept {
-    return free_tail_.load(std::memory_order_acquire) - free_head_.load(std::memory_order_acquire);
+    return free_tail_.load(std::memory_order_acquire) - free_head_.load(std::memory_order_acquire) +
+           stash_count_.load(std::memory_order_acquire);
   }
   std::uint64_t exhausted() const noexcept { return exhausted_.load(std::memory_order_relaxed); }
+  std::uint64_t abandoned() const noexcept { return abandoned_.load(std::memory_order_relaxed); }
 
   // The owning thread exited: once every slot is back the block is reused.
   std::atomic<bool> orphaned{false};
@@ -97,6 +117,7 @@ struct SlotBlock {
   void reset_free_list() noexcept {
     for (std::uint32_t i = 0; i < kBlockSlots; ++i) free_[i] = static_cast<std::uint16_t>(i);
     free_head_.store(0, std::memory_order_relaxed);
+    stash_count_.store(0, std::memory_order_relaxed);
     cached_tail_ = kBlockSlots;
     free_tail_.store(kBlockSlots, std::memory_order_release);
   }
@@ -107,6 +128,11 @@ struct SlotBlock {
   alignas(64) std::atomic<std::uint32_t> free_head_{0};
   std::uint32_t cached_tail_ = 0;
   std::atomic<std::uint64_t> exhausted_{0};
+  // Owner-only stash of slots of dropped records (atomic so the collector's
+  // free_slots() may read the count).
+  std::atomic<std::uint32_t> stash_count_{0};
+  std::atomic<std::uint64_t> abandoned_{0};
+  std::array<std::uint16_t, kBlockSlots> stash_{};
   // Producer (collector) line.
   alignas(64) std::atomic<std::uint32_t> free_tail_{0};
 };
@@ -183,6 +209,16 @@ class EventPool {
     b->give_back_local(static_cast<std::uint16_t>((id - 1u) % kBlockSlots));
   }
 
+  // Owning thread: `id` (taken from `owner`) belongs to a dropped record. False
+  // when the id is not from `owner` (then nothing changes).
+  bool abandon(std::uint16_t id, SlotBlock* owner) noexcept {
+    SlotBlock* b = block_of(id);
+    if (b == nullptr || b != owner) return false;
+    b->slots[(id - 1u) % kBlockSlots].state = 0;
+    b->abandon_local(static_cast<std::uint16_t>((id - 1u) % kBlockSlots));
+    return true;
+  }
+
   // Collector, every tick: orphaned blocks whose slots are all back become
   // reusable by new threads, so thread churn does not exhaust the pool.
   void reclaim() noexcept {
@@ -205,6 +241,12 @@ class EventPool {
     std::uint64_t total = 0;
     for (std::uint32_t i = 0; i < kMaxBlocks; ++i)
       if (const SlotBlock* b = blocks_[i].load(std::memory_order_acquire)) total += b->exhausted();
+    return total;
+  }
+  std::uint64_t abandoned() const noexcept {
+    std::uint64_t total = 0;
+    for (std::uint32_t i = 0; i < kMaxBlocks; ++i)
+      if (const SlotBlock* b = blocks_[i].load(std::memory_order_acquire)) total += b->abandoned();
     return total;
   }
   std::uint32_t blocks() const noexcept {

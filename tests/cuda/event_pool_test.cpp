@@ -151,3 +151,95 @@ TEST_CASE("training thread takes, collector gives back: every slot returns exact
   CHECK(pool.exhausted() == exhausted);
   CHECK(block->free_slots() == kBlockSlots);        // all back
 }
+
+TEST_CASE("a slot whose record was dropped goes back to its own thread, never leaks", "[cuda][pool]") {
+  FakeEvents fake;
+  EventPool pool(fake_create, fake_destroy, &fake);
+  SlotBlock* a = pool.acquire_block(0);
+  SlotBlock* b = pool.acquire_block(0);
+  REQUIRE((a != nullptr && b != nullptr));
+  const std::uint16_t id = a->take();
+  REQUIRE(id != 0);
+  CHECK(a->free_slots() == kBlockSlots - 1);
+  CHECK_FALSE(pool.abandon(id, b));  // not b's slot: nothing changes
+  CHECK(a->free_slots() == kBlockSlots - 1);
+  CHECK_FALSE(pool.abandon(kSlotNvtxOnly, a));
+  pool.slot(id)->state = kSlotBeginRecorded | kSlotEndRecorded;
+  REQUIRE(pool.abandon(id, a));
+  CHECK(pool.slot(id)->state == 0);
+  CHECK(a->free_slots() == kBlockSlots);
+  CHECK(pool.abandoned() == 1);
+  CHECK(a->take() == id);  // the stashed slot is reused first
+
+  // Every slot taken and dropped, again and again: the block never runs dry.
+  std::vector<std::uint16_t> taken{id};
+  for (std::uint32_t i = 1; i < kBlockSlots; ++i) taken.push_back(a->take());
+  CHECK(a->take() == 0);
+  for (std::uint16_t t : taken) REQUIRE(pool.abandon(t, a));
+  std::set<std::uint16_t> again;
+  for (std::uint32_t i = 0; i < kBlockSlots; ++i) again.insert(a->take());
+  CHECK(again.size() == kBlockSlots);
+  CHECK(again.count(0) == 0);
+  CHECK(pool.exhausted() == 1);
+
+  // An orphaned block with stashed slots is reusable once all are free.
+  for (std::uint16_t t : again) REQUIRE(pool.abandon(t, a));
+  pool.release_block(a);
+  pool.reclaim();
+  CHECK(pool.acquire_block(0) == a);
+}
+
+TEST_CASE("the collector's give-backs and the owner's drops together account for every slot", "[cuda][pool][concurrency]") {
+  FakeEvents fake;
+  EventPool pool(fake_create, fake_destroy, &fake);
+  SlotBlock* block = pool.acquire_block(0);
+  REQUIRE(block != nullptr);
+  // Owner: takes slots; every third "record" is dropped (abandoned at once),
+  // the others go to the collector through a queue, which gives them back.
+  constexpr int kRounds = 200000;
+  std::vector<std::atomic<std::uint16_t>> queue(1024);
+  for (auto& q : queue) q.store(0);
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> given{0};
+  std::thread collector([&] {
+    std::size_t at = 0;
+    while (true) {
+      const std::uint16_t id = queue[at].exchange(0, std::memory_order_acq_rel);
+      if (id != 0) {
+        pool.give_back(id);
+        given.fetch_add(1, std::memory_order_relaxed);
+        at = (at + 1) % queue.size();
+      } else if (done.load(std::memory_order_acquire)) {
+        if (queue[at].load(std::memory_order_acquire) == 0) break;
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  });
+  std::uint64_t dropped = 0, sent = 0, none = 0;
+  std::size_t at = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    const std::uint16_t id = block->take();
+    if (id == 0) {
+      ++none;
+      std::this_thread::yield();
+      continue;
+    }
+    if (i % 3 == 0) {
+      REQUIRE(pool.abandon(id, block));
+      ++dropped;
+      continue;
+    }
+    while (queue[at].load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    queue[at].store(id, std::memory_order_release);
+    at = (at + 1) % queue.size();
+    ++sent;
+  }
+  done.store(true, std::memory_order_release);
+  collector.join();
+  CHECK(given.load() == sent);
+  CHECK(pool.abandoned() == dropped);
+  CHECK(dropped > 0);
+  CHECK(block->free_slots() == kBlockSlots);  // nothing lost, nothing doubled
+  CHECK(pool.exhausted() == none);
+}
