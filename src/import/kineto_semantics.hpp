@@ -230,19 +230,16 @@ inline Key top_key(std::string_view k) {
 inline Key event_key(std::string_view k) {
   switch (k.size()) {
     case 2:
-      // As the importer has always matched: "td" (not "tid") fills tid, so
-      // Kineto's "tid" is ignored and host tids stay -1. Kept bit for bit so
-      // both parsers agree; changing it changes the analyses' inputs.
-      if (k[0] == 't') {
-        if (k[1] == 's') return Key::ts;
-        if (k[1] == 'd') return Key::tid;
-      }
+      if (k[0] == 't' && k[1] == 's') return Key::ts;
       if (k[0] == 'p' && k[1] == 'h') return Key::ph;
       return Key::other;
     case 3:
+      // The thread is "tid" in the Chrome trace format and in every Kineto
+      // trace (tests/import/import_test.cpp checks the real ones).
       if (key_is(k, "cat")) return Key::cat;
       if (key_is(k, "dur")) return Key::dur;
       if (key_is(k, "pid")) return Key::pid;
+      if (key_is(k, "tid")) return Key::tid;
       return Key::other;
     case 4:
       if (key_is(k, "name")) return Key::name;
