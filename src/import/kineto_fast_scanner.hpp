@@ -16,6 +16,7 @@
 // error message or result. Internal; included by kineto_reader.cpp only.
 #pragma once
 
+#include <atomic>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -191,6 +192,27 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, co
   return read;
 }
 
+// Parsing a whole document on two threads. A helper scanner starts at a
+// split point S, the '{' of what a byte search takes for an element of
+// traceEvents, and parses from there to the end of the document into its own
+// TraceBuilder; the main scanner parses from the start. When the main scanner
+// reaches S exactly at the start of an element of its traceEvents array, S
+// really was one, so the helper parsed what the main scanner would have
+// parsed from there, in the same state: the main scanner stops and its
+// caller appends the helper's result. When it passes S without landing on it
+// (the search matched text inside a string or a nested value) or the helper
+// failed, the main scanner carries on alone. Either way the answer is the
+// main scanner's own, never a guess.
+class SplitHandoff {
+ public:
+  virtual ~SplitHandoff() = default;
+  // The main scanner is at S, at the start of an element: true when the
+  // helper parsed the rest of the document (waits for it to finish).
+  virtual bool take_over() = 0;
+  // The main scanner went past S: stop the helper, its work is not used.
+  virtual void abandon() = 0;
+};
+
 class FastScanner {
  public:
   FastScanner(const ImportOptions& options, ChunkWindow& window, TraceBuilder& builder)
@@ -201,10 +223,66 @@ class FastScanner {
         // limit leaves any borderline event to the exact parser.
         event_size_limit_(options.max_event_bytes > kEventSizeMargin ? options.max_event_bytes - kEventSizeMargin
                                                                      : 0) {
-    p_ = end_ = window_.end();
+    p_ = window_.begin();
+    end_ = window_.end();
   }
   FastScanner(const FastScanner&) = delete;
   FastScanner& operator=(const FastScanner&) = delete;
+
+  // Main scanner of a split parse: hand over to `handoff` on reaching the
+  // stream offset `split` at the start of a traceEvents element.
+  void set_split(std::uint64_t split, SplitHandoff* handoff) {
+    split_offset_ = split;
+    split_ = handoff;
+  }
+  // True after run() when the rest of the document, from the split on, is
+  // the helper's (the builder holds only what came before it).
+  bool handed_over() const { return handed_over_; }
+
+  // Helper scanner of a split parse: `start` is the '{' of a traceEvents
+  // element; parses the rest of that array and of the document (the
+  // top-level object when object_document, else the array was the
+  // document). Gives up on anything that would need the main scanner's
+  // state: another traceEvents array or trace metadata after the split.
+  // Checks `cancel` after every event.
+  bool run_from_split(const char* start, bool object_document, const std::atomic<bool>& cancel) {
+    p_ = start;
+    for (;;) {
+      if (*p_ != '{') return give_up("a traceEvents element is not an object");
+      if (!event()) return false;
+      if (cancel.load(std::memory_order_relaxed)) return give_up("cancelled");
+      if (!skip_whitespace()) return invalid();
+      if (*p_ == ',') {
+        ++p_;
+        if (!skip_whitespace()) return invalid();
+        continue;
+      }
+      if (*p_ != ']') return invalid();
+      ++p_;
+      break;
+    }
+    if (object_document) {
+      // The members after traceEvents, as top_object() reads them.
+      for (;;) {
+        if (!skip_whitespace()) return invalid();
+        if (*p_ == '}') {
+          ++p_;
+          break;
+        }
+        if (*p_ != ',') return invalid();
+        ++p_;
+        if (!skip_whitespace() || *p_ != '"') return invalid();
+        ++p_;
+        std::string_view key;
+        if (!key_string(key)) return false;
+        if (top_key(key) != Key::other) return give_up("traceEvents or trace metadata after the split");
+        if (!expect(':') || !skip_whitespace()) return invalid();
+        if (!skip_value(1)) return false;
+      }
+    }
+    if (skip_whitespace()) return give_up("data after the JSON document");
+    return true;
+  }
 
   // True: the whole document was read and the builder holds the trace.
   // False: give_up_reason() says why; the builder's state is then garbage.
@@ -219,6 +297,7 @@ class FastScanner {
     } else {
       return give_up("the document is not an object or array");
     }
+    if (handed_over_) return true;  // the helper read the rest
     if (skip_whitespace()) return give_up("data after the JSON document");
     return true;
   }
@@ -617,6 +696,7 @@ class FastScanner {
       if (!member.key(key)) return false;
       if (!expect(':') || !skip_whitespace()) return invalid();
       if (!member.value()) return false;
+      if (handed_over_) return true;  // only ever in the top-level object
       if (!skip_whitespace()) return invalid();
       if (*p_ == ',') {
         ++p_;
@@ -686,10 +766,43 @@ class FastScanner {
   }
 
   bool events_array() {
-    return array([this] {
+    ++p_;
+    if (!skip_whitespace()) return invalid();
+    if (*p_ == ']') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (window_.offset_of(p_) >= split_offset_ && reached_split()) return true;
       if (*p_ != '{') return give_up("a traceEvents element is not an object");
-      return event();
-    });
+      if (!event()) return false;
+      if (!skip_whitespace()) return invalid();
+      if (*p_ == ',') {
+        ++p_;
+        if (!skip_whitespace()) return invalid();
+        continue;
+      }
+      if (*p_ == ']') {
+        ++p_;
+        return true;
+      }
+      return invalid();
+    }
+  }
+
+  // At or past the split, at the start of a traceEvents element. True: the
+  // helper has the rest.
+  STEPSCOPE_DETAIL_NOINLINE bool reached_split() {
+    const bool exact = window_.offset_of(p_) == split_offset_;
+    split_offset_ = kNoSplit;
+    SplitHandoff* const handoff = split_;
+    split_ = nullptr;
+    if (exact && handoff->take_over()) {
+      handed_over_ = true;
+      return true;
+    }
+    if (!exact) handoff->abandon();
+    return false;
   }
 
   bool event() {
@@ -791,9 +904,14 @@ class FastScanner {
     });
   }
 
+  static constexpr std::uint64_t kNoSplit = ~std::uint64_t{0};
+
   ChunkWindow& window_;
   TraceBuilder& builder_;
   const std::uint64_t event_size_limit_;
+  std::uint64_t split_offset_ = kNoSplit;
+  SplitHandoff* split_ = nullptr;
+  bool handed_over_ = false;
   const char* p_ = nullptr;
   const char* end_ = nullptr;
   std::string scratch_;  // decoded text of strings with escapes or split by a refill

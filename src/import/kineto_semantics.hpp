@@ -489,6 +489,27 @@ class TraceBuilder {
     }
   }
 
+  // --- two builders, one document ----------------------------------------------
+  // Appends what `later` built from the rest of the document (a split parse,
+  // kineto_fast_scanner.hpp), leaving it empty. Names are interned in the
+  // order `later` first met them, so the ids come out as one builder reading
+  // the whole document would have given them. `later` saw no trace metadata
+  // (its scanner gives up on any), so meta() stays this builder's.
+  void append(TraceBuilder& later) {
+    std::vector<NameId> name_ids(later.names_.size());
+    for (NameId i = 0; i < name_ids.size(); ++i) name_ids[i] = names_.intern(later.names_.text(i));
+    std::vector<NameId> category_ids(later.categories_.size());
+    for (NameId i = 0; i < category_ids.size(); ++i) category_ids[i] = categories_.intern(later.categories_.text(i));
+    later.events_.for_each([&](const RawEvent& e) {
+      RawEvent moved = e;
+      moved.name = name_ids[e.name];
+      moved.category = category_ids[e.category];
+      events_.push_back(moved);
+    });
+    later.events_.release();
+    fractional_ = fractional_ || later.fractional_;
+  }
+
   // --- results ---------------------------------------------------------------
   EventStore& events() { return events_; }
   const EventStore& events() const { return events_; }
