@@ -219,6 +219,8 @@ class ChunkWindow {
 
   const char* begin() const { return begin_; }
   const char* end() const { return end_; }
+  // True for a window over a WholeDocument: its bytes never move.
+  bool whole_document() const { return decoder_ == nullptr; }
   // Keeps [cursor, end()), appends the next non-empty chunk and points cursor
   // at the kept bytes' new place. False at end of data (or when the decoder
   // failed; its error() says so); the kept bytes stay readable either way.

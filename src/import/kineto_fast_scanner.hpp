@@ -83,6 +83,65 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE const char* fold_digits(const char* q, const char
   return q;
 }
 
+// The double nearest to mantissa / 10^fraction_digits (ties to even), for a
+// mantissa of at most 19 digits and no exponent: what strtod returns for a
+// decimal like 1712195495519695.812 (19 digits, beyond Clinger's fast path),
+// computed with one 128-bit division instead of a general conversion. The
+// quotient gets 53 or 54 significant bits; the remainder decides the rounding.
+inline double decimal_to_double(std::uint64_t mantissa, int fraction_digits) {
+  if (mantissa == 0) return 0.0;
+  static constexpr std::uint64_t kPow10[20] = {1ull,
+                                               10ull,
+                                               100ull,
+                                               1000ull,
+                                               10000ull,
+                                               100000ull,
+                                               1000000ull,
+                                               10000000ull,
+                                               100000000ull,
+                                               1000000000ull,
+                                               10000000000ull,
+                                               100000000000ull,
+                                               1000000000000ull,
+                                               10000000000000ull,
+                                               100000000000000ull,
+                                               1000000000000000ull,
+                                               10000000000000000ull,
+                                               100000000000000000ull,
+                                               1000000000000000000ull,
+                                               10000000000000000000ull};
+  __extension__ typedef unsigned __int128 u128;  // GCC and Clang; __extension__ keeps -Wpedantic quiet
+  const std::uint64_t power = kPow10[fraction_digits];
+  const int mantissa_bits = 64 - __builtin_clzll(mantissa);
+  const int power_bits = 64 - __builtin_clzll(power);
+  // mantissa * 2^shift / power lies in (2^52, 2^54).
+  int shift = 53 - mantissa_bits + power_bits;
+  const u128 numerator = shift >= 0 ? static_cast<u128>(mantissa) << shift : static_cast<u128>(mantissa);
+  const u128 denominator = shift >= 0 ? static_cast<u128>(power) : static_cast<u128>(power) << -shift;
+  std::uint64_t quotient = static_cast<std::uint64_t>(numerator / denominator);
+  const u128 remainder = numerator % denominator;
+  bool round_up = false;
+  if (quotient >> 53 != 0) {
+    // 54 bits: the dropped bit and the remainder are the fraction beyond the last kept bit.
+    const bool half = (quotient & 1) != 0;
+    quotient >>= 1;
+    --shift;
+    round_up = half && (remainder != 0 || (quotient & 1) != 0);
+  } else {
+    const u128 twice = remainder * 2;
+    round_up = twice > denominator || (twice == denominator && (quotient & 1) != 0);
+  }
+  if (round_up && ++quotient >> 53 != 0) {
+    quotient >>= 1;
+    --shift;
+  }
+  // quotient in [2^52, 2^53): value = quotient * 2^-shift = 1.f * 2^(52 - shift).
+  const std::uint64_t bits = static_cast<std::uint64_t>(52 - shift + 1023) << 52 | (quotient & ((1ull << 52) - 1));
+  double value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
 // Reads the JSON number at [begin, end) (the grammar of RFC 8259; what
 // follows it is the caller's business). With want_value, `out` gets
 // nlohmann's reading of it: negative integers as int64 (number_integer),
@@ -153,6 +212,10 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, co
       // correctly rounded: durations like 63.813 take this path.
       value = static_cast<double>(mantissa) / kPowersOfTen[fraction_digits];
       if (negative) value = -value;
+    } else if (!exponent && integer_digits + fraction_digits <= 19) {
+      // Kineto's nanosecond timestamps (16 + 3 digits).
+      value = decimal_to_double(mantissa, static_cast<int>(fraction_digits));
+      if (negative) value = -value;
     } else {
       const auto [end_of_number, ec] = std::from_chars(begin, q, value);
       if (ec != std::errc() || end_of_number != q) {
@@ -222,7 +285,8 @@ class FastScanner {
         // just after '{' to just after the key; staying 16 bytes under the
         // limit leaves any borderline event to the exact parser.
         event_size_limit_(options.max_event_bytes > kEventSizeMargin ? options.max_event_bytes - kEventSizeMargin
-                                                                     : 0) {
+                                                                     : 0),
+        whole_document_(window.whole_document()) {
     p_ = window_.begin();
     end_ = window_.end();
   }
@@ -340,11 +404,15 @@ class FastScanner {
   // Inlined: called between every two tokens, and usually finds none or one.
   STEPSCOPE_DETAIL_ALWAYS_INLINE bool skip_whitespace() {
     // Kineto's layout: nothing or one space after ':' and ',', else a newline
-    // and indentation.
-    if (p_ < end_ && !is_whitespace(*p_)) return true;
-    if (end_ - p_ >= 2 && *p_ == ' ' && !is_whitespace(p_[1])) {
-      ++p_;
-      return true;
+    // and indentation. A byte above 0x20 is never whitespace; the padding
+    // after end_ makes p_[1] readable.
+    if (p_ < end_) {
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c > 0x20) return true;
+      if (c == ' ' && static_cast<unsigned char>(p_[1]) > 0x20 && end_ - p_ >= 2) {
+        ++p_;
+        return true;
+      }
     }
     return skip_whitespace_run();
   }
@@ -626,8 +694,11 @@ class FastScanner {
     if (c == '"') {
       ++p_;
       s.type = ValueType::string;
-      if (want_string) return string<true>(&s.string_value);
-      return string<false>(nullptr);
+      if (!want_string) return string<false>(nullptr);
+      if (!string<true>(&s.string_value)) return false;
+      // A whole document never moves; only a string with escapes lives in scratch_.
+      s.stable_string = whole_document_ && s.string_value.data() != scratch_.data();
+      return true;
     }
     if (c == '-' || is_digit(c)) return number(s, true);
     return literal(s);
@@ -909,6 +980,7 @@ class FastScanner {
   ChunkWindow& window_;
   TraceBuilder& builder_;
   const std::uint64_t event_size_limit_;
+  const bool whole_document_;  // the window is the whole document: views into it stay valid
   std::uint64_t split_offset_ = kNoSplit;
   SplitHandoff* split_ = nullptr;
   bool handed_over_ = false;

@@ -85,6 +85,9 @@ struct Scalar {
   double floating = 0;
   std::string_view number_text;   // number_float only: the text as written
   std::string_view string_value;  // string only
+  // string_value points into a document read whole and stays valid as long
+  // as it does (not into a parser's scratch buffer or a moving window).
+  bool stable_string = false;
 };
 
 // A number as it appeared in the JSON: exact integer, or a double plus its
@@ -282,7 +285,10 @@ inline Key device_key(std::string_view k) {
 struct EventFields {
   bool has_ph = false, is_complete = false;
   bool has_cat = false;
-  std::string cat, name;
+  // Views of the document when its text stays put (Scalar::stable_string),
+  // else of the copies below: most names are never copied when read whole.
+  std::string_view cat, name;
+  std::string cat_copy, name_copy;
   NumberValue ts, dur;
   std::int64_t pid = -1, tid = -1, stream = -1, correlation = -1, bytes = -1;
   std::int32_t device = -1;
@@ -293,8 +299,7 @@ struct EventFields {
   // Back to the state of a fresh event, keeping string capacity.
   void reset() {
     has_ph = is_complete = has_cat = false;
-    cat.clear();
-    name.clear();
+    cat = name = std::string_view();
     ts.kind = dur.kind = NumberValue::Kind::missing;
     ts.text.clear();
     dur.text.clear();
@@ -352,6 +357,14 @@ class TraceBuilder {
     }
   }
 
+  // A string value that must outlive the parser's call: the view itself
+  // when the document stays put, else a copy in `copy`.
+  static std::string_view keep(const Scalar& s, std::string& copy) {
+    if (s.stable_string) return s.string_value;
+    copy.assign(s.string_value);
+    return copy;
+  }
+
   // A scalar under an event-level key.
   void event_scalar(EventFields& e, Key key, const Scalar& s) {
     const bool is_string = s.type == ValueType::string;
@@ -371,14 +384,14 @@ class TraceBuilder {
           return;
         }
         e.has_cat = true;
-        e.cat.assign(s.string_value);
+        e.cat = keep(s, e.cat_copy);
         return;
       case Key::name:
         if (!is_string) {
           wrong(e, "name", type_name(s.type), "a string");
           return;
         }
-        e.name.assign(s.string_value);
+        e.name = keep(s, e.name_copy);
         return;
       case Key::ts: set_number(e.ts, s); return;
       case Key::dur:

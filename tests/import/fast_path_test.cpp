@@ -519,3 +519,34 @@ TEST_CASE("numbers read exactly as nlohmann reads them", "[import][fast][numbers
   }
   CHECK(compared > 50000);
 }
+
+TEST_CASE("decimals of 16 to 19 digits convert as strtod does", "[import][fast][numbers]") {
+  // The 128-bit path of read_json_number (timestamps with nanoseconds), bit
+  // for bit against the C library, near powers of two and at random.
+  using stepscope::detail::kineto::decimal_to_double;
+  std::mt19937_64 random(11);
+  std::vector<std::uint64_t> mantissas = {1, 9, 10, 9007199254740991ull, 9007199254740992ull, 9007199254740993ull,
+                                          9999999999999999999ull, 1000000000000000000ull, 18014398509481985ull};
+  for (int bits = 53; bits < 64; ++bits)
+    for (std::uint64_t delta = 0; delta < 4; ++delta) {
+      mantissas.push_back((1ull << bits) - delta);
+      mantissas.push_back((1ull << bits) + delta);
+    }
+  for (int i = 0; i < 200000; ++i) mantissas.push_back(random() % 10000000000000000000ull);
+  int compared = 0;
+  for (const std::uint64_t mantissa : mantissas) {
+    const std::string digits = std::to_string(mantissa);
+    const int fraction_digits = static_cast<int>(random() % 19);
+    // Leading zeros where the fraction is longer than the digits: 9 and 3 make "0.009".
+    const int zeros = std::max(0, fraction_digits + 1 - static_cast<int>(digits.size()));
+    std::string text = std::string(static_cast<std::size_t>(zeros), '0') + digits;
+    text.insert(text.size() - static_cast<std::size_t>(fraction_digits), ".");
+    if (text.back() == '.') text.pop_back();
+    const double expected = std::strtod(text.c_str(), nullptr);
+    const double actual = decimal_to_double(mantissa, fraction_digits);
+    INFO(text);
+    REQUIRE(std::memcmp(&expected, &actual, sizeof expected) == 0);
+    ++compared;
+  }
+  CHECK(compared > 150000);
+}
