@@ -21,7 +21,6 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -31,6 +30,7 @@
 #include "import/kineto_semantics.hpp"
 #include "stepscope/import.hpp"
 #include "timeline/classify.hpp"
+#include "timeline/correlation_map.hpp"
 
 namespace stepscope::detail {
 namespace {
@@ -361,31 +361,32 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
     return (e.stream >= 0 && e.correlation >= 0) || facts[e.name].is_device_sync;
   };
 
-  // Distinct step names present.
+  // Distinct step names present, and where the last step starts.
+  std::int64_t last_step_start = std::numeric_limits<std::int64_t>::min();
   {
-    std::unordered_set<NameId> step_names;
+    std::vector<char> step_seen(names.size(), 0);
     events.for_each([&](const RawEvent& e) {
-      if (facts[e.name].is_step && !is_gpu_event(e)) step_names.insert(e.name);
+      if (!facts[e.name].is_step || is_gpu_event(e)) return;
+      if (step_seen[e.name] == 0) {
+        step_seen[e.name] = 1;
+        ++distinct_steps;
+      }
+      last_step_start = std::max(last_step_start, e.start_ns);
     });
-    distinct_steps = step_names.size();
   }
 
   std::vector<char> keep(events.size(), 1);
   if (options.drop_last_profiler_step && distinct_steps >= 2) {
-    std::int64_t last_step_start = std::numeric_limits<std::int64_t>::min();
-    events.for_each([&](const RawEvent& e) {
-      if (facts[e.name].is_step && !is_gpu_event(e)) last_step_start = std::max(last_step_start, e.start_ns);
-    });
-    std::unordered_set<std::int64_t> kept_correlations;
+    detail::CorrelationMap<char> kept_correlations(events.size() / 2);
     for (std::size_t i = 0; i < events.size(); ++i) {
       const RawEvent& e = events[i];
       if (is_gpu_event(e)) continue;
       keep[i] = e.start_ns < last_step_start;
-      if (keep[i]) kept_correlations.insert(e.correlation);
+      if (keep[i]) kept_correlations[e.correlation] = 1;
     }
     for (std::size_t i = 0; i < events.size(); ++i) {
       const RawEvent& e = events[i];
-      if (is_gpu_event(e)) keep[i] = kept_correlations.count(e.correlation) > 0;
+      if (is_gpu_event(e)) keep[i] = kept_correlations.contains(e.correlation);
       if (!keep[i]) ++result.stats.events_dropped_after_last_step;
     }
   }
