@@ -6,8 +6,8 @@
 // process_cpu_ms: user+system CPU of the whole process per iteration (both
 // threads when inflating on the helper), which is what a loaded machine
 // cannot hide. The pieces are measured separately so the floor is visible:
-// inflating alone (BM_V100InflateOnly) and scanning already-inflated JSON
-// (BM_V100ScanPlain).
+// inflating alone (BM_V100InflateWhole, BM_V100InflateOnly) and scanning
+// already-inflated JSON (BM_V100ScanPlain).
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
@@ -66,7 +66,9 @@ void run_all_analyses(const stepscope::timeline::Timeline& tl) {
   benchmark::DoNotOptimize(t::device_facts(tl));
 }
 
-// The public entry point: the fast scanner (falls back to nlohmann on input it does not handle).
+// The public entry point: the fast scanner (falls back to nlohmann on input it does not handle). This
+// trace is under the in-memory limit: pipelined:1 inflates it whole and parses it on two threads,
+// pipelined:0 does both on the calling thread.
 void BM_V100EndToEnd(benchmark::State& state) {
   stepscope::ImportOptions options;
   options.pipelined_decompression = state.range(0) != 0;
@@ -129,7 +131,8 @@ void BM_V100ScanPlain(benchmark::State& state) {
 }
 BENCHMARK(BM_V100ScanPlain)->Arg(1)->Arg(0)->ArgName("fast")->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// zlib inflate of the file alone, in 256 KiB chunks: the floor of any streaming importer on one core.
+// zlib inflate of the file alone, in 256 KiB chunks: the floor of any streaming importer on one core
+// (the importer streams traces above ImportOptions::max_in_memory_json_bytes).
 void BM_V100InflateOnly(benchmark::State& state) {
   const std::string gz = read_file(kV100);
   std::uint64_t bytes = 0;
@@ -145,6 +148,28 @@ void BM_V100InflateOnly(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
 }
 BENCHMARK(BM_V100InflateOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The whole gzip inflated in one call (libdeflate when the build has it),
+// as the importer does for traces under ImportOptions::max_in_memory_json_bytes.
+void BM_V100InflateWhole(benchmark::State& state) {
+  const std::string gz = read_file(kV100);
+  std::uint64_t bytes = 0;
+  const ProcessCpu cpu;
+  for (auto _ : state) {
+    stepscope::detail::MemoryInput input(gz);
+    stepscope::detail::WholeDocumentLoader loader;
+    stepscope::detail::WholeDocument document;
+    if (loader.load(input, std::size_t{64} << 20, document) != stepscope::detail::WholeDocumentLoader::Outcome::loaded) {
+      state.SkipWithError("not inflated whole (a build without libdeflate streams gzip)");
+      return;
+    }
+    bytes = document.size();
+    benchmark::DoNotOptimize(document.begin());
+  }
+  cpu.finish(state);
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
+}
+BENCHMARK(BM_V100InflateWhole)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_V100AnalysesOnly(benchmark::State& state) {
   const stepscope::ImportResult r = stepscope::import_kineto_trace(kV100);

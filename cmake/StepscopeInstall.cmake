@@ -35,18 +35,26 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/stepscopeConfigVersion.c
   COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/stepscopeConfig.cmake" "${PROJECT_BINARY_DIR}/stepscopeConfigVersion.cmake"
   DESTINATION ${STEPSCOPE_CMAKE_DIR})
+if(STEPSCOPE_WITH_LIBDEFLATE AND NOT BUILD_SHARED_LIBS)
+  # The static library needs it at link time; the config re-finds it with this module.
+  install(FILES "${PROJECT_SOURCE_DIR}/cmake/FindLibdeflate.cmake" DESTINATION ${STEPSCOPE_CMAKE_DIR})
+endif()
 
 # pkg-config. A static libstepscope.a needs its dependencies at link time, so
 # they go in Requires/Libs (not .private): a plain `pkg-config --libs stepscope`
 # must link (tests/package checks it). The prefix is found from the .pc file's
 # own location, so `cmake --install --prefix DIR` (any DIR) gives a working file.
+set(_pc_deps "fmt zlib")
+if(STEPSCOPE_WITH_LIBDEFLATE)
+  string(APPEND _pc_deps " libdeflate")
+endif()
 if(BUILD_SHARED_LIBS)
   set(STEPSCOPE_PC_REQUIRES "")
-  set(STEPSCOPE_PC_REQUIRES_PRIVATE "fmt zlib")
+  set(STEPSCOPE_PC_REQUIRES_PRIVATE "${_pc_deps}")
   set(STEPSCOPE_PC_CFLAGS_EXTRA "")
   set(STEPSCOPE_PC_LIBS_EXTRA "")
 else()
-  set(STEPSCOPE_PC_REQUIRES "fmt zlib")
+  set(STEPSCOPE_PC_REQUIRES "${_pc_deps}")
   set(STEPSCOPE_PC_REQUIRES_PRIVATE "")
   set(STEPSCOPE_PC_CFLAGS_EXTRA "-DSTEPSCOPE_STATIC_DEFINE")
   set(STEPSCOPE_PC_LIBS_EXTRA "")

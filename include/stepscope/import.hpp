@@ -4,9 +4,11 @@
 //   if (!r.ok) { std::fprintf(stderr, "%s\n", r.error.c_str()); return 1; }
 //   auto facts = stepscope::timeline::device_facts(r.trace);
 //
-// The reader streams: gzip (or plain JSON) is inflated in fixed-size chunks
-// and fed to a SAX parser, so memory grows with the number of events kept,
-// not with the size of the file; no JSON DOM is built. Nothing throws: every
+// A trace of up to ImportOptions::max_in_memory_json_bytes of JSON is read
+// whole and parsed on two threads; a larger one streams: gzip (or plain JSON)
+// is inflated in fixed-size chunks and parsed as it comes, so memory grows with
+// the number of events kept, not with the size of the file. No JSON DOM is
+// ever built. Nothing throws: every
 // failure (unreadable file, bad gzip, truncated or invalid JSON, a field of
 // the wrong type, no traceEvents) comes back as ok == false with an error
 // naming what is wrong and where (byte offset in the uncompressed JSON,
@@ -36,8 +38,15 @@ struct ImportOptions {
   // Refuse a single event larger than this (uncompressed bytes of its JSON);
   // protects against a hostile file holding one gigantic string.
   std::size_t max_event_bytes = 64u << 20;
-  // Inflate in a helper thread while parsing (two cores: roughly halves wall time).
+  // Use a second thread: a trace read whole (below) is parsed in two halves
+  // at once; a streamed one is inflated while it is parsed.
   bool pipelined_decompression = true;
+  // Traces with at most this many bytes of JSON are read into memory whole
+  // (a gzip's size comes from its trailer) and parsed faster; larger ones, and
+  // anything that cannot say its size up front (a pipe), stream in 256 KiB
+  // chunks, so memory follows what is kept, not the size of the file. 0:
+  // always stream.
+  std::size_t max_in_memory_json_bytes = 64u << 20;
 };
 
 struct ImportStats {

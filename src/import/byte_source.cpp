@@ -1,10 +1,17 @@
 #include "import/byte_source.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#if STEPSCOPE_HAVE_LIBDEFLATE
+#include <libdeflate.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 namespace stepscope::detail {
 
@@ -20,11 +27,138 @@ std::size_t FileInput::read(char* destination, std::size_t capacity, std::string
   return got;
 }
 
+std::int64_t FileInput::size_hint() const {
+  struct stat info {};
+  if (fstat(fileno(file_), &info) != 0 || !S_ISREG(info.st_mode)) return -1;
+  return static_cast<std::int64_t>(info.st_size);
+}
+
+bool FileInput::peek(std::uint64_t offset, char* destination, std::size_t count) {
+  // pread leaves the file position (and stdio's buffer, still empty) alone.
+  const ssize_t got = pread(fileno(file_), destination, count, static_cast<off_t>(offset));
+  return got >= 0 && static_cast<std::size_t>(got) == count;
+}
+
 std::size_t MemoryInput::read(char* destination, std::size_t capacity, std::string&) {
   const std::size_t n = std::min(capacity, bytes_.size());
   if (n > 0) std::memcpy(destination, bytes_.data(), n);
   bytes_.remove_prefix(n);
   return n;
+}
+
+bool MemoryInput::peek(std::uint64_t offset, char* destination, std::size_t count) {
+  if (offset > bytes_.size() || count > bytes_.size() - offset) return false;
+  std::memcpy(destination, bytes_.data() + offset, count);
+  return true;
+}
+
+void WholeDocument::Free::operator()(char* p) const noexcept { ::operator delete(p); }
+
+void WholeDocument::allocate(std::size_t size) {
+  // Raw operator new, not new char[](): value-initialising would write every
+  // page of a buffer that is about to be overwritten anyway.
+  char* p = static_cast<char*>(::operator new(size + kPadding));
+  std::memset(p + size, 0, kPadding);
+  data_.reset(p);
+  size_ = size;
+}
+
+namespace {
+
+// Reads the rest of `input` into `out` (which may hold a prefix already).
+// False on a read error.
+bool read_to_end(RawInput& input, std::string& out) {
+  std::string error;
+  for (;;) {
+    if (out.size() == out.capacity()) out.reserve(std::max<std::size_t>(2 * out.capacity(), 64 * 1024));
+    const std::size_t old_size = out.size();
+    out.resize(out.capacity());
+    const std::size_t got = input.read(&out[old_size], out.size() - old_size, error);
+    out.resize(old_size + got);
+    if (!error.empty()) return false;
+    if (got == 0) return true;
+  }
+}
+
+}  // namespace
+
+bool WholeDocumentLoader::inflates_gzip() {
+#if STEPSCOPE_HAVE_LIBDEFLATE
+  return true;
+#else
+  return false;
+#endif
+}
+
+WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::size_t limit, WholeDocument& document) {
+  const std::int64_t total = input.size_hint();
+  if (total < 0 || static_cast<std::uint64_t>(total) > limit) return Outcome::streamed;
+  const auto size = static_cast<std::size_t>(total);
+  unsigned char magic[2] = {0, 0};
+  const bool gzip = size >= 2 && input.peek(0, reinterpret_cast<char*>(magic), 2) && magic[0] == 0x1f &&
+                    magic[1] == 0x8b;
+  if (gzip) {
+#if STEPSCOPE_HAVE_LIBDEFLATE
+    // 18 bytes: the smallest gzip member (10-byte header, 8-byte trailer).
+    unsigned char trailer[4];
+    if (size < 18 || !input.peek(size - 4, reinterpret_cast<char*>(trailer), 4)) return Outcome::streamed;
+    // ISIZE, the member's uncompressed size modulo 2^32: only a hint (a
+    // larger stream, or another member before this one, makes the inflate
+    // below run out of room, and the stream is then read the usual way).
+    const std::size_t announced = static_cast<std::size_t>(trailer[0]) | static_cast<std::size_t>(trailer[1]) << 8 |
+                                  static_cast<std::size_t>(trailer[2]) << 16 |
+                                  static_cast<std::size_t>(trailer[3]) << 24;
+    if (announced > limit) return Outcome::streamed;
+    compressed_view_ = input.in_memory();
+    if (compressed_view_.size() != size) {
+      compressed_.clear();
+      compressed_.reserve(size);
+      const bool read_ok = read_to_end(input, compressed_);
+      compressed_view_ = compressed_;
+      if (!read_ok) return Outcome::failed;
+    }
+    struct Decompressor {
+      libdeflate_decompressor* d = libdeflate_alloc_decompressor();
+      ~Decompressor() {
+        if (d != nullptr) libdeflate_free_decompressor(d);
+      }
+    } decompressor;
+    if (decompressor.d == nullptr) throw std::bad_alloc();
+    document.allocate(announced);
+    std::size_t used_in = 0, produced = 0;
+    const libdeflate_result rc =
+        libdeflate_gzip_decompress_ex(decompressor.d, compressed_view_.data(), compressed_view_.size(),
+                                      document.data_.get(), announced, &used_in, &produced);
+    if (rc == LIBDEFLATE_SUCCESS && used_in == compressed_view_.size() && produced == announced) {
+      document.size_ = produced;
+      document.compressed_bytes_ = compressed_view_.size();
+      document.gzip_ = true;
+      compressed_ = std::string();
+      compressed_view_ = {};
+      return Outcome::loaded;
+    }
+    document = WholeDocument();
+    return Outcome::fallback;
+#else
+    return Outcome::streamed;
+#endif
+  }
+  // Plain JSON.
+  const std::string_view bytes = input.in_memory();
+  if (bytes.size() == size && size > 0) {
+    document.allocate(size);
+    std::memcpy(document.data_.get(), bytes.data(), size);
+    document.compressed_bytes_ = size;
+    return Outcome::loaded;
+  }
+  compressed_.clear();
+  compressed_.reserve(size + 1);  // + 1: a file that grew since fstat is read whole all the same
+  if (!read_to_end(input, compressed_)) return Outcome::failed;
+  document.allocate(compressed_.size());
+  if (!compressed_.empty()) std::memcpy(document.data_.get(), compressed_.data(), compressed_.size());
+  document.compressed_bytes_ = compressed_.size();
+  compressed_ = std::string();
+  return Outcome::loaded;
 }
 
 struct Decoder::ZState {
@@ -240,22 +374,27 @@ ChunkStreambuf::int_type ChunkStreambuf::underflow() {
 }
 
 ChunkWindow::ChunkWindow(Decoder& decoder, PipelinedDecoder* pipeline)
-    : decoder_(decoder),
+    : decoder_(&decoder),
       pipeline_(pipeline),
       data_(new char[Decoder::kChunkBytes + kPadding]()),
       capacity_(Decoder::kChunkBytes),
+      begin_(data_.get()),
       end_(data_.get()) {}
 
+ChunkWindow::ChunkWindow(const WholeDocument& document) : begin_(document.begin()), end_(document.end()) {}
+
 bool ChunkWindow::refill(const char*& cursor) {
+  if (decoder_ == nullptr) return false;  // a whole document: nothing follows
+  char* const data = data_.get();
   const std::size_t keep = static_cast<std::size_t>(end_ - cursor);
-  discarded_ += static_cast<std::uint64_t>(cursor - data_.get());
-  if (keep > 0 && cursor != data_.get()) std::memmove(data_.get(), cursor, keep);
-  cursor = data_.get();
-  end_ = data_.get() + keep;
+  discarded_ += static_cast<std::uint64_t>(cursor - data);
+  if (keep > 0 && cursor != data) std::memmove(data, cursor, keep);
+  cursor = data;
+  end_ = data + keep;
   for (;;) {
     bool more = false;
     try {
-      more = pipeline_ != nullptr ? pipeline_->next(chunk_) : decoder_.next(chunk_);
+      more = pipeline_ != nullptr ? pipeline_->next(chunk_) : decoder_->next(chunk_);
     } catch (...) {
       more = false;  // bad_alloc: reads as a truncated stream; the caller falls back
     }
@@ -268,6 +407,7 @@ bool ChunkWindow::refill(const char*& cursor) {
     std::memcpy(bigger.get(), data_.get(), keep);
     data_ = std::move(bigger);
     capacity_ = grown;
+    begin_ = data_.get();
     cursor = data_.get();
   }
   std::memcpy(data_.get() + keep, chunk_.data(), chunk_.size());

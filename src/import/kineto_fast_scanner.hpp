@@ -16,6 +16,7 @@
 // error message or result. Internal; included by kineto_reader.cpp only.
 #pragma once
 
+#include <atomic>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -80,6 +81,65 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE const char* fold_digits(const char* q, const char
     ++q;
   }
   return q;
+}
+
+// The double nearest to mantissa / 10^fraction_digits (ties to even), for a
+// mantissa of at most 19 digits and no exponent: what strtod returns for a
+// decimal like 1712195495519695.812 (19 digits, beyond Clinger's fast path),
+// computed with one 128-bit division instead of a general conversion. The
+// quotient gets 53 or 54 significant bits; the remainder decides the rounding.
+inline double decimal_to_double(std::uint64_t mantissa, int fraction_digits) {
+  if (mantissa == 0) return 0.0;
+  static constexpr std::uint64_t kPow10[20] = {1ull,
+                                               10ull,
+                                               100ull,
+                                               1000ull,
+                                               10000ull,
+                                               100000ull,
+                                               1000000ull,
+                                               10000000ull,
+                                               100000000ull,
+                                               1000000000ull,
+                                               10000000000ull,
+                                               100000000000ull,
+                                               1000000000000ull,
+                                               10000000000000ull,
+                                               100000000000000ull,
+                                               1000000000000000ull,
+                                               10000000000000000ull,
+                                               100000000000000000ull,
+                                               1000000000000000000ull,
+                                               10000000000000000000ull};
+  __extension__ typedef unsigned __int128 u128;  // GCC and Clang; __extension__ keeps -Wpedantic quiet
+  const std::uint64_t power = kPow10[fraction_digits];
+  const int mantissa_bits = 64 - __builtin_clzll(mantissa);
+  const int power_bits = 64 - __builtin_clzll(power);
+  // mantissa * 2^shift / power lies in (2^52, 2^54).
+  int shift = 53 - mantissa_bits + power_bits;
+  const u128 numerator = shift >= 0 ? static_cast<u128>(mantissa) << shift : static_cast<u128>(mantissa);
+  const u128 denominator = shift >= 0 ? static_cast<u128>(power) : static_cast<u128>(power) << -shift;
+  std::uint64_t quotient = static_cast<std::uint64_t>(numerator / denominator);
+  const u128 remainder = numerator % denominator;
+  bool round_up = false;
+  if (quotient >> 53 != 0) {
+    // 54 bits: the dropped bit and the remainder are the fraction beyond the last kept bit.
+    const bool half = (quotient & 1) != 0;
+    quotient >>= 1;
+    --shift;
+    round_up = half && (remainder != 0 || (quotient & 1) != 0);
+  } else {
+    const u128 twice = remainder * 2;
+    round_up = twice > denominator || (twice == denominator && (quotient & 1) != 0);
+  }
+  if (round_up && ++quotient >> 53 != 0) {
+    quotient >>= 1;
+    --shift;
+  }
+  // quotient in [2^52, 2^53): value = quotient * 2^-shift = 1.f * 2^(52 - shift).
+  const std::uint64_t bits = static_cast<std::uint64_t>(52 - shift + 1023) << 52 | (quotient & ((1ull << 52) - 1));
+  double value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
 }
 
 // Reads the JSON number at [begin, end) (the grammar of RFC 8259; what
@@ -152,6 +212,10 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, co
       // correctly rounded: durations like 63.813 take this path.
       value = static_cast<double>(mantissa) / kPowersOfTen[fraction_digits];
       if (negative) value = -value;
+    } else if (!exponent && integer_digits + fraction_digits <= 19) {
+      // Kineto's nanosecond timestamps (16 + 3 digits).
+      value = decimal_to_double(mantissa, static_cast<int>(fraction_digits));
+      if (negative) value = -value;
     } else {
       const auto [end_of_number, ec] = std::from_chars(begin, q, value);
       if (ec != std::errc() || end_of_number != q) {
@@ -191,6 +255,27 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, co
   return read;
 }
 
+// Parsing a whole document on two threads. A helper scanner starts at a
+// split point S, the '{' of what a byte search takes for an element of
+// traceEvents, and parses from there to the end of the document into its own
+// TraceBuilder; the main scanner parses from the start. When the main scanner
+// reaches S exactly at the start of an element of its traceEvents array, S
+// really was one, so the helper parsed what the main scanner would have
+// parsed from there, in the same state: the main scanner stops and its
+// caller appends the helper's result. When it passes S without landing on it
+// (the search matched text inside a string or a nested value) or the helper
+// failed, the main scanner carries on alone. Either way the answer is the
+// main scanner's own, never a guess.
+class SplitHandoff {
+ public:
+  virtual ~SplitHandoff() = default;
+  // The main scanner is at S, at the start of an element: true when the
+  // helper parsed the rest of the document (waits for it to finish).
+  virtual bool take_over() = 0;
+  // The main scanner went past S: stop the helper, its work is not used.
+  virtual void abandon() = 0;
+};
+
 class FastScanner {
  public:
   FastScanner(const ImportOptions& options, ChunkWindow& window, TraceBuilder& builder)
@@ -200,11 +285,68 @@ class FastScanner {
         // just after '{' to just after the key; staying 16 bytes under the
         // limit leaves any borderline event to the exact parser.
         event_size_limit_(options.max_event_bytes > kEventSizeMargin ? options.max_event_bytes - kEventSizeMargin
-                                                                     : 0) {
-    p_ = end_ = window_.end();
+                                                                     : 0),
+        whole_document_(window.whole_document()) {
+    p_ = window_.begin();
+    end_ = window_.end();
   }
   FastScanner(const FastScanner&) = delete;
   FastScanner& operator=(const FastScanner&) = delete;
+
+  // Main scanner of a split parse: hand over to `handoff` on reaching the
+  // stream offset `split` at the start of a traceEvents element.
+  void set_split(std::uint64_t split, SplitHandoff* handoff) {
+    split_offset_ = split;
+    split_ = handoff;
+  }
+  // True after run() when the rest of the document, from the split on, is
+  // the helper's (the builder holds only what came before it).
+  bool handed_over() const { return handed_over_; }
+
+  // Helper scanner of a split parse: `start` is the '{' of a traceEvents
+  // element; parses the rest of that array and of the document (the
+  // top-level object when object_document, else the array was the
+  // document). Gives up on anything that would need the main scanner's
+  // state: another traceEvents array or trace metadata after the split.
+  // Checks `cancel` after every event.
+  bool run_from_split(const char* start, bool object_document, const std::atomic<bool>& cancel) {
+    p_ = start;
+    for (;;) {
+      if (*p_ != '{') return give_up("a traceEvents element is not an object");
+      if (!event()) return false;
+      if (cancel.load(std::memory_order_relaxed)) return give_up("cancelled");
+      if (!skip_whitespace()) return invalid();
+      if (*p_ == ',') {
+        ++p_;
+        if (!skip_whitespace()) return invalid();
+        continue;
+      }
+      if (*p_ != ']') return invalid();
+      ++p_;
+      break;
+    }
+    if (object_document) {
+      // The members after traceEvents, as top_object() reads them.
+      for (;;) {
+        if (!skip_whitespace()) return invalid();
+        if (*p_ == '}') {
+          ++p_;
+          break;
+        }
+        if (*p_ != ',') return invalid();
+        ++p_;
+        if (!skip_whitespace() || *p_ != '"') return invalid();
+        ++p_;
+        std::string_view key;
+        if (!key_string(key)) return false;
+        if (top_key(key) != Key::other) return give_up("traceEvents or trace metadata after the split");
+        if (!expect(':') || !skip_whitespace()) return invalid();
+        if (!skip_value(1)) return false;
+      }
+    }
+    if (skip_whitespace()) return give_up("data after the JSON document");
+    return true;
+  }
 
   // True: the whole document was read and the builder holds the trace.
   // False: give_up_reason() says why; the builder's state is then garbage.
@@ -219,6 +361,7 @@ class FastScanner {
     } else {
       return give_up("the document is not an object or array");
     }
+    if (handed_over_) return true;  // the helper read the rest
     if (skip_whitespace()) return give_up("data after the JSON document");
     return true;
   }
@@ -261,11 +404,15 @@ class FastScanner {
   // Inlined: called between every two tokens, and usually finds none or one.
   STEPSCOPE_DETAIL_ALWAYS_INLINE bool skip_whitespace() {
     // Kineto's layout: nothing or one space after ':' and ',', else a newline
-    // and indentation.
-    if (p_ < end_ && !is_whitespace(*p_)) return true;
-    if (end_ - p_ >= 2 && *p_ == ' ' && !is_whitespace(p_[1])) {
-      ++p_;
-      return true;
+    // and indentation. A byte above 0x20 is never whitespace; the padding
+    // after end_ makes p_[1] readable.
+    if (p_ < end_) {
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c > 0x20) return true;
+      if (c == ' ' && static_cast<unsigned char>(p_[1]) > 0x20 && end_ - p_ >= 2) {
+        ++p_;
+        return true;
+      }
     }
     return skip_whitespace_run();
   }
@@ -547,8 +694,11 @@ class FastScanner {
     if (c == '"') {
       ++p_;
       s.type = ValueType::string;
-      if (want_string) return string<true>(&s.string_value);
-      return string<false>(nullptr);
+      if (!want_string) return string<false>(nullptr);
+      if (!string<true>(&s.string_value)) return false;
+      // A whole document never moves; only a string with escapes lives in scratch_.
+      s.stable_string = whole_document_ && s.string_value.data() != scratch_.data();
+      return true;
     }
     if (c == '-' || is_digit(c)) return number(s, true);
     return literal(s);
@@ -617,6 +767,7 @@ class FastScanner {
       if (!member.key(key)) return false;
       if (!expect(':') || !skip_whitespace()) return invalid();
       if (!member.value()) return false;
+      if (handed_over_) return true;  // only ever in the top-level object
       if (!skip_whitespace()) return invalid();
       if (*p_ == ',') {
         ++p_;
@@ -686,10 +837,43 @@ class FastScanner {
   }
 
   bool events_array() {
-    return array([this] {
+    ++p_;
+    if (!skip_whitespace()) return invalid();
+    if (*p_ == ']') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (window_.offset_of(p_) >= split_offset_ && reached_split()) return true;
       if (*p_ != '{') return give_up("a traceEvents element is not an object");
-      return event();
-    });
+      if (!event()) return false;
+      if (!skip_whitespace()) return invalid();
+      if (*p_ == ',') {
+        ++p_;
+        if (!skip_whitespace()) return invalid();
+        continue;
+      }
+      if (*p_ == ']') {
+        ++p_;
+        return true;
+      }
+      return invalid();
+    }
+  }
+
+  // At or past the split, at the start of a traceEvents element. True: the
+  // helper has the rest.
+  STEPSCOPE_DETAIL_NOINLINE bool reached_split() {
+    const bool exact = window_.offset_of(p_) == split_offset_;
+    split_offset_ = kNoSplit;
+    SplitHandoff* const handoff = split_;
+    split_ = nullptr;
+    if (exact && handoff->take_over()) {
+      handed_over_ = true;
+      return true;
+    }
+    if (!exact) handoff->abandon();
+    return false;
   }
 
   bool event() {
@@ -791,9 +975,15 @@ class FastScanner {
     });
   }
 
+  static constexpr std::uint64_t kNoSplit = ~std::uint64_t{0};
+
   ChunkWindow& window_;
   TraceBuilder& builder_;
   const std::uint64_t event_size_limit_;
+  const bool whole_document_;  // the window is the whole document: views into it stay valid
+  std::uint64_t split_offset_ = kNoSplit;
+  SplitHandoff* split_ = nullptr;
+  bool handed_over_ = false;
   const char* p_ = nullptr;
   const char* end_ = nullptr;
   std::string scratch_;  // decoded text of strings with escapes or split by a refill

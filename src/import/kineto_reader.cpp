@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -17,8 +18,9 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "import/kineto_semantics.hpp"
 #include "stepscope/import.hpp"
 #include "timeline/classify.hpp"
+#include "timeline/correlation_map.hpp"
 
 namespace stepscope::detail {
 namespace {
@@ -358,31 +361,32 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
     return (e.stream >= 0 && e.correlation >= 0) || facts[e.name].is_device_sync;
   };
 
-  // Distinct step names present.
+  // Distinct step names present, and where the last step starts.
+  std::int64_t last_step_start = std::numeric_limits<std::int64_t>::min();
   {
-    std::unordered_set<NameId> step_names;
+    std::vector<char> step_seen(names.size(), 0);
     events.for_each([&](const RawEvent& e) {
-      if (facts[e.name].is_step && !is_gpu_event(e)) step_names.insert(e.name);
+      if (!facts[e.name].is_step || is_gpu_event(e)) return;
+      if (step_seen[e.name] == 0) {
+        step_seen[e.name] = 1;
+        ++distinct_steps;
+      }
+      last_step_start = std::max(last_step_start, e.start_ns);
     });
-    distinct_steps = step_names.size();
   }
 
   std::vector<char> keep(events.size(), 1);
   if (options.drop_last_profiler_step && distinct_steps >= 2) {
-    std::int64_t last_step_start = std::numeric_limits<std::int64_t>::min();
-    events.for_each([&](const RawEvent& e) {
-      if (facts[e.name].is_step && !is_gpu_event(e)) last_step_start = std::max(last_step_start, e.start_ns);
-    });
-    std::unordered_set<std::int64_t> kept_correlations;
+    detail::CorrelationMap<char> kept_correlations(events.size() / 2);
     for (std::size_t i = 0; i < events.size(); ++i) {
       const RawEvent& e = events[i];
       if (is_gpu_event(e)) continue;
       keep[i] = e.start_ns < last_step_start;
-      if (keep[i]) kept_correlations.insert(e.correlation);
+      if (keep[i]) kept_correlations[e.correlation] = 1;
     }
     for (std::size_t i = 0; i < events.size(); ++i) {
       const RawEvent& e = events[i];
-      if (is_gpu_event(e)) keep[i] = kept_correlations.count(e.correlation) > 0;
+      if (is_gpu_event(e)) keep[i] = kept_correlations.contains(e.correlation);
       if (!keep[i]) ++result.stats.events_dropped_after_last_step;
     }
   }
@@ -521,40 +525,180 @@ ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& opt
 }
 
 
-// The fast path: kineto::FastScanner over a ChunkWindow. True with `result`
-// filled when it handled the whole input; false with `reason` otherwise.
-bool run_fast(std::unique_ptr<RawInput> input, const ImportOptions& options, ImportResult& result,
-              std::string& reason) {
+// The fast path, streaming: kineto::FastScanner over a ChunkWindow fed by
+// the Decoder (on a helper thread when pipelined). True with the stats filled
+// when it handled the whole input; false with `reason` otherwise.
+bool scan_stream(std::unique_ptr<RawInput> input, const ImportOptions& options, TraceBuilder& builder,
+                 ImportResult& result, std::string& reason) {
+  Decoder decoder(std::move(input));
+  std::unique_ptr<PipelinedDecoder> pipeline;
+  if (options.pipelined_decompression) {
+    pipeline = std::make_unique<PipelinedDecoder>(decoder);
+    if (pipeline->start_failed()) pipeline.reset();
+  }
+  ChunkWindow window(decoder, pipeline.get());
+  kineto::FastScanner scanner(options, window, builder);
+  const bool scanned = scanner.run();
+  pipeline.reset();  // joins the helper: the decoder's state is ours again
+  if (!scanned) {
+    reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
+    return false;
+  }
+  // The exact path words these failures; only a clean, complete trace is ours.
+  if (!decoder.error().empty()) {
+    reason = "the decoder failed";
+    return false;
+  }
+  if (!scanner.saw_trace_events()) {
+    reason = "no traceEvents";
+    return false;
+  }
+  result.stats.compressed_bytes = decoder.compressed_bytes();
+  result.stats.uncompressed_bytes = scanner.position();
+  result.stats.gzip = decoder.gzip();
+  result.stats.events_seen = scanner.events_seen();
+  return true;
+}
+
+// Where the helper thread of a split parse starts: the '{' of the first
+// "}" "," "{" (JSON whitespace allowed between them) at or after `from`,
+// which is where one event of a traceEvents array ends and the next begins
+// when it is not inside a string or a nested value; the main scanner checks
+// which (kineto::SplitHandoff). Null when there is none nearby.
+const char* find_split_point(const char* from, const char* end) {
+  constexpr std::ptrdiff_t kSearchBytes = 4 << 20;
+  const char* const stop = end - from > kSearchBytes ? from + kSearchBytes : end;
+  const auto is_blank = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  for (const char* q = from; q < stop;) {
+    q = static_cast<const char*>(std::memchr(q, '}', static_cast<std::size_t>(stop - q)));
+    if (q == nullptr) return nullptr;
+    const char* r = q + 1;
+    while (r < end && is_blank(*r)) ++r;
+    if (r < end && *r == ',') {
+      ++r;
+      while (r < end && is_blank(*r)) ++r;
+      if (r < end && *r == '{') return r;
+    }
+    ++q;
+  }
+  return nullptr;
+}
+
+// The helper of a split parse: its own scanner and builder over the same
+// document, from the split point to the end, on a thread of its own.
+class SplitHelper final : public kineto::SplitHandoff {
+ public:
+  // Throws when the thread cannot start (the caller then parses alone).
+  SplitHelper(const ImportOptions& options, const WholeDocument& document, const char* start, bool object_document)
+      : window_(document), builder_(options), scanner_(options, window_, builder_) {
+    thread_ = std::thread([this, start, object_document] {
+      try {
+        succeeded_ = scanner_.run_from_split(start, object_document, cancel_);
+      } catch (...) {
+        succeeded_ = false;  // bad_alloc: the main scanner carries on alone
+      }
+    });
+  }
+  ~SplitHelper() override { abandon(); }
+  SplitHelper(const SplitHelper&) = delete;
+  SplitHelper& operator=(const SplitHelper&) = delete;
+
+  bool take_over() override {
+    join();
+    return succeeded_;
+  }
+  void abandon() override {
+    cancel_.store(true, std::memory_order_relaxed);
+    join();
+  }
+  TraceBuilder& builder() { return builder_; }
+  const kineto::FastScanner& scanner() const { return scanner_; }
+
+ private:
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  ChunkWindow window_;
+  TraceBuilder builder_;
+  kineto::FastScanner scanner_;
+  std::atomic<bool> cancel_{false};
+  bool succeeded_ = false;  // written by the thread, read after join()
+  std::thread thread_;
+};
+
+// The fast path over a document read whole: one scanner, or two when it is
+// large enough and a second thread is allowed (see kineto::SplitHandoff).
+bool scan_document(const WholeDocument& document, const ImportOptions& options, const ImportTuning& tuning,
+                   TraceBuilder& builder, ImportResult& result, std::string& reason,
+                   ImportDiagnostics* diagnostics) {
+  ChunkWindow window(document);
+  kineto::FastScanner scanner(options, window, builder);
+  std::unique_ptr<SplitHelper> helper;
+  if (options.pipelined_decompression && document.size() >= tuning.min_split_bytes && document.size() > 0) {
+    const char* first = document.begin();
+    while (first < document.end() && (*first == ' ' || *first == '\n' || *first == '\r' || *first == '\t')) ++first;
+    const std::size_t from = tuning.split_search_from >= 0
+                                 ? std::min(document.size(), static_cast<std::size_t>(tuning.split_search_from))
+                                 : document.size() / 2;
+    const char* start = find_split_point(document.begin() + from, document.end());
+    if (start != nullptr && first < start && (*first == '{' || *first == '[')) {
+      try {
+        helper = std::make_unique<SplitHelper>(options, document, start, *first == '{');
+        scanner.set_split(window.offset_of(start), helper.get());
+      } catch (const std::system_error&) {
+        helper.reset();  // no thread: one scanner does it all
+      }
+    }
+  }
+  const bool scanned = scanner.run();
+  const bool handed_over = scanner.handed_over();
+  if (helper != nullptr && !handed_over) helper->abandon();
+  if (!scanned) {
+    reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
+    return false;
+  }
+  if (!scanner.saw_trace_events()) {
+    reason = "no traceEvents";
+    return false;
+  }
+  result.stats.compressed_bytes = document.compressed_bytes();
+  result.stats.gzip = document.gzip();
+  result.stats.uncompressed_bytes = handed_over ? helper->scanner().position() : scanner.position();
+  result.stats.events_seen = scanner.events_seen() + (handed_over ? helper->scanner().events_seen() : 0);
+  if (handed_over) builder.append(helper->builder());
+  if (diagnostics != nullptr) {
+    diagnostics->whole_document = true;
+    diagnostics->split_parse = handed_over;
+  }
+  return true;
+}
+
+// The fast path: the document read whole when it is small enough, else
+// streamed. True with `result` filled when it handled the whole input; false
+// with `reason` otherwise.
+bool run_fast(std::unique_ptr<RawInput> input, const ImportOptions& options, const ImportTuning& tuning,
+              ImportResult& result, std::string& reason, ImportDiagnostics* diagnostics) {
   TraceBuilder builder(options);
   {
-    // Scoped: the decoder's and window's buffers are freed before the timeline is built.
-    Decoder decoder(std::move(input));
-    std::unique_ptr<PipelinedDecoder> pipeline;
-    if (options.pipelined_decompression) {
-      pipeline = std::make_unique<PipelinedDecoder>(decoder);
-      if (pipeline->start_failed()) pipeline.reset();
+    // Scoped: the document's (or decoder's and window's) buffers are freed
+    // before the timeline is built.
+    WholeDocumentLoader loader;
+    WholeDocument document;
+    auto outcome = WholeDocumentLoader::Outcome::streamed;
+    if (options.max_in_memory_json_bytes > 0) outcome = loader.load(*input, options.max_in_memory_json_bytes, document);
+    switch (outcome) {
+      case WholeDocumentLoader::Outcome::loaded:
+        if (!scan_document(document, options, tuning, builder, result, reason, diagnostics)) return false;
+        break;
+      case WholeDocumentLoader::Outcome::failed: reason = "reading the input failed"; return false;
+      case WholeDocumentLoader::Outcome::fallback:
+        input = loader.fallback_input();
+        [[fallthrough]];
+      case WholeDocumentLoader::Outcome::streamed:
+        if (!scan_stream(std::move(input), options, builder, result, reason)) return false;
+        break;
     }
-    ChunkWindow window(decoder, pipeline.get());
-    kineto::FastScanner scanner(options, window, builder);
-    const bool scanned = scanner.run();
-    pipeline.reset();  // joins the helper: the decoder's state is ours again
-    if (!scanned) {
-      reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
-      return false;
-    }
-    // The exact path words these failures; only a clean, complete trace is ours.
-    if (!decoder.error().empty()) {
-      reason = "the decoder failed";
-      return false;
-    }
-    if (!scanner.saw_trace_events()) {
-      reason = "no traceEvents";
-      return false;
-    }
-    result.stats.compressed_bytes = decoder.compressed_bytes();
-    result.stats.uncompressed_bytes = scanner.position();
-    result.stats.gzip = decoder.gzip();
-    result.stats.events_seen = scanner.events_seen();
   }
   result.stats.fractional_timestamps = builder.fractional_timestamps();
   result.stats.complete_events = builder.events().size();
@@ -567,11 +711,11 @@ bool run_fast(std::unique_ptr<RawInput> input, const ImportOptions& options, Imp
 using ReopenInput = std::function<std::unique_ptr<RawInput>(std::string& error)>;
 
 ImportResult run_import(std::unique_ptr<RawInput> input, const ReopenInput& reopen, const ImportOptions& options,
-                        KinetoParser parser, ImportDiagnostics* diagnostics) {
+                        KinetoParser parser, ImportDiagnostics* diagnostics, const ImportTuning& tuning) {
   if (parser != KinetoParser::exact) {
     ImportResult result;
     std::string reason;
-    if (run_fast(std::move(input), options, result, reason)) {
+    if (run_fast(std::move(input), options, tuning, result, reason, diagnostics)) {
       if (diagnostics != nullptr) diagnostics->fast_path_used = true;
       return result;
     }
@@ -618,7 +762,7 @@ namespace stepscope {
 namespace detail {
 
 ImportResult import_kineto_trace_with(const std::string& path, const ImportOptions& options, KinetoParser parser,
-                                      ImportDiagnostics* diagnostics) noexcept {
+                                      ImportDiagnostics* diagnostics, const ImportTuning& tuning) noexcept {
   return guarded([&] {
     std::FILE* file = std::fopen(path.c_str(), "rb");
     if (file == nullptr) {
@@ -634,19 +778,19 @@ ImportResult import_kineto_trace_with(const std::string& path, const ImportOptio
       }
       return std::make_unique<FileInput>(again);
     };
-    ImportResult r = run_import(std::make_unique<FileInput>(file), reopen, options, parser, diagnostics);
+    ImportResult r = run_import(std::make_unique<FileInput>(file), reopen, options, parser, diagnostics, tuning);
     if (!r.ok) r.error = path + ": " + r.error;
     return r;
   });
 }
 
 ImportResult import_kineto_buffer_with(std::string_view bytes, const ImportOptions& options, KinetoParser parser,
-                                       ImportDiagnostics* diagnostics) noexcept {
+                                       ImportDiagnostics* diagnostics, const ImportTuning& tuning) noexcept {
   return guarded([&] {
     const ReopenInput reopen = [bytes](std::string&) -> std::unique_ptr<RawInput> {
       return std::make_unique<MemoryInput>(bytes);
     };
-    return run_import(std::make_unique<MemoryInput>(bytes), reopen, options, parser, diagnostics);
+    return run_import(std::make_unique<MemoryInput>(bytes), reopen, options, parser, diagnostics, tuning);
   });
 }
 

@@ -24,13 +24,25 @@ enum class KinetoParser : std::uint8_t {
 struct ImportDiagnostics {
   bool fast_path_used = false;          // the result came from the fast scanner
   std::string fast_path_gave_up;        // why it handed over, when it did
+  bool whole_document = false;          // the fast scanner read the JSON whole (not streamed)
+  bool split_parse = false;             // ... and a helper thread parsed its second part
+};
+
+// Where the two-thread parse of a whole document splits; tests move it.
+struct ImportTuning {
+  // Smaller documents are parsed on one thread: starting one costs more than it saves.
+  std::size_t min_split_bytes = 1u << 20;
+  // Byte offset where the search for the split point starts; -1: the middle.
+  std::int64_t split_search_from = -1;
 };
 
 STEPSCOPE_API ImportResult import_kineto_trace_with(const std::string& path, const ImportOptions& options,
                                                     KinetoParser parser,
-                                                    ImportDiagnostics* diagnostics = nullptr) noexcept;
+                                                    ImportDiagnostics* diagnostics = nullptr,
+                                                    const ImportTuning& tuning = {}) noexcept;
 STEPSCOPE_API ImportResult import_kineto_buffer_with(std::string_view bytes, const ImportOptions& options,
                                                      KinetoParser parser,
-                                                     ImportDiagnostics* diagnostics = nullptr) noexcept;
+                                                     ImportDiagnostics* diagnostics = nullptr,
+                                                     const ImportTuning& tuning = {}) noexcept;
 
 }  // namespace stepscope::detail

@@ -85,6 +85,9 @@ struct Scalar {
   double floating = 0;
   std::string_view number_text;   // number_float only: the text as written
   std::string_view string_value;  // string only
+  // string_value points into a document read whole and stays valid as long
+  // as it does (not into a parser's scratch buffer or a moving window).
+  bool stable_string = false;
 };
 
 // A number as it appeared in the JSON: exact integer, or a double plus its
@@ -230,19 +233,16 @@ inline Key top_key(std::string_view k) {
 inline Key event_key(std::string_view k) {
   switch (k.size()) {
     case 2:
-      // As the importer has always matched: "td" (not "tid") fills tid, so
-      // Kineto's "tid" is ignored and host tids stay -1. Kept bit for bit so
-      // both parsers agree; changing it changes the analyses' inputs.
-      if (k[0] == 't') {
-        if (k[1] == 's') return Key::ts;
-        if (k[1] == 'd') return Key::tid;
-      }
+      if (k[0] == 't' && k[1] == 's') return Key::ts;
       if (k[0] == 'p' && k[1] == 'h') return Key::ph;
       return Key::other;
     case 3:
+      // The thread is "tid" in the Chrome trace format and in every Kineto
+      // trace (tests/import/import_test.cpp checks the real ones).
       if (key_is(k, "cat")) return Key::cat;
       if (key_is(k, "dur")) return Key::dur;
       if (key_is(k, "pid")) return Key::pid;
+      if (key_is(k, "tid")) return Key::tid;
       return Key::other;
     case 4:
       if (key_is(k, "name")) return Key::name;
@@ -285,7 +285,10 @@ inline Key device_key(std::string_view k) {
 struct EventFields {
   bool has_ph = false, is_complete = false;
   bool has_cat = false;
-  std::string cat, name;
+  // Views of the document when its text stays put (Scalar::stable_string),
+  // else of the copies below: most names are never copied when read whole.
+  std::string_view cat, name;
+  std::string cat_copy, name_copy;
   NumberValue ts, dur;
   std::int64_t pid = -1, tid = -1, stream = -1, correlation = -1, bytes = -1;
   std::int32_t device = -1;
@@ -296,8 +299,7 @@ struct EventFields {
   // Back to the state of a fresh event, keeping string capacity.
   void reset() {
     has_ph = is_complete = has_cat = false;
-    cat.clear();
-    name.clear();
+    cat = name = std::string_view();
     ts.kind = dur.kind = NumberValue::Kind::missing;
     ts.text.clear();
     dur.text.clear();
@@ -355,6 +357,14 @@ class TraceBuilder {
     }
   }
 
+  // A string value that must outlive the parser's call: the view itself
+  // when the document stays put, else a copy in `copy`.
+  static std::string_view keep(const Scalar& s, std::string& copy) {
+    if (s.stable_string) return s.string_value;
+    copy.assign(s.string_value);
+    return copy;
+  }
+
   // A scalar under an event-level key.
   void event_scalar(EventFields& e, Key key, const Scalar& s) {
     const bool is_string = s.type == ValueType::string;
@@ -374,14 +384,14 @@ class TraceBuilder {
           return;
         }
         e.has_cat = true;
-        e.cat.assign(s.string_value);
+        e.cat = keep(s, e.cat_copy);
         return;
       case Key::name:
         if (!is_string) {
           wrong(e, "name", type_name(s.type), "a string");
           return;
         }
-        e.name.assign(s.string_value);
+        e.name = keep(s, e.name_copy);
         return;
       case Key::ts: set_number(e.ts, s); return;
       case Key::dur:
@@ -490,6 +500,27 @@ class TraceBuilder {
       case Key::sm_count: d.multiprocessor_count = static_cast<int>(v); break;
       default: break;
     }
+  }
+
+  // --- two builders, one document ----------------------------------------------
+  // Appends what `later` built from the rest of the document (a split parse,
+  // kineto_fast_scanner.hpp), leaving it empty. Names are interned in the
+  // order `later` first met them, so the ids come out as one builder reading
+  // the whole document would have given them. `later` saw no trace metadata
+  // (its scanner gives up on any), so meta() stays this builder's.
+  void append(TraceBuilder& later) {
+    std::vector<NameId> name_ids(later.names_.size());
+    for (NameId i = 0; i < name_ids.size(); ++i) name_ids[i] = names_.intern(later.names_.text(i));
+    std::vector<NameId> category_ids(later.categories_.size());
+    for (NameId i = 0; i < category_ids.size(); ++i) category_ids[i] = categories_.intern(later.categories_.text(i));
+    later.events_.for_each([&](const RawEvent& e) {
+      RawEvent moved = e;
+      moved.name = name_ids[e.name];
+      moved.category = category_ids[e.category];
+      events_.push_back(moved);
+    });
+    later.events_.release();
+    fractional_ = fractional_ || later.fractional_;
   }
 
   // --- results ---------------------------------------------------------------

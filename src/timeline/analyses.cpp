@@ -6,9 +6,9 @@
 #include <cmath>
 #include <map>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "stepscope/timeline.hpp"
+#include "timeline/correlation_map.hpp"
 #include "timeline/sweep.hpp"
 
 namespace stepscope::timeline {
@@ -131,12 +131,12 @@ std::vector<StreamIdleBreakdown> idle_time_breakdown(const Timeline& timeline,
                                                      std::int64_t kernel_wait_threshold_ns) {
   // Start of the host event that launched each device op (HTA's
   // index_correlation join); the last one wins when a correlation repeats.
-  std::unordered_map<std::int64_t, std::int64_t> runtime_start;
-  runtime_start.reserve(timeline.host_ops.size() / 2 + 1);
+  std::vector<char> device_side(timeline.names.size(), 0);  // device-side in HTA
+  for (std::size_t i = 0; i < timeline.names.size(); ++i)
+    device_side[i] = timeline.names[i] == "Event Sync" || timeline.names[i] == "Context Sync";
+  detail::CorrelationMap<std::int64_t> runtime_start(timeline.host_ops.size() / 2);
   for (const HostInterval& h : timeline.host_ops) {
-    if (h.correlation == -1) continue;
-    const std::string& name = timeline.name_of(h.name);
-    if (name == "Event Sync" || name == "Context Sync") continue;  // device-side in HTA
+    if (h.correlation == -1 || device_side[h.name]) continue;
     runtime_start[h.correlation] = h.start_ns;
   }
 
@@ -161,9 +161,8 @@ std::vector<StreamIdleBreakdown> idle_time_breakdown(const Timeline& timeline,
     for (std::size_t i = 1; i < ops.size(); ++i) {
       const std::int64_t previous_end = ops[i - 1]->end_ns;
       const std::int64_t gap = ops[i]->start_ns - previous_end;
-      const auto runtime = runtime_start.find(ops[i]->correlation);
-      const bool host_wait = ops[i]->correlation != -1 && runtime != runtime_start.end() &&
-                             runtime->second > previous_end;
+      const std::int64_t* runtime = ops[i]->correlation != -1 ? runtime_start.find(ops[i]->correlation) : nullptr;
+      const bool host_wait = runtime != nullptr && *runtime > previous_end;
       if (host_wait) {
         s.host_wait_ns += gap;
         ++s.host_wait_count;
@@ -204,27 +203,38 @@ std::vector<LaunchPair> launch_pairs(const Timeline& timeline) {
   // yields every combination).
   std::vector<char> launch_name(timeline.names.size(), 0);
   for (std::size_t i = 0; i < timeline.names.size(); ++i) launch_name[i] = is_launch_name(timeline.names[i]);
-  std::unordered_set<std::int64_t> launch_correlations;
+  // Per launch correlation, the host ops that carry it as a list in host_ops
+  // order: first and last index, then `next` links (kNone ends a list).
+  constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  struct HostList {
+    std::uint32_t first = kNone, last = kNone;
+  };
+  detail::CorrelationMap<HostList> cpu_side(timeline.host_ops.size() / 2);
   for (const HostInterval& h : timeline.host_ops)
-    if (launch_name[h.name]) launch_correlations.insert(h.correlation);
+    if (launch_name[h.name]) cpu_side[h.correlation];
   for (const DeviceInterval& d : timeline.device_ops)
-    if (launch_name[d.name]) launch_correlations.insert(d.correlation);
-
-  std::unordered_map<std::int64_t, std::vector<const HostInterval*>> cpu_side;
-  for (const HostInterval& h : timeline.host_ops)
-    if (launch_correlations.count(h.correlation) != 0) cpu_side[h.correlation].push_back(&h);
+    if (launch_name[d.name]) cpu_side[d.correlation];
+  std::vector<std::uint32_t> next(timeline.host_ops.size(), kNone);
+  for (std::size_t i = 0; i < timeline.host_ops.size(); ++i) {
+    HostList* list = cpu_side.find(timeline.host_ops[i].correlation);
+    if (list == nullptr) continue;
+    const auto index = static_cast<std::uint32_t>(i);
+    if (list->first == kNone) list->first = index;
+    else next[list->last] = index;
+    list->last = index;
+  }
 
   std::vector<LaunchPair> out;
   for (const DeviceInterval& d : timeline.device_ops) {
-    if (launch_correlations.count(d.correlation) == 0) continue;
-    const auto found = cpu_side.find(d.correlation);
-    if (found == cpu_side.end()) continue;
-    for (const HostInterval* h : found->second) {
+    const HostList* list = cpu_side.find(d.correlation);
+    if (list == nullptr) continue;
+    for (std::uint32_t i = list->first; i != kNone; i = next[i]) {
+      const HostInterval& h = timeline.host_ops[i];
       LaunchPair p;
       p.correlation = d.correlation;
-      p.cpu_duration_ns = h->duration_ns();
+      p.cpu_duration_ns = h.duration_ns();
       p.gpu_duration_ns = d.duration_ns();
-      p.launch_delay_ns = std::max<std::int64_t>(0, d.start_ns - h->end_ns);
+      p.launch_delay_ns = std::max<std::int64_t>(0, d.start_ns - h.end_ns);
       out.push_back(p);
     }
   }

@@ -112,13 +112,25 @@ void require_same(const ImportResult& expected, const ImportResult& actual, cons
   REQUIRE((i == a.size() && i == b.size()));
 }
 
-// The automatic importer's answer equals the exact parser's. Returns whether
-// the fast path produced it.
-bool check_same_as_exact(const std::string& bytes, const std::string& what, ImportOptions options = {}) {
+// The automatic importer's answer equals the exact parser's, whichever way
+// the fast path reads the input: whole (the default for small inputs),
+// streamed in chunks (inputs above the in-memory limit), and whole on two
+// threads with the split searched from `split_from` (default: the middle).
+// Returns whether the fast path produced the default answer.
+bool check_same_as_exact(const std::string& bytes, const std::string& what, ImportOptions options = {},
+                         std::int64_t split_from = -1) {
   const ImportResult exact = detail::import_kineto_buffer_with(bytes, options, KinetoParser::exact);
   ImportDiagnostics how;
   const ImportResult automatic = detail::import_kineto_buffer_with(bytes, options, KinetoParser::automatic, &how);
   require_same(exact, automatic, what);
+  ImportOptions streaming = options;
+  streaming.max_in_memory_json_bytes = 0;
+  require_same(exact, detail::import_kineto_buffer_with(bytes, streaming, KinetoParser::automatic), what + " (streamed)");
+  detail::ImportTuning split;
+  split.min_split_bytes = 0;
+  split.split_search_from = split_from >= 0 ? split_from : static_cast<std::int64_t>(bytes.size() / 2);
+  require_same(exact, detail::import_kineto_buffer_with(bytes, options, KinetoParser::automatic, nullptr, split),
+               what + " (split)");
   return how.fast_path_used;
 }
 
@@ -142,14 +154,82 @@ TEST_CASE("fast scanner and exact parser build identical timelines from every sh
       REQUIRE(fast.ok);  // real Kineto output never needs the fallback
       require_same(exact, fast, file);
     }
-    // The public entry point takes the fast path.
+    // The public entry point takes the fast path, on two threads when the JSON is over 1 MiB.
     ImportDiagnostics how;
     const ImportResult automatic =
         detail::import_kineto_trace_with(kTraces + file, {}, KinetoParser::automatic, &how);
     CHECK(automatic.ok);
     CHECK(how.fast_path_used);
     CHECK(how.fast_path_gave_up.empty());
+    CHECK(how.whole_document);
+    CHECK(how.split_parse == (automatic.stats.uncompressed_bytes >= (1u << 20)));
+    // Streamed (as above the in-memory limit) and parsed on one thread: the same again.
+    ImportOptions streaming;
+    streaming.max_in_memory_json_bytes = 0;
+    ImportOptions one_thread;
+    one_thread.pipelined_decompression = false;
+    const ImportResult exact = detail::import_kineto_trace_with(kTraces + file, {}, KinetoParser::exact);
+    for (const ImportOptions& options : {streaming, one_thread}) {
+      ImportDiagnostics other;
+      require_same(exact, detail::import_kineto_trace_with(kTraces + file, options, KinetoParser::fast_only, &other),
+                   file + (options.max_in_memory_json_bytes == 0 ? " streamed" : " one thread"));
+      CHECK(other.whole_document == (options.max_in_memory_json_bytes != 0));
+      CHECK_FALSE(other.split_parse);
+    }
   }
+}
+
+TEST_CASE("a split parse equals the exact parser wherever the split falls", "[import][fast][split]") {
+  // The helper thread starts at the first "}, {" after the search offset;
+  // try every offset. Strings and nested values holding "}, {" make the
+  // helper start where no event begins: the main scanner then carries on
+  // alone. Metadata or a second traceEvents after the split is left to it too.
+  const std::string kernel = R"("ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "args": {"stream": 7, "correlation": 1})";
+  const std::vector<std::pair<std::string, std::string>> documents = {
+      {"minimal", read_file(kCorpus + "minimal.json")},
+      {"float timestamps", read_file(kCorpus + "float_ts.json")},
+      {"array format", read_file(kCorpus + "array_format.json")},
+      {"'}, {' in strings and nested values",
+       trace_of(R"({"name": "a}, {b", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "x},{", "ts": 3, "dur": 1, "ph": "X",)"
+                R"( "cat": "cpu_op", "args": {"shapes": [{"a": 1}, {"b": 2}], "s": "}, {"ph": "X"}"}},)"
+                R"( {"name": "c", "ts": 5, "dur": 1, )" + kernel + "}")},
+      {"members after traceEvents",
+       R"({"traceEvents": [{"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 2, "dur": 2, )" +
+           kernel + R"(}], "traceName": "x", "other": [{"a": 1}, {"b": 2}], "distributedInfo": {"rank": 3},)"
+           R"( "deviceProperties": [{"id": 0, "name": "G"}, {"id": 1}], "z": {}})"},
+      {"two traceEvents arrays",
+       R"({"traceEvents": [{"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 1, "dur": 2, )" +
+           kernel + R"(}], "traceEvents": [{"name": "c", "ts": 3, "dur": 2, )" + kernel + R"(}, {"name": "a", "ts": 4,)"
+           R"( "dur": 1, )" + kernel + "}]}"},
+      {"names first met after the split", trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3, "dur": 2, )" +
+                                                   kernel + R"(}, {"name": "a", "ts": 5, "dur": 2, "ph": "X", "cat": "cpu_op"}, )"
+                                                   R"({"name": "c", "ts": 7, "dur": 2.5, "ph": "X", "cat": "user_annotation"})")},
+      {"broken after the split", trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3, "dur": 2, )" +
+                                          kernel + R"(}, {"name": "c", "ts": "late", "dur": 2, "ph": "X", "cat": "kernel"})")},
+      {"trailing data after the split", trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3,)"
+                                                 R"( "dur": 2, )" + kernel + "}") + " x"},
+  };
+  int handed_over = 0;
+  for (const auto& [what, json] : documents) {
+    REQUIRE(!json.empty());
+    ImportOptions exact_ns;
+    exact_ns.hta_rounding = false;
+    for (std::size_t from = 0; from <= json.size(); ++from) {
+      const std::string label = what + ", split searched from " + std::to_string(from);
+      for (const ImportOptions& options : {ImportOptions{}, exact_ns}) {
+        const ImportResult exact = detail::import_kineto_buffer_with(json, options, KinetoParser::exact);
+        detail::ImportTuning tuning;
+        tuning.min_split_bytes = 0;
+        tuning.split_search_from = static_cast<std::int64_t>(from);
+        ImportDiagnostics how;
+        const ImportResult split =
+            detail::import_kineto_buffer_with(json, options, KinetoParser::automatic, &how, tuning);
+        require_same(exact, split, label);
+        handed_over += how.split_parse ? 1 : 0;
+      }
+    }
+  }
+  CHECK(handed_over > 100);
 }
 
 TEST_CASE("corpus seeds and every prefix of them: same answer from both parsers", "[import][fast]") {
@@ -438,4 +518,35 @@ TEST_CASE("numbers read exactly as nlohmann reads them", "[import][fast][numbers
     ++compared;
   }
   CHECK(compared > 50000);
+}
+
+TEST_CASE("decimals of 16 to 19 digits convert as strtod does", "[import][fast][numbers]") {
+  // The 128-bit path of read_json_number (timestamps with nanoseconds), bit
+  // for bit against the C library, near powers of two and at random.
+  using stepscope::detail::kineto::decimal_to_double;
+  std::mt19937_64 random(11);
+  std::vector<std::uint64_t> mantissas = {1, 9, 10, 9007199254740991ull, 9007199254740992ull, 9007199254740993ull,
+                                          9999999999999999999ull, 1000000000000000000ull, 18014398509481985ull};
+  for (int bits = 53; bits < 64; ++bits)
+    for (std::uint64_t delta = 0; delta < 4; ++delta) {
+      mantissas.push_back((1ull << bits) - delta);
+      mantissas.push_back((1ull << bits) + delta);
+    }
+  for (int i = 0; i < 200000; ++i) mantissas.push_back(random() % 10000000000000000000ull);
+  int compared = 0;
+  for (const std::uint64_t mantissa : mantissas) {
+    const std::string digits = std::to_string(mantissa);
+    const int fraction_digits = static_cast<int>(random() % 19);
+    // Leading zeros where the fraction is longer than the digits: 9 and 3 make "0.009".
+    const int zeros = std::max(0, fraction_digits + 1 - static_cast<int>(digits.size()));
+    std::string text = std::string(static_cast<std::size_t>(zeros), '0') + digits;
+    text.insert(text.size() - static_cast<std::size_t>(fraction_digits), ".");
+    if (text.back() == '.') text.pop_back();
+    const double expected = std::strtod(text.c_str(), nullptr);
+    const double actual = decimal_to_double(mantissa, fraction_digits);
+    INFO(text);
+    REQUIRE(std::memcmp(&expected, &actual, sizeof expected) == 0);
+    ++compared;
+  }
+  CHECK(compared > 150000);
 }

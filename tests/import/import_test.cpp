@@ -6,6 +6,8 @@
 #include <dirent.h>
 
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -85,6 +87,49 @@ TEST_CASE("gzip and plain input give the same timeline", "[import]") {
   const ImportResult gz_inline = import_kineto_trace(kCorpus + "minimal.json.gz", inline_decode);
   REQUIRE(gz_inline.ok);
   CHECK(gz_inline.trace.host_ops.size() == plain.trace.host_ops.size());
+}
+
+TEST_CASE("host and phase threads come from the trace's \"tid\"", "[import][tid]") {
+  // The Chrome trace format and Kineto name the thread "tid"; any other key
+  // (here "td") is not a thread, and a non-numeric tid reads as -1.
+  const std::string json = R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 1262, "ts": 10, "dur": 100},
+    {"ph": "X", "cat": "user_annotation", "name": "forward", "pid": 7, "tid": 1262, "ts": 20, "dur": 30},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 1102, "ts": 25, "dur": 5, "args": {"correlation": 3}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "td": 99, "ts": 30, "dur": 5},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 7, "tid": "main", "ts": 40, "dur": 5},
+    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 31, "dur": 2, "args": {"stream": 7, "correlation": 3}}
+  ]})";
+  for (const bool gzipped : {false, true}) {
+    const ImportResult r = import_text(gzipped ? gzip(json) : json);
+    INFO(r.error);
+    REQUIRE(r.ok);
+    std::map<std::string, std::int64_t> tid_of;
+    for (const HostInterval& h : r.trace.host_ops) tid_of[r.trace.name_of(h.name)] = h.tid;
+    CHECK(tid_of.at("ProfilerStep#1") == 1262);
+    CHECK(tid_of.at("forward") == 1262);
+    CHECK(tid_of.at("cudaLaunchKernel") == 1102);
+    CHECK(tid_of.at("aten::mm") == -1);
+    CHECK(tid_of.at("aten::add") == -1);
+    REQUIRE(r.trace.phases.size() == 1);
+    CHECK(r.trace.phases[0].tid == 1262);
+  }
+}
+
+TEST_CASE("a real Kineto trace keeps its host threads apart", "[import][tid]") {
+  // PyTorch's main thread (1102) and autograd thread (1262) in the v100 trace.
+  const ImportResult r = import_kineto_trace(STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz");
+  INFO(r.error);
+  REQUIRE(r.ok);
+  std::map<std::int64_t, std::size_t> ops_per_thread;
+  for (const HostInterval& h : r.trace.host_ops) ++ops_per_thread[h.tid];
+  CHECK(ops_per_thread.count(-1) == 0);
+  CHECK(ops_per_thread[1102] > 1000);
+  CHECK(ops_per_thread[1262] > 1000);
+  std::set<std::int64_t> phase_threads;
+  for (const Phase& p : r.trace.phases)
+    if (!p.on_device) phase_threads.insert(p.tid);
+  CHECK(phase_threads == std::set<std::int64_t>{1102, 1262});
 }
 
 TEST_CASE("fractional microseconds: HTA rounding or exact nanoseconds", "[import][rounding]") {

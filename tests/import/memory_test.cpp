@@ -62,11 +62,12 @@ void operator delete[](void* p) noexcept { operator delete(p); }
 void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
 void operator delete[](void* p, std::size_t) noexcept { operator delete(p); }
 
-TEST_CASE("importing the v100 trace needs a fraction of its JSON size in memory", "[import][memory]") {
+TEST_CASE("streaming the v100 trace needs a fraction of its JSON size in memory", "[import][memory]") {
   const std::string path = STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz";
   for (const bool pipelined : {true, false}) {
     stepscope::ImportOptions options;
     options.pipelined_decompression = pipelined;
+    options.max_in_memory_json_bytes = 0;  // as any trace above the in-memory limit
     stepscope::ImportResult r;
     stepscope::detail::ImportDiagnostics how;
     const std::size_t peak = peak_heap_of([&] {
@@ -81,6 +82,31 @@ TEST_CASE("importing the v100 trace needs a fraction of its JSON size in memory"
   }
 }
 
+TEST_CASE("a trace below the in-memory limit costs its JSON once, and no more", "[import][memory]") {
+  const std::string path = STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz";
+  for (const bool pipelined : {true, false}) {
+    stepscope::ImportOptions options;
+    options.pipelined_decompression = pipelined;
+    stepscope::ImportResult streamed_result;
+    stepscope::ImportOptions streaming = options;
+    streaming.max_in_memory_json_bytes = 0;
+    const std::size_t streamed = peak_heap_of([&] { streamed_result = stepscope::import_kineto_trace(path, streaming); });
+    stepscope::ImportResult r;
+    stepscope::detail::ImportDiagnostics how;
+    const std::size_t peak = peak_heap_of([&] {
+      r = stepscope::detail::import_kineto_trace_with(path, options, stepscope::detail::KinetoParser::automatic, &how);
+    });
+    INFO("pipelined " << pipelined << ": peak heap " << peak << " bytes (streamed: " << streamed << ") for "
+                      << r.stats.uncompressed_bytes << " bytes of JSON (" << r.error << ")");
+    REQUIRE(r.ok);
+    CHECK(how.whole_document);
+    CHECK(how.split_parse == pipelined);
+    // The inflated JSON and the gzip bytes, on top of what streaming needs for the kept events.
+    CHECK(peak > r.stats.uncompressed_bytes);
+    CHECK(peak < streamed + r.stats.uncompressed_bytes + r.stats.compressed_bytes + (1u << 20));
+  }
+}
+
 TEST_CASE("memory does not grow with the JSON when events are not kept", "[import][memory]") {
   // 24 MB of flow events ("s"/"f": the importer keeps none of them) and one kernel.
   std::string json =
@@ -91,9 +117,11 @@ TEST_CASE("memory does not grow with the JSON when events are not kept", "[impor
   json += R"({"ph": "f", "id": 1, "ts": 2.5, "cat": "ac2g", "name": "ac2g", "bp": "e"}]})";
   const std::string compressed = gzip(json, Z_BEST_SPEED);
   json = std::string();  // only the gzip bytes stay in memory
+  // Above the in-memory limit (here 8 MiB; 64 MiB by default) the trace streams.
   for (const bool pipelined : {true, false}) {
     stepscope::ImportOptions options;
     options.pipelined_decompression = pipelined;
+    options.max_in_memory_json_bytes = 8u << 20;
     stepscope::ImportResult r;
     stepscope::detail::ImportDiagnostics how;
     const std::size_t peak = peak_heap_of([&] {
@@ -104,6 +132,7 @@ TEST_CASE("memory does not grow with the JSON when events are not kept", "[impor
                       << " bytes of JSON");
     REQUIRE(r.ok);
     CHECK(how.fast_path_used);
+    CHECK_FALSE(how.whole_document);
     CHECK(r.stats.uncompressed_bytes > (24u << 20));
     CHECK(r.trace.device_ops.size() == 1);
     // Chunks in flight (queue of 4 + the scanner's window) and the inflate
