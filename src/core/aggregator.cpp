@@ -10,7 +10,6 @@ namespace stepscope::detail {
 
 namespace {
 constexpr double kNsToMs = 1e-6;
-constexpr std::size_t kDepthSlots = 66;  // depths 0..64 plus the child slot of the deepest
 
 // to[k] += from[k], unrolled (GCC -O2 keeps a five-iteration loop a loop).
 template <std::size_t... K>
@@ -172,61 +171,54 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
           : static_cast<std::int64_t>(std::min<std::uint64_t>(options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
   for (const PhaseRecord *r = records, *end = records + count; r != end; ++r) {
     const std::uint64_t wall = scale.to_ns<kWholeNsPerTick>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
-    std::size_t depth = r->depth;
-    if (__builtin_expect(depth >= static_cast<std::size_t>(kMaxDepth), 0)) {
-      ++depth_clamped_;
-      depth = std::min<std::size_t>(depth, kDepthSlots - 2);
-    }
-    std::uint64_t* child_ns = t.child_ns.data() + depth;
-    const std::uint64_t children = child_ns[1];
-    child_ns[1] = 0;
-    child_ns[0] += wall;
+    const std::size_t depth = r->depth;  // child_ns has a slot for any 8-bit depth + 1
+    const std::uint64_t children = t.child_ns[depth + 1];
+    t.child_ns[depth + 1] = 0;
+    t.child_ns[depth] += wall;
     const std::uint64_t self = wall > children ? wall - children : 0;
     const bool warm = static_cast<std::int64_t>(r->step) <= last_warmup_step;
     const unsigned flags = r->flags;
 
-    if (__builtin_expect(flags != kRecordInStep, 0)) {  // one test for the common case
+    // One test for the common case: a measured phase in a step, not nested
+    // so deep that the recording thread clamped its depth.
+    if (__builtin_expect(flags != kRecordInStep || warm || depth >= static_cast<std::size_t>(kMaxDepth), 0)) {
+      if (depth >= static_cast<std::size_t>(kMaxDepth)) ++depth_clamped_;
       if (flags & kRecordIsStep) {
-        if (__builtin_expect(warm, 0))
+        if (warm)
           complete_warmup_step(t, *r, wall);
         else
           complete_step(t, *r, wall, self);
-        continue;
+      } else {
+        consume_other(t, thread, *r, wall, children, self, warm);
       }
-      if (!(flags & kRecordInStep)) {
-        consume_outside_step(t, thread, *r, wall, children, self, warm);
-        continue;
-      }
-      // An in-step phase with some other flag: the common path below.
+      continue;
     }
-    // A phase in a step: the common case, kept free of the other cases' tests.
+    // The common case, kept free of the other cases' tests.
     const std::uintptr_t key = ThreadInfo::slot_key(r->site, kRecordInStep);
     const ThreadInfo::SlotCacheEntry* slot = &t.slot_entry(key);
     if (__builtin_expect(slot->key != key, 0)) slot = &slot_entry_miss(t, r->site, kRecordInStep);
-    PhaseAggregate& agg = *slot->aggregate;
     t.step_kind_ns[slot->kind_slot] += self;
-    if (__builtin_expect(warm, 0)) {
-      agg.warmup.add(wall);
-      continue;
-    }
-    agg.add(wall, children, self);
+    slot->aggregate->add(wall, children, self);
   }
 }
 
-// A phase outside any step on its thread (background work, or setup on the
-// step thread): statistics, then its overlap with the steps.
-void Aggregator::consume_outside_step(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall,
-                                      std::uint64_t children, std::uint64_t self, bool warm) {
-  const std::uintptr_t key = ThreadInfo::slot_key(r.site, 0);
+// The other phase records: warm-up ones, and those outside any step on their
+// thread (background work, or setup on the step thread), whose overlap with
+// the steps is measured.
+void Aggregator::consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall,
+                               std::uint64_t children, std::uint64_t self, bool warm) {
+  const unsigned in_step = r.flags & kRecordInStep;
+  const std::uintptr_t key = ThreadInfo::slot_key(r.site, in_step);
   const ThreadInfo::SlotCacheEntry* slot = &t.slot_entry(key);
-  if (slot->key != key) slot = &slot_entry_miss(t, r.site, 0);
+  if (slot->key != key) slot = &slot_entry_miss(t, r.site, in_step);
   PhaseAggregate& agg = *slot->aggregate;
+  if (in_step) t.step_kind_ns[slot->kind_slot] += self;
   if (warm) {
     agg.warmup.add(wall);
     return;
   }
   agg.add(wall, children, self);
-  add_background(thread, slot->phase, r);
+  if (!in_step) add_background(thread, slot->phase, r);
 }
 
 void Aggregator::add_background(ThreadId thread, std::uint32_t phase, const PhaseRecord& r) {

@@ -120,8 +120,11 @@ class Aggregator {
     std::int64_t os_tid = 0;
     bool live = true;
     bool ran_steps = false;
-    // Inclusive time of completed children, per depth (self = inclusive - children).
-    std::array<std::uint64_t, 66> child_ns{};
+    // Inclusive time of completed children, per depth (self = inclusive -
+    // children): a slot for every 8-bit depth and the child slot of the
+    // deepest, so the depth indexes it unchecked. The recording thread
+    // clamps the depth at kMaxDepth; those records are counted for a note.
+    std::array<std::uint64_t, 257> child_ns{};
     // Self time by kind within the step in progress on this thread.
     std::array<std::uint64_t, kKindCount> step_kind_ns{};
     // [phase id][0: in step, 1: not in step]
@@ -190,8 +193,8 @@ class Aggregator {
   ThreadInfo::SlotCacheEntry& slot_entry_miss(ThreadInfo& t, const PhaseSite* site, unsigned flags);
   template <bool kWholeNsPerTick>
   void consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count);
-  void consume_outside_step(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall_ns,
-                            std::uint64_t child_ns, std::uint64_t self_ns, bool warm);
+  void consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t child_ns,
+                     std::uint64_t self_ns, bool warm);
   void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   void add_step_interval(const PhaseRecord& r);

@@ -123,17 +123,17 @@ class Histogram {
 };
 
 // Streaming count / sum / min / max / variance next to a Histogram, in exact
-// integer arithmetic: the sum of squares is a 128-bit integer plus a count of
-// its wrap-arounds, so adding a value is a multiply and a few integer adds
-// (the collector does this for every record) and the variance is computed
-// once, at report time, from exact sums: no cancellation when the spread is
-// tiny next to the mean, and merging is exact.
+// integer arithmetic: adding a value is a multiply and a few integer adds (the
+// collector does this for every record), and the variance is computed once,
+// at report time, from exact sums: no cancellation when the spread is tiny
+// next to the mean, and merging is exact. Exact while the total stays below
+// 2^64 ns (584 years of summed time), which also keeps the sum of squares
+// below 2^128: sum(v^2) <= (sum v)^2 for v >= 0.
 class RunningStats {
  public:
   void add(std::uint64_t value_ns) noexcept {
     const Uint128 square = static_cast<Uint128>(value_ns) * value_ns;
     sum_sq_ += square;
-    sum_sq_wraps_ += sum_sq_ < square;  // carry out of the 128-bit sum
     total_ += value_ns;
     // Branches, not conditional moves: a new extreme is rare after the first
     // few values, and a compare with memory and a predicted branch is two
@@ -144,7 +144,6 @@ class RunningStats {
   }
   void merge(const RunningStats& other) noexcept {
     sum_sq_ += other.sum_sq_;
-    sum_sq_wraps_ += other.sum_sq_wraps_ + (sum_sq_ < other.sum_sq_);
     total_ += other.total_;
     min_ = std::min(min_, other.min_);
     max_ = std::max(max_, other.max_);
@@ -162,14 +161,8 @@ class RunningStats {
     const Uint128 total_sq = static_cast<Uint128>(total_) * total_;
     const Uint128 quotient = total_sq / count_;
     const double remainder = static_cast<double>(static_cast<std::uint64_t>(total_sq % count_));
-    double scatter;  // sum of squared deviations from the mean
-    if (sum_sq_wraps_ == 0) {
-      scatter = static_cast<double>(sum_sq_ - quotient) - remainder / n;  // sum_sq >= total^2/n (Cauchy-Schwarz)
-    } else {
-      // Beyond 2^128 ns^2 (never for real durations): plain floating point.
-      scatter = std::ldexp(static_cast<double>(sum_sq_wraps_), 128) + static_cast<double>(sum_sq_) -
-                static_cast<double>(quotient) - remainder / n;
-    }
+    // Sum of squared deviations from the mean; sum_sq >= total^2 / n (Cauchy-Schwarz).
+    const double scatter = static_cast<double>(sum_sq_ - quotient) - remainder / n;
     const double var = scatter / (n - 1);
     return var > 0 ? std::sqrt(var) : 0;
   }
@@ -183,9 +176,7 @@ class RunningStats {
   std::uint64_t min_ = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t total_ = 0;
   std::uint64_t max_ = 0;
-  // Sum of squared values = sum_sq_wraps_ * 2^128 + sum_sq_, exact.
-  Uint128 sum_sq_ = 0;
-  std::uint64_t sum_sq_wraps_ = 0;
+  Uint128 sum_sq_ = 0;  // sum of squared values
 };
 
 // Moments only (no percentiles: those fields are NaN, "null" in JSON).
