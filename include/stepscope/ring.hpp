@@ -83,14 +83,31 @@ class ThreadRing {
   template <typename Fn>
   std::size_t drain(Fn&& fn, std::size_t max_records = ~std::size_t{0}) noexcept(noexcept(fn(std::declval<const PhaseRecord&>()))) {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
-    if (cached_head_ == tail) cached_head_ = head_.load(std::memory_order_acquire);
-    std::uint64_t available = cached_head_ - tail;
-    if (available == 0) {
-      cached_head_ = head_.load(std::memory_order_acquire);
-      available = cached_head_ - tail;
-    }
-    if (available > max_records) available = max_records;
+    const std::uint64_t available = readable(tail, max_records);
     for (std::uint64_t i = 0; i < available; ++i) fn(slots_[(tail + i) & mask_]);
+    tail_.store(tail + available, std::memory_order_release);
+    return static_cast<std::size_t>(available);
+  }
+
+  // Consumer only: the same records in the same order, as contiguous runs:
+  // calls fn(const PhaseRecord* first, std::size_t count) once, or twice when
+  // the records wrap around the end of the storage, then frees their slots.
+  // A consumer that loops over a plain array keeps its state in registers.
+  template <typename Fn>
+  std::size_t drain_batches(Fn&& fn, std::size_t max_records = ~std::size_t{0}) noexcept(
+      noexcept(fn(std::declval<const PhaseRecord*>(), std::size_t{}))) {
+    const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+    const std::uint64_t available = readable(tail, max_records);
+    if (available > 0) {
+      const std::uint64_t first = tail & mask_;
+      const std::uint64_t until_end = capacity_ - first;
+      if (available <= until_end) {
+        fn(static_cast<const PhaseRecord*>(slots_ + first), static_cast<std::size_t>(available));
+      } else {
+        fn(static_cast<const PhaseRecord*>(slots_ + first), static_cast<std::size_t>(until_end));
+        fn(static_cast<const PhaseRecord*>(slots_), static_cast<std::size_t>(available - until_end));
+      }
+    }
     tail_.store(tail + available, std::memory_order_release);
     return static_cast<std::size_t>(available);
   }
@@ -106,6 +123,17 @@ class ThreadRing {
   std::atomic<std::uint8_t> current_kind{0xff};
 
  private:
+  // Consumer only: records published and not yet consumed, at most max_records.
+  std::uint64_t readable(std::uint64_t tail, std::size_t max_records) noexcept {
+    if (cached_head_ == tail) cached_head_ = head_.load(std::memory_order_acquire);
+    std::uint64_t available = cached_head_ - tail;
+    if (available == 0) {
+      cached_head_ = head_.load(std::memory_order_acquire);
+      available = cached_head_ - tail;
+    }
+    return available > max_records ? max_records : available;
+  }
+
   // Producer line: written on every push.
   alignas(kCacheLine) std::atomic<std::uint64_t> head_{0};
   std::uint64_t cached_tail_ = 0;

@@ -3,18 +3,30 @@
 #include <stepscope/phase.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace stepscope::detail {
 
 namespace {
 constexpr double kNsToMs = 1e-6;
-constexpr std::size_t kDepthSlots = 66;  // depths 0..64 plus the child slot of the deepest
+
+// to[k] += from[k], unrolled (GCC -O2 keeps a five-iteration loop a loop).
+template <std::size_t... K>
+inline void add_kinds(std::array<std::uint64_t, kKindCount>& to, const std::array<std::uint64_t, kKindCount>& from,
+                      std::index_sequence<K...>) {
+  ((to[K] += from[K]), ...);
+}
 }  // namespace
 
 Aggregator::Aggregator(AggregatorOptions options, const TickConverter* clock) : options_(options), clock_(clock) {
   if (options_.series_capacity < 2) options_.series_capacity = 2;
   series_.reserve(options_.series_capacity);
+  // A power of two, so keeping a step is a mask and a store.
+  std::size_t kept = 1;
+  while (kept < options_.step_intervals_kept) kept *= 2;
+  step_intervals_.resize(kept);
+  step_intervals_mask_ = kept - 1;
 }
 
 Aggregator::ThreadId Aggregator::add_thread(std::int64_t os_tid) {
@@ -43,13 +55,11 @@ void Aggregator::retire_thread(ThreadId thread) {
   }
   t.phases.clear();
   t.phases.shrink_to_fit();
+  t.slot_cache = {};
   t.live = false;
 }
 
-std::uint32_t Aggregator::phase_id(const PhaseSite* site) {
-  // Sites are at least 8-byte aligned: drop the low bits before indexing.
-  SiteCacheEntry& cached = site_cache_[(reinterpret_cast<std::uintptr_t>(site) >> 3) % kSiteCacheSize];
-  if (cached.site == site) return cached.id;
+const Aggregator::SiteCacheEntry& Aggregator::site_entry_miss(const PhaseSite* site, SiteCacheEntry& cached) {
   auto it = site_ids_.find(site);
   std::uint32_t id;
   if (it != site_ids_.end()) {
@@ -64,95 +74,162 @@ std::uint32_t Aggregator::phase_id(const PhaseSite* site) {
       id = static_cast<std::uint32_t>(phase_info_.size());
       phase_info_.push_back(PhaseInfo{site->name ? site->name : "", site->kind});
       name_ids_.emplace(std::move(key), id);
+      // Every live thread has a slot for every phase, so consume() indexes
+      // without a bounds check (retired threads have none and get no records).
+      for (ThreadInfo& t : threads_) {
+        if (!t.live) continue;
+        t.phases.resize(phase_info_.size());
+        t.slot_cache = {};  // its pointers may have moved
+      }
     }
     site_ids_.emplace(site, id);
   }
-  cached = SiteCacheEntry{site, id};
-  return id;
+  cached = SiteCacheEntry{site, id, static_cast<std::uint32_t>(site->kind) % kKindCount};
+  return cached;
 }
 
-PhaseAggregate& Aggregator::aggregate(ThreadId thread, std::uint32_t phase, bool in_step) {
-  auto& phases = threads_[thread].phases;
-  if (phase >= phases.size()) phases.resize(phase_info_.size());
-  return phases[phase][in_step ? 0 : 1];
-}
-
-void Aggregator::consume(ThreadId thread, const PhaseRecord& r) {
-  ++records_;
-  first_ticks_ = std::min(first_ticks_, r.start_ticks);
-  last_ticks_ = std::max(last_ticks_, r.end_ticks);
-  ThreadInfo& t = threads_[thread];
-  const std::uint64_t wall = clock_->duration_ns(r.start_ticks, r.end_ticks);
-  std::size_t depth = r.depth;
-  if (depth >= kMaxDepth) ++depth_clamped_;
-  if (depth + 1 >= kDepthSlots) depth = kDepthSlots - 2;
-  const std::uint64_t children = t.child_ns[depth + 1];
-  t.child_ns[depth + 1] = 0;
-  t.child_ns[depth] += wall;
-  const std::uint64_t self = wall > children ? wall - children : 0;
-
-  if (r.flags & kRecordIsStep) {
-    complete_step(t, r, wall, self);
-    return;
+// A measured step: inline in consume()'s loop (one record in five in a
+// typical step); the rarer work is out of line.
+__attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall, std::uint64_t self) {
+  t.ran_steps = true;
+  step_wall_.add(wall);
+  // The step totals of the breakdown are the sums of the series points
+  // (fill_report adds them up), so each step is added in one place only.
+  StepPoint& point = open_point_;
+  if (point.n == 0) point.first_step = r.step;
+  ++point.n;
+  point.wall_ns += wall;
+  point.unattributed_ns += self;
+  // Locals first: the compiler cannot tell the two arrays apart.
+  add_kinds(point.kind_ns, t.step_kind_ns, std::make_index_sequence<kKindCount>{});
+  t.step_kind_ns = {};
+  point.rss_mb = rss_mb_;
+  if (__builtin_expect(point.n >= series_stride_, 0)) {
+    add_series_point(point);
+    point = StepPoint{};
   }
-  const bool in_step = (r.flags & kRecordInStep) != 0;
-  const bool warm = is_warmup(r.step);
-  const std::uint32_t id = phase_id(r.site);
-  PhaseAggregate& agg = aggregate(thread, id, in_step);
-  if (in_step) t.step_kind_ns[static_cast<std::size_t>(r.site->kind) % kKindCount] += self;
+  add_step_interval(r);
+}
+
+void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall) {
+  t.ran_steps = true;
+  step_warmup_wall_.add(wall);
+  t.step_kind_ns = {};
+  add_step_interval(r);
+}
+
+inline void Aggregator::add_step_interval(const PhaseRecord& r) {
+  step_intervals_[steps_recorded_++ & step_intervals_mask_] = {r.start_ticks, r.end_ticks};
+  if (r.end_ticks > last_step_end_) {
+    last_step_end_ = r.end_ticks;
+    if (__builtin_expect(!pending_.empty(), 0)) settle_pending();
+  }
+}
+
+void Aggregator::settle_pending() {
+  // Background records that ended before the last step did can be settled now.
+  auto settled = std::partition(pending_.begin(), pending_.end(),
+                                [&](const PendingBackground& p) { return p.end > last_step_end_; });
+  for (auto it = settled; it != pending_.end(); ++it) process_background(*it);
+  pending_.erase(settled, pending_.end());
+}
+
+Aggregator::ThreadInfo::SlotCacheEntry& Aggregator::slot_entry_miss(ThreadInfo& t, const PhaseSite* site, unsigned flags) {
+  const std::uintptr_t key = ThreadInfo::slot_key(site, flags);
+  const std::size_t index = ThreadInfo::slot_index(key);
+  if (t.slot_cache[index ^ 1].key == key) return t.slot_cache[index ^ 1];
+  // Both may clear t.slot_cache (a new phase, a resized phases vector).
+  const SiteCacheEntry& phase = site_entry(site);
+  PhaseAggregate* aggregate = &this->aggregate(t, phase.id, (flags & kRecordInStep) != 0);
+  // The previous occupant moves to the neighbouring slot rather than out.
+  ThreadInfo::SlotCacheEntry& entry = t.slot_cache[index];
+  t.slot_cache[index ^ 1] = entry;
+  entry = ThreadInfo::SlotCacheEntry{key, aggregate, phase.id, phase.kind_slot};
+  return entry;
+}
+
+void Aggregator::consume(ThreadId thread, const PhaseRecord* records, std::size_t count) {
+  records_ += count;
+  // A TSC runs at over 1 GHz: less than a whole ns per tick, and the
+  // conversion needs one multiply, not two.
+  if (clock_->scale().whole == 0)
+    consume_run<false>(threads_[thread], thread, records, count);
+  else
+    consume_run<true>(threads_[thread], thread, records, count);
+}
+
+// The collector's hot loop. What it reads repeatedly is copied into locals
+// first: the compiler cannot keep members in registers across the stores into
+// histograms and sums, which may alias them as far as it knows.
+template <bool kWholeNsPerTick>
+void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count) {
+  const TickScale scale = clock_->scale();
+  // is_warmup() as one signed comparison: no step is <= -1.
+  const std::int64_t last_warmup_step =
+      options_.warmup_steps == 0
+          ? -1
+          : static_cast<std::int64_t>(std::min<std::uint64_t>(options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
+  for (const PhaseRecord *r = records, *end = records + count; r != end; ++r) {
+    const std::uint64_t wall = scale.to_ns<kWholeNsPerTick>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
+    const std::size_t depth = r->depth;  // child_ns has a slot for any 8-bit depth + 1
+    const std::uint64_t children = t.child_ns[depth + 1];
+    t.child_ns[depth + 1] = 0;
+    t.child_ns[depth] += wall;
+    const std::uint64_t self = wall > children ? wall - children : 0;
+    const bool warm = static_cast<std::int64_t>(r->step) <= last_warmup_step;
+    const unsigned flags = r->flags;
+
+    // One test for the common case: a measured phase in a step, not nested
+    // so deep that the recording thread clamped its depth.
+    if (__builtin_expect(flags != kRecordInStep || warm || depth >= static_cast<std::size_t>(kMaxDepth), 0)) {
+      if (depth >= static_cast<std::size_t>(kMaxDepth)) ++depth_clamped_;
+      if (flags & kRecordIsStep) {
+        if (warm)
+          complete_warmup_step(t, *r, wall);
+        else
+          complete_step(t, *r, wall, self);
+      } else {
+        consume_other(t, thread, *r, wall, children, self, warm);
+      }
+      continue;
+    }
+    // The common case, kept free of the other cases' tests.
+    const std::uintptr_t key = ThreadInfo::slot_key(r->site, kRecordInStep);
+    const ThreadInfo::SlotCacheEntry* slot = &t.slot_entry(key);
+    if (__builtin_expect(slot->key != key, 0)) slot = &slot_entry_miss(t, r->site, kRecordInStep);
+    t.step_kind_ns[slot->kind_slot] += self;
+    slot->aggregate->add(wall, children, self);
+  }
+}
+
+// The other phase records: warm-up ones, and those outside any step on their
+// thread (background work, or setup on the step thread), whose overlap with
+// the steps is measured.
+void Aggregator::consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall,
+                               std::uint64_t children, std::uint64_t self, bool warm) {
+  const unsigned in_step = r.flags & kRecordInStep;
+  const std::uintptr_t key = ThreadInfo::slot_key(r.site, in_step);
+  const ThreadInfo::SlotCacheEntry* slot = &t.slot_entry(key);
+  if (slot->key != key) slot = &slot_entry_miss(t, r.site, in_step);
+  PhaseAggregate& agg = *slot->aggregate;
+  if (in_step) t.step_kind_ns[slot->kind_slot] += self;
   if (warm) {
     agg.warmup.add(wall);
     return;
   }
-  agg.inclusive.add(wall);
-  agg.self.add(self);
-  if (!in_step) {
-    PendingBackground p{id, thread, r.start_ticks, r.end_ticks};
-    if (r.end_ticks <= last_step_end_) {
-      process_background(p);
-    } else if (pending_.size() < options_.pending_background_max) {
-      pending_.push_back(p);
-    } else {
-      ++pending_overflowed_;
-      process_background(p);
-    }
-  }
+  agg.add(wall, children, self);
+  if (!in_step) add_background(thread, slot->phase, r);
 }
 
-void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall, std::uint64_t self) {
-  t.ran_steps = true;
-  const bool warm = is_warmup(r.step);
-  if (warm) {
-    step_warmup_wall_.add(wall);
-    ++steps_warmup_;
+void Aggregator::add_background(ThreadId thread, std::uint32_t phase, const PhaseRecord& r) {
+  PendingBackground p{phase, thread, r.start_ticks, r.end_ticks};
+  if (r.end_ticks <= last_step_end_) {
+    process_background(p);
+  } else if (pending_.size() < options_.pending_background_max) {
+    pending_.push_back(p);
   } else {
-    step_wall_.add(wall);
-    ++steps_measured_;
-    for (int k = 0; k < kKindCount; ++k) step_kind_total_ns_[k] += t.step_kind_ns[k];
-    step_unattributed_total_ns_ += self;
-    if (open_point_.n == 0) open_point_.first_step = r.step;
-    ++open_point_.n;
-    open_point_.wall_ns += wall;
-    open_point_.unattributed_ns += self;
-    for (int k = 0; k < kKindCount; ++k) open_point_.kind_ns[k] += t.step_kind_ns[k];
-    open_point_.rss_mb = rss_mb_;
-    if (open_point_.n >= series_stride_) {
-      add_series_point(open_point_);
-      open_point_ = StepPoint{};
-    }
-  }
-  t.step_kind_ns.fill(0);
-
-  step_intervals_.emplace_back(r.start_ticks, r.end_ticks);
-  if (step_intervals_.size() > options_.step_intervals_kept) step_intervals_.pop_front();
-  last_step_start_ = std::max(last_step_start_, r.start_ticks);
-  if (r.end_ticks > last_step_end_) {
-    last_step_end_ = r.end_ticks;
-    // Background records that ended before this step did can be settled now.
-    auto settled = std::partition(pending_.begin(), pending_.end(),
-                                  [&](const PendingBackground& p) { return p.end > last_step_end_; });
-    for (auto it = settled; it != pending_.end(); ++it) process_background(*it);
-    pending_.erase(settled, pending_.end());
+    ++pending_overflowed_;
+    process_background(p);
   }
 }
 
@@ -183,9 +260,11 @@ std::uint64_t Aggregator::overlap_with_steps(std::uint64_t start, std::uint64_t 
   // recorded in completion order; with one step thread they are disjoint and
   // sorted, so the scan stops at the first step that ended before `start`.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> hits;
-  for (auto it = step_intervals_.rbegin(); it != step_intervals_.rend(); ++it) {
-    if (it->second <= start) break;
-    const std::uint64_t s = std::max(start, it->first), e = std::min(end, it->second);
+  const std::uint64_t kept = std::min<std::uint64_t>(steps_recorded_, step_intervals_.size());
+  for (std::uint64_t age = 0; age < kept; ++age) {  // newest first
+    const auto& step = step_intervals_[(steps_recorded_ - 1 - age) & step_intervals_mask_];
+    if (step.second <= start) break;
+    const std::uint64_t s = std::max(start, step.first), e = std::min(end, step.second);
     if (s < e) hits.emplace_back(s, e);
   }
   if (hits.empty()) return 0;
@@ -238,21 +317,31 @@ std::vector<std::string> Aggregator::notes() const {
 void Aggregator::fill_report(Report& report) const {
   // Steps.
   StepStats& s = report.steps;
-  s.count = steps_measured_;
-  s.warmup_excluded = steps_warmup_;
+  const std::uint64_t steps_measured = step_wall_.moments.count();
+  s.count = steps_measured;
+  s.warmup_excluded = step_warmup_wall_.moments.count();
   s.wall_ms = step_wall_.to_distribution_ms();
   s.warmup_wall_ms = step_warmup_wall_.to_distribution_ms();
   s.histogram = step_wall_.histogram.to_data();
-  if (steps_measured_ > 0) {
-    const double n = static_cast<double>(steps_measured_);
+  if (steps_measured > 0) {
+    // Every measured step is in exactly one point (merging points adds them).
+    std::array<std::uint64_t, kKindCount> kind_total_ns{};
+    std::uint64_t unattributed_total_ns = 0;
+    auto add_totals = [&](const StepPoint& p) {
+      for (int k = 0; k < kKindCount; ++k) kind_total_ns[k] += p.kind_ns[k];
+      unattributed_total_ns += p.unattributed_ns;
+    };
+    for (const auto& p : series_) add_totals(p);
+    add_totals(open_point_);
+    const double n = static_cast<double>(steps_measured);
     auto mean_ms = [&](std::uint64_t total_ns) { return static_cast<double>(total_ns) * kNsToMs / n; };
     s.breakdown.wall_ms = s.wall_ms.mean;
-    s.breakdown.input_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::input)]);
-    s.breakdown.compute_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::compute)]);
-    s.breakdown.memory_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::memory)]);
-    s.breakdown.communication_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::communication)]);
-    s.breakdown.other_ms = mean_ms(step_kind_total_ns_[static_cast<int>(PhaseKind::other)]);
-    s.breakdown.unattributed_ms = mean_ms(step_unattributed_total_ns_);
+    s.breakdown.input_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::input)]);
+    s.breakdown.compute_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::compute)]);
+    s.breakdown.memory_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::memory)]);
+    s.breakdown.communication_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::communication)]);
+    s.breakdown.other_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::other)]);
+    s.breakdown.unattributed_ms = mean_ms(unattributed_total_ns);
   }
   StepSeries& series = s.series;
   series = StepSeries{};
@@ -302,9 +391,9 @@ void Aggregator::fill_report(Report& report) const {
       p.name = phase_info_[id].name;
       p.kind = phase_info_[id].kind;
       p.thread_role = static_cast<ThreadRole>(role);
-      p.count = agg.inclusive.moments.count();
-      p.host_ms = agg.inclusive.to_distribution_ms();
-      p.self_ms = moments_to_distribution_ms(agg.self);
+      p.count = agg.count();
+      p.host_ms = to_distribution_ms(agg.inclusive(), agg.inclusive_histogram);
+      p.self_ms = moments_to_distribution_ms(agg.self());
       if (p.thread_role == ThreadRole::step && step_total_ms > 0) p.share_of_step = p.self_ms.total / step_total_ms;
       if (p.thread_role == ThreadRole::background && agg.overlap_measured_ns > 0)
         p.overlap_with_steps = static_cast<double>(agg.overlap_ns) / static_cast<double>(agg.overlap_measured_ns);
@@ -315,7 +404,7 @@ void Aggregator::fill_report(Report& report) const {
         if (dev.moments.count() > 0 && (role == 0 || by_role[1].empty() || role == 1)) p.device_ms = dev.to_distribution_ms();
       }
       p.threads = threads[role];
-      p.histogram = agg.inclusive.histogram.to_data();
+      p.histogram = agg.inclusive_histogram.to_data();
       report.phases.push_back(std::move(p));
     }
   }

@@ -3,7 +3,8 @@
 //
 //   Aggregator agg(options);
 //   ThreadId t = agg.add_thread(tid);
-//   agg.consume(t, record);          // for every drained record, in push order
+//   agg.consume(t, records, count);  // drained records, in push order
+//   agg.consume(t, record);          // or one at a time
 //   Report facts = agg.build_report();
 #pragma once
 
@@ -15,7 +16,6 @@
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,27 +25,59 @@ namespace stepscope::detail {
 struct AggregatorOptions {
   std::uint64_t warmup_steps = 5;
   std::size_t series_capacity = 1024;   // points kept per step series (then downsampled)
-  std::size_t step_intervals_kept = 4096;
+  std::size_t step_intervals_kept = 4096;  // at least (rounded up to a power of two)
   std::size_t pending_background_max = 1 << 16;
 };
 
 inline constexpr int kKindCount = 5;  // PhaseKind values
 
 // Aggregates of one phase on one thread, split in-step / not-in-step.
+//
+// Post-warm-up moments are kept apart for occurrences without and with
+// children: a leaf's self time is its inclusive time, so a leaf (most
+// occurrences: the innermost phases are the most frequent) updates one set
+// of moments where it would update two. Integer moments merge exactly, so
+//   inclusive = leaf + parent,  self = leaf + parent_self.
 struct PhaseAggregate {
-  DurationStats inclusive;  // measured (post-warm-up)
-  RunningStats self;        // moments only: the collector's budget has no room for a second histogram
-  DurationStats warmup;     // inclusive, warm-up steps only
+  RunningStats leaf;         // inclusive (= self) time of occurrences with no child time
+  RunningStats parent;       // inclusive time of occurrences with child time
+  RunningStats parent_self;  // self time of the same occurrences
+  Histogram inclusive_histogram;  // inclusive time, every post-warm-up occurrence
+  DurationStats warmup;      // inclusive, warm-up steps only
   std::uint64_t overlap_ns = 0;  // with steps (not-in-step records only)
   std::uint64_t overlap_measured_ns = 0;  // inclusive time whose overlap was computed
+
+  void add(std::uint64_t inclusive_ns, std::uint64_t child_ns, std::uint64_t self_ns) noexcept {
+    inclusive_histogram.add(inclusive_ns);
+    if (child_ns == 0) {
+      leaf.add(inclusive_ns);
+    } else {
+      parent.add(inclusive_ns);
+      parent_self.add(self_ns);
+    }
+  }
+  RunningStats inclusive() const noexcept {
+    RunningStats m = leaf;
+    m.merge(parent);
+    return m;
+  }
+  // Self time has moments only: the collector's budget has no room for a second histogram.
+  RunningStats self() const noexcept {
+    RunningStats m = leaf;
+    m.merge(parent_self);
+    return m;
+  }
+  std::uint64_t count() const noexcept { return leaf.count() + parent.count(); }
   void merge(const PhaseAggregate& other) {
-    inclusive.merge(other.inclusive);
-    self.merge(other.self);
+    leaf.merge(other.leaf);
+    parent.merge(other.parent);
+    parent_self.merge(other.parent_self);
+    inclusive_histogram.merge(other.inclusive_histogram);
     warmup.merge(other.warmup);
     overlap_ns += other.overlap_ns;
     overlap_measured_ns += other.overlap_measured_ns;
   }
-  bool empty() const { return inclusive.moments.count() == 0 && warmup.moments.count() == 0; }
+  bool empty() const { return count() == 0 && warmup.moments.count() == 0; }
 };
 
 class Aggregator {
@@ -59,8 +91,10 @@ class Aggregator {
   // so memory stays bounded by live threads.
   void retire_thread(ThreadId thread);
 
-  // One record, in the order its thread pushed it. Hot for the collector.
-  void consume(ThreadId thread, const PhaseRecord& record);
+  // Records of one thread, in the order it pushed them: the collector's hot
+  // loop (it passes each contiguous run of a drained ring).
+  void consume(ThreadId thread, const PhaseRecord* records, std::size_t count);
+  void consume(ThreadId thread, const PhaseRecord& record) { consume(thread, &record, 1); }
   // Device time for a phase occurrence resolved later by a device backend.
   void add_device_time(const PhaseSite* site, bool in_step, std::uint64_t step, std::uint64_t device_ns);
   // Latest process RSS (MB), attached to the steps that complete after it.
@@ -71,9 +105,7 @@ class Aggregator {
   std::uint64_t records() const { return records_; }
   bool ran_steps(ThreadId thread) const { return threads_[thread].ran_steps; }
   double median_step_ms() const { return step_wall_.histogram.quantile(0.5) * 1e-6; }
-  std::uint64_t steps_completed() const { return steps_measured_ + steps_warmup_; }
-  std::uint64_t first_ticks() const { return first_ticks_; }
-  std::uint64_t last_ticks() const { return last_ticks_; }
+  std::uint64_t steps_completed() const { return step_wall_.moments.count() + step_warmup_wall_.moments.count(); }
   std::vector<std::string> notes() const;
 
   // Facts for the report (no verdict): steps, phases, records.
@@ -88,12 +120,41 @@ class Aggregator {
     std::int64_t os_tid = 0;
     bool live = true;
     bool ran_steps = false;
-    // Inclusive time of completed children, per depth (self = inclusive - children).
-    std::array<std::uint64_t, 66> child_ns{};
+    // Inclusive time of completed children, per depth (self = inclusive -
+    // children): a slot for every 8-bit depth and the child slot of the
+    // deepest, so the depth indexes it unchecked. The recording thread
+    // clamps the depth at kMaxDepth; those records are counted for a note.
+    std::array<std::uint64_t, 257> child_ns{};
     // Self time by kind within the step in progress on this thread.
     std::array<std::uint64_t, kKindCount> step_kind_ns{};
     // [phase id][0: in step, 1: not in step]
     std::vector<std::array<PhaseAggregate, 2>> phases;
+    // Cache from (call site, in step) to the aggregate it feeds, so a record
+    // finds its aggregate with one compare: no phase id lookup, no index
+    // arithmetic. Two-way: a key lives at its slot or, when two hot keys
+    // collide, at the neighbouring one (slot ^ 1), checked on a miss. Points
+    // into phases: cleared whenever that reallocates.
+    struct alignas(32) SlotCacheEntry {
+      std::uintptr_t key = 0;  // site address | in-step bit (sites are 8-byte aligned); 0: empty
+      PhaseAggregate* aggregate = nullptr;
+      std::uint32_t phase = 0;
+      std::uint32_t kind_slot = 0;  // PhaseKind, as an index below kKindCount
+    };
+    static constexpr int kSlotCacheBits = 6;
+    std::array<SlotCacheEntry, 1u << kSlotCacheBits> slot_cache{};
+    static std::uintptr_t slot_key(const PhaseSite* site, unsigned flags) noexcept {
+      return reinterpret_cast<std::uintptr_t>(site) | (flags & kRecordInStep);
+    }
+    SlotCacheEntry& slot_entry(std::uintptr_t key) noexcept {
+      return slot_cache[slot_index(key)];
+    }
+    static std::size_t slot_index(std::uintptr_t key) noexcept {
+      // Fibonacci hashing: the top bits of the product by 2^64/phi depend on
+      // every bit of the key, the in-step bit included, and spread call
+      // sites laid out at a fixed stride. One multiply and one shift.
+      const std::uint64_t mixed = static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ull;
+      return static_cast<std::size_t>(mixed >> (64 - kSlotCacheBits));
+    }
   };
   struct StepPoint {  // accumulates one series point
     std::uint64_t first_step = 0, n = 0;
@@ -110,9 +171,35 @@ class Aggregator {
   // Records made before the (warmup+1)-th step started belong to the warm-up
   // (including those before the first step); with no warm-up, none do.
   bool is_warmup(std::uint64_t step) const { return options_.warmup_steps > 0 && step <= options_.warmup_steps; }
-  std::uint32_t phase_id(const PhaseSite* site);
-  PhaseAggregate& aggregate(ThreadId thread, std::uint32_t phase, bool in_step);
+  struct SiteCacheEntry;
+  // The phase of a call site: a direct-mapped cache hit (inline), else the maps.
+  const SiteCacheEntry& site_entry(const PhaseSite* site) {
+    SiteCacheEntry& cached = site_cache_[(reinterpret_cast<std::uintptr_t>(site) >> 3) % kSiteCacheSize];
+    if (__builtin_expect(cached.site == site, 1)) return cached;
+    return site_entry_miss(site, cached);
+  }
+  const SiteCacheEntry& site_entry_miss(const PhaseSite* site, SiteCacheEntry& cached);
+  std::uint32_t phase_id(const PhaseSite* site) { return site_entry(site).id; }
+  PhaseAggregate& aggregate(ThreadInfo& t, std::uint32_t phase, bool in_step) {
+    if (__builtin_expect(phase >= t.phases.size(), 0)) {
+      t.phases.resize(phase_info_.size());
+      t.slot_cache = {};  // its pointers may have moved
+    }
+    return t.phases[phase][in_step ? 0 : 1];
+  }
+  PhaseAggregate& aggregate(ThreadId thread, std::uint32_t phase, bool in_step) {
+    return aggregate(threads_[thread], phase, in_step);
+  }
+  ThreadInfo::SlotCacheEntry& slot_entry_miss(ThreadInfo& t, const PhaseSite* site, unsigned flags);
+  template <bool kWholeNsPerTick>
+  void consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count);
+  void consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t child_ns,
+                     std::uint64_t self_ns, bool warm);
   void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
+  void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
+  void add_step_interval(const PhaseRecord& r);
+  void settle_pending();
+  void add_background(ThreadId thread, std::uint32_t phase, const PhaseRecord& r);
   void add_series_point(const StepPoint& point);
   void process_background(const PendingBackground& p);
   std::uint64_t overlap_with_steps(std::uint64_t start, std::uint64_t end) const;
@@ -124,10 +211,11 @@ class Aggregator {
   std::unordered_map<std::string, std::uint32_t> name_ids_;  // "kind/name"
   // Direct-mapped cache in front of site_ids_: a step's few call sites hit
   // it every time, so the collector pays a shift and a compare per record
-  // instead of a hash-map lookup.
+  // instead of a hash-map lookup (and reads the kind here, not via the site).
   struct SiteCacheEntry {
     const PhaseSite* site = nullptr;
     std::uint32_t id = 0;
+    std::uint32_t kind_slot = 0;  // PhaseKind, as an index below kKindCount
   };
   static constexpr std::size_t kSiteCacheSize = 256;
   std::array<SiteCacheEntry, kSiteCacheSize> site_cache_{};
@@ -142,12 +230,12 @@ class Aggregator {
 
   // Steps.
   DurationStats step_wall_, step_warmup_wall_;
-  std::array<std::uint64_t, kKindCount> step_kind_total_ns_{};
-  std::uint64_t step_unattributed_total_ns_ = 0;
-  std::uint64_t steps_measured_ = 0, steps_warmup_ = 0;
-  std::deque<std::pair<std::uint64_t, std::uint64_t>> step_intervals_;  // ticks, by end
+  // The last steps (ticks), a circular buffer in completion order: step n
+  // is at n % size (a power of two).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> step_intervals_;
+  std::uint64_t step_intervals_mask_ = 0;  // size - 1
+  std::uint64_t steps_recorded_ = 0;
   std::uint64_t last_step_end_ = 0;
-  std::uint64_t last_step_start_ = 0;
 
   // Series: closed points + the point being filled.
   std::vector<StepPoint> series_;
@@ -159,7 +247,6 @@ class Aggregator {
   std::uint64_t pending_overflowed_ = 0;
   std::uint64_t depth_clamped_ = 0;
   std::uint64_t records_ = 0;
-  std::uint64_t first_ticks_ = ~std::uint64_t{0}, last_ticks_ = 0;
 };
 
 }  // namespace stepscope::detail

@@ -65,6 +65,7 @@ void TickConverter::start() noexcept {
   base_ticks_ = p.ticks;
   base_ns_ = p.ns;
   ns_per_tick_ = 1.0;
+  scale_ = TickScale{};
   error_ppm_ = 0;
   if (tsc_) {
     // Provisional slope from a 2 ms calibration (off the hot path: this runs
@@ -88,6 +89,7 @@ void TickConverter::recalibrate() noexcept {
     error_ppm_ = std::max(error_ppm_, std::fabs(slope - ns_per_tick_) / slope * 1e6);
   }
   ns_per_tick_ = slope;
+  scale_ = TickScale::from_ns_per_tick(slope);
 }
 
 }  // namespace stepscope::detail

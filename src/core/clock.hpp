@@ -2,10 +2,53 @@
 // raw ticks, see include/stepscope/clock.hpp).
 #pragma once
 
+#include "core/int128.hpp"
+
+#include <cmath>
 #include <cstdint>
 #include <string>
 
 namespace stepscope::detail {
+
+// Ticks -> nanoseconds as a fixed-point multiply: the collector converts
+// every record's duration, and this is a few integer instructions where the
+// double formula needs conversions in and out of floating point.
+//
+//   ns = ticks * whole + round(ticks * fraction / 2^64)
+//
+// whole and fraction hold ns_per_tick exactly (a double's fractional part
+// has at most 53 significant bits, all at or above 2^-64 when ns_per_tick >=
+// 2^-11, i.e. for any clock up to 2 THz), so the result is ticks *
+// ns_per_tick rounded to the nearest ns: at least as accurate as the double
+// formula, whose product rounds to 53 bits.
+struct TickScale {
+  std::uint64_t whole = 1;     // integer part of ns per tick
+  std::uint64_t fraction = 0;  // fractional part of ns per tick, in units of 2^-64 ns
+
+  static TickScale from_ns_per_tick(double ns_per_tick) noexcept {
+    TickScale s;
+    if (!(ns_per_tick > 0) || ns_per_tick >= 18446744073709551616.0) return s;  // keep 1 ns per tick
+    const double whole = static_cast<double>(static_cast<std::uint64_t>(ns_per_tick));
+    s.whole = static_cast<std::uint64_t>(whole);
+    // ns_per_tick - whole is exact and below 1, so the scaled value fits.
+    s.fraction = static_cast<std::uint64_t>(std::ldexp(ns_per_tick - whole, 64));
+    return s;
+  }
+  // Rounded to the nearest ns (ties up); wraps if the result needs more than
+  // 64 bits. to_ns<false> skips the whole part: only for whole == 0.
+  template <bool kWhole = true>
+  std::uint64_t to_ns(std::uint64_t ticks) const noexcept {
+    const Uint128 scaled = static_cast<Uint128>(ticks) * fraction;
+    // Rounding adds half a ns: a carry out of the low half exactly when its top bit is set.
+    std::uint64_t ns = static_cast<std::uint64_t>(scaled >> 64) + (static_cast<std::uint64_t>(scaled) >> 63);
+    if (kWhole) ns += ticks * whole;
+    return ns;
+  }
+  // 0 when end <= start (a clock that went backwards).
+  std::uint64_t duration_ns(std::uint64_t start, std::uint64_t end) const noexcept {
+    return to_ns(end > start ? end - start : 0);
+  }
+};
 
 // Decides the clock at start-up: TSC when the CPU says its TSC is invariant
 // (CPUID 0x80000007 EDX bit 8) and the kernel uses it as clock source (it
@@ -28,9 +71,9 @@ class TickConverter {
   std::int64_t to_ns(std::uint64_t ticks) const noexcept {  // CLOCK_MONOTONIC ns
     return base_ns_ + static_cast<std::int64_t>(static_cast<double>(static_cast<std::int64_t>(ticks - base_ticks_)) * ns_per_tick_);
   }
-  std::uint64_t duration_ns(std::uint64_t start, std::uint64_t end) const noexcept {
-    return end > start ? static_cast<std::uint64_t>(static_cast<double>(end - start) * ns_per_tick_ + 0.5) : 0;
-  }
+  std::uint64_t duration_ns(std::uint64_t start, std::uint64_t end) const noexcept { return scale_.duration_ns(start, end); }
+  // The same conversion as a value, for loops that keep it in registers.
+  TickScale scale() const noexcept { return scale_; }
   bool tsc() const noexcept { return tsc_; }
   double ghz() const noexcept { return tsc_ ? 1.0 / ns_per_tick_ : 0; }
   // Largest relative change of the slope between consecutive calibrations
@@ -47,6 +90,7 @@ class TickConverter {
   std::uint64_t base_ticks_ = 0;
   std::int64_t base_ns_ = 0;
   double ns_per_tick_ = 1.0;
+  TickScale scale_;  // ns_per_tick_ in fixed point
   double error_ppm_ = 0;
 };
 

@@ -8,6 +8,8 @@
 // increment: cheap enough for the collector's >100 M records/s budget.
 #pragma once
 
+#include "core/int128.hpp"
+
 #include <stepscope/report.hpp>
 
 #include <algorithm>
@@ -24,11 +26,14 @@ class Histogram {
   static constexpr std::uint64_t kSubCount = 1ull << kSubBits;
 
   static std::uint32_t bucket_of(std::uint64_t value) noexcept {
-    if (value < kSubCount) return static_cast<std::uint32_t>(value);
-    const int exponent = 63 - __builtin_clzll(value);  // >= kSubBits
+    // Branch-free: `value | kSubCount` has the same top bit as value when
+    // value >= kSubCount and bit kSubBits otherwise, so shift is 0 in the
+    // exact range and the one formula covers both:
+    //   index = shift * kSubCount + (value >> shift)
+    // (above the exact range, value >> shift lies in [kSubCount, 2 * kSubCount)).
+    const int exponent = 63 ^ __builtin_clzll(value | kSubCount);  // = 63 - clz, >= kSubBits: one BSR
     const int shift = exponent - kSubBits;
-    const std::uint64_t sub = (value >> shift) - kSubCount;  // [0, kSubCount)
-    return static_cast<std::uint32_t>((static_cast<std::uint64_t>(shift + 1) << kSubBits) + sub);
+    return static_cast<std::uint32_t>((static_cast<std::uint64_t>(shift) << kSubBits) + (value >> shift));
   }
   // Lowest value in the bucket and its width.
   static std::uint64_t bucket_low(std::uint32_t index) noexcept {
@@ -49,27 +54,32 @@ class Histogram {
 
   void add(std::uint64_t value) noexcept {
     const std::uint32_t index = bucket_of(value);
-    if (index >= counts_.size()) grow(index);
+    if (__builtin_expect(index >= bucket_limit_, 0)) grow(index);
     ++counts_[index];
-    ++count_;
   }
   void add_count(std::uint32_t index, std::uint64_t n) {
-    if (index >= counts_.size()) grow(index);
+    if (index >= bucket_limit_) grow(index);
     counts_[index] += n;
-    count_ += n;
   }
   void merge(const Histogram& other) {
     for (std::uint32_t i = 0; i < other.counts_.size(); ++i)
       if (other.counts_[i] != 0) add_count(i, other.counts_[i]);
   }
 
-  std::uint64_t count() const noexcept { return count_; }
+  // Adds up the buckets: insertion does not keep a total (the moments next to
+  // a histogram count the values anyway), reading it is rare.
+  std::uint64_t count() const noexcept {
+    std::uint64_t n = 0;
+    for (const std::uint64_t c : counts_) n += c;
+    return n;
+  }
 
   // Nearest-rank quantile (q in [0,1]): the value of the ceil(q*n)-th smallest.
   double quantile(double q) const noexcept {
-    if (count_ == 0) return 0;
-    std::uint64_t rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(count_)));
-    rank = std::clamp<std::uint64_t>(rank, 1, count_);
+    const std::uint64_t count = this->count();
+    if (count == 0) return 0;
+    std::uint64_t rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(count)));
+    rank = std::clamp<std::uint64_t>(rank, 1, count);
     std::uint64_t seen = 0;
     for (std::uint32_t i = 0; i < counts_.size(); ++i) {
       seen += counts_[i];
@@ -105,38 +115,35 @@ class Histogram {
     // Grow a whole power-of-two range at a time; never past kMaxBuckets.
     std::size_t wanted = std::min<std::size_t>(((index >> kSubBits) + 1) << kSubBits, kMaxBuckets);
     counts_.resize(std::max<std::size_t>(wanted, index + 1), 0);
+    bucket_limit_ = static_cast<std::uint32_t>(counts_.size());
   }
 
   std::vector<std::uint64_t> counts_;
-  std::uint64_t count_ = 0;
+  std::uint32_t bucket_limit_ = 0;  // counts_.size(), kept apart: one compare on insertion
 };
 
-// Streaming count / sum / min / max / variance next to a Histogram. Variance
-// uses sums shifted by the first value, which avoids the cancellation of the
-// naive sum-of-squares formula when the spread is tiny next to the mean.
+// Streaming count / sum / min / max / variance next to a Histogram, in exact
+// integer arithmetic: adding a value is a multiply and a few integer adds (the
+// collector does this for every record), and the variance is computed once,
+// at report time, from exact sums: no cancellation when the spread is tiny
+// next to the mean, and merging is exact. Exact while the total stays below
+// 2^64 ns (584 years of summed time), which also keeps the sum of squares
+// below 2^128: sum(v^2) <= (sum v)^2 for v >= 0.
 class RunningStats {
  public:
   void add(std::uint64_t value_ns) noexcept {
-    if (count_ == 0) shift_ = static_cast<double>(value_ns);
-    const double d = static_cast<double>(value_ns) - shift_;
-    sum_d_ += d;
-    sum_d2_ += d * d;
+    const Uint128 square = static_cast<Uint128>(value_ns) * value_ns;
+    sum_sq_ += square;
     total_ += value_ns;
-    min_ = std::min(min_, value_ns);
-    max_ = std::max(max_, value_ns);
+    // Branches, not conditional moves: a new extreme is rare after the first
+    // few values, and a compare with memory and a predicted branch is two
+    // instructions where load, compare, move and store are four.
+    if (__builtin_expect(value_ns < min_, 0)) min_ = value_ns;
+    if (__builtin_expect(value_ns > max_, 0)) max_ = value_ns;
     ++count_;
   }
   void merge(const RunningStats& other) noexcept {
-    if (other.count_ == 0) return;
-    if (count_ == 0) {
-      *this = other;
-      return;
-    }
-    // Re-express the other's shifted sums around our shift.
-    const double delta = other.shift_ - shift_;
-    const double n = static_cast<double>(other.count_);
-    sum_d2_ += other.sum_d2_ + 2 * delta * other.sum_d_ + n * delta * delta;
-    sum_d_ += other.sum_d_ + n * delta;
+    sum_sq_ += other.sum_sq_;
     total_ += other.total_;
     min_ = std::min(min_, other.min_);
     max_ = std::max(max_, other.max_);
@@ -147,19 +154,29 @@ class RunningStats {
   double mean_ns() const noexcept { return count_ ? static_cast<double>(total_) / static_cast<double>(count_) : 0; }
   double stddev_ns() const noexcept {
     if (count_ < 2) return 0;
+    // (n-1) var = sum_sq - total^2 / n. total^2 fits 128 bits (total < 2^64);
+    // split total^2 / n into quotient and remainder so the difference of the
+    // two large terms is taken exactly, in integers.
     const double n = static_cast<double>(count_);
-    const double var = (sum_d2_ - sum_d_ * sum_d_ / n) / (n - 1);
+    const Uint128 total_sq = static_cast<Uint128>(total_) * total_;
+    const Uint128 quotient = total_sq / count_;
+    const double remainder = static_cast<double>(static_cast<std::uint64_t>(total_sq % count_));
+    // Sum of squared deviations from the mean; sum_sq >= total^2 / n (Cauchy-Schwarz).
+    const double scatter = static_cast<double>(sum_sq_ - quotient) - remainder / n;
+    const double var = scatter / (n - 1);
     return var > 0 ? std::sqrt(var) : 0;
   }
   std::uint64_t min_ns() const noexcept { return count_ ? min_ : 0; }
   std::uint64_t max_ns() const noexcept { return max_; }
 
  private:
+  // count_ and total_ are not neighbours on purpose: GCC would pair their
+  // two scalar adds into one SSE add that costs five instructions, not two.
   std::uint64_t count_ = 0;
-  std::uint64_t total_ = 0;
   std::uint64_t min_ = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t total_ = 0;
   std::uint64_t max_ = 0;
-  double shift_ = 0, sum_d_ = 0, sum_d2_ = 0;
+  Uint128 sum_sq_ = 0;  // sum of squared values
 };
 
 // Moments only (no percentiles: those fields are NaN, "null" in JSON).
@@ -176,6 +193,18 @@ inline Distribution moments_to_distribution_ms(const RunningStats& m) {
   return d;
 }
 
+// Moments plus percentiles from a histogram of the same values.
+inline Distribution to_distribution_ms(const RunningStats& moments, const Histogram& histogram) {
+  constexpr double kMs = 1e-6;
+  Distribution d = moments_to_distribution_ms(moments);
+  // Percentiles from the histogram, clamped into the exact [min, max].
+  auto q = [&](double p) { return std::clamp(histogram.quantile(p) * kMs, d.min, d.max); };
+  d.p50 = q(0.50);
+  d.p90 = q(0.90);
+  d.p99 = q(0.99);
+  return d;
+}
+
 // A duration distribution: exact moments plus a histogram for percentiles.
 struct DurationStats {
   RunningStats moments;
@@ -188,22 +217,7 @@ struct DurationStats {
     moments.merge(other.moments);
     histogram.merge(other.histogram);
   }
-  Distribution to_distribution_ms() const {
-    constexpr double kMs = 1e-6;
-    Distribution d;
-    d.count = moments.count();
-    d.total = static_cast<double>(moments.total_ns()) * kMs;
-    d.mean = moments.mean_ns() * kMs;
-    d.stddev = moments.stddev_ns() * kMs;
-    d.min = static_cast<double>(moments.min_ns()) * kMs;
-    d.max = static_cast<double>(moments.max_ns()) * kMs;
-    // Percentiles from the histogram, clamped into the exact [min, max].
-    auto q = [&](double p) { return std::clamp(histogram.quantile(p) * kMs, d.min, d.max); };
-    d.p50 = q(0.50);
-    d.p90 = q(0.90);
-    d.p99 = q(0.99);
-    return d;
-  }
+  Distribution to_distribution_ms() const { return stepscope::detail::to_distribution_ms(moments, histogram); }
 };
 
 }  // namespace stepscope::detail

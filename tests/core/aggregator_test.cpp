@@ -6,6 +6,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
 using namespace stepscope;
 using namespace stepscope::detail;
 
@@ -204,4 +213,262 @@ TEST_CASE("a retired thread's statistics stay in the report", "[aggregator]") {
   REQUIRE(decode);
   REQUIRE(decode->count == 2);
   REQUIRE(decode->threads == 2);
+}
+
+namespace {
+
+// A random program: steps of nested phases on one thread (some outside any
+// step), background phases on another, warm-up included. Records come out
+// in push order (a scope's record after its children's), in chunks of one
+// thread's records: the order in which the collector drains them.
+struct Chunk {
+  Aggregator::ThreadId thread;
+  std::vector<PhaseRecord> records;
+};
+
+constexpr PhaseSite kSites[] = {
+    {"data", PhaseKind::input, false, __FILE__, __LINE__},         {"forward", PhaseKind::compute, false, __FILE__, __LINE__},
+    {"matmul", PhaseKind::compute, false, __FILE__, __LINE__},     {"backward", PhaseKind::compute, false, __FILE__, __LINE__},
+    {"copy", PhaseKind::memory, false, __FILE__, __LINE__},        {"allreduce", PhaseKind::communication, false, __FILE__, __LINE__},
+    {"optimizer", PhaseKind::other, false, __FILE__, __LINE__},    {"forward", PhaseKind::compute, false, __FILE__, __LINE__},
+};
+constexpr int kSiteCount = sizeof(kSites) / sizeof(kSites[0]);
+
+void emit_phase(std::vector<PhaseRecord>& out, std::mt19937_64& rng, std::uint64_t& now, std::uint8_t depth,
+                std::uint32_t step, bool in_step) {
+  const std::uint64_t start = now;
+  now += rng() % 50;
+  if (depth < 5)
+    for (std::uint64_t children = rng() % 3; children > 0; --children) emit_phase(out, rng, now, depth + 1, step, in_step);
+  // Own time: mostly short, sometimes long, now and then zero.
+  const std::uint64_t kind = rng() % 10;
+  now += kind == 0 ? 0 : kind == 1 ? 1 + rng() % 100'000'000 : 1 + rng() % 200'000;
+  out.push_back(PhaseRecord{&kSites[rng() % kSiteCount], start, now, step, 0, depth,
+                            static_cast<std::uint8_t>(in_step ? kRecordInStep : 0)});
+}
+
+std::vector<Chunk> random_program(std::uint64_t seed, Aggregator::ThreadId main_thread, Aggregator::ThreadId loader) {
+  std::mt19937_64 rng(seed);
+  std::vector<Chunk> chunks;
+  std::uint64_t now = 1000, loader_now = 0;
+  for (std::uint32_t step = 1; step <= 60; ++step) {
+    Chunk main{main_thread, {}};
+    if (rng() % 4 == 0) emit_phase(main.records, rng, now, 0, step - 1, false);  // between steps
+    const std::uint64_t start = now;
+    for (std::uint64_t phases = 1 + rng() % 4; phases > 0; --phases) emit_phase(main.records, rng, now, 1, step, true);
+    now += rng() % 1000;
+    main.records.push_back(PhaseRecord{&kStep, start, now, step, 0, 0, kRecordInStep | kRecordIsStep});
+    Chunk background{loader, {}};
+    while (loader_now < now + 500'000) {  // the loader runs ahead of the steps
+      const std::uint64_t begin = loader_now + rng() % 20'000;
+      loader_now = begin + 1 + rng() % 300'000;
+      background.records.push_back(PhaseRecord{&kDecode, begin, loader_now, step, 0, 0, 0});
+    }
+    chunks.push_back(std::move(background));
+    chunks.push_back(std::move(main));
+  }
+  return chunks;
+}
+
+void require_same(const Distribution& a, const Distribution& b) {
+  REQUIRE(a.count == b.count);
+  for (auto [x, y] : {std::pair{a.total, b.total}, {a.mean, b.mean}, {a.stddev, b.stddev}, {a.min, b.min}, {a.max, b.max},
+                      {a.p50, b.p50}, {a.p90, b.p90}, {a.p99, b.p99}}) {
+    if (std::isnan(x) || std::isnan(y))
+      REQUIRE((std::isnan(x) && std::isnan(y)));
+    else
+      REQUIRE(x == y);
+  }
+}
+
+void require_same(const Report& a, const Report& b) {
+  REQUIRE(a.total_records == b.total_records);
+  REQUIRE(a.steps.count == b.steps.count);
+  REQUIRE(a.steps.warmup_excluded == b.steps.warmup_excluded);
+  require_same(a.steps.wall_ms, b.steps.wall_ms);
+  require_same(a.steps.warmup_wall_ms, b.steps.warmup_wall_ms);
+  REQUIRE(a.steps.breakdown.input_ms == b.steps.breakdown.input_ms);
+  REQUIRE(a.steps.breakdown.compute_ms == b.steps.breakdown.compute_ms);
+  REQUIRE(a.steps.breakdown.memory_ms == b.steps.breakdown.memory_ms);
+  REQUIRE(a.steps.breakdown.communication_ms == b.steps.breakdown.communication_ms);
+  REQUIRE(a.steps.breakdown.other_ms == b.steps.breakdown.other_ms);
+  REQUIRE(a.steps.breakdown.unattributed_ms == b.steps.breakdown.unattributed_ms);
+  REQUIRE(a.steps.series.wall_ms == b.steps.series.wall_ms);
+  REQUIRE(a.steps.series.compute_ms == b.steps.series.compute_ms);
+  REQUIRE(a.phases.size() == b.phases.size());
+  for (std::size_t i = 0; i < a.phases.size(); ++i) {
+    const PhaseSummary &p = a.phases[i], &q = b.phases[i];
+    INFO("phase " << p.name << " role " << static_cast<int>(p.thread_role));
+    REQUIRE(p.name == q.name);
+    REQUIRE(p.thread_role == q.thread_role);
+    REQUIRE(p.count == q.count);
+    require_same(p.host_ms, q.host_ms);
+    require_same(p.self_ms, q.self_ms);
+    REQUIRE(p.share_of_step == q.share_of_step);
+    REQUIRE(p.overlap_with_steps == q.overlap_with_steps);
+    REQUIRE(p.histogram.buckets == q.histogram.buckets);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("consuming runs of records equals consuming them one at a time", "[aggregator]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 3;
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    Aggregator one(options, &f.clock), runs(options, &f.clock);
+    const auto main_one = one.add_thread(1), loader_one = one.add_thread(2);
+    const auto main_runs = runs.add_thread(1), loader_runs = runs.add_thread(2);
+    REQUIRE(main_one == main_runs);
+    REQUIRE(loader_one == loader_runs);
+    std::mt19937_64 split(seed);
+    std::uint64_t records = 0;
+    for (const Chunk& c : random_program(seed, main_one, loader_one)) {
+      for (const auto& r : c.records) one.consume(c.thread, r);
+      for (std::size_t i = 0; i < c.records.size();) {  // runs of random length, as a ring wraps
+        const std::size_t n = std::min<std::size_t>(c.records.size() - i, 1 + split() % 7);
+        runs.consume(c.thread, c.records.data() + i, n);
+        i += n;
+      }
+      records += c.records.size();
+    }
+    one.flush_pending();
+    runs.flush_pending();
+    Report a, b;
+    one.fill_report(a);
+    runs.fill_report(b);
+    REQUIRE(a.total_records == records);
+    require_same(a, b);
+  }
+}
+
+TEST_CASE("phase statistics equal a plain per-record computation", "[aggregator]") {
+  // Leaves and parents are kept apart inside the aggregator (a leaf's self
+  // time is its inclusive time); the report must not show it.
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 3;
+  Aggregator agg(options, &f.clock);
+  const auto main_thread = agg.add_thread(1), loader = agg.add_thread(2);
+  struct Expected {
+    DurationStats inclusive;
+    std::vector<std::uint64_t> self;
+  };
+  std::map<std::pair<std::string, ThreadRole>, Expected> expected;
+  std::array<std::uint64_t, 257> child_ns{};  // the main thread's; the loader's phases are not nested
+  DurationStats steps;
+  for (const Chunk& c : random_program(42, main_thread, loader)) {
+    agg.consume(c.thread, c.records.data(), c.records.size());
+    for (const PhaseRecord& r : c.records) {
+      const std::uint64_t wall = r.end_ticks - r.start_ticks;  // ns: the test clock is CLOCK_MONOTONIC
+      std::uint64_t self = wall;
+      if (c.thread == main_thread) {
+        const std::uint64_t children = child_ns[r.depth + 1];
+        child_ns[r.depth + 1] = 0;
+        child_ns[r.depth] += wall;
+        self = wall > children ? wall - children : 0;
+      }
+      if (r.step <= options.warmup_steps) continue;
+      if (r.flags & kRecordIsStep) {
+        steps.add(wall);
+        continue;
+      }
+      const ThreadRole role = c.thread == loader                 ? ThreadRole::background
+                              : (r.flags & kRecordInStep) != 0 ? ThreadRole::step
+                                                               : ThreadRole::outside_step;
+      Expected& e = expected[{r.site->name, role}];
+      e.inclusive.add(wall);
+      e.self.push_back(self);
+    }
+  }
+  agg.flush_pending();
+  Report r;
+  agg.fill_report(r);
+  require_same(r.steps.wall_ms, steps.to_distribution_ms());
+  REQUIRE(r.phases.size() == expected.size());
+  for (const auto& [key, e] : expected) {
+    INFO("phase " << key.first << " role " << static_cast<int>(key.second));
+    const PhaseSummary* p = find(r, key.first, key.second);
+    REQUIRE(p != nullptr);
+    REQUIRE(p->count == e.self.size());
+    require_same(p->host_ms, e.inclusive.to_distribution_ms());
+    // Self time, independently of RunningStats: integer sums, two-pass variance.
+    std::uint64_t total = 0;
+    for (auto v : e.self) total += v;
+    const long double mean = static_cast<long double>(total) / e.self.size();
+    long double scatter = 0;
+    for (auto v : e.self) scatter += (v - mean) * (v - mean);
+    REQUIRE(p->self_ms.count == e.self.size());
+    REQUIRE(p->self_ms.total == static_cast<double>(total) * 1e-6);
+    REQUIRE(p->self_ms.min == static_cast<double>(*std::min_element(e.self.begin(), e.self.end())) * 1e-6);
+    REQUIRE(p->self_ms.max == static_cast<double>(*std::max_element(e.self.begin(), e.self.end())) * 1e-6);
+    const double stddev = e.self.size() < 2 ? 0.0 : static_cast<double>(std::sqrt(scatter / (e.self.size() - 1))) * 1e-6;
+    REQUIRE(p->self_ms.stddev == Approx(stddev).epsilon(1e-12).margin(1e-15));
+  }
+}
+
+TEST_CASE("many call sites and new phases while threads hold cached aggregates", "[aggregator]") {
+  // More call sites than the per-thread cache holds: collisions, evictions and
+  // phases created while another thread has cached pointers into its own
+  // aggregates (which creating a phase reallocates).
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  std::vector<std::string> names;
+  for (int i = 0; i < 300; ++i) names.push_back("phase" + std::to_string(i));
+  std::vector<PhaseSite> sites;
+  for (int i = 0; i < 300; ++i) sites.push_back(PhaseSite{names[i].c_str(), PhaseKind::compute, false, __FILE__, __LINE__});
+  const auto a = agg.add_thread(1), b = agg.add_thread(2);
+  std::map<std::string, std::uint64_t> count, total;
+  auto run = [&](Aggregator::ThreadId thread, int first, int last, int repeat, bool in_step) {
+    std::vector<PhaseRecord> records;
+    std::uint64_t now = 0;
+    for (int k = 0; k < repeat; ++k)
+      for (int i = first; i < last; ++i) {
+        const std::uint64_t len = 1 + static_cast<std::uint64_t>(i) * 7 + static_cast<std::uint64_t>(k);
+        records.push_back(PhaseRecord{&sites[i], now, now + len, 1, 0, 1, static_cast<std::uint8_t>(in_step ? kRecordInStep : 0)});
+        now += len;
+        ++count[names[i]];
+        total[names[i]] += len;
+      }
+    agg.consume(thread, records.data(), records.size());
+  };
+  run(a, 0, 10, 3, true);     // a caches pointers to phases 0..9
+  run(b, 10, 300, 2, true);   // 290 new phases: a's aggregates move
+  run(a, 0, 10, 3, true);     // a's cache must not point to the old ones
+  run(a, 0, 300, 4, true);    // round-robin over 300 sites: collisions in both caches
+  run(b, 0, 300, 2, false);   // the same sites outside steps: other aggregates
+  run(a, 150, 300, 3, true);
+  agg.consume(a, PhaseRecord{&kStep, 0, 1'000'000'000, 1, 0, 0, kRecordInStep | kRecordIsStep});
+  agg.flush_pending();
+  Report r;
+  agg.fill_report(r);
+  std::map<std::string, std::uint64_t> seen_count, seen_total;
+  for (const auto& p : r.phases) {
+    seen_count[p.name] += p.count;
+    seen_total[p.name] += static_cast<std::uint64_t>(std::llround(p.host_ms.total * 1e6));
+  }
+  REQUIRE(seen_count == count);
+  REQUIRE(seen_total == total);
+}
+
+TEST_CASE("background overlap looks at the most recent steps kept", "[aggregator]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  options.step_intervals_kept = 3;  // rounded up to 4
+  Aggregator agg(options, &f.clock);
+  const auto main_thread = agg.add_thread(1), loader = agg.add_thread(2);
+  // Steps [s*1000, s*1000+500] for s = 1..10.
+  for (std::uint32_t s = 1; s <= 10; ++s) agg.consume(main_thread, rec(kStep, s * 1000, s * 1000 + 500, s, 0, true));
+  // [7000, 10000] overlaps steps 7, 8 and 9 (1500 ns), all among the 4 kept.
+  agg.consume(loader, rec(kDecode, 7000, 10000, 10, 0, false));
+  Report r;
+  agg.fill_report(r);
+  const auto* decode = find(r, "decode", ThreadRole::background);
+  REQUIRE(decode);
+  REQUIRE(decode->overlap_with_steps.has_value());
+  REQUIRE(*decode->overlap_with_steps == Approx(1500.0 / 3000.0));
 }

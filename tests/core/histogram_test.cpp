@@ -10,6 +10,7 @@
 
 using stepscope::detail::DurationStats;
 using stepscope::detail::Histogram;
+using stepscope::detail::RunningStats;
 
 namespace {
 double exact_quantile(std::vector<std::uint64_t> v, double q) {
@@ -103,4 +104,96 @@ TEST_CASE("merged histograms equal one histogram of all values", "[histogram]") 
   REQUIRE(da.p50 == dall.p50);
   REQUIRE(da.p99 == dall.p99);
   REQUIRE(da.stddev == Approx(dall.stddev).epsilon(1e-9));
+}
+
+namespace {
+// The bucket index as first written (with a branch for the exact range): the
+// layout reports and merges depend on, which the branch-free version must keep.
+std::uint32_t reference_bucket(std::uint64_t value) {
+  constexpr int kSubBits = Histogram::kSubBits;
+  constexpr std::uint64_t kSubCount = Histogram::kSubCount;
+  if (value < kSubCount) return static_cast<std::uint32_t>(value);
+  const int exponent = 63 - __builtin_clzll(value);
+  const int shift = exponent - kSubBits;
+  const std::uint64_t sub = (value >> shift) - kSubCount;
+  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(shift + 1) << kSubBits) + sub);
+}
+}  // namespace
+
+TEST_CASE("the branch-free bucket index keeps the layout", "[histogram]") {
+  std::vector<std::uint64_t> values;
+  for (std::uint64_t v = 0; v < (1u << 18); ++v) values.push_back(v);
+  for (int k = 0; k < 64; ++k)
+    for (std::int64_t d : {-2, -1, 0, 1, 2}) values.push_back((std::uint64_t{1} << k) + static_cast<std::uint64_t>(d));
+  values.push_back(~std::uint64_t{0});
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200000; ++i) values.push_back(rng() >> (rng() % 64));
+  // One assertion for all values (the first mismatch, if any), not one each.
+  std::uint64_t mismatch = 0;
+  std::size_t mismatches = 0;
+  for (const std::uint64_t v : values)
+    if (Histogram::bucket_of(v) != reference_bucket(v) && mismatches++ == 0) mismatch = v;
+  INFO("first mismatch at " << mismatch);
+  REQUIRE(mismatches == 0);
+}
+
+TEST_CASE("the count is the sum of the buckets, also after merges and imports", "[histogram]") {
+  Histogram a, b;
+  for (std::uint64_t v = 0; v < 5000; v += 3) a.add(v * v);
+  for (std::uint64_t v = 0; v < 700; ++v) b.add(v);
+  REQUIRE(a.count() == 1667);
+  a.merge(b);
+  REQUIRE(a.count() == 1667 + 700);
+  Histogram c;
+  REQUIRE(c.from_data(a.to_data()));
+  REQUIRE(c.count() == a.count());
+  REQUIRE(c.quantile(0.5) == a.quantile(0.5));
+  REQUIRE(Histogram{}.count() == 0);
+  REQUIRE(Histogram{}.quantile(0.5) == 0);
+}
+
+TEST_CASE("moments are exact: sums in integers, variance from exact sums", "[histogram]") {
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 20; ++round) {
+    // Magnitudes from ns to ~18 minutes, spreads from 1 ns to the magnitude.
+    const std::uint64_t base = std::uint64_t{1} << (rng() % 41);
+    const std::uint64_t spread = 1 + (rng() % (base + 1));
+    std::vector<std::uint64_t> values(1 + rng() % 5000);
+    for (auto& v : values) v = base + rng() % spread;
+    RunningStats m;
+    for (auto v : values) m.add(v);
+    std::uint64_t total = 0;
+    for (auto v : values) total += v;
+    // Two-pass variance in long double around the exact mean.
+    const long double mean = static_cast<long double>(total) / values.size();
+    long double scatter = 0;
+    for (auto v : values) scatter += (v - mean) * (v - mean);
+    INFO("base=" << base << " spread=" << spread << " n=" << values.size());
+    REQUIRE(m.count() == values.size());
+    REQUIRE(m.total_ns() == total);
+    REQUIRE(m.min_ns() == *std::min_element(values.begin(), values.end()));
+    REQUIRE(m.max_ns() == *std::max_element(values.begin(), values.end()));
+    const double expected = values.size() < 2 ? 0.0 : static_cast<double>(std::sqrt(scatter / (values.size() - 1)));
+    REQUIRE(m.stddev_ns() == Approx(expected).epsilon(1e-12).margin(1e-9));
+  }
+}
+
+TEST_CASE("merged moments are bit-identical to moments of all values", "[histogram]") {
+  std::mt19937_64 rng(9);
+  RunningStats all, parts[4];
+  for (int i = 0; i < 100000; ++i) {
+    const std::uint64_t v = 1'000'000 + rng() % 50'000'000;
+    all.add(v);
+    parts[rng() % 4].add(v);
+  }
+  RunningStats merged;
+  for (auto& p : parts) merged.merge(p);
+  merged.merge(RunningStats{});  // merging an empty one changes nothing
+  REQUIRE(merged.count() == all.count());
+  REQUIRE(merged.total_ns() == all.total_ns());
+  REQUIRE(merged.min_ns() == all.min_ns());
+  REQUIRE(merged.max_ns() == all.max_ns());
+  REQUIRE(merged.stddev_ns() == all.stddev_ns());
+  REQUIRE(RunningStats{}.min_ns() == 0);
+  REQUIRE(RunningStats{}.stddev_ns() == 0);
 }
