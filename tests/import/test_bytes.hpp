@@ -33,4 +33,24 @@ inline std::string gzip(const std::string& plain, int level = Z_DEFAULT_COMPRESS
   return out;
 }
 
+// The plain bytes of a gzip stream (one member).
+inline std::string gunzip(const std::string& compressed) {
+  z_stream zs{};
+  REQUIRE(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK);
+  std::string out;
+  char buffer[1 << 16];
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
+  zs.avail_in = static_cast<uInt>(compressed.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    zs.next_out = reinterpret_cast<Bytef*>(buffer);
+    zs.avail_out = sizeof buffer;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    out.append(buffer, sizeof buffer - zs.avail_out);
+  }
+  inflateEnd(&zs);
+  REQUIRE(rc == Z_STREAM_END);
+  return out;
+}
+
 }  // namespace stepscope::test
