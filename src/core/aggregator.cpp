@@ -29,11 +29,12 @@ Aggregator::Aggregator(AggregatorOptions options, const TickConverter* clock) : 
   step_intervals_mask_ = kept - 1;
 }
 
+const Aggregator::ThreadInfo::SlotCacheEntry Aggregator::ThreadInfo::SlotCacheEntry::none{};
+
 Aggregator::ThreadId Aggregator::add_thread(std::int64_t os_tid) {
-  ThreadInfo info;
+  ThreadInfo& info = threads_.emplace_back();
   info.os_tid = os_tid;
   info.phases.resize(phase_info_.size());
-  threads_.push_back(std::move(info));
   return static_cast<ThreadId>(threads_.size() - 1);
 }
 
@@ -144,24 +145,35 @@ Aggregator::ThreadInfo::SlotCacheEntry& Aggregator::slot_entry_miss(ThreadInfo& 
   // The previous occupant moves to the neighbouring slot rather than out.
   ThreadInfo::SlotCacheEntry& entry = t.slot_cache[index];
   t.slot_cache[index ^ 1] = entry;
-  entry = ThreadInfo::SlotCacheEntry{key, aggregate, phase.id, phase.kind_slot};
+  entry = ThreadInfo::SlotCacheEntry{};
+  entry.key = key;
+  entry.aggregate = aggregate;
+  entry.phase = phase.id;
+  entry.kind_slot = phase.kind_slot;
   return entry;
 }
 
 void Aggregator::consume(ThreadId thread, const PhaseRecord* records, std::size_t count) {
   records_ += count;
-  // A TSC runs at over 1 GHz: less than a whole ns per tick, and the
-  // conversion needs one multiply, not two.
-  if (clock_->scale().whole == 0)
-    consume_run<false>(threads_[thread], thread, records, count);
-  else
-    consume_run<true>(threads_[thread], thread, records, count);
+  // The tick conversion without the parts this clock does not need: a TSC
+  // has no whole ns per tick, CLOCK_MONOTONIC no fraction.
+  switch (clock_->scale().parts()) {
+    case TickScale::kFractionOnly:
+      consume_run<TickScale::kFractionOnly>(threads_[thread], thread, records, count);
+      break;
+    case TickScale::kWholeOnly:
+      consume_run<TickScale::kWholeOnly>(threads_[thread], thread, records, count);
+      break;
+    case TickScale::kWholeAndFraction:
+      consume_run<TickScale::kWholeAndFraction>(threads_[thread], thread, records, count);
+      break;
+  }
 }
 
 // The collector's hot loop. What it reads repeatedly is copied into locals
 // first: the compiler cannot keep members in registers across the stores into
 // histograms and sums, which may alias them as far as it knows.
-template <bool kWholeNsPerTick>
+template <TickScale::Parts kTickParts>
 void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count) {
   const TickScale scale = clock_->scale();
   // is_warmup() as one signed comparison: no step is <= -1.
@@ -169,8 +181,10 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
       options_.warmup_steps == 0
           ? -1
           : static_cast<std::int64_t>(std::min<std::uint64_t>(options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
+  // The cache entry of the previous in-step record, whose guess is checked first.
+  ThreadInfo::SlotCacheEntry* previous = &t.slot_cache[0];
   for (const PhaseRecord *r = records, *end = records + count; r != end; ++r) {
-    const std::uint64_t wall = scale.to_ns<kWholeNsPerTick>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
+    const std::uint64_t wall = scale.to_ns<kTickParts>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
     const std::size_t depth = r->depth;  // child_ns has a slot for any 8-bit depth + 1
     const std::uint64_t children = t.child_ns[depth + 1];
     t.child_ns[depth + 1] = 0;
@@ -195,8 +209,13 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
     }
     // The common case, kept free of the other cases' tests.
     const std::uintptr_t key = ThreadInfo::slot_key(r->site, kRecordInStep);
-    const ThreadInfo::SlotCacheEntry* slot = &t.slot_entry(key);
-    if (__builtin_expect(slot->key != key, 0)) slot = &slot_entry_miss(t, r->site, kRecordInStep);
+    const ThreadInfo::SlotCacheEntry* slot = previous->next;
+    if (__builtin_expect(slot->key != key, 0)) {
+      slot = &t.slot_entry(key);
+      if (slot->key != key) slot = &slot_entry_miss(t, r->site, kRecordInStep);
+      previous->next = slot;
+    }
+    previous = const_cast<ThreadInfo::SlotCacheEntry*>(slot);  // always one of t.slot_cache
     t.step_kind_ns[slot->kind_slot] += self;
     slot->aggregate->add(wall, children, self);
   }

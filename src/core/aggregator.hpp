@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -134,11 +135,17 @@ class Aggregator {
     // arithmetic. Two-way: a key lives at its slot or, when two hot keys
     // collide, at the neighbouring one (slot ^ 1), checked on a miss. Points
     // into phases: cleared whenever that reallocates.
+    //
+    // A step repeats the same phases in the same order, so each entry also
+    // remembers the entry the next in-step record used last time: checking
+    // that guess is one load and one compare, cheaper than hashing the key.
     struct alignas(32) SlotCacheEntry {
       std::uintptr_t key = 0;  // site address | in-step bit (sites are 8-byte aligned); 0: empty
       PhaseAggregate* aggregate = nullptr;
+      const SlotCacheEntry* next = &none;  // the guess; never null
       std::uint32_t phase = 0;
       std::uint32_t kind_slot = 0;  // PhaseKind, as an index below kKindCount
+      static const SlotCacheEntry none;  // matches no key
     };
     static constexpr int kSlotCacheBits = 6;
     std::array<SlotCacheEntry, 1u << kSlotCacheBits> slot_cache{};
@@ -191,7 +198,7 @@ class Aggregator {
     return aggregate(threads_[thread], phase, in_step);
   }
   ThreadInfo::SlotCacheEntry& slot_entry_miss(ThreadInfo& t, const PhaseSite* site, unsigned flags);
-  template <bool kWholeNsPerTick>
+  template <TickScale::Parts kTickParts>
   void consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count);
   void consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t child_ns,
                      std::uint64_t self_ns, bool warm);
@@ -220,7 +227,7 @@ class Aggregator {
   static constexpr std::size_t kSiteCacheSize = 256;
   std::array<SiteCacheEntry, kSiteCacheSize> site_cache_{};
 
-  std::vector<ThreadInfo> threads_;
+  std::deque<ThreadInfo> threads_;  // a deque: cache entries point into a ThreadInfo, which must not move
   // Pools of retired threads: [0] ran steps, [1] never did.
   std::array<std::vector<std::array<PhaseAggregate, 2>>, 2> retired_;
   // Threads folded into each pool that ran each phase: [pool][phase][in_step ? 0 : 1].
