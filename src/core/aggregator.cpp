@@ -91,7 +91,8 @@ const Aggregator::SiteCacheEntry& Aggregator::site_entry_miss(const PhaseSite* s
 
 // A measured step: inline in consume()'s loop (one record in five in a
 // typical step); the rarer work is out of line.
-__attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall, std::uint64_t self) {
+__attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r,
+                                                                     std::uint64_t wall, std::uint64_t self) {
   t.ran_steps = true;
   step_wall_.add(wall);
   // The step totals of the breakdown are the sums of the series points
@@ -101,7 +102,6 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
   ++point.n;
   point.wall_ns += wall;
   point.unattributed_ns += self;
-  // Locals first: the compiler cannot tell the two arrays apart.
   add_kinds(point.kind_ns, t.step_kind_ns, std::make_index_sequence<kKindCount>{});
   t.step_kind_ns = {};
   point.rss_mb = rss_mb_;
@@ -135,7 +135,8 @@ void Aggregator::settle_pending() {
   pending_.erase(settled, pending_.end());
 }
 
-Aggregator::ThreadInfo::SlotCacheEntry& Aggregator::slot_entry_miss(ThreadInfo& t, const PhaseSite* site, unsigned flags) {
+Aggregator::ThreadInfo::SlotCacheEntry& Aggregator::slot_entry_miss(ThreadInfo& t, const PhaseSite* site,
+                                                                    unsigned flags) {
   const std::uintptr_t key = ThreadInfo::slot_key(site, flags);
   const std::size_t index = ThreadInfo::slot_index(key);
   if (t.slot_cache[index ^ 1].key == key) return t.slot_cache[index ^ 1];
@@ -177,14 +178,15 @@ template <TickScale::Parts kTickParts>
 void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count) {
   const TickScale scale = clock_->scale();
   // is_warmup() as one signed comparison: no step is <= -1.
-  const std::int64_t last_warmup_step =
-      options_.warmup_steps == 0
-          ? -1
-          : static_cast<std::int64_t>(std::min<std::uint64_t>(options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
+  const std::int64_t last_warmup_step = options_.warmup_steps == 0
+                                            ? -1
+                                            : static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                                  options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
   // The cache entry of the previous in-step record, whose guess is checked first.
   ThreadInfo::SlotCacheEntry* previous = &t.slot_cache[0];
   for (const PhaseRecord *r = records, *end = records + count; r != end; ++r) {
-    const std::uint64_t wall = scale.to_ns<kTickParts>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
+    const std::uint64_t wall =
+        scale.to_ns<kTickParts>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
     const std::size_t depth = r->depth;  // child_ns has a slot for any 8-bit depth + 1
     const std::uint64_t children = t.child_ns[depth + 1];
     t.child_ns[depth + 1] = 0;
@@ -325,8 +327,9 @@ void Aggregator::add_device_time(const PhaseSite* site, bool in_step, std::uint6
 std::vector<std::string> Aggregator::notes() const {
   std::vector<std::string> notes;
   if (depth_clamped_ > 0)
-    notes.push_back("phases nested deeper than 63 levels were recorded with a clamped depth; their self time is approximate (" +
-                    std::to_string(depth_clamped_) + " records)");
+    notes.push_back(
+        "phases nested deeper than 63 levels were recorded with a clamped depth; their self time is approximate (" +
+        std::to_string(depth_clamped_) + " records)");
   if (pending_overflowed_ > 0)
     notes.push_back("background overlap for " + std::to_string(pending_overflowed_) +
                     " records was computed before their steps completed (pending buffer full)");
@@ -388,7 +391,8 @@ void Aggregator::fill_report(Report& report) const {
   for (std::uint32_t id = 0; id < phase_info_.size(); ++id) {
     std::array<PhaseAggregate, 3> by_role;  // ThreadRole order
     std::array<std::uint32_t, 3> threads{};
-    auto fold = [&](const std::array<PhaseAggregate, 2>& pair, bool ran_steps, std::array<std::uint32_t, 2> thread_count) {
+    auto fold = [&](const std::array<PhaseAggregate, 2>& pair, bool ran_steps,
+                    std::array<std::uint32_t, 2> thread_count) {
       if (!pair[0].empty()) {
         by_role[0].merge(pair[0]);
         threads[0] += thread_count[0];
@@ -420,7 +424,8 @@ void Aggregator::fill_report(Report& report) const {
         // Device time belongs to the step role when recorded in a step, else
         // to whichever non-step role the phase has.
         const DurationStats& dev = device_[id][role == 0 ? 0 : 1];
-        if (dev.moments.count() > 0 && (role == 0 || by_role[1].empty() || role == 1)) p.device_ms = dev.to_distribution_ms();
+        if (dev.moments.count() > 0 && (role == 0 || by_role[1].empty() || role == 1))
+          p.device_ms = dev.to_distribution_ms();
       }
       p.threads = threads[role];
       p.histogram = agg.inclusive_histogram.to_data();

@@ -78,9 +78,12 @@ class TickConverter {
   void recalibrate() noexcept;  // new slope from the first pair to now (collector, every drain)
   double ns_per_tick() const noexcept { return ns_per_tick_; }
   std::int64_t to_ns(std::uint64_t ticks) const noexcept {  // CLOCK_MONOTONIC ns
-    return base_ns_ + static_cast<std::int64_t>(static_cast<double>(static_cast<std::int64_t>(ticks - base_ticks_)) * ns_per_tick_);
+    return base_ns_ + static_cast<std::int64_t>(static_cast<double>(static_cast<std::int64_t>(ticks - base_ticks_)) *
+                                                ns_per_tick_);
   }
-  std::uint64_t duration_ns(std::uint64_t start, std::uint64_t end) const noexcept { return scale_.duration_ns(start, end); }
+  std::uint64_t duration_ns(std::uint64_t start, std::uint64_t end) const noexcept {
+    return scale_.duration_ns(start, end);
+  }
   // The same conversion as a value, for loops that keep it in registers.
   TickScale scale() const noexcept { return scale_; }
   bool tsc() const noexcept { return tsc_; }
