@@ -192,12 +192,16 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
     t.child_ns[depth + 1] = 0;
     t.child_ns[depth] += wall;
     const std::uint64_t self = wall > children ? wall - children : 0;
-    const bool warm = static_cast<std::int64_t>(r->step) <= last_warmup_step;
     const unsigned flags = r->flags;
 
     // One test for the common case: a measured phase in a step, not nested
     // so deep that the recording thread clamped its depth.
-    if (__builtin_expect(flags != kRecordInStep || warm || depth >= static_cast<std::size_t>(kMaxDepth), 0)) {
+    if (__builtin_expect(flags != kRecordInStep || static_cast<std::int64_t>(r->step) <= last_warmup_step ||
+                             depth >= static_cast<std::size_t>(kMaxDepth),
+                         0)) {
+      // is_warmup() again rather than the comparison above: GCC would keep
+      // that one's result in a register for this rarer path.
+      const bool warm = is_warmup(r->step);
       if (depth >= static_cast<std::size_t>(kMaxDepth)) ++depth_clamped_;
       if (flags & kRecordIsStep) {
         if (warm)
