@@ -486,3 +486,27 @@ TEST_CASE("background overlap looks at the most recent steps kept", "[aggregator
   REQUIRE(decode->overlap_with_steps.has_value());
   REQUIRE(*decode->overlap_with_steps == Approx(1500.0 / 3000.0));
 }
+
+TEST_CASE("records at the clamped depth are counted and still aggregated", "[aggregator]") {
+  // The recording thread clamps nesting at kMaxDepth (63); a record's depth is
+  // an 8-bit field, so any value must be safe to index with.
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  const auto t = agg.add_thread(1);
+  std::vector<PhaseRecord> records;
+  for (std::uint8_t depth : {std::uint8_t{255}, std::uint8_t{200}, std::uint8_t{63}, std::uint8_t{62}, std::uint8_t{1}})
+    records.push_back(PhaseRecord{&kMatmul, 100, 200, 1, 0, depth, kRecordInStep});
+  records.push_back(PhaseRecord{&kStep, 0, 1000, 1, 0, 0, kRecordInStep | kRecordIsStep});
+  agg.consume(t, records.data(), records.size());
+  Report r;
+  agg.fill_report(r);
+  const auto* matmul = find(r, "matmul", ThreadRole::step);
+  REQUIRE(matmul);
+  REQUIRE(matmul->count == 5);
+  REQUIRE(matmul->host_ms.total == Approx(5 * 100 * 1e-6));
+  const auto notes = agg.notes();
+  REQUIRE(notes.size() == 1);
+  REQUIRE(notes[0].find("(3 records)") != std::string::npos);  // depths 255, 200 and 63
+}
