@@ -29,11 +29,12 @@ Aggregator::Aggregator(AggregatorOptions options, const TickConverter* clock) : 
   step_intervals_mask_ = kept - 1;
 }
 
+const Aggregator::ThreadInfo::SlotCacheEntry Aggregator::ThreadInfo::SlotCacheEntry::none{};
+
 Aggregator::ThreadId Aggregator::add_thread(std::int64_t os_tid) {
-  ThreadInfo info;
+  ThreadInfo& info = threads_.emplace_back();
   info.os_tid = os_tid;
   info.phases.resize(phase_info_.size());
-  threads_.push_back(std::move(info));
   return static_cast<ThreadId>(threads_.size() - 1);
 }
 
@@ -90,7 +91,8 @@ const Aggregator::SiteCacheEntry& Aggregator::site_entry_miss(const PhaseSite* s
 
 // A measured step: inline in consume()'s loop (one record in five in a
 // typical step); the rarer work is out of line.
-__attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall, std::uint64_t self) {
+__attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r,
+                                                                     std::uint64_t wall, std::uint64_t self) {
   t.ran_steps = true;
   step_wall_.add(wall);
   // The step totals of the breakdown are the sums of the series points
@@ -100,7 +102,6 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
   ++point.n;
   point.wall_ns += wall;
   point.unattributed_ns += self;
-  // Locals first: the compiler cannot tell the two arrays apart.
   add_kinds(point.kind_ns, t.step_kind_ns, std::make_index_sequence<kKindCount>{});
   t.step_kind_ns = {};
   point.rss_mb = rss_mb_;
@@ -134,7 +135,8 @@ void Aggregator::settle_pending() {
   pending_.erase(settled, pending_.end());
 }
 
-Aggregator::ThreadInfo::SlotCacheEntry& Aggregator::slot_entry_miss(ThreadInfo& t, const PhaseSite* site, unsigned flags) {
+Aggregator::ThreadInfo::SlotCacheEntry& Aggregator::slot_entry_miss(ThreadInfo& t, const PhaseSite* site,
+                                                                    unsigned flags) {
   const std::uintptr_t key = ThreadInfo::slot_key(site, flags);
   const std::size_t index = ThreadInfo::slot_index(key);
   if (t.slot_cache[index ^ 1].key == key) return t.slot_cache[index ^ 1];
@@ -144,44 +146,62 @@ Aggregator::ThreadInfo::SlotCacheEntry& Aggregator::slot_entry_miss(ThreadInfo& 
   // The previous occupant moves to the neighbouring slot rather than out.
   ThreadInfo::SlotCacheEntry& entry = t.slot_cache[index];
   t.slot_cache[index ^ 1] = entry;
-  entry = ThreadInfo::SlotCacheEntry{key, aggregate, phase.id, phase.kind_slot};
+  entry = ThreadInfo::SlotCacheEntry{};
+  entry.key = key;
+  entry.aggregate = aggregate;
+  entry.phase = phase.id;
+  entry.kind_slot = phase.kind_slot;
   return entry;
 }
 
 void Aggregator::consume(ThreadId thread, const PhaseRecord* records, std::size_t count) {
   records_ += count;
-  // A TSC runs at over 1 GHz: less than a whole ns per tick, and the
-  // conversion needs one multiply, not two.
-  if (clock_->scale().whole == 0)
-    consume_run<false>(threads_[thread], thread, records, count);
-  else
-    consume_run<true>(threads_[thread], thread, records, count);
+  // The tick conversion without the parts this clock does not need: a TSC
+  // has no whole ns per tick, CLOCK_MONOTONIC no fraction.
+  switch (clock_->scale().parts()) {
+    case TickScale::kFractionOnly:
+      consume_run<TickScale::kFractionOnly>(threads_[thread], thread, records, count);
+      break;
+    case TickScale::kWholeOnly:
+      consume_run<TickScale::kWholeOnly>(threads_[thread], thread, records, count);
+      break;
+    case TickScale::kWholeAndFraction:
+      consume_run<TickScale::kWholeAndFraction>(threads_[thread], thread, records, count);
+      break;
+  }
 }
 
 // The collector's hot loop. What it reads repeatedly is copied into locals
 // first: the compiler cannot keep members in registers across the stores into
 // histograms and sums, which may alias them as far as it knows.
-template <bool kWholeNsPerTick>
+template <TickScale::Parts kTickParts>
 void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count) {
   const TickScale scale = clock_->scale();
   // is_warmup() as one signed comparison: no step is <= -1.
-  const std::int64_t last_warmup_step =
-      options_.warmup_steps == 0
-          ? -1
-          : static_cast<std::int64_t>(std::min<std::uint64_t>(options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
+  const std::int64_t last_warmup_step = options_.warmup_steps == 0
+                                            ? -1
+                                            : static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                                  options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
+  // The cache entry of the previous in-step record, whose guess is checked first.
+  ThreadInfo::SlotCacheEntry* previous = &t.slot_cache[0];
   for (const PhaseRecord *r = records, *end = records + count; r != end; ++r) {
-    const std::uint64_t wall = scale.to_ns<kWholeNsPerTick>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
+    const std::uint64_t wall =
+        scale.to_ns<kTickParts>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
     const std::size_t depth = r->depth;  // child_ns has a slot for any 8-bit depth + 1
     const std::uint64_t children = t.child_ns[depth + 1];
     t.child_ns[depth + 1] = 0;
     t.child_ns[depth] += wall;
     const std::uint64_t self = wall > children ? wall - children : 0;
-    const bool warm = static_cast<std::int64_t>(r->step) <= last_warmup_step;
     const unsigned flags = r->flags;
 
     // One test for the common case: a measured phase in a step, not nested
     // so deep that the recording thread clamped its depth.
-    if (__builtin_expect(flags != kRecordInStep || warm || depth >= static_cast<std::size_t>(kMaxDepth), 0)) {
+    if (__builtin_expect(flags != kRecordInStep || static_cast<std::int64_t>(r->step) <= last_warmup_step ||
+                             depth >= static_cast<std::size_t>(kMaxDepth),
+                         0)) {
+      // is_warmup() again rather than the comparison above: GCC would keep
+      // that one's result in a register for this rarer path.
+      const bool warm = is_warmup(r->step);
       if (depth >= static_cast<std::size_t>(kMaxDepth)) ++depth_clamped_;
       if (flags & kRecordIsStep) {
         if (warm)
@@ -195,8 +215,13 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
     }
     // The common case, kept free of the other cases' tests.
     const std::uintptr_t key = ThreadInfo::slot_key(r->site, kRecordInStep);
-    const ThreadInfo::SlotCacheEntry* slot = &t.slot_entry(key);
-    if (__builtin_expect(slot->key != key, 0)) slot = &slot_entry_miss(t, r->site, kRecordInStep);
+    const ThreadInfo::SlotCacheEntry* slot = previous->next;
+    if (__builtin_expect(slot->key != key, 0)) {
+      slot = &t.slot_entry(key);
+      if (slot->key != key) slot = &slot_entry_miss(t, r->site, kRecordInStep);
+      previous->next = slot;
+    }
+    previous = const_cast<ThreadInfo::SlotCacheEntry*>(slot);  // always one of t.slot_cache
     t.step_kind_ns[slot->kind_slot] += self;
     slot->aggregate->add(wall, children, self);
   }
@@ -306,8 +331,9 @@ void Aggregator::add_device_time(const PhaseSite* site, bool in_step, std::uint6
 std::vector<std::string> Aggregator::notes() const {
   std::vector<std::string> notes;
   if (depth_clamped_ > 0)
-    notes.push_back("phases nested deeper than 63 levels were recorded with a clamped depth; their self time is approximate (" +
-                    std::to_string(depth_clamped_) + " records)");
+    notes.push_back(
+        "phases nested deeper than 63 levels were recorded with a clamped depth; their self time is approximate (" +
+        std::to_string(depth_clamped_) + " records)");
   if (pending_overflowed_ > 0)
     notes.push_back("background overlap for " + std::to_string(pending_overflowed_) +
                     " records was computed before their steps completed (pending buffer full)");
@@ -369,7 +395,8 @@ void Aggregator::fill_report(Report& report) const {
   for (std::uint32_t id = 0; id < phase_info_.size(); ++id) {
     std::array<PhaseAggregate, 3> by_role;  // ThreadRole order
     std::array<std::uint32_t, 3> threads{};
-    auto fold = [&](const std::array<PhaseAggregate, 2>& pair, bool ran_steps, std::array<std::uint32_t, 2> thread_count) {
+    auto fold = [&](const std::array<PhaseAggregate, 2>& pair, bool ran_steps,
+                    std::array<std::uint32_t, 2> thread_count) {
       if (!pair[0].empty()) {
         by_role[0].merge(pair[0]);
         threads[0] += thread_count[0];
@@ -401,7 +428,8 @@ void Aggregator::fill_report(Report& report) const {
         // Device time belongs to the step role when recorded in a step, else
         // to whichever non-step role the phase has.
         const DurationStats& dev = device_[id][role == 0 ? 0 : 1];
-        if (dev.moments.count() > 0 && (role == 0 || by_role[1].empty() || role == 1)) p.device_ms = dev.to_distribution_ms();
+        if (dev.moments.count() > 0 && (role == 0 || by_role[1].empty() || role == 1))
+          p.device_ms = dev.to_distribution_ms();
       }
       p.threads = threads[role];
       p.histogram = agg.inclusive_histogram.to_data();

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,7 +25,7 @@ namespace stepscope::detail {
 
 struct AggregatorOptions {
   std::uint64_t warmup_steps = 5;
-  std::size_t series_capacity = 1024;   // points kept per step series (then downsampled)
+  std::size_t series_capacity = 1024;      // points kept per step series (then downsampled)
   std::size_t step_intervals_kept = 4096;  // at least (rounded up to a power of two)
   std::size_t pending_background_max = 1 << 16;
 };
@@ -39,12 +40,12 @@ inline constexpr int kKindCount = 5;  // PhaseKind values
 // of moments where it would update two. Integer moments merge exactly, so
 //   inclusive = leaf + parent,  self = leaf + parent_self.
 struct PhaseAggregate {
-  RunningStats leaf;         // inclusive (= self) time of occurrences with no child time
-  RunningStats parent;       // inclusive time of occurrences with child time
-  RunningStats parent_self;  // self time of the same occurrences
-  Histogram inclusive_histogram;  // inclusive time, every post-warm-up occurrence
-  DurationStats warmup;      // inclusive, warm-up steps only
-  std::uint64_t overlap_ns = 0;  // with steps (not-in-step records only)
+  RunningStats leaf;                      // inclusive (= self) time of occurrences with no child time
+  RunningStats parent;                    // inclusive time of occurrences with child time
+  RunningStats parent_self;               // self time of the same occurrences
+  Histogram inclusive_histogram;          // inclusive time, every post-warm-up occurrence
+  DurationStats warmup;                   // inclusive, warm-up steps only
+  std::uint64_t overlap_ns = 0;           // with steps (not-in-step records only)
   std::uint64_t overlap_measured_ns = 0;  // inclusive time whose overlap was computed
 
   void add(std::uint64_t inclusive_ns, std::uint64_t child_ns, std::uint64_t self_ns) noexcept {
@@ -134,20 +135,24 @@ class Aggregator {
     // arithmetic. Two-way: a key lives at its slot or, when two hot keys
     // collide, at the neighbouring one (slot ^ 1), checked on a miss. Points
     // into phases: cleared whenever that reallocates.
+    //
+    // A step repeats the same phases in the same order, so each entry also
+    // remembers the entry the next in-step record used last time: checking
+    // that guess is one load and one compare, cheaper than hashing the key.
     struct alignas(32) SlotCacheEntry {
       std::uintptr_t key = 0;  // site address | in-step bit (sites are 8-byte aligned); 0: empty
       PhaseAggregate* aggregate = nullptr;
+      const SlotCacheEntry* next = &none;  // the guess; never null
       std::uint32_t phase = 0;
-      std::uint32_t kind_slot = 0;  // PhaseKind, as an index below kKindCount
+      std::uint32_t kind_slot = 0;       // PhaseKind, as an index below kKindCount
+      static const SlotCacheEntry none;  // matches no key
     };
     static constexpr int kSlotCacheBits = 6;
     std::array<SlotCacheEntry, 1u << kSlotCacheBits> slot_cache{};
     static std::uintptr_t slot_key(const PhaseSite* site, unsigned flags) noexcept {
       return reinterpret_cast<std::uintptr_t>(site) | (flags & kRecordInStep);
     }
-    SlotCacheEntry& slot_entry(std::uintptr_t key) noexcept {
-      return slot_cache[slot_index(key)];
-    }
+    SlotCacheEntry& slot_entry(std::uintptr_t key) noexcept { return slot_cache[slot_index(key)]; }
     static std::size_t slot_index(std::uintptr_t key) noexcept {
       // Fibonacci hashing: the top bits of the product by 2^64/phi depend on
       // every bit of the key, the in-step bit included, and spread call
@@ -191,10 +196,10 @@ class Aggregator {
     return aggregate(threads_[thread], phase, in_step);
   }
   ThreadInfo::SlotCacheEntry& slot_entry_miss(ThreadInfo& t, const PhaseSite* site, unsigned flags);
-  template <bool kWholeNsPerTick>
+  template <TickScale::Parts kTickParts>
   void consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count);
-  void consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t child_ns,
-                     std::uint64_t self_ns, bool warm);
+  void consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall_ns,
+                     std::uint64_t child_ns, std::uint64_t self_ns, bool warm);
   void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   void add_step_interval(const PhaseRecord& r);
@@ -209,9 +214,9 @@ class Aggregator {
   std::vector<PhaseInfo> phase_info_;
   std::unordered_map<const PhaseSite*, std::uint32_t> site_ids_;
   std::unordered_map<std::string, std::uint32_t> name_ids_;  // "kind/name"
-  // Direct-mapped cache in front of site_ids_: a step's few call sites hit
-  // it every time, so the collector pays a shift and a compare per record
-  // instead of a hash-map lookup (and reads the kind here, not via the site).
+  // Direct-mapped cache in front of site_ids_, for what misses a thread's
+  // slot cache (and for device times): a shift and a compare instead of a
+  // hash-map lookup.
   struct SiteCacheEntry {
     const PhaseSite* site = nullptr;
     std::uint32_t id = 0;
@@ -220,7 +225,7 @@ class Aggregator {
   static constexpr std::size_t kSiteCacheSize = 256;
   std::array<SiteCacheEntry, kSiteCacheSize> site_cache_{};
 
-  std::vector<ThreadInfo> threads_;
+  std::deque<ThreadInfo> threads_;  // a deque: cache entries point into a ThreadInfo, which must not move
   // Pools of retired threads: [0] ran steps, [1] never did.
   std::array<std::vector<std::array<PhaseAggregate, 2>>, 2> retired_;
   // Threads folded into each pool that ran each phase: [pool][phase][in_step ? 0 : 1].

@@ -34,14 +34,23 @@ struct TickScale {
     s.fraction = static_cast<std::uint64_t>(std::ldexp(ns_per_tick - whole, 64));
     return s;
   }
+  // Which parts a conversion needs: a TSC (over 1 GHz) has no whole part,
+  // CLOCK_MONOTONIC (1 ns per tick) no fraction. Hot loops pick the variant
+  // once, per run of records.
+  enum Parts { kFractionOnly, kWholeOnly, kWholeAndFraction };
+  Parts parts() const noexcept { return whole == 0 ? kFractionOnly : fraction == 0 ? kWholeOnly : kWholeAndFraction; }
+
   // Rounded to the nearest ns (ties up); wraps if the result needs more than
-  // 64 bits. to_ns<false> skips the whole part: only for whole == 0.
-  template <bool kWhole = true>
+  // 64 bits. A Parts other than the default only when parts() says so.
+  template <Parts kParts = kWholeAndFraction>
   std::uint64_t to_ns(std::uint64_t ticks) const noexcept {
-    const Uint128 scaled = static_cast<Uint128>(ticks) * fraction;
-    // Rounding adds half a ns: a carry out of the low half exactly when its top bit is set.
-    std::uint64_t ns = static_cast<std::uint64_t>(scaled >> 64) + (static_cast<std::uint64_t>(scaled) >> 63);
-    if (kWhole) ns += ticks * whole;
+    std::uint64_t ns = 0;
+    if (kParts != kWholeOnly) {
+      const Uint128 scaled = static_cast<Uint128>(ticks) * fraction;
+      // Rounding adds half a ns: a carry out of the low half exactly when its top bit is set.
+      ns = static_cast<std::uint64_t>(scaled >> 64) + (static_cast<std::uint64_t>(scaled) >> 63);
+    }
+    if (kParts != kFractionOnly) ns += ticks * whole;
     return ns;
   }
   // 0 when end <= start (a clock that went backwards).
@@ -69,9 +78,12 @@ class TickConverter {
   void recalibrate() noexcept;  // new slope from the first pair to now (collector, every drain)
   double ns_per_tick() const noexcept { return ns_per_tick_; }
   std::int64_t to_ns(std::uint64_t ticks) const noexcept {  // CLOCK_MONOTONIC ns
-    return base_ns_ + static_cast<std::int64_t>(static_cast<double>(static_cast<std::int64_t>(ticks - base_ticks_)) * ns_per_tick_);
+    return base_ns_ + static_cast<std::int64_t>(static_cast<double>(static_cast<std::int64_t>(ticks - base_ticks_)) *
+                                                ns_per_tick_);
   }
-  std::uint64_t duration_ns(std::uint64_t start, std::uint64_t end) const noexcept { return scale_.duration_ns(start, end); }
+  std::uint64_t duration_ns(std::uint64_t start, std::uint64_t end) const noexcept {
+    return scale_.duration_ns(start, end);
+  }
   // The same conversion as a value, for loops that keep it in registers.
   TickScale scale() const noexcept { return scale_; }
   bool tsc() const noexcept { return tsc_; }

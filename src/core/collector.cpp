@@ -29,7 +29,9 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> de
   if (options_.start_thread) thread_ = std::thread([this] { run(); });
 }
 
-Collector::~Collector() { stop(); }
+Collector::~Collector() {
+  stop();
+}
 
 void RingUnmap::operator()(PhaseRecord* p) const noexcept {
   if (p != nullptr) ::munmap(p, bytes);

@@ -227,10 +227,14 @@ struct Chunk {
 };
 
 constexpr PhaseSite kSites[] = {
-    {"data", PhaseKind::input, false, __FILE__, __LINE__},         {"forward", PhaseKind::compute, false, __FILE__, __LINE__},
-    {"matmul", PhaseKind::compute, false, __FILE__, __LINE__},     {"backward", PhaseKind::compute, false, __FILE__, __LINE__},
-    {"copy", PhaseKind::memory, false, __FILE__, __LINE__},        {"allreduce", PhaseKind::communication, false, __FILE__, __LINE__},
-    {"optimizer", PhaseKind::other, false, __FILE__, __LINE__},    {"forward", PhaseKind::compute, false, __FILE__, __LINE__},
+    {"data", PhaseKind::input, false, __FILE__, __LINE__},
+    {"forward", PhaseKind::compute, false, __FILE__, __LINE__},
+    {"matmul", PhaseKind::compute, false, __FILE__, __LINE__},
+    {"backward", PhaseKind::compute, false, __FILE__, __LINE__},
+    {"copy", PhaseKind::memory, false, __FILE__, __LINE__},
+    {"allreduce", PhaseKind::communication, false, __FILE__, __LINE__},
+    {"optimizer", PhaseKind::other, false, __FILE__, __LINE__},
+    {"forward", PhaseKind::compute, false, __FILE__, __LINE__},
 };
 constexpr int kSiteCount = sizeof(kSites) / sizeof(kSites[0]);
 
@@ -239,7 +243,8 @@ void emit_phase(std::vector<PhaseRecord>& out, std::mt19937_64& rng, std::uint64
   const std::uint64_t start = now;
   now += rng() % 50;
   if (depth < 5)
-    for (std::uint64_t children = rng() % 3; children > 0; --children) emit_phase(out, rng, now, depth + 1, step, in_step);
+    for (std::uint64_t children = rng() % 3; children > 0; --children)
+      emit_phase(out, rng, now, depth + 1, step, in_step);
   // Own time: mostly short, sometimes long, now and then zero.
   const std::uint64_t kind = rng() % 10;
   now += kind == 0 ? 0 : kind == 1 ? 1 + rng() % 100'000'000 : 1 + rng() % 200'000;
@@ -272,8 +277,14 @@ std::vector<Chunk> random_program(std::uint64_t seed, Aggregator::ThreadId main_
 
 void require_same(const Distribution& a, const Distribution& b) {
   REQUIRE(a.count == b.count);
-  for (auto [x, y] : {std::pair{a.total, b.total}, {a.mean, b.mean}, {a.stddev, b.stddev}, {a.min, b.min}, {a.max, b.max},
-                      {a.p50, b.p50}, {a.p90, b.p90}, {a.p99, b.p99}}) {
+  for (auto [x, y] : {std::pair{a.total, b.total},
+                      {a.mean, b.mean},
+                      {a.stddev, b.stddev},
+                      {a.min, b.min},
+                      {a.max, b.max},
+                      {a.p50, b.p50},
+                      {a.p90, b.p90},
+                      {a.p99, b.p99}}) {
     if (std::isnan(x) || std::isnan(y))
       REQUIRE((std::isnan(x) && std::isnan(y)));
     else
@@ -374,7 +385,7 @@ TEST_CASE("phase statistics equal a plain per-record computation", "[aggregator]
         steps.add(wall);
         continue;
       }
-      const ThreadRole role = c.thread == loader                 ? ThreadRole::background
+      const ThreadRole role = c.thread == loader               ? ThreadRole::background
                               : (r.flags & kRecordInStep) != 0 ? ThreadRole::step
                                                                : ThreadRole::outside_step;
       Expected& e = expected[{r.site->name, role}];
@@ -403,7 +414,8 @@ TEST_CASE("phase statistics equal a plain per-record computation", "[aggregator]
     REQUIRE(p->self_ms.total == static_cast<double>(total) * 1e-6);
     REQUIRE(p->self_ms.min == static_cast<double>(*std::min_element(e.self.begin(), e.self.end())) * 1e-6);
     REQUIRE(p->self_ms.max == static_cast<double>(*std::max_element(e.self.begin(), e.self.end())) * 1e-6);
-    const double stddev = e.self.size() < 2 ? 0.0 : static_cast<double>(std::sqrt(scatter / (e.self.size() - 1))) * 1e-6;
+    const double stddev =
+        e.self.size() < 2 ? 0.0 : static_cast<double>(std::sqrt(scatter / (e.self.size() - 1))) * 1e-6;
     REQUIRE(p->self_ms.stddev == Approx(stddev).epsilon(1e-12).margin(1e-15));
   }
 }
@@ -419,7 +431,8 @@ TEST_CASE("many call sites and new phases while threads hold cached aggregates",
   std::vector<std::string> names;
   for (int i = 0; i < 300; ++i) names.push_back("phase" + std::to_string(i));
   std::vector<PhaseSite> sites;
-  for (int i = 0; i < 300; ++i) sites.push_back(PhaseSite{names[i].c_str(), PhaseKind::compute, false, __FILE__, __LINE__});
+  for (int i = 0; i < 300; ++i)
+    sites.push_back(PhaseSite{names[i].c_str(), PhaseKind::compute, false, __FILE__, __LINE__});
   const auto a = agg.add_thread(1), b = agg.add_thread(2);
   std::map<std::string, std::uint64_t> count, total;
   auto run = [&](Aggregator::ThreadId thread, int first, int last, int repeat, bool in_step) {
@@ -428,18 +441,19 @@ TEST_CASE("many call sites and new phases while threads hold cached aggregates",
     for (int k = 0; k < repeat; ++k)
       for (int i = first; i < last; ++i) {
         const std::uint64_t len = 1 + static_cast<std::uint64_t>(i) * 7 + static_cast<std::uint64_t>(k);
-        records.push_back(PhaseRecord{&sites[i], now, now + len, 1, 0, 1, static_cast<std::uint8_t>(in_step ? kRecordInStep : 0)});
+        records.push_back(
+            PhaseRecord{&sites[i], now, now + len, 1, 0, 1, static_cast<std::uint8_t>(in_step ? kRecordInStep : 0)});
         now += len;
         ++count[names[i]];
         total[names[i]] += len;
       }
     agg.consume(thread, records.data(), records.size());
   };
-  run(a, 0, 10, 3, true);     // a caches pointers to phases 0..9
-  run(b, 10, 300, 2, true);   // 290 new phases: a's aggregates move
-  run(a, 0, 10, 3, true);     // a's cache must not point to the old ones
-  run(a, 0, 300, 4, true);    // round-robin over 300 sites: collisions in both caches
-  run(b, 0, 300, 2, false);   // the same sites outside steps: other aggregates
+  run(a, 0, 10, 3, true);    // a caches pointers to phases 0..9
+  run(b, 10, 300, 2, true);  // 290 new phases: a's aggregates move
+  run(a, 0, 10, 3, true);    // a's cache must not point to the old ones
+  run(a, 0, 300, 4, true);   // round-robin over 300 sites: collisions in both caches
+  run(b, 0, 300, 2, false);  // the same sites outside steps: other aggregates
   run(a, 150, 300, 3, true);
   agg.consume(a, PhaseRecord{&kStep, 0, 1'000'000'000, 1, 0, 0, kRecordInStep | kRecordIsStep});
   agg.flush_pending();
@@ -471,4 +485,28 @@ TEST_CASE("background overlap looks at the most recent steps kept", "[aggregator
   REQUIRE(decode);
   REQUIRE(decode->overlap_with_steps.has_value());
   REQUIRE(*decode->overlap_with_steps == Approx(1500.0 / 3000.0));
+}
+
+TEST_CASE("records at the clamped depth are counted and still aggregated", "[aggregator]") {
+  // The recording thread clamps nesting at kMaxDepth (63); a record's depth is
+  // an 8-bit field, so any value must be safe to index with.
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  const auto t = agg.add_thread(1);
+  std::vector<PhaseRecord> records;
+  for (std::uint8_t depth : {std::uint8_t{255}, std::uint8_t{200}, std::uint8_t{63}, std::uint8_t{62}, std::uint8_t{1}})
+    records.push_back(PhaseRecord{&kMatmul, 100, 200, 1, 0, depth, kRecordInStep});
+  records.push_back(PhaseRecord{&kStep, 0, 1000, 1, 0, 0, kRecordInStep | kRecordIsStep});
+  agg.consume(t, records.data(), records.size());
+  Report r;
+  agg.fill_report(r);
+  const auto* matmul = find(r, "matmul", ThreadRole::step);
+  REQUIRE(matmul);
+  REQUIRE(matmul->count == 5);
+  REQUIRE(matmul->host_ms.total == Approx(5 * 100 * 1e-6));
+  const auto notes = agg.notes();
+  REQUIRE(notes.size() == 1);
+  REQUIRE(notes[0].find("(3 records)") != std::string::npos);  // depths 255, 200 and 63
 }

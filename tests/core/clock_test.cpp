@@ -40,8 +40,9 @@ std::uint64_t double_ns(std::uint64_t ticks, double ns_per_tick) {
 std::vector<double> tick_rates_ns_per_tick() {
   // Invariant TSCs from 1 to 5 GHz, CLOCK_MONOTONIC (1 ns/tick), a 24 MHz
   // ARM generic timer, a 32 kHz clock, plus random slopes across the range.
-  std::vector<double> rates = {1.0, 1e9 / 1.0e9, 1e9 / 1.5e9, 1e9 / 2.1e9, 1e9 / 2.9e9, 1e9 / 2.89345e9,
-                               1e9 / 3.0e9, 1e9 / 3.7e9, 1e9 / 5.0e9, 0.5, 2.0, 1e9 / 24e6, 1e9 / 19.2e6, 1e9 / 32768.0};
+  std::vector<double> rates = {1.0,          1e9 / 1.0e9,  1e9 / 1.5e9, 1e9 / 2.1e9, 1e9 / 2.9e9, 1e9 / 2.89345e9,
+                               1e9 / 3.0e9,  1e9 / 3.7e9,  1e9 / 5.0e9, 0.5,         2.0,         1e9 / 24e6,
+                               1e9 / 19.2e6, 1e9 / 32768.0};
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> log_rate(std::log(0.05), std::log(100.0));
   for (int i = 0; i < 40; ++i) rates.push_back(std::exp(log_rate(rng)));
@@ -70,17 +71,21 @@ std::vector<std::uint64_t> tick_counts(double ns_per_tick) {
 TEST_CASE("fixed-point tick conversion is the exact product rounded to the nearest ns", "[clock]") {
   for (const double rate : tick_rates_ns_per_tick()) {
     const TickScale scale = TickScale::from_ns_per_tick(rate);
-    std::size_t wrong = 0, wrong_one_multiply = 0, checked = 0;
+    std::size_t wrong = 0, wrong_parts = 0, checked = 0;
     std::uint64_t first_wrong = 0;
     for (const std::uint64_t ticks : tick_counts(rate)) {
       ++checked;
       if (scale.to_ns(ticks) != exact_ns(ticks, rate) && wrong++ == 0) first_wrong = ticks;
-      if (scale.whole == 0 && scale.to_ns<false>(ticks) != scale.to_ns(ticks)) ++wrong_one_multiply;
+      const std::uint64_t by_parts =
+          scale.parts() == TickScale::kFractionOnly ? scale.to_ns<TickScale::kFractionOnly>(ticks)
+          : scale.parts() == TickScale::kWholeOnly  ? scale.to_ns<TickScale::kWholeOnly>(ticks)
+                                                    : scale.to_ns(ticks);
+      if (by_parts != scale.to_ns(ticks)) ++wrong_parts;
     }
     INFO("ns_per_tick=" << rate << " first wrong at ticks=" << first_wrong);
     REQUIRE(checked > 10000);
     REQUIRE(wrong == 0);
-    REQUIRE(wrong_one_multiply == 0);
+    REQUIRE(wrong_parts == 0);  // the variant consume() picks for this slope
   }
 }
 
@@ -105,7 +110,9 @@ TEST_CASE("one ns per tick is the identity; unusable slopes fall back to it", "[
   const TickScale one = TickScale::from_ns_per_tick(1.0);
   REQUIRE(one.whole == 1);
   REQUIRE(one.fraction == 0);
-  for (std::uint64_t t : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{123456789}, ~std::uint64_t{0}}) REQUIRE(one.to_ns(t) == t);
+  REQUIRE(one.parts() == TickScale::kWholeOnly);
+  for (std::uint64_t t : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{123456789}, ~std::uint64_t{0}})
+    REQUIRE(one.to_ns(t) == t);
   for (double bad : {0.0, -1.0, std::nan(""), std::ldexp(1.0, 64)}) {
     const TickScale s = TickScale::from_ns_per_tick(bad);
     REQUIRE(s.whole == 1);
@@ -115,6 +122,8 @@ TEST_CASE("one ns per tick is the identity; unusable slopes fall back to it", "[
   const TickScale tsc = TickScale::from_ns_per_tick(1e9 / 2.9e9);
   REQUIRE(tsc.whole == 0);
   REQUIRE(tsc.fraction != 0);
+  REQUIRE(tsc.parts() == TickScale::kFractionOnly);
+  REQUIRE(TickScale::from_ns_per_tick(1e9 / 24e6).parts() == TickScale::kWholeAndFraction);
 }
 
 TEST_CASE("durations: end before start is zero; CLOCK_MONOTONIC ticks are ns", "[clock]") {

@@ -11,7 +11,9 @@ using stepscope::detail::PhaseRecord;
 using stepscope::detail::ThreadRing;
 
 namespace {
-PhaseRecord make(std::uint64_t seq) { return PhaseRecord{nullptr, seq, seq + 1, 0, 0, 0, 0}; }
+PhaseRecord make(std::uint64_t seq) {
+  return PhaseRecord{nullptr, seq, seq + 1, 0, 0, 0, 0};
+}
 }  // namespace
 
 TEST_CASE("ring keeps push order and frees slots on drain", "[ring]") {
@@ -36,7 +38,7 @@ TEST_CASE("a full ring drops the record and counts it", "[ring]") {
   std::vector<std::uint64_t> seen;
   ring.drain([&](const PhaseRecord& r) { seen.push_back(r.start_ticks); });
   REQUIRE(seen == std::vector<std::uint64_t>{0, 1, 2, 3});  // the dropped ones never appear
-  REQUIRE(ring.try_push(make(5)));                         // space again after the drain
+  REQUIRE(ring.try_push(make(5)));                          // space again after the drain
 }
 
 TEST_CASE("concurrent producer and consumer: every record arrives exactly once, in order", "[ring][concurrency]") {
