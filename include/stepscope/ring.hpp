@@ -63,6 +63,12 @@ class ThreadRing {
   ThreadRing& operator=(const ThreadRing&) = delete;
 
   // Producer only. False when the ring is full: the record is dropped and counted.
+  // (The record's fields may come from an inlined scope whose fields GCC
+  // thinks maybe-uninitialised; see ScopeBase in phase.hpp.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
   [[nodiscard]] STEPSCOPE_DETAIL_ALWAYS_INLINE bool try_push(const PhaseRecord& record) noexcept {
     const std::uint64_t head = head_.load(std::memory_order_relaxed);
     if (STEPSCOPE_DETAIL_UNLIKELY(head - cached_tail_ >= capacity_)) {
@@ -77,6 +83,9 @@ class ThreadRing {
     head_.store(head + 1, std::memory_order_release);
     return true;
   }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
   // Consumer only: calls fn(const PhaseRecord&) for up to max_records records
   // in push order, then frees their slots. Returns how many were consumed.
