@@ -41,7 +41,13 @@ TEST_CASE("a full ring drops the record and counts it", "[ring]") {
   REQUIRE(ring.try_push(make(5)));                          // space again after the drain
 }
 
-TEST_CASE("concurrent producer and consumer: every record arrives exactly once, in order", "[ring][concurrency]") {
+namespace {
+// One producer pushes 2M records into a 1024-slot ring while the consumer
+// drains it; `drain(ring, visit)` drains once, calling visit per record, and
+// returns how many it took. Every accepted record must arrive exactly once, in
+// order, untorn, and accepted + dropped must equal what was pushed.
+template <typename Drain>
+void check_concurrent_conservation(Drain drain) {
   constexpr std::uint64_t kRecords = 2'000'000;
   std::vector<PhaseRecord> storage(1024);
   ThreadRing ring(storage.data(), 1024);
@@ -54,19 +60,25 @@ TEST_CASE("concurrent producer and consumer: every record arrives exactly once, 
   });
   std::uint64_t received = 0, last = 0;
   bool ordered = true, first = true;
-  auto consume = [&](const PhaseRecord& r) {
+  auto visit = [&](const PhaseRecord& r) {
     if (!first && r.start_ticks <= last) ordered = false;
     if (r.end_ticks != r.start_ticks + 1) ordered = false;  // no torn records
     first = false;
     last = r.start_ticks;
     ++received;
   };
-  while (!done.load(std::memory_order_acquire)) ring.drain(consume);
+  while (!done.load(std::memory_order_acquire)) drain(ring, visit);
   producer.join();
-  ring.drain(consume);
+  while (drain(ring, visit) > 0) {
+  }
   REQUIRE(ordered);
   REQUIRE(received == accepted);
   REQUIRE(accepted + ring.dropped() == kRecords);  // conservation
+}
+}  // namespace
+
+TEST_CASE("concurrent producer and consumer: every record arrives exactly once, in order", "[ring][concurrency]") {
+  check_concurrent_conservation([](ThreadRing& ring, auto& visit) { return ring.drain(visit); });
 }
 
 TEST_CASE("drain_batches hands out contiguous runs in push order, split once at the wrap", "[ring]") {
@@ -96,33 +108,11 @@ TEST_CASE("drain_batches hands out contiguous runs in push order, split once at 
 }
 
 TEST_CASE("concurrent producer and batch consumer: every record exactly once, in order", "[ring][concurrency]") {
-  constexpr std::uint64_t kRecords = 2'000'000;
-  std::vector<PhaseRecord> storage(1024);
-  ThreadRing ring(storage.data(), 1024);
-  std::atomic<bool> done{false};
-  std::uint64_t accepted = 0;
-  std::thread producer([&] {
-    for (std::uint64_t i = 0; i < kRecords; ++i)
-      if (ring.try_push(make(i))) ++accepted;
-    done.store(true, std::memory_order_release);
+  check_concurrent_conservation([](ThreadRing& ring, auto& visit) {
+    return ring.drain_batches(
+        [&](const PhaseRecord* records, std::size_t count) {
+          for (std::size_t i = 0; i < count; ++i) visit(records[i]);
+        },
+        300);
   });
-  std::uint64_t received = 0, last = 0;
-  bool ordered = true, first = true;
-  auto consume = [&](const PhaseRecord* records, std::size_t count) {
-    for (std::size_t i = 0; i < count; ++i) {
-      const PhaseRecord& r = records[i];
-      if (!first && r.start_ticks <= last) ordered = false;
-      if (r.end_ticks != r.start_ticks + 1) ordered = false;  // no torn records
-      first = false;
-      last = r.start_ticks;
-      ++received;
-    }
-  };
-  while (!done.load(std::memory_order_acquire)) ring.drain_batches(consume, 300);
-  producer.join();
-  while (ring.drain_batches(consume) > 0) {
-  }
-  REQUIRE(ordered);
-  REQUIRE(received == accepted);
-  REQUIRE(accepted + ring.dropped() == kRecords);  // conservation
 }
