@@ -130,6 +130,9 @@ struct SystemSignals {
   std::uint64_t input_samples = 0;  // samples taken while the step thread was in an input phase
   std::uint64_t samples = 0;
   double sampling_cost_ms = 0;  // time the sampler itself took
+  // CPU time of stepscope's collector thread (start-up, draining, sampling,
+  // device polling): the library's whole background cost. 0 when unknown.
+  double collector_cpu_ms = 0;
 };
 
 // One signal the analyzer looked at.

@@ -2,9 +2,11 @@
 
 #include <stepscope/clock.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
-#include <fstream>
 
 #if STEPSCOPE_DETAIL_HAVE_TSC
 #include <cpuid.h>
@@ -25,23 +27,29 @@ bool cpu_has_invariant_tsc() noexcept {
 #endif
 }
 
+// Plain open/read: this runs on the thread of the first record, which must
+// not allocate (a FILE or a stream would put 8 KiB buffers in the user's heap).
 bool kernel_clocksource_is_tsc() noexcept {
-  std::ifstream in("/sys/devices/system/clocksource/clocksource0/current_clocksource");
-  std::string source;
-  return static_cast<bool>(in >> source) && source == "tsc";
+  const int fd = ::open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[32] = {0};
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  return n >= 3 && std::strncmp(buf, "tsc", 3) == 0 && (n == 3 || buf[3] == '\n' || buf[3] == ' ');
 }
 
-std::string choose_clock(const char* env_override, std::string& warning) {
+ClockChoice choose_clock(const char* env_override) noexcept {
+  ClockChoice choice;
   bool want_tsc = true;
   if (env_override != nullptr && *env_override != '\0') {
-    if (std::strcmp(env_override, "monotonic") == 0) {
+    if (std::strcmp(env_override, "monotonic") == 0)
       want_tsc = false;
-    } else if (std::strcmp(env_override, "tsc") != 0) {
-      warning = std::string("STEPSCOPE_CLOCK='") + env_override + "' is not 'tsc' or 'monotonic'; using the default";
-    }
+    else if (std::strcmp(env_override, "tsc") != 0)
+      choice.override_invalid = true;
   }
   g_use_tsc = want_tsc && STEPSCOPE_DETAIL_HAVE_TSC && cpu_has_invariant_tsc() && kernel_clocksource_is_tsc();
-  return g_use_tsc ? "tsc" : "clock_monotonic";
+  choice.source = g_use_tsc ? "tsc" : "clock_monotonic";
+  return choice;
 }
 
 TickConverter::Pair TickConverter::take_pair() noexcept {

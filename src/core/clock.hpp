@@ -62,8 +62,13 @@ struct TickScale {
 // Decides the clock at start-up: TSC when the CPU says its TSC is invariant
 // (CPUID 0x80000007 EDX bit 8) and the kernel uses it as clock source (it
 // would switch away from an unstable TSC); STEPSCOPE_CLOCK=monotonic forces
-// CLOCK_MONOTONIC. Sets g_use_tsc. Returns "tsc" or "clock_monotonic".
-std::string choose_clock(const char* env_override, std::string& warning);
+// CLOCK_MONOTONIC. Sets g_use_tsc. Allocates nothing (it runs on the thread
+// of the first record).
+struct ClockChoice {
+  const char* source = "clock_monotonic";  // "tsc" or "clock_monotonic"
+  bool override_invalid = false;           // STEPSCOPE_CLOCK was neither: the default was used
+};
+ClockChoice choose_clock(const char* env_override) noexcept;
 bool cpu_has_invariant_tsc() noexcept;
 bool kernel_clocksource_is_tsc() noexcept;
 

@@ -3,19 +3,22 @@
 #include <stepscope/clock.hpp>
 
 #include <sys/ioctl.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <new>
+#include <ctime>
 #include <string>
 #include <utility>
 
 namespace stepscope::detail {
 
-Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device)
+Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device, ThreadRegistry* registry)
     : options_(options),
       device_(std::move(device)),
+      own_registry_(registry == nullptr ? std::make_unique<ThreadRegistry>(options.ring_capacity) : nullptr),
+      registry_(registry == nullptr ? own_registry_.get() : registry),
       aggregator_(options.aggregator, &clock_),
       trace_(options.trace, options.trace_max_events, &clock_) {
   clock_.start();
@@ -26,51 +29,31 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> de
     live_active_ = live_terminal_ || options_.live_forced;
     live_next_ns_ = start_ns_ + static_cast<std::int64_t>(options_.live_interval_s * 1e9);
   }
-  if (options_.start_thread) thread_ = std::thread([this] { run(); });
+  if (options_.start_thread) thread_ = std::thread([this] { run_loop(); });
 }
 
 Collector::~Collector() {
   stop();
 }
 
-void RingUnmap::operator()(PhaseRecord* p) const noexcept {
-  if (p != nullptr) ::munmap(p, bytes);
-}
+ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept { return registry_->add(os_tid); }
 
-ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept {
-  try {
-    auto entry = std::make_unique<RingEntry>();
-    const std::size_t bytes = sizeof(PhaseRecord) * options_.ring_capacity;
-    void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) return nullptr;
-    entry->storage = std::unique_ptr<PhaseRecord, RingUnmap>(static_cast<PhaseRecord*>(memory), RingUnmap{bytes});
-    entry->ring = std::make_unique<ThreadRing>(entry->storage.get(), options_.ring_capacity);
-    entry->os_tid = os_tid;
-    ThreadRing* ring = entry->ring.get();
-    {
-      // Aggregator thread ids are handed out under the state lock, the
-      // registry entry under the registry lock (order: state, then registry).
-      std::lock_guard<std::mutex> state(state_mutex_);
-      entry->thread = aggregator_.add_thread(os_tid);
-      std::lock_guard<std::mutex> lock(registry_mutex_);
-      rings_.push_back(std::move(entry));
-    }
-    return ring;
-  } catch (...) {
-    return nullptr;
+void Collector::retire(ThreadRing* ring) noexcept { registry_->retire(ring); }
+
+void Collector::request_stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    stop_requested_ = true;
   }
+  wake_.notify_all();
 }
 
-void Collector::retire(ThreadRing* ring) noexcept {
-  std::lock_guard<std::mutex> lock(registry_mutex_);
-  for (auto& e : rings_)
-    if (e->ring.get() == ring) e->retiring.store(true, std::memory_order_release);
-}
-
-void Collector::run() {
+void Collector::run_loop() noexcept {
   std::unique_lock<std::mutex> lock(wake_mutex_);
+  std::chrono::milliseconds wait = options_.interval;
+  const std::chrono::milliseconds shortest = std::min(options_.min_interval, options_.interval);
   while (!stop_requested_) {
-    wake_.wait_for(lock, options_.interval, [this] { return stop_requested_; });
+    wake_.wait_for(lock, wait, [this] { return stop_requested_; });
     if (stop_requested_) break;
     lock.unlock();
     try {
@@ -81,8 +64,32 @@ void Collector::run() {
       collector_errors_.fetch_add(1, std::memory_order_relaxed);
     }
     if (live_active_) maybe_print_live();
+    note_loop_cpu();
+    wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, options_.interval);
     lock.lock();
   }
+  note_loop_cpu();
+}
+
+std::chrono::milliseconds Collector::next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
+                                                  std::chrono::milliseconds shortest, std::chrono::milliseconds longest) noexcept {
+  // Busy rings: drain sooner (a full ring drops records); quiet ones: wake
+  // less often (each wake-up costs the training process CPU time).
+  if (fill_1024 > 1024 / 4) return std::max(shortest, wait / 2);
+  if (fill_1024 < 1024 / 16) return std::min(longest, std::max(wait * 2, shortest));
+  return wait;
+}
+
+void Collector::note_loop_cpu() noexcept {
+  // getrusage rather than clock_gettime(CLOCK_THREAD_CPUTIME_ID), which
+  // under ThreadSanitizer (GCC 12) left the thread flagged as inside a
+  // signal handler (false "signal-unsafe call" reports afterwards).
+  rusage usage{};
+  if (::getrusage(RUSAGE_THREAD, &usage) != 0) return;
+  const auto us = [](const timeval& t) {
+    return static_cast<std::uint64_t>(t.tv_sec) * 1000000ull + static_cast<std::uint64_t>(t.tv_usec);
+  };
+  loop_cpu_ns_.store((us(usage.ru_utime) + us(usage.ru_stime)) * 1000ull, std::memory_order_relaxed);
 }
 
 void Collector::drain_all() {
@@ -93,22 +100,23 @@ void Collector::drain_all() {
 void Collector::drain_locked() {
   clock_.recalibrate();
   drain_list_.clear();
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex_);
-    for (auto& e : rings_) drain_list_.push_back(e.get());
-  }
+  registry_->for_each([this](RingEntry& e) { drain_list_.push_back(&e); });
   // A ring marked retiring before this point has no more pushes coming:
   // after this drain it is empty and can be freed.
   std::vector<RingEntry*> finished;
+  std::uint32_t fullest = 0;
   const double median_step_ms = trace_.enabled() ? aggregator_.median_step_ms() : 0;
   for (RingEntry* e : drain_list_) {
     const bool retiring = e->retiring.load(std::memory_order_acquire);
+    // Threads register without the collector (no lock, no allocation on
+    // their side); they get their aggregator id when first drained.
+    if (e->thread == RingEntry::kUnassigned) e->thread = aggregator_.add_thread(e->os_tid);
     const Aggregator::ThreadId thread = e->thread;
     const bool tracing = trace_.enabled();
     // Whole runs of records at a time: the aggregator's loop is the
     // collector's hot path. The device backend and the trace only look at
     // each record (device times are resolved by poll(), after the drain).
-    e->ring->drain_batches([&](const PhaseRecord* records, std::size_t count) {
+    const std::size_t drained = e->ring.drain_batches([&](const PhaseRecord* records, std::size_t count) {
       if (device_)
         for (std::size_t i = 0; i < count; ++i)
           if (records[i].device_slot != 0) device_->on_record(records[i]);
@@ -116,30 +124,23 @@ void Collector::drain_locked() {
       if (tracing)
         for (std::size_t i = 0; i < count; ++i) trace_.on_record(e->os_tid, e->ran_steps, records[i], median_step_ms);
     });
+    fullest = std::max(fullest, static_cast<std::uint32_t>(drained * 1024 / e->ring.capacity()));
     e->ran_steps = aggregator_.ran_steps(thread);
     if (retiring) finished.push_back(e);
   }
+  last_fill_.store(fullest, std::memory_order_relaxed);
   if (device_) device_->poll(aggregator_);
   if (options_.sample_system) {
     sample_list_.clear();
     for (RingEntry* e : drain_list_)
       if (e->ran_steps && !e->retiring.load(std::memory_order_relaxed))
-        sample_list_.push_back({e->os_tid, e->ring->current_kind.load(std::memory_order_relaxed)});
+        sample_list_.push_back({e->os_tid, e->ring.current_kind.load(std::memory_order_relaxed)});
     sampler_.sample(sample_list_);
     aggregator_.set_rss_mb(sampler_.rss_mb());
   }
   if (!finished.empty()) {
     for (RingEntry* e : finished) aggregator_.retire_thread(e->thread);
-    std::lock_guard<std::mutex> lock(registry_mutex_);
-    for (RingEntry* e : finished) {
-      retired_dropped_ += e->ring->dropped();
-      for (auto it = rings_.begin(); it != rings_.end(); ++it) {
-        if (it->get() == e) {
-          rings_.erase(it);
-          break;
-        }
-      }
-    }
+    for (RingEntry* e : finished) registry_->remove(e);
   }
 }
 
@@ -172,11 +173,7 @@ void Collector::maybe_print_live() noexcept {
 }
 
 void Collector::stop() noexcept {
-  {
-    std::lock_guard<std::mutex> lock(wake_mutex_);
-    stop_requested_ = true;
-  }
-  wake_.notify_all();
+  request_stop();
   if (thread_.joinable()) thread_.join();
   if (live_printed_ && live_terminal_) {
     // End the in-place line so what follows (the summary) starts on its own line.
@@ -205,12 +202,7 @@ TraceCapture Collector::take_trace() {
   return trace_.take();
 }
 
-std::uint64_t Collector::dropped_records() const {
-  std::lock_guard<std::mutex> lock(registry_mutex_);
-  std::uint64_t dropped = retired_dropped_;
-  for (const auto& e : rings_) dropped += e->ring->dropped();
-  return dropped;
-}
+std::uint64_t Collector::dropped_records() const { return registry_->dropped(); }
 
 Report Collector::facts() {
   std::lock_guard<std::mutex> state(state_mutex_);
@@ -228,6 +220,7 @@ Report Collector::facts() {
     report.system.available = false;
     report.system.rss_end_mb = sampler_.rss_mb();
   }
+  report.system.collector_cpu_ms = static_cast<double>(loop_cpu_ns_.load(std::memory_order_relaxed)) * 1e-6;
   report.device = device_info_;
   report.run.clock_source = clock_.tsc() ? "tsc" : "clock_monotonic";
   report.run.clock_tsc_ghz = clock_.ghz();

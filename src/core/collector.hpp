@@ -6,6 +6,7 @@
 #include "core/aggregator.hpp"
 #include "core/clock.hpp"
 #include "core/device_backend.hpp"
+#include "core/registry.hpp"
 #include "core/system_sampler.hpp"
 #include "core/trace_recorder.hpp"
 
@@ -26,25 +27,28 @@ namespace stepscope::detail {
 
 struct CollectorOptions {
   std::uint32_t ring_capacity = 16384;  // records per thread (power of two)
+  // Wait between drains: `interval` while the rings stay nearly empty; when a
+  // drain finds a ring over a quarter full the wait halves, down to
+  // min_interval, and doubles back once they are quiet. min_interval equal
+  // to interval: a fixed timer.
   std::chrono::milliseconds interval{5};
+  std::chrono::milliseconds min_interval{5};
   AggregatorOptions aggregator;
   bool sample_system = true;
-  bool start_thread = true;  // false: the owner calls drain_all() itself (tests, benchmarks)
+  bool start_thread = true;  // false: the owner calls drain_all() or run_loop() itself
   TraceWindow trace;                    // STEPSCOPE_TRACE
   std::size_t trace_max_events = 200000;
   double live_interval_s = 0;  // STEPSCOPE_LIVE: seconds between progress lines on stderr (0 = off)
   bool live_forced = false;    // STEPSCOPE_LIVE_FORCE: print even when stderr is not a terminal
 };
 
-// Deleter of ring memory obtained with mmap.
-struct RingUnmap {
-  std::size_t bytes = 0;
-  void operator()(PhaseRecord* p) const noexcept;
-};
-
 class Collector {
  public:
-  explicit Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device = nullptr);
+  // registry: where the threads' rings are registered; null = a registry of
+  // its own (options.ring_capacity). The run time passes its own, which
+  // exists before the collector does (threads may record while it starts).
+  explicit Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device = nullptr,
+                     ThreadRegistry* registry = nullptr);
   ~Collector();
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
@@ -54,10 +58,21 @@ class Collector {
   // The ring's thread is exiting: drain what it left, then free the ring.
   void retire(ThreadRing* ring) noexcept;
 
-  // Stops the thread (if running) and drains everything left. Idempotent.
+  // The timer loop: drains every interval until request_stop(). Runs on the
+  // collector's own thread, or on one the owner started (start_thread = false).
+  void run_loop() noexcept;
+  // Asks the loop to return (does not wait).
+  void request_stop() noexcept;
+  // Stops the loop, joins the collector's own thread (an owner's thread must
+  // have returned from run_loop() first) and drains everything left. Idempotent.
   void stop() noexcept;
   // Drains all rings once. Collector thread, or the owner when no thread runs.
   void drain_all();
+
+  // The adaptive timer: the next wait after a drain that found the fullest
+  // ring at fill_1024/1024 of its capacity.
+  static std::chrono::milliseconds next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
+                                                 std::chrono::milliseconds shortest, std::chrono::milliseconds longest) noexcept;
 
   // Facts gathered so far (steps, phases, records, drops, system, device).
   // Safe from any thread: serialised with the collector's own drains.
@@ -69,20 +84,11 @@ class Collector {
   std::uint64_t dropped_records() const;
 
  private:
-  struct RingEntry {
-    // Ring memory comes straight from mmap, never from malloc, so the
-    // profiler's largest buffers stay out of the application's heap.
-    std::unique_ptr<PhaseRecord, RingUnmap> storage;
-    std::unique_ptr<ThreadRing> ring;
-    std::int64_t os_tid = 0;
-    Aggregator::ThreadId thread = 0;
-    std::atomic<bool> retiring{false};
-    bool ran_steps = false;
-  };
-  void run();
   void drain_locked();  // state_mutex_ held
   // Collector thread: prints the progress line when its interval has passed.
   void maybe_print_live() noexcept;
+  // Loop thread: records its CPU time so far.
+  void note_loop_cpu() noexcept;
 
   CollectorOptions options_;
   TickConverter clock_;
@@ -91,10 +97,8 @@ class Collector {
   DeviceInfo device_info_;
   bool device_finished_ = false;
 
-  // Registry: guarded by registry_mutex_ (never taken on the hot path).
-  mutable std::mutex registry_mutex_;
-  std::vector<std::unique_ptr<RingEntry>> rings_;
-  std::uint64_t retired_dropped_ = 0;
+  std::unique_ptr<ThreadRegistry> own_registry_;
+  ThreadRegistry* registry_;
 
   // Aggregation state: guarded by state_mutex_, held while draining.
   std::mutex state_mutex_;
@@ -107,6 +111,10 @@ class Collector {
   bool stopped_ = false;
 
   std::atomic<std::uint64_t> collector_errors_{0};
+  // CPU time of the thread running the loop, updated every tick (its own clock).
+  std::atomic<std::uint64_t> loop_cpu_ns_{0};
+  // Fullest ring at the last drain, in 1/1024 of its capacity.
+  std::atomic<std::uint32_t> last_fill_{0};
 
   std::mutex wake_mutex_;
   std::condition_variable wake_;

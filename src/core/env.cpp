@@ -35,22 +35,46 @@ bool parse_switch(const char* text, bool& out) {
   return false;
 }
 
+const char* system_getenv(const char* name) { return std::getenv(name); }
+
 }  // namespace
 
+EarlySettings read_early_settings(GetEnv getenv_fn) noexcept {
+  if (getenv_fn == nullptr) getenv_fn = system_getenv;
+  EarlySettings e;
+  if (const char* v = getenv_fn("STEPSCOPE"); v != nullptr && *v != '\0') {
+    bool on = true;
+    if (parse_switch(v, on))
+      e.enabled = on;
+    else
+      e.enabled_invalid = true;
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_RING_RECORDS"); v != nullptr && *v != '\0') {
+    std::uint64_t n = 0;
+    if (parse_uint(v, 64, 1u << 22, n) && (n & (n - 1)) == 0)
+      e.ring_capacity = static_cast<std::uint32_t>(n);
+    else
+      e.ring_capacity_invalid = true;
+  }
+  e.clock = getenv_fn("STEPSCOPE_CLOCK");
+  return e;
+}
+
 Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
-  if (getenv_fn == nullptr) getenv_fn = [](const char* name) -> const char* { return std::getenv(name); };
+  if (getenv_fn == nullptr) getenv_fn = system_getenv;
   Settings s;
   auto bad = [&](const char* name, const char* value, const std::string& expected, const std::string& fallback) {
     warnings.push_back(std::string(name) + "='" + value + "' is invalid (expected " + expected + "); using " + fallback);
   };
 
-  if (const char* v = getenv_fn("STEPSCOPE"); v != nullptr && *v != '\0') {
-    bool on = true;
-    if (parse_switch(v, on))
-      s.enabled = on;
-    else
-      bad("STEPSCOPE", v, "0 or 1", "1 (enabled)");
-  }
+  const EarlySettings early = read_early_settings(getenv_fn);
+  s.enabled = early.enabled;
+  if (early.enabled_invalid) bad("STEPSCOPE", getenv_fn("STEPSCOPE"), "0 or 1", "1 (enabled)");
+  s.ring_capacity = early.ring_capacity;
+  if (early.ring_capacity_invalid)
+    bad("STEPSCOPE_RING_RECORDS", getenv_fn("STEPSCOPE_RING_RECORDS"), "a power of two from 64 to 4194304",
+        std::to_string(s.ring_capacity));
+  if (early.clock != nullptr) s.clock = early.clock;
   if (const char* v = getenv_fn("STEPSCOPE_OUT"); v != nullptr && *v != '\0') s.out = v;
   if (const char* v = getenv_fn("STEPSCOPE_WARMUP"); v != nullptr && *v != '\0') {
     std::uint64_t n = 0;
@@ -61,21 +85,15 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
       bad("STEPSCOPE_WARMUP", v, "a whole number of steps from 0 to 1000000", std::to_string(kDefaultWarmupSteps));
     }
   }
-  if (const char* v = getenv_fn("STEPSCOPE_RING_RECORDS"); v != nullptr && *v != '\0') {
-    std::uint64_t n = 0;
-    if (parse_uint(v, 64, 1u << 22, n) && (n & (n - 1)) == 0)
-      s.ring_capacity = static_cast<std::uint32_t>(n);
-    else
-      bad("STEPSCOPE_RING_RECORDS", v, "a power of two from 64 to 4194304", std::to_string(s.ring_capacity));
-  }
   if (const char* v = getenv_fn("STEPSCOPE_INTERVAL_MS"); v != nullptr && *v != '\0') {
     std::uint64_t n = 0;
-    if (parse_uint(v, 1, 1000, n))
+    if (parse_uint(v, 1, 1000, n)) {
       s.interval_ms = static_cast<std::uint32_t>(n);
-    else
-      bad("STEPSCOPE_INTERVAL_MS", v, "milliseconds from 1 to 1000", std::to_string(s.interval_ms));
+      s.interval_from_env = true;
+    } else {
+      bad("STEPSCOPE_INTERVAL_MS", v, "milliseconds from 1 to 1000", "adaptive, 1-" + std::to_string(s.interval_ms) + " ms");
+    }
   }
-  if (const char* v = getenv_fn("STEPSCOPE_CLOCK"); v != nullptr) s.clock = v;
   if (const char* v = getenv_fn("STEPSCOPE_QUIET"); v != nullptr && *v != '\0') {
     bool q = false;
     if (parse_switch(v, q))

@@ -22,7 +22,11 @@ struct Settings {
   std::uint64_t warmup_steps = kDefaultWarmupSteps;  // STEPSCOPE_WARMUP
   bool warmup_from_env = false;
   std::uint32_t ring_capacity = 16384;  // STEPSCOPE_RING_RECORDS (power of two, 64..4M)
-  std::uint32_t interval_ms = 5;        // STEPSCOPE_INTERVAL_MS (1..1000)
+  // Collector wake-ups: adaptive by default, every 20 ms while the rings
+  // stay nearly empty, down to 1 ms when they fill; STEPSCOPE_INTERVAL_MS
+  // (1..1000) fixes the interval.
+  std::uint32_t interval_ms = 20;
+  bool interval_from_env = false;
   std::string clock;                    // STEPSCOPE_CLOCK (tsc | monotonic)
   bool quiet = false;                   // STEPSCOPE_QUIET=1: no summary on stderr
   std::string trace;                    // STEPSCOPE_TRACE: step window to export ("" = none)
@@ -36,6 +40,18 @@ struct Settings {
 // getenv_fn lets tests supply their own environment.
 using GetEnv = const char* (*)(const char*);
 Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn = nullptr);
+
+// The part of the settings that the first record needs, read without
+// allocating anything: it runs on the user's thread inside its first scope.
+// read_settings() reads the same values and words the warnings.
+struct EarlySettings {
+  bool enabled = true;               // STEPSCOPE
+  bool enabled_invalid = false;      // STEPSCOPE set to something else than a switch: enabled
+  std::uint32_t ring_capacity = 16384;  // STEPSCOPE_RING_RECORDS
+  bool ring_capacity_invalid = false;
+  const char* clock = nullptr;       // STEPSCOPE_CLOCK, as set
+};
+EarlySettings read_early_settings(GetEnv getenv_fn = nullptr) noexcept;
 
 // Parses a non-negative integer in [min, max]; false on anything else.
 bool parse_uint(const char* text, std::uint64_t min, std::uint64_t max, std::uint64_t& out);

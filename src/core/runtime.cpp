@@ -3,7 +3,9 @@
 #include "core/runtime.hpp"
 
 #include "core/collector.hpp"
+#include "core/clock.hpp"
 #include "core/env.hpp"
+#include "core/registry.hpp"
 
 #include <stepscope/analysis.hpp>
 #include <stepscope/stepscope.hpp>
@@ -14,11 +16,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 
 namespace stepscope {
@@ -36,11 +40,27 @@ void device_slot_dropped(std::uint16_t slot) noexcept {
 
 namespace {
 
+// Start-up is split in two so that the first record allocates nothing in the
+// application's heap. On the thread of the first scope, initialise_runtime()
+// reads the few settings it needs without allocating, picks the clock,
+// places the thread registry in static storage and starts the collector
+// thread: that thread then reads the full settings, probes the device and
+// builds the collector, all in its own malloc arena. Why it matters:
+// docs/benchmarks-libtorch.md (glibc's trim decisions in a libtorch loop).
 struct Runtime {
   std::mutex mutex;  // initialisation, configuration, finish
+  std::condition_variable ready_cv;  // the collector thread has started (or failed to)
   Settings settings;
   std::map<std::string, std::string> config, config_types;
   int rank = -1, world_size = 1;
+  // Set on the first record's thread, before the mode becomes enabled.
+  ThreadRegistry* registry = nullptr;
+  ClockChoice clock;
+  bool thread_started = false;
+  bool thread_joined = false;
+  pthread_t thread{};
+  // Set by the collector thread when it has started.
+  bool ready = false;
   std::unique_ptr<Collector> collector;
   std::string clock_source;
   bool finished = false;
@@ -53,10 +73,14 @@ struct Runtime {
   std::atomic<std::uint64_t> lost_records{0};
 };
 
-// Leaked on purpose: threads may still record while static objects are being
-// destroyed at exit, so the run time must outlive them.
+// Static storage, never destroyed: threads may still record while static
+// objects are being destroyed at exit, so the run time must outlive them;
+// and creating it must not allocate.
+alignas(Runtime) unsigned char g_runtime_storage[sizeof(Runtime)];
+alignas(ThreadRegistry) unsigned char g_registry_storage[sizeof(ThreadRegistry)];
+
 Runtime& runtime() {
-  static Runtime* instance = new Runtime;
+  static Runtime* instance = new (g_runtime_storage) Runtime;
   return *instance;
 }
 
@@ -80,18 +104,34 @@ void after_fork_child() {
   rt.mutex.unlock();
 }
 
-// Marks the thread's ring for retirement when the thread exits. A
-// function-local thread_local, so only threads that record pay for it.
-struct ThreadExitGuard {
-  ThreadState* state = nullptr;
-  ~ThreadExitGuard() {
-    if (state == nullptr || state->ring == nullptr) return;
-    Runtime& rt = runtime();
-    if (rt.collector && !rt.forked_child) rt.collector->retire(state->ring);
-    state->ring = nullptr;
-    state->exited = true;
+// A recording thread's exit: its ring is marked for retirement. A pthread key
+// rather than a thread_local object, because registering a thread_local
+// destructor allocates; the key's value lives in the thread descriptor.
+// (The main thread is not registered: its exit is the process's, and
+// finish() drains every ring.)
+pthread_key_t g_exit_key;
+bool g_exit_key_ok = false;
+
+void on_thread_exit(void* value) {
+  auto* state = static_cast<ThreadState*>(value);
+  if (state == nullptr || state->ring == nullptr) return;
+  Runtime& rt = runtime();
+  if (rt.registry != nullptr && !rt.forked_child) rt.registry->retire(state->ring);
+  state->ring = nullptr;
+  state->exited = true;
+}
+
+// Registered when the library is loaded, in every process that links it,
+// whether stepscope is on or off: so turning it on registers nothing new
+// (each of these may allocate) at the first record.
+struct LoadTimeRegistration {
+  LoadTimeRegistration() noexcept {
+    g_exit_key_ok = pthread_key_create(&g_exit_key, on_thread_exit) == 0;
+    std::atexit(at_exit_handler);
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   }
 };
+const LoadTimeRegistration g_load_time_registration;
 
 std::string utc_now_iso() {
   const std::time_t now = std::time(nullptr);
@@ -129,75 +169,124 @@ std::map<std::string, std::string> build_options() {
   return build;
 }
 
+// The collector thread: finishes the start-up (everything that allocates),
+// publishes the collector, then drains until finish() stops it. Returns the
+// collector (owned by the run time; finish() joins this thread before it
+// stops and reads it).
+Collector* start_collector(Runtime& rt) {
+  std::vector<std::string> env_warnings;
+  Settings settings = read_settings(env_warnings);
+  CollectorOptions options;
+  options.ring_capacity = rt.registry->ring_capacity();
+  options.interval = std::chrono::milliseconds(settings.interval_ms);
+  options.min_interval = settings.interval_from_env ? options.interval : std::chrono::milliseconds(1);
+  options.aggregator.warmup_steps = settings.warmup_steps;
+  const bool trace_valid = parse_trace_window(settings.trace, options.trace);
+  if (!trace_valid) options.trace = TraceWindow{};
+  options.trace_max_events = settings.trace_max_events;
+  options.live_interval_s = settings.live_interval_s;
+  options.live_forced = settings.live_forced;
+  options.start_thread = false;  // this thread runs the loop
+  std::string device_notice;
+  std::unique_ptr<DeviceBackend> device = make_device_backend(device_notice);
+  auto collector = std::make_unique<Collector>(options, std::move(device), rt.registry);
+  Collector* published = collector.get();
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    for (const auto& w : env_warnings) warn(rt, w);
+    if (rt.clock.override_invalid)
+      warn(rt, "STEPSCOPE_CLOCK='" + settings.clock + "' is not 'tsc' or 'monotonic'; using the default");
+    if (!trace_valid)
+      warn(rt, "STEPSCOPE_TRACE='" + settings.trace + "' is invalid (expected A-B, N, slow or slow:MS); no trace is written");
+    rt.device_notice = device_notice;
+    if (!device_notice.empty()) std::fprintf(stderr, "stepscope: %s\n", device_notice.c_str());
+    if (rt.rank < 0) {
+      rt.rank = settings.rank;
+      rt.world_size = settings.world_size;
+    }
+    rt.settings = std::move(settings);
+    rt.clock_source = rt.clock.source;
+    rt.collector = std::move(collector);
+    rt.ready = true;
+  }
+  rt.ready_cv.notify_all();
+  return published;
+}
+
+void* collector_thread_main(void*) {
+  Runtime& rt = runtime();
+  (void)pthread_setname_np(pthread_self(), "stepscope");
+  Collector* collector = nullptr;
+  try {
+    // Not under rt.mutex from here on: finish() holds it while it joins this thread.
+    collector = start_collector(rt);
+  } catch (...) {
+    // Out of memory while starting: stay out of the way for the rest of the run.
+    g_mode.store(kModeDisabled, std::memory_order_release);
+    std::fputs("stepscope: error: could not start (out of memory?); nothing is recorded in this run\n", stderr);
+    {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      rt.ready = true;
+    }
+    rt.ready_cv.notify_all();
+    return nullptr;
+  }
+  collector->run_loop();
+  return nullptr;
+}
+
+// Waits until the collector thread has started (or failed to); rt.mutex held
+// through `lock`. True when there is a collector.
+bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock) {
+  if (!rt.thread_started) return false;
+  rt.ready_cv.wait(lock, [&rt] { return rt.ready; });
+  return rt.collector != nullptr;
+}
+
 }  // namespace
 
+// Runs inside the first scope of the process, on the user's thread. It must
+// not allocate (see the comment on Runtime): only getenv, a file read with
+// open/read, static storage and pthread_create (whose one small calloc, the
+// new thread's TLS vector, glibc makes on the creating thread).
 bool initialise_runtime() noexcept {
-  try {
-    Runtime& rt = runtime();
-    std::lock_guard<std::mutex> lock(rt.mutex);
-    const std::uint8_t mode = g_mode.load(std::memory_order_acquire);
-    if (mode != kModeUninitialised) return mode == kModeEnabled;
-
-    std::vector<std::string> env_warnings;
-    rt.settings = read_settings(env_warnings);
-    for (const auto& w : env_warnings) warn(rt, w);
-    if (rt.rank < 0) {
-      rt.rank = rt.settings.rank;
-      rt.world_size = rt.settings.world_size;
-    }
-    if (!rt.settings.enabled) {
-      g_mode.store(kModeDisabled, std::memory_order_release);
-      return false;
-    }
-    std::string clock_warning;
-    rt.clock_source = choose_clock(rt.settings.clock.c_str(), clock_warning);
-    if (!clock_warning.empty()) warn(rt, clock_warning);
-
-    CollectorOptions options;
-    options.ring_capacity = rt.settings.ring_capacity;
-    options.interval = std::chrono::milliseconds(rt.settings.interval_ms);
-    options.aggregator.warmup_steps = rt.settings.warmup_steps;
-    if (!parse_trace_window(rt.settings.trace, options.trace)) {
-      warn(rt, "STEPSCOPE_TRACE='" + rt.settings.trace + "' is invalid (expected A-B, N, slow or slow:MS); no trace is written");
-      options.trace = TraceWindow{};
-    }
-    options.trace_max_events = rt.settings.trace_max_events;
-    options.live_interval_s = rt.settings.live_interval_s;
-    options.live_forced = rt.settings.live_forced;
-    std::unique_ptr<DeviceBackend> device = make_device_backend(rt.device_notice);
-    if (!rt.device_notice.empty()) std::fprintf(stderr, "stepscope: %s\n", rt.device_notice.c_str());
-    rt.collector = std::make_unique<Collector>(options, std::move(device));
-
-    std::atexit(at_exit_handler);
-    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-    g_mode.store(kModeEnabled, std::memory_order_release);
-    return true;
-  } catch (...) {
-    // Could not start (out of memory, no threads): stay out of the way.
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  const std::uint8_t mode = g_mode.load(std::memory_order_acquire);
+  if (mode != kModeUninitialised) return mode == kModeEnabled;
+  const EarlySettings early = read_early_settings();
+  if (!early.enabled) {
     g_mode.store(kModeDisabled, std::memory_order_release);
     return false;
   }
+  rt.clock = choose_clock(early.clock);  // before any record: it decides what a tick is
+  rt.registry = new (g_registry_storage) ThreadRegistry(early.ring_capacity);
+  if (pthread_create(&rt.thread, nullptr, collector_thread_main, nullptr) != 0) {
+    std::fputs("stepscope: warning: cannot start the collector thread; nothing is recorded in this run\n", stderr);
+    g_mode.store(kModeDisabled, std::memory_order_release);
+    return false;
+  }
+  rt.thread_started = true;
+  g_mode.store(kModeEnabled, std::memory_order_release);
+  return true;
 }
 
 ThreadRing* register_thread(ThreadState& state) noexcept {
   Runtime& rt = runtime();
   // The acquire load pairs with initialise_runtime's release store: only
-  // after it may rt.collector be read (the hot path's relaxed load does not
+  // after it may rt.registry be read (the hot path's relaxed load does not
   // order it).
-  if (g_mode.load(std::memory_order_acquire) != kModeEnabled || state.exited || !rt.collector) {
+  if (g_mode.load(std::memory_order_acquire) != kModeEnabled || state.exited || rt.registry == nullptr) {
     rt.lost_records.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  ThreadRing* ring = rt.collector->register_thread(current_tid());
+  const std::int64_t tid = current_tid();
+  ThreadRing* ring = rt.registry->add(tid);
   if (ring == nullptr) {
     rt.lost_records.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  try {
-    static thread_local ThreadExitGuard guard;
-    guard.state = &state;
-  } catch (...) {
-  }
+  if (g_exit_key_ok && tid != static_cast<std::int64_t>(::getpid())) (void)pthread_setspecific(g_exit_key, &state);
   state.ring = ring;
   return ring;
 }
@@ -299,8 +388,8 @@ bool enabled() noexcept {
 Report snapshot() noexcept {
   try {
     auto& rt = detail::runtime();
-    std::lock_guard<std::mutex> lock(rt.mutex);
-    if (!rt.collector || rt.forked_child) return Report{};
+    std::unique_lock<std::mutex> lock(rt.mutex);
+    if (rt.forked_child || !detail::wait_until_ready(rt, lock)) return Report{};
     return detail::build_report(false);
   } catch (...) {
     return Report{};
@@ -310,16 +399,24 @@ Report snapshot() noexcept {
 std::string finish() noexcept {
   try {
     auto& rt = detail::runtime();
-    std::lock_guard<std::mutex> lock(rt.mutex);
+    std::unique_lock<std::mutex> lock(rt.mutex);
     if (rt.finished || rt.forked_child) return rt.written_path;
     rt.finished = true;
-    if (!rt.collector) {
-      detail::g_mode.store(detail::kModeDisabled, std::memory_order_release);
-      return "";
-    }
     // Scopes opened from now on do not record; scopes already open still
     // push into their rings, which nobody drains any more (harmless).
     detail::g_mode.store(detail::kModeDisabled, std::memory_order_release);
+    if (!detail::wait_until_ready(rt, lock)) {
+      if (rt.thread_started && !rt.thread_joined) {
+        pthread_join(rt.thread, nullptr);
+        rt.thread_joined = true;
+      }
+      return "";
+    }
+    rt.collector->request_stop();
+    if (!rt.thread_joined) {
+      pthread_join(rt.thread, nullptr);
+      rt.thread_joined = true;
+    }
     Report report = detail::build_report(true);
     rt.written_path = detail::write_report_with_fallback(report, rt.settings, rt.rank);
     detail::write_trace_if_enabled(*rt.collector, report.run, rt.settings, rt.rank);

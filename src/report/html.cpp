@@ -606,6 +606,7 @@ void run_section(std::string& o, const Report& r) {
         {"input phases in disk wait",
          s.input_disk_wait_fraction < 0 ? "not measured" : pct(s.input_disk_wait_fraction)},
         {"samples (cost)", fmt::format("{} ({} ms)", s.samples, ms(s.sampling_cost_ms))},
+        {"stepscope's collector thread", fmt::format("{} ms of CPU", ms(s.collector_cpu_ms))},
     };
     kv_table(o, rows, "system");
   }

@@ -199,7 +199,8 @@ json to_j(const SystemSignals& s) {
               {"input_disk_wait_fraction", fraction(s.input_disk_wait_fraction)},
               {"input_samples", s.input_samples},
               {"samples", s.samples},
-              {"sampling_cost_ms", num(s.sampling_cost_ms)}};
+              {"sampling_cost_ms", num(s.sampling_cost_ms)},
+              {"collector_cpu_ms", num(s.collector_cpu_ms)}};
 }
 SystemSignals system_from(const json& j) {
   SystemSignals s;
@@ -226,6 +227,7 @@ SystemSignals system_from(const json& j) {
   s.input_samples = get_u64(j, "input_samples");
   s.samples = get_u64(j, "samples");
   s.sampling_cost_ms = get_num(j, "sampling_cost_ms");
+  s.collector_cpu_ms = get_num(j, "collector_cpu_ms");
   return s;
 }
 

@@ -81,3 +81,29 @@ TEST_CASE("the collector drains on its timer while producers run", "[collector]"
   REQUIRE(facts.steps.count + facts.dropped_records == attempts);
   REQUIRE(facts.total_records == attempts);
 }
+
+TEST_CASE("the collector's timer adapts to how full the rings get", "[collector]") {
+  using ms = std::chrono::milliseconds;
+  const ms shortest{1}, longest{20};
+  // Quiet rings: back off to the longest wait, never past it.
+  REQUIRE(Collector::next_interval(ms{5}, 0, shortest, longest) == ms{10});
+  REQUIRE(Collector::next_interval(ms{10}, 10, shortest, longest) == ms{20});
+  REQUIRE(Collector::next_interval(ms{20}, 0, shortest, longest) == ms{20});
+  // A ring over a quarter full: halve, down to the shortest.
+  REQUIRE(Collector::next_interval(ms{20}, 300, shortest, longest) == ms{10});
+  REQUIRE(Collector::next_interval(ms{1}, 1024, shortest, longest) == ms{1});
+  // In between: keep the pace.
+  REQUIRE(Collector::next_interval(ms{4}, 128, shortest, longest) == ms{4});
+  // From a burst at 1 ms back to quiet: 1, 2, 4, 8, 16, 20.
+  ms wait{1};
+  int steps = 0;
+  while (wait < longest && steps < 10) {
+    wait = Collector::next_interval(wait, 0, shortest, longest);
+    ++steps;
+  }
+  REQUIRE(wait == longest);
+  REQUIRE(steps == 5);
+  // Fixed timer (shortest == longest): never moves.
+  REQUIRE(Collector::next_interval(ms{5}, 1024, ms{5}, ms{5}) == ms{5});
+  REQUIRE(Collector::next_interval(ms{5}, 0, ms{5}, ms{5}) == ms{5});
+}

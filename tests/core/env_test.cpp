@@ -52,7 +52,8 @@ TEST_CASE("bad numeric values get one warning each and a safe default", "[env]")
   REQUIRE(w.size() == 4);
   REQUIRE(s.warmup_steps == kDefaultWarmupSteps);
   REQUIRE(s.ring_capacity == 16384);
-  REQUIRE(s.interval_ms == 5);
+  REQUIRE(s.interval_ms == 20);
+  REQUIRE_FALSE(s.interval_from_env);
   REQUIRE_FALSE(s.quiet);
   std::vector<std::string> w2;
   const Settings t = read({{"STEPSCOPE_WARMUP", "0"}, {"STEPSCOPE_RING_RECORDS", "1024"}}, w2);

@@ -1,0 +1,73 @@
+#include "core/registry.hpp"
+
+#include <sys/mman.h>
+
+#include <new>
+
+namespace stepscope::detail {
+
+namespace {
+
+constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+// Records start on their own cache line after the entry.
+constexpr std::size_t kRecordsOffset = round_up(sizeof(RingEntry), kCacheLine);
+
+}  // namespace
+
+ThreadRegistry::~ThreadRegistry() {
+  RingEntry* e = head_;
+  while (e != nullptr) {
+    RingEntry* next = e->next;
+    const std::size_t bytes = e->bytes;
+    e->~RingEntry();
+    ::munmap(e, bytes);
+    e = next;
+  }
+}
+
+ThreadRing* ThreadRegistry::add(std::int64_t os_tid) noexcept {
+  const std::size_t bytes = kRecordsOffset + sizeof(PhaseRecord) * std::size_t{capacity_};
+  void* block = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (block == MAP_FAILED) return nullptr;
+  auto* records = reinterpret_cast<PhaseRecord*>(static_cast<char*>(block) + kRecordsOffset);
+  auto* entry = new (block) RingEntry(records, capacity_, os_tid, bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  entry->prev = tail_;
+  (tail_ != nullptr ? tail_->next : head_) = entry;
+  tail_ = entry;
+  ++size_;
+  return &entry->ring;
+}
+
+void ThreadRegistry::retire(ThreadRing* ring) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (RingEntry* e = head_; e != nullptr; e = e->next)
+    if (&e->ring == ring) e->retiring.store(true, std::memory_order_release);
+}
+
+void ThreadRegistry::remove(RingEntry* entry) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    (entry->prev != nullptr ? entry->prev->next : head_) = entry->next;
+    (entry->next != nullptr ? entry->next->prev : tail_) = entry->prev;
+    --size_;
+    removed_dropped_ += entry->ring.dropped();
+  }
+  const std::size_t bytes = entry->bytes;
+  entry->~RingEntry();
+  ::munmap(entry, bytes);
+}
+
+std::uint64_t ThreadRegistry::dropped() const noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::uint64_t dropped = removed_dropped_;
+  for (const RingEntry* e = head_; e != nullptr; e = e->next) dropped += e->ring.dropped();
+  return dropped;
+}
+
+std::size_t ThreadRegistry::size() const noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return size_;
+}
+
+}  // namespace stepscope::detail

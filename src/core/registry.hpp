@@ -1,0 +1,82 @@
+// The rings of the threads that record, registered on each thread's first
+// record. Registration never calls malloc: a thread's entry and its ring
+// storage share one block obtained from mmap, and entries are linked into an
+// intrusive list. So a thread's first record leaves the application's heap
+// exactly as it was (see docs/benchmarks-libtorch.md: with glibc, a few
+// hundred bytes allocated at the wrong moment can decide whether a training
+// loop's tensors are trimmed and re-faulted every step).
+//
+//   ThreadRegistry registry(16384);
+//   ThreadRing* ring = registry.add(os_tid);      // any thread, once
+//   registry.retire(ring);                        // that thread, at exit
+//   registry.for_each([](RingEntry& e) { ... });  // the collector
+//   registry.remove(&entry);                      // the collector, once drained
+#pragma once
+
+#include <stepscope/ring.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+namespace stepscope::detail {
+
+// One registered thread. Lives at the start of its mmap block, its ring's
+// records right after it.
+struct RingEntry {
+  static constexpr std::uint32_t kUnassigned = ~std::uint32_t{0};
+
+  RingEntry(PhaseRecord* storage, std::uint32_t capacity, std::int64_t tid, std::size_t block_bytes) noexcept
+      : ring(storage, capacity), os_tid(tid), bytes(block_bytes) {}
+
+  ThreadRing ring;
+  const std::int64_t os_tid;
+  std::atomic<bool> retiring{false};  // set by the thread at exit; then no more pushes come
+  // Collector only (under its state lock).
+  std::uint32_t thread = kUnassigned;  // aggregator thread id, given on the first drain
+  bool ran_steps = false;
+  // Registry only (under its lock).
+  RingEntry* prev = nullptr;
+  RingEntry* next = nullptr;
+  const std::size_t bytes;  // of the whole block
+};
+
+class ThreadRegistry {
+ public:
+  // ring_capacity: records per ring, a power of two.
+  explicit ThreadRegistry(std::uint32_t ring_capacity) noexcept : capacity_(ring_capacity) {}
+  ~ThreadRegistry();  // unmaps every block
+  ThreadRegistry(const ThreadRegistry&) = delete;
+  ThreadRegistry& operator=(const ThreadRegistry&) = delete;
+
+  // Any thread, its first record. Null when mmap fails. No malloc.
+  ThreadRing* add(std::int64_t os_tid) noexcept;
+  // The ring's thread is exiting: marks the entry; the collector frees it
+  // after its next drain.
+  void retire(ThreadRing* ring) noexcept;
+  // fn(RingEntry&) for every entry, in registration order, under the lock.
+  // fn must not call back into the registry.
+  template <typename Fn>
+  void for_each(Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (RingEntry* e = head_; e != nullptr; e = e->next) fn(*e);
+  }
+  // Unlinks and unmaps an entry whose ring is drained and whose thread has
+  // retired it; its drops are remembered.
+  void remove(RingEntry* entry) noexcept;
+  // Records dropped by full rings, retired ones included.
+  std::uint64_t dropped() const noexcept;
+  std::size_t size() const noexcept;
+  std::uint32_t ring_capacity() const noexcept { return capacity_; }
+
+ private:
+  const std::uint32_t capacity_;
+  mutable std::mutex mutex_;  // never taken on the hot path
+  RingEntry* head_ = nullptr;
+  RingEntry* tail_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint64_t removed_dropped_ = 0;
+};
+
+}  // namespace stepscope::detail
