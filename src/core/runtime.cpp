@@ -123,7 +123,9 @@ void on_thread_exit(void* value) {
 
 // Registered when the library is loaded, in every process that links it,
 // whether stepscope is on or off: so turning it on registers nothing new
-// (each of these may allocate) at the first record.
+// (each of these may allocate) at the first record. The exit handler is
+// registered once more by the collector thread after the device probe (see
+// start_collector); this one only covers a process that exits before that.
 struct LoadTimeRegistration {
   LoadTimeRegistration() noexcept {
     g_exit_key_ok = pthread_key_create(&g_exit_key, on_thread_exit) == 0;
@@ -191,6 +193,12 @@ Collector* start_collector(Runtime& rt) {
   std::unique_ptr<DeviceBackend> device = make_device_backend(device_notice);
   auto collector = std::make_unique<Collector>(options, std::move(device), rt.registry);
   Collector* published = collector.get();
+  // Exit handlers run in reverse order of registration: registered after the
+  // device probe, finish() runs before the CUDA runtime's own exit handler
+  // (registered when the probe or the program first used CUDA) tears it down.
+  // From this thread, so that any block glibc allocates for the list comes
+  // from this thread's arena.
+  std::atexit(at_exit_handler);
   {
     std::lock_guard<std::mutex> lock(rt.mutex);
     for (const auto& w : env_warnings) warn(rt, w);

@@ -4,6 +4,11 @@
 //                             and a background loader thread
 //   probe threads N        — N short-lived threads, 1000 phases each, then exit
 //   probe fork             — a few steps, then fork; the child records and exits
+//   probe exit-order STEPS — registers an exit handler before its first scope
+//                             (as the CUDA runtime does when a program used
+//                             CUDA first); the handler writes early-handler.txt
+//                             saying whether the report existed when it ran
+//   probe exit-quick       — one step, then exits at once
 #include <stepscope/stepscope.hpp>
 
 #include <sys/wait.h>
@@ -79,6 +84,27 @@ int forking() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 3;
 }
 
+void early_exit_handler() {
+  const char* out = std::getenv("STEPSCOPE_OUT");
+  const std::string report = out != nullptr && *out != '\0' ? out : "stepscope-report.json";
+  const bool present = ::access(report.c_str(), F_OK) == 0;
+  if (std::FILE* f = std::fopen("early-handler.txt", "w")) {
+    std::fprintf(f, "report-present=%d\n", present ? 1 : 0);
+    std::fclose(f);
+  }
+}
+
+int exit_order(int steps) {
+  std::atexit(early_exit_handler);
+  for (int i = 0; i < steps; ++i) one_step();
+  return 0;  // the report is written at exit, by finish()
+}
+
+int exit_quick() {
+  one_step();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +113,8 @@ int main(int argc, char** argv) {
   if (mode == "workload") return workload(n);
   if (mode == "threads") return threads(n);
   if (mode == "fork") return forking();
+  if (mode == "exit-order") return exit_order(n);
+  if (mode == "exit-quick") return exit_quick();
   std::fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
   return 2;
 }

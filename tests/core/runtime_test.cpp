@@ -212,3 +212,26 @@ TEST_CASE("an output path that is a FIFO or device is written in place, never re
   CHECK(report_from_json(slurp(dir.path + "/from_fifo.json"), r, error));
   CHECK(r.steps.count == 5);
 }
+
+TEST_CASE("at exit the report is written before exit handlers registered before stepscope started", "[runtime]") {
+  // The CUDA runtime registers its own exit handler when a program first
+  // uses CUDA; finish() must run before it (exit handlers run in reverse
+  // order), so its registration comes after the collector started.
+  TempDir dir;
+  REQUIRE(run_probe(dir, "STEPSCOPE_CUDA=0", "exit-order 20") == 0);
+  REQUIRE(exists(dir.path + "/stepscope-report.json"));
+  CHECK(slurp(dir.path + "/early-handler.txt") == "report-present=1\n");
+}
+
+TEST_CASE("a process that exits right after its first step still writes its report", "[runtime]") {
+  TempDir dir;
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(run_probe(dir, "STEPSCOPE_CUDA=0 STEPSCOPE_WARMUP=0", "exit-quick") == 0);
+    const std::string path = dir.path + "/stepscope-report.json";
+    REQUIRE(exists(path));
+    const Report r = load(path);
+    CHECK(r.steps.count == 1);
+    ::unlink(path.c_str());
+  }
+}
+
