@@ -25,9 +25,16 @@ class DeviceBackend {
   virtual void finish(Aggregator& aggregator, DeviceInfo& info) = 0;
 };
 
-// Called once at start-up (from the first scope's initialisation). Never
-// throws; never returns null. Installs the hot-path hooks when it can time
-// the device, and writes a one-line reason to `notice` when it cannot.
+// Called once at start-up. Never throws; never returns null. Installs the
+// hot-path hooks when it can time the device, and writes a one-line reason
+// to `notice` when it cannot.
 std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept;
+
+// True when the program already uses the device (the CUDA driver library is
+// loaded). Allocates nothing. Start-up then builds the device backend on the
+// first scope's thread, so that device timing covers the first steps; when
+// false it is built on the collector thread (no device work to time yet, and
+// the application's heap stays untouched).
+bool device_in_use() noexcept;
 
 }  // namespace stepscope::detail

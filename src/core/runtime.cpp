@@ -56,6 +56,10 @@ struct Runtime {
   // Set on the first record's thread, before the mode becomes enabled.
   ThreadRegistry* registry = nullptr;
   ClockChoice clock;
+  // Built on the first scope's thread when the program already used the
+  // device (see device_in_use); otherwise by the collector thread.
+  std::unique_ptr<DeviceBackend> early_device;
+  std::string early_device_notice;
   bool thread_started = false;
   bool thread_joined = false;
   pthread_t thread{};
@@ -190,7 +194,13 @@ Collector* start_collector(Runtime& rt) {
   options.live_forced = settings.live_forced;
   options.start_thread = false;  // this thread runs the loop
   std::string device_notice;
-  std::unique_ptr<DeviceBackend> device = make_device_backend(device_notice);
+  std::unique_ptr<DeviceBackend> device;
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    device = std::move(rt.early_device);
+    device_notice = rt.early_device_notice;
+  }
+  if (!device) device = make_device_backend(device_notice);
   auto collector = std::make_unique<Collector>(options, std::move(device), rt.registry);
   Collector* published = collector.get();
   // Exit handlers run in reverse order of registration: registered after the
@@ -256,7 +266,8 @@ bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock) {
 // Runs inside the first scope of the process, on the user's thread. It must
 // not allocate (see the comment on Runtime): only getenv, a file read with
 // open/read, static storage and pthread_create (whose one small calloc, the
-// new thread's TLS vector, glibc makes on the creating thread).
+// new thread's TLS vector, glibc makes on the creating thread). The one
+// exception: a program that already uses the device (device_in_use).
 bool initialise_runtime() noexcept {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
@@ -269,6 +280,11 @@ bool initialise_runtime() noexcept {
   }
   rt.clock = choose_clock(early.clock);  // before any record: it decides what a tick is
   rt.registry = new (g_registry_storage) ThreadRegistry(early.ring_capacity);
+  // A program that already runs device work gets device timing from its
+  // first step: the backend (and its hooks) are ready before this scope
+  // records. This allocates, but such a program's heap is shaped by the
+  // device runtime anyway.
+  if (device_in_use()) rt.early_device = make_device_backend(rt.early_device_notice);
   if (pthread_create(&rt.thread, nullptr, collector_thread_main, nullptr) != 0) {
     std::fputs("stepscope: warning: cannot start the collector thread; nothing is recorded in this run\n", stderr);
     g_mode.store(kModeDisabled, std::memory_order_release);

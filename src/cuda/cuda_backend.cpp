@@ -20,12 +20,14 @@
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <link.h>
 #include <time.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -523,6 +525,22 @@ std::pair<std::string, std::string> probe_cuda(int& device_count) {
 
 }  // namespace
 }  // namespace cuda
+
+bool device_in_use() noexcept {
+  // dl_iterate_phdr walks the loaded objects without allocating. cudart
+  // loads libcuda.so.1 on the program's first CUDA call.
+  int found = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) -> int {
+        if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcuda.so") != nullptr) {
+          *static_cast<int*>(data) = 1;
+          return 1;
+        }
+        return 0;
+      },
+      &found);
+  return found != 0;
+}
 
 std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept {
   notice.clear();

@@ -26,4 +26,6 @@ std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept
   }
 }
 
+bool device_in_use() noexcept { return false; }
+
 }  // namespace stepscope::detail

@@ -4,9 +4,12 @@
 // usable device and skip themselves with a message otherwise.
 #include <stepscope/report.hpp>
 
+#include "core/device_backend.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -165,3 +168,31 @@ TEST_CASE("[gpu] phases inside a graph capture record no events; graph replays a
   REQUIRE(graph->device_ms.has_value());
   CHECK(graph->device_ms->mean == Approx(1.0).epsilon(0.05));  // 4 x 250 us kernels per replay
 }
+
+namespace {
+// Independent of dl_iterate_phdr: the kernel's list of the process's mappings.
+bool driver_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libcuda.so") != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("device_in_use: true exactly when the CUDA driver library is loaded", "[cuda][fallback]") {
+  CHECK(stepscope::detail::device_in_use() == driver_mapped());
+  if (driver_mapped()) {
+    WARN("the driver is already loaded here (a GPU machine): the not-loaded case is not exercised");
+    return;
+  }
+  void* stub = ::dlopen(STEPSCOPE_CUDA_STUB, RTLD_NOW | RTLD_LOCAL);
+  if (stub == nullptr) {
+    WARN("skipped: cannot load the toolkit's driver stub " STEPSCOPE_CUDA_STUB);
+    return;
+  }
+  REQUIRE(driver_mapped());
+  CHECK(stepscope::detail::device_in_use());
+  ::dlclose(stub);
+}
+
