@@ -206,10 +206,17 @@ TEST_CASE("an output path that is a FIFO or device is written in place, never re
   struct stat st{};
   REQUIRE(::stat(fifo.c_str(), &st) == 0);
   CHECK(S_ISFIFO(st.st_mode));  // still a FIFO: not renamed over
-  for (int i = 0; i < 50 && slurp(dir.path + "/from_fifo.json").empty(); ++i) usleep(20000);
+  // The probe has exited; the reader may still be copying (the report
+  // crosses the pipe in several writes): wait until what it copied parses.
   Report r;
   std::string error;
-  CHECK(report_from_json(slurp(dir.path + "/from_fifo.json"), r, error));
+  bool parsed = false;
+  for (int i = 0; i < 250 && !parsed; ++i) {
+    parsed = report_from_json(slurp(dir.path + "/from_fifo.json"), r, error);
+    if (!parsed) usleep(20000);
+  }
+  INFO(error);
+  CHECK(parsed);
   CHECK(r.steps.count == 5);
 }
 
