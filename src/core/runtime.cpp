@@ -66,7 +66,6 @@ struct Runtime {
   // Set by the collector thread when it has started.
   bool ready = false;
   std::unique_ptr<Collector> collector;
-  std::string clock_source;
   bool finished = false;
   bool forked_child = false;
   std::string written_path;
@@ -223,7 +222,6 @@ Collector* start_collector(Runtime& rt) {
       rt.world_size = settings.world_size;
     }
     rt.settings = std::move(settings);
-    rt.clock_source = rt.clock.source;
     rt.collector = std::move(collector);
     rt.ready = true;
   }
@@ -337,7 +335,6 @@ Report build_report(bool final_report) {
   report.run.build = build_options();
   report.run.warmup_steps = rt.settings.warmup_steps;
   report.run.warmup_source = rt.settings.warmup_from_env ? "env" : "default";
-  if (!rt.clock_source.empty()) report.run.clock_source = rt.clock_source;
   for (const auto& w : rt.warnings) report.warnings.push_back(w);
   if (report.device.status.empty()) {
     report.device.status = "unknown";
