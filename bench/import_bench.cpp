@@ -27,7 +27,7 @@ namespace {
 
 using stepscope::detail::KinetoParser;
 
-const std::string kV100 = STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz";
+const std::string kV100 = STEPSCOPE_TEST_DATA_DIR "/traces/v100_single_rank_compute.json.gz";
 
 double process_cpu_ms() {
   rusage usage{};

@@ -57,6 +57,11 @@ struct ImportStats {
   std::uint64_t events_dropped_after_last_step = 0;
   bool gzip = false;
   bool fractional_timestamps = false;
+  // The legacy Chrome trace of a PyTorch built without Kineto (no event has a
+  // "cat"; usually a top-level array with "pid": "CPU functions"): every
+  // event is read as a host event, operators ("::" in the name) as cpu_op,
+  // the rest as record_function ranges.
+  bool legacy_format = false;
 };
 
 struct ImportResult {
@@ -84,7 +89,22 @@ STEPSCOPE_API ImportResult import_kineto_trace_from_buffer(std::string_view byte
 // timeline analyses, then the analyzer's verdict. Never throws.
 STEPSCOPE_API Report report_from_timeline(const timeline::Timeline& trace, const std::string& source) noexcept;
 
-// import_kineto_trace + report_from_timeline. False with `error` set.
+// import_kineto_trace + report_from_timeline. False with `error` set (one
+// line) when the trace cannot be read, and when it holds nothing to time: no
+// ProfilerStep#N and no GPU activity (the error then says how to record one,
+// see nothing_to_time). `stepscope analyze` exits 3 on either.
 STEPSCOPE_API bool analyze_trace_file(const std::string& path, Report& out, std::string& error) noexcept;
+
+// HTA's tables (Report::device.hta) for one rank's timeline; present == false
+// when the trace holds no device activity. Never throws on a valid timeline.
+STEPSCOPE_API HtaTables hta_tables(const timeline::Timeline& trace);
+
+// The text view of report.device.hta (`stepscope analyze --hta`): HTA's
+// temporal, kernel-type and idle-time tables and the launch statistics.
+STEPSCOPE_API std::string format_hta(const Report& report);
+
+// Why a timeline gives no step to analyse, and how to record one that does
+// (torch.profiler's schedule and prof.step()). One line, no path.
+STEPSCOPE_API std::string nothing_to_time(const timeline::Timeline& trace);
 
 }  // namespace stepscope

@@ -174,6 +174,44 @@ struct WhatIf {
 };
 
 // Device (GPU) side of the run.
+// Holistic Trace Analysis' tables for one rank of an imported trace, under
+// HTA 0.6.1's names and definitions (docs/timeline.md, "HTA's tables"), so an
+// HTA user finds the numbers HTA prints. Times in microseconds; percentages
+// (0-100) of HTA's own denominators, not of step time.
+struct HtaTemporalBreakdown {  // over the kernel span: first device op start to last end
+  double idle_us = 0, compute_us = 0, non_compute_us = 0, kernel_time_us = 0;
+  double idle_pctg = 0, compute_pctg = 0, non_compute_pctg = 0;
+};
+struct HtaKernelTypeRow {  // exclusive slices of the COMPUTATION/COMMUNICATION/MEMORY union
+  std::string kernel_type;  // "COMPUTATION", "COMPUTATION overlapping COMMUNICATION", ...
+  double sum_us = 0;
+  double percentage = 0;  // of the union
+};
+struct HtaIdleRow {  // per stream; a category with no ops has no row, except "other"
+  std::int64_t stream = -1;
+  std::string idle_category;  // "host_wait", "kernel_wait", "other"
+  double idle_time_us = 0;
+  double idle_time_ratio = 0;  // of the stream's idle time, 0-1
+};
+struct HtaLaunchStats {  // cudaLaunchKernel/Memcpy/Memset calls paired with the op they launched
+  std::int64_t pairs = 0;
+  std::int64_t short_kernels = 0;          // ran shorter than its launch call (call <= runtime cutoff)
+  std::int64_t runtime_outliers = 0;       // launch call longer than the runtime cutoff
+  std::int64_t launch_delay_outliers = 0;  // queued longer than the launch-delay cutoff
+  double runtime_cutoff_us = 50;
+  double launch_delay_cutoff_us = 100;
+};
+struct HtaTables {
+  bool present = false;  // only imported traces with device activity have them
+  int rank = 0;
+  HtaTemporalBreakdown temporal_breakdown;
+  std::vector<HtaKernelTypeRow> kernel_type_breakdown;
+  std::optional<double> comp_comm_overlap_pctg;  // absent without communication kernels
+  std::vector<HtaIdleRow> idle_time_breakdown;
+  HtaLaunchStats launch_stats;
+  std::vector<std::int64_t> steps_kept;  // ProfilerStep numbers analysed (HTA drops the last)
+};
+
 struct DeviceInfo {
   bool enabled = false;  // device timing was active
   std::string status;    // "ok", "no_cuda_build", "no_device", "no_driver", "cupti_unavailable", ...
@@ -182,6 +220,7 @@ struct DeviceInfo {
   double memory_capacity_mb = 0;
   double memory_peak_mb = 0;
   std::map<std::string, double> facts;  // device timeline facts (busy fraction, ...)
+  HtaTables hta;                         // imported traces: HTA's tables (JSON device.hta)
 };
 
 struct RunInfo {

@@ -331,6 +331,34 @@ STEPSCOPE_API DeviceFacts device_facts(const Timeline& timeline,
 STEPSCOPE_API void add_device_facts(const DeviceFacts& facts, std::map<std::string, double>& out);
 
 // ---------------------------------------------------------------------------
+// PyTorch's own ranges as phases (docs/timeline.md, "Phases without
+// annotations"). A trace recorded with torch.profiler names the step
+// (ProfilerStep#N), the input fetch (enumerate(DataLoader)#...), the
+// optimizer (Optimizer.step#..., Optimizer.zero_grad#...) and the autograd
+// engine's backward work (autograd::engine::evaluate_function: ...) without
+// any annotation from the user; the rest of the step's top-level work on the
+// step's thread is the forward pass. The user's own record_function ranges
+// win: time they cover on the step's thread is theirs, not a framework phase.
+enum class FrameworkPhase : std::uint8_t { data, forward, backward, optimizer };
+inline constexpr std::size_t kFrameworkPhaseCount = 4;
+// "data", "forward", "backward", "optimizer": stepscope's standard phase names.
+STEPSCOPE_API const char* to_string(FrameworkPhase phase);
+// True for a range PyTorch itself records (ProfilerStep*, enumerate(DataLoader)#...,
+// Optimizer.step#..., Optimizer.zero_grad#...), i.e. not a user annotation.
+STEPSCOPE_API bool is_pytorch_range(std::string_view name);
+
+struct StepFrameworkPhases {
+  std::int64_t step = -1;   // ProfilerStep number
+  std::int64_t tid = -1;    // the thread that ran the step
+  std::int64_t span_ns = 0; // the step's wall time
+  std::int64_t user_ns = 0; // covered by the user's own annotations on the step's thread
+  std::int64_t phase_ns[kFrameworkPhaseCount] = {};  // by FrameworkPhase, disjoint from user_ns
+  std::int64_t unattributed_ns = 0;                  // span - user - phases (>= 0)
+};
+// One entry per kept step (none when the trace has no ProfilerStep#N).
+STEPSCOPE_API std::vector<StepFrameworkPhases> framework_phases(const Timeline& timeline);
+
+// ---------------------------------------------------------------------------
 // Interval helpers, public because other analyses reuse them.
 struct Interval {
   std::int64_t start_ns = 0;

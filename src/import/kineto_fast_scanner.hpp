@@ -896,7 +896,9 @@ class FastScanner {
           return s.skip_value(1);
         }
         Scalar scalar;
-        if (!s.scalar(scalar, current == Key::ph || current == Key::cat || current == Key::name)) return false;
+        // tid strings are decoded too: a legacy trace may write "tid": "1".
+        if (!s.scalar(scalar, current == Key::ph || current == Key::cat || current == Key::name || current == Key::tid))
+          return false;
         s.builder_.event_scalar(s.event_, current, scalar);
         return true;
       }

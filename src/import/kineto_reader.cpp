@@ -321,6 +321,15 @@ bool starts_with(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }
 
+// The category a legacy trace would have given an event, from its name:
+// operators are namespaced ("aten::addmm", "autograd::engine::evaluate_function:
+// AddmmBackward0"); everything else is a record_function range (PyTorch's own
+// "ProfilerStep#3", "enumerate(DataLoader)#...", "Optimizer.step#SGD.step", or
+// the user's), which a Kineto trace files under user_annotation.
+Category legacy_category(std::string_view name) {
+  return name.find("::") != std::string_view::npos ? Category::cpu_op : Category::user_annotation;
+}
+
 // HTA's GPUKernelFilter: device work is (stream >= 0 and correlation >= 0),
 // plus the device-wide sync events that Kineto puts on stream -1.
 struct NameFacts {
@@ -335,12 +344,24 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   Interner& categories = builder.categories();
 
   std::vector<Category> category_kind(categories.size());
-  for (NameId i = 0; i < categories.size(); ++i) category_kind[i] = category_of(categories.text(i));
+  NameId no_category = std::numeric_limits<NameId>::max();
+  for (NameId i = 0; i < categories.size(); ++i) {
+    category_kind[i] = category_of(categories.text(i));
+    if (categories.text(i) == kineto::kNoCategory) no_category = i;
+  }
+  // A legacy trace (PyTorch built without Kineto: torch.autograd.profiler's
+  // export_chrome_trace, libtorch's RecordProfile) gives no event a category.
+  // Then every event is a host event; in a Kineto trace the few without one
+  // are dropped, as HTA drops them.
+  const bool legacy = no_category != std::numeric_limits<NameId>::max() && categories.size() == 1;
+  if (legacy) result.stats.legacy_format = true;
 
   std::vector<NameFacts> facts(names.size());
+  std::vector<Category> legacy_kind(legacy ? names.size() : 0);
   std::size_t distinct_steps = 0;
   for (NameId i = 0; i < names.size(); ++i) {
     const std::string& n = names.text(i);
+    if (legacy) legacy_kind[i] = legacy_category(n);
     if (starts_with(n, "ProfilerStep#")) {
       facts[i].is_step = true;
       // Digits after '#'; a name without them is still a step marker for HTA.
@@ -376,6 +397,10 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   }
 
   std::vector<char> keep(events.size(), 1);
+  if (!legacy && no_category != std::numeric_limits<NameId>::max()) {
+    for (std::size_t i = 0; i < events.size(); ++i)
+      if (events[i].category == no_category) keep[i] = 0;
+  }
   if (options.drop_last_profiler_step && distinct_steps >= 2) {
     detail::CorrelationMap<char> kept_correlations(events.size() / 2);
     for (std::size_t i = 0; i < events.size(); ++i) {
@@ -418,7 +443,7 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   for (std::size_t i = 0; i < events.size(); ++i) {
     if (!keep[i]) continue;
     const RawEvent& e = events[i];
-    const Category cat = category_kind[e.category];
+    const Category cat = legacy ? legacy_kind[e.name] : category_kind[e.category];
     if (cat == Category::gpu_user_annotation) {
       tl.phases.push_back(timeline::Phase{e.name, e.start_ns, e.end_ns, e.tid, true});
       continue;

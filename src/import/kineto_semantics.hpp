@@ -206,6 +206,23 @@ inline bool as_int64(const Scalar& s, std::int64_t& out) {
   }
 }
 
+// A JSON string holding only a decimal integer ("17"), as some legacy
+// writers put thread ids.
+inline bool decimal_string(std::string_view text, std::int64_t& out) {
+  if (text.empty() || text.size() > 18) return false;
+  std::int64_t v = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  out = v;
+  return true;
+}
+
+// The category given to a complete event that has none (legacy traces). Not
+// a string any profiler writes: it starts with a NUL byte.
+inline constexpr std::string_view kNoCategory{"\0(no cat)", 9};
+
 // Keys, per context.
 enum class Key : std::uint8_t {
   other, trace_events, distributed_info, device_properties,
@@ -401,8 +418,11 @@ class TraceBuilder {
       case Key::pid:
       case Key::tid: {
         // Kineto sometimes labels rows with strings ("Spans", "stream 7"): keep -1.
+        // Legacy traces write pid "CPU functions" and, from some writers, the
+        // thread as a decimal string ("tid": "1"): that one is a number.
         std::int64_t v = -1;
-        if (!as_int64(s, v)) v = -1;
+        const bool thread_string = key == Key::tid && is_string && decimal_string(s.string_value, v);
+        if (!thread_string && !as_int64(s, v)) v = -1;
         (key == Key::pid ? e.pid : e.tid) = v;
         return;
       }
@@ -445,8 +465,11 @@ class TraceBuilder {
     if (e.ts.kind == NumberValue::Kind::wrong_type || e.dur.kind == NumberValue::Kind::wrong_type)
       return e.is_complete ? EventVerdict::wrong_number : EventVerdict::ignored;
     if (!e.is_complete) return EventVerdict::ignored;
-    // HTA drops rows without dur or cat, and the "Trace" summary span.
-    if (!e.has_cat || e.dur.kind == NumberValue::Kind::missing || key_is(e.cat, "Trace")) return EventVerdict::ignored;
+    // HTA drops rows without dur or cat, and the "Trace" summary span. An
+    // event without cat is kept under kNoCategory: the legacy (pre-Kineto)
+    // trace writes none at all, and build_timeline drops them again when the
+    // trace has categories, as HTA does.
+    if (e.dur.kind == NumberValue::Kind::missing || (e.has_cat && key_is(e.cat, "Trace"))) return EventVerdict::ignored;
     if (e.ts.kind == NumberValue::Kind::missing) return EventVerdict::missing_ts;
 
     RawEvent raw{};
@@ -458,7 +481,7 @@ class TraceBuilder {
     raw.bytes = e.bytes;
     raw.device = e.device;
     raw.name = names_.intern(e.name);
-    raw.category = categories_.intern(e.cat);
+    raw.category = categories_.intern(e.has_cat ? e.cat : kNoCategory);
     events_.push_back(raw);
     return EventVerdict::kept;
   }

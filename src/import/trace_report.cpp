@@ -54,7 +54,44 @@ struct PhaseAcc {
 
 std::uint64_t ns(std::int64_t v) { return v > 0 ? static_cast<std::uint64_t>(v) : 0; }
 
+// PyTorch's own phases (timeline::framework_phases), one sample per step in
+// which the phase took time: "data" is input, the others compute
+// (default_phase_kind). They sit on the step's thread, disjoint from the
+// user's annotations there, so their time adds to the attributed total.
+void add_framework_phases(const std::vector<timeline::StepFrameworkPhases>& steps,
+                          std::map<std::string, PhaseAcc>& phases, std::map<int, std::uint64_t>& kind_self_ns,
+                          std::uint64_t& attributed_ns) {
+  for (const auto& step : steps) {
+    for (std::size_t k = 0; k < timeline::kFrameworkPhaseCount; ++k) {
+      const std::uint64_t t = ns(step.phase_ns[k]);
+      if (t == 0) continue;
+      const char* name = timeline::to_string(static_cast<timeline::FrameworkPhase>(k));
+      PhaseAcc& acc = phases[std::string(name) + "#step"];
+      acc.kind = default_phase_kind(name);
+      acc.role = ThreadRole::step;
+      acc.inclusive.add(t);
+      acc.self.add(t);
+      acc.threads[step.tid] = true;
+      kind_self_ns[static_cast<int>(acc.kind)] += t;
+      attributed_ns += t;
+    }
+  }
+}
+
 }  // namespace
+
+std::string nothing_to_time(const Timeline& tl) {
+  std::size_t annotations = 0;
+  for (const auto& p : tl.phases)
+    if (!p.on_device && !timeline::is_pytorch_range(tl.name_of(p.name))) ++annotations;
+  std::string what = "nothing to time: the trace has no ProfilerStep#N ranges and no GPU activity";
+  what += annotations > 0 ? " (its " + std::to_string(annotations) + " record_function ranges belong to no step)"
+                          : ", nor any record_function annotation";
+  what +=
+      "; record it with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=5), "
+      "on_trace_ready=...) and call prof.step() at the end of every iteration";
+  return what;
+}
 
 Report report_from_timeline(const Timeline& tl, const std::string& source) noexcept {
   Report r;
@@ -84,9 +121,11 @@ Report report_from_timeline(const Timeline& tl, const std::string& source) noexc
 
     // Host phases: user annotations, with self time from their nesting on
     // the same thread, attributed to the step they fall in.
+    // PyTorch's own ranges (enumerate(DataLoader)#..., Optimizer.step#...)
+    // are not the user's: they become the framework phases below.
     std::vector<const timeline::Phase*> host;
     for (const auto& p : tl.phases)
-      if (!p.on_device) host.push_back(&p);
+      if (!p.on_device && !timeline::is_pytorch_range(tl.name_of(p.name))) host.push_back(&p);
     std::sort(host.begin(), host.end(), [](const timeline::Phase* a, const timeline::Phase* b) {
       if (a->tid != b->tid) return a->tid < b->tid;
       if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns;
@@ -130,6 +169,8 @@ Report report_from_timeline(const Timeline& tl, const std::string& source) noexc
         attributed_ns += self;
       }
     }
+    const std::vector<timeline::StepFrameworkPhases> framework = timeline::framework_phases(tl);
+    add_framework_phases(framework, phases, kind_self_ns, attributed_ns);
     const double step_total_ms = r.steps.wall_ms.total;
     for (auto& [key, acc] : phases) {
       PhaseSummary s;
@@ -186,6 +227,13 @@ Report report_from_timeline(const Timeline& tl, const std::string& source) noexc
         }
         (*target)[idx] += self_ms;
       }
+      for (std::size_t i = 0; i < framework.size() && i < m; ++i) {
+        for (std::size_t k = 0; k < timeline::kFrameworkPhaseCount; ++k) {
+          const double ms = static_cast<double>(framework[i].phase_ns[k]) * 1e-6;
+          const bool data = static_cast<timeline::FrameworkPhase>(k) == timeline::FrameworkPhase::data;
+          (data ? r.steps.series.input_ms : r.steps.series.compute_ms)[i] += ms;
+        }
+      }
       for (std::size_t i = 0; i < m; ++i) {
         const double parts = r.steps.series.input_ms[i] + r.steps.series.compute_ms[i] + r.steps.series.memory_ms[i] +
                              r.steps.series.communication_ms[i] + r.steps.series.other_ms[i];
@@ -206,6 +254,7 @@ Report report_from_timeline(const Timeline& tl, const std::string& source) noexc
     }
     if (f.has_device_activity) {
       timeline::add_device_facts(f, r.device.facts);
+      r.device.hta = hta_tables(tl);
       if (!f.top_sync_phase.empty()) r.warnings.push_back("most sync idle time is in phase '" + f.top_sync_phase + "'");
       // Without ProfilerStep annotations the whole trace is one window.
       if (r.steps.count == 0 && f.steps > 0) {
@@ -236,6 +285,10 @@ bool analyze_trace_file(const std::string& path, Report& out, std::string& error
       return false;
     }
     out = report_from_timeline(imported.trace, path);
+    if (out.steps.count == 0) {
+      error = path + ": " + nothing_to_time(imported.trace);
+      return false;
+    }
     return true;
   } catch (const std::exception& e) {
     error = e.what();

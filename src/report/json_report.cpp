@@ -89,6 +89,73 @@ const json& get_arr(const json& j, const char* key) {
   return *it;
 }
 
+// device.hta: HTA's tables for an imported trace (docs/report-schema.md).
+json hta_to_j(const HtaTables& h) {
+  const auto& t = h.temporal_breakdown;
+  json temporal{{"idle_us", num(t.idle_us)},           {"compute_us", num(t.compute_us)},
+                {"non_compute_us", num(t.non_compute_us)}, {"kernel_time_us", num(t.kernel_time_us)},
+                {"idle_pctg", num(t.idle_pctg)},       {"compute_pctg", num(t.compute_pctg)},
+                {"non_compute_pctg", num(t.non_compute_pctg)}};
+  json kernel_types = json::array();
+  for (const auto& k : h.kernel_type_breakdown)
+    kernel_types.push_back(
+        json{{"kernel_type", k.kernel_type}, {"sum_us", num(k.sum_us)}, {"percentage", num(k.percentage)}});
+  json idle = json::array();
+  for (const auto& i : h.idle_time_breakdown)
+    idle.push_back(json{{"stream", i.stream},
+                        {"idle_category", i.idle_category},
+                        {"idle_time_us", num(i.idle_time_us)},
+                        {"idle_time_ratio", num(i.idle_time_ratio)}});
+  const auto& l = h.launch_stats;
+  json launch{{"pairs", l.pairs},
+              {"short_kernels", l.short_kernels},
+              {"runtime_outliers", l.runtime_outliers},
+              {"launch_delay_outliers", l.launch_delay_outliers},
+              {"thresholds", json{{"runtime_cutoff_us", num(l.runtime_cutoff_us)},
+                                  {"launch_delay_cutoff_us", num(l.launch_delay_cutoff_us)}}}};
+  return json{{"rank", h.rank},
+              {"temporal_breakdown", temporal},
+              {"kernel_type_breakdown", kernel_types},
+              {"comp_comm_overlap_pctg", h.comp_comm_overlap_pctg ? num(*h.comp_comm_overlap_pctg) : json(nullptr)},
+              {"idle_time_breakdown", idle},
+              {"launch_stats", launch},
+              {"steps_kept", h.steps_kept}};
+}
+HtaTables hta_from(const json& j) {
+  HtaTables h;
+  h.present = true;
+  h.rank = static_cast<int>(get_num(j, "rank"));
+  const json& t = get_obj(j, "temporal_breakdown");
+  auto& tb = h.temporal_breakdown;
+  tb.idle_us = get_num(t, "idle_us");
+  tb.compute_us = get_num(t, "compute_us");
+  tb.non_compute_us = get_num(t, "non_compute_us");
+  tb.kernel_time_us = get_num(t, "kernel_time_us");
+  tb.idle_pctg = get_num(t, "idle_pctg");
+  tb.compute_pctg = get_num(t, "compute_pctg");
+  tb.non_compute_pctg = get_num(t, "non_compute_pctg");
+  for (const auto& k : get_arr(j, "kernel_type_breakdown"))
+    h.kernel_type_breakdown.push_back({get_str(k, "kernel_type"), get_num(k, "sum_us"), get_num(k, "percentage")});
+  if (j.contains("comp_comm_overlap_pctg") && j["comp_comm_overlap_pctg"].is_number())
+    h.comp_comm_overlap_pctg = j["comp_comm_overlap_pctg"].get<double>();
+  for (const auto& i : get_arr(j, "idle_time_breakdown"))
+    h.idle_time_breakdown.push_back({static_cast<std::int64_t>(get_num(i, "stream", -1)), get_str(i, "idle_category"),
+                                     get_num(i, "idle_time_us"), get_num(i, "idle_time_ratio")});
+  const json& l = get_obj(j, "launch_stats");
+  h.launch_stats.pairs = static_cast<std::int64_t>(get_u64(l, "pairs"));
+  h.launch_stats.short_kernels = static_cast<std::int64_t>(get_u64(l, "short_kernels"));
+  h.launch_stats.runtime_outliers = static_cast<std::int64_t>(get_u64(l, "runtime_outliers"));
+  h.launch_stats.launch_delay_outliers = static_cast<std::int64_t>(get_u64(l, "launch_delay_outliers"));
+  const json& cut = get_obj(l, "thresholds");
+  h.launch_stats.runtime_cutoff_us = get_num(cut, "runtime_cutoff_us", 50);
+  h.launch_stats.launch_delay_cutoff_us = get_num(cut, "launch_delay_cutoff_us", 100);
+  for (const auto& s : get_arr(j, "steps_kept")) {
+    if (!s.is_number()) throw std::runtime_error("field 'steps_kept' holds a non-number");
+    h.steps_kept.push_back(s.get<std::int64_t>());
+  }
+  return h;
+}
+
 json to_j(const Distribution& d) {
   return json{{"count", d.count}, {"total", num(d.total)}, {"mean", num(d.mean)}, {"stddev", num(d.stddev)},
               {"min", num(d.min)},   {"max", num(d.max)},     {"p50", num(d.p50)},   {"p90", num(d.p90)},
@@ -496,6 +563,7 @@ json to_j(const Report& r) {
   json facts = json::object();
   for (const auto& [k, v] : r.device.facts) facts[k] = num(v);
   device["facts"] = facts;
+  if (r.device.hta.present) device["hta"] = hta_to_j(r.device.hta);
 
   json out{{"schema_version", r.schema_version},
            {"run", run},
@@ -574,6 +642,7 @@ Report report_from(const json& j) {
   r.device.memory_peak_mb = get_num(device, "memory_peak_mb");
   for (const auto& [k, v] : get_obj(device, "facts").items())
     if (v.is_number()) r.device.facts[k] = v.get<double>();
+  if (device.contains("hta") && !device["hta"].is_null()) r.device.hta = hta_from(get_obj(device, "hta"));
   r.bottleneck = verdict_from(get_obj(j, "bottleneck"));
   for (const auto& f : get_arr(j, "findings")) {
     Finding finding;

@@ -8,63 +8,17 @@
 #include <unordered_map>
 
 #include "stepscope/timeline.hpp"
+#include "timeline/interval_set.hpp"
 
 namespace stepscope::timeline {
 namespace {
 
-using Intervals = std::vector<Interval>;
-
-// Plain set algebra on sorted, disjoint, non-empty intervals. Unlike the HTA
-// merge, degenerate (end <= start) inputs are dropped: here they are noise.
-Intervals normalise(Intervals v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& iv) { return iv.end_ns <= iv.start_ns; }),
-          v.end());
-  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.start_ns < b.start_ns; });
-  Intervals out;
-  for (const Interval& iv : v) {
-    if (!out.empty() && iv.start_ns <= out.back().end_ns) out.back().end_ns = std::max(out.back().end_ns, iv.end_ns);
-    else out.push_back(iv);
-  }
-  return out;
-}
-
-Intervals intersect(const Intervals& a, const Intervals& b) {
-  Intervals out;
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const std::int64_t lo = std::max(a[i].start_ns, b[j].start_ns);
-    const std::int64_t hi = std::min(a[i].end_ns, b[j].end_ns);
-    if (hi > lo) out.push_back({lo, hi});
-    if (a[i].end_ns < b[j].end_ns) ++i;
-    else ++j;
-  }
-  return out;
-}
-
-Intervals subtract(const Intervals& a, const Intervals& b) {
-  Intervals out;
-  std::size_t j = 0;
-  for (Interval cur : a) {
-    while (j < b.size() && b[j].end_ns <= cur.start_ns) ++j;
-    std::size_t k = j;
-    while (k < b.size() && b[k].start_ns < cur.end_ns) {
-      if (b[k].start_ns > cur.start_ns) out.push_back({cur.start_ns, b[k].start_ns});
-      cur.start_ns = std::max(cur.start_ns, b[k].end_ns);
-      if (cur.start_ns >= cur.end_ns) break;
-      ++k;
-    }
-    if (cur.start_ns < cur.end_ns) out.push_back(cur);
-  }
-  return out;
-}
-
-std::int64_t length(const Intervals& v) {
-  std::int64_t total = 0;
-  for (const Interval& iv : v) total += iv.end_ns - iv.start_ns;
-  return total;
-}
-
-Intervals clip(const Intervals& v, std::int64_t start, std::int64_t end) { return intersect(v, {{start, end}}); }
+using detail::clip;
+using detail::intersect;
+using detail::Intervals;
+using detail::length;
+using detail::normalise;
+using detail::subtract;
 
 std::string lower(std::string_view s) {
   std::string out(s);

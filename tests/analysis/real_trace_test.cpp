@@ -1,4 +1,4 @@
-// The classifier on the real GPU traces in ../shared/traces: imported with
+// The classifier on the real GPU traces in tests/data/traces: imported with
 // the Kineto reader, reduced to timeline::DeviceFacts, put into a Report's
 // device facts under the timeline's own field names, classified.
 #include <stepscope/analysis.hpp>
@@ -13,7 +13,7 @@ using namespace stepscope;
 namespace {
 
 Report report_from_trace(const std::string& file) {
-  const ImportResult imported = import_kineto_trace(std::string(STEPSCOPE_SHARED_DIR) + "/traces/" + file);
+  const ImportResult imported = import_kineto_trace(std::string(STEPSCOPE_TEST_DATA_DIR) + "/traces/" + file);
   REQUIRE(imported.ok);
   const timeline::DeviceFacts f = timeline::device_facts(imported.trace);
   REQUIRE(f.has_device_activity);

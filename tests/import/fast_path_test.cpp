@@ -32,7 +32,7 @@ using stepscope::test::gzip;
 using stepscope::test::read_file;
 
 const std::string kCorpus = STEPSCOPE_SOURCE_DIR "/tests/import/corpus/";
-const std::string kTraces = STEPSCOPE_SHARED_DIR "/traces/";
+const std::string kTraces = STEPSCOPE_TEST_DATA_DIR "/traces/";
 
 
 

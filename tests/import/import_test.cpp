@@ -118,7 +118,7 @@ TEST_CASE("host and phase threads come from the trace's \"tid\"", "[import][tid]
 
 TEST_CASE("a real Kineto trace keeps its host threads apart", "[import][tid]") {
   // PyTorch's main thread (1102) and autograd thread (1262) in the v100 trace.
-  const ImportResult r = import_kineto_trace(STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz");
+  const ImportResult r = import_kineto_trace(STEPSCOPE_TEST_DATA_DIR "/traces/v100_single_rank_compute.json.gz");
   INFO(r.error);
   REQUIRE(r.ok);
   std::map<std::int64_t, std::size_t> ops_per_thread;
@@ -270,4 +270,78 @@ TEST_CASE("every fuzz corpus seed imports without crashing", "[import][corpus]")
   }
   closedir(dir);
   CHECK(seeds >= 5);
+}
+
+TEST_CASE("a legacy (pre-Kineto) trace: top-level array, no cat, string pid and tid", "[import][legacy]") {
+  // What torch.autograd.profiler / libtorch RecordProfile write when PyTorch
+  // is built without Kineto (Debian's 1.13): no "cat" anywhere, "pid" is
+  // "CPU functions", and some writers give the thread as a string.
+  const std::string json = R"([
+    {"name": "ProfilerStep#3", "ph": "X", "ts": 100, "dur": 50, "tid": 1, "pid": "CPU functions", "args": {}},
+    {"name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "ph": "X", "ts": 100, "dur": 20, "tid": 1, "pid": "CPU functions", "args": {}},
+    {"name": "aten::addmm", "ph": "X", "ts": 121, "dur": 10, "tid": "1", "pid": "CPU functions", "args": {}},
+    {"name": "my_forward", "ph": "X", "ts": 121, "dur": 12, "tid": 1, "pid": "CPU functions", "args": {}},
+    {"name": "ProfilerStep#4", "ph": "X", "ts": 150, "dur": 40, "tid": 1, "pid": "CPU functions", "args": {}},
+    {"name": "aten::mm", "ph": "X", "ts": 151, "dur": 5, "tid": 1, "pid": "CPU functions", "args": {}}
+  ])";
+  for (const bool gzipped : {false, true}) {
+    INFO((gzipped ? "gzip" : "plain"));
+    const ImportResult r = import_text(gzipped ? gzip(json) : json);
+    INFO(r.error);
+    REQUIRE(r.ok);
+    CHECK(r.stats.legacy_format);
+    // HTA's rule holds here too: the last of two ProfilerSteps is dropped.
+    REQUIRE(r.trace.steps.size() == 1);
+    CHECK(r.trace.steps[0].number == 3);
+    CHECK(r.trace.devices.empty());
+    CHECK_FALSE(r.trace.has_distributed_info);
+    std::map<std::string, HostInterval> by_name;
+    for (const HostInterval& h : r.trace.host_ops) by_name[r.trace.name_of(h.name)] = h;
+    CHECK(by_name.count("aten::mm") == 0);  // after the last step's start
+    CHECK(by_name.at("aten::addmm").kind == HostOpKind::framework_op);
+    CHECK(by_name.at("aten::addmm").tid == 1);  // "1" is thread 1
+    CHECK(by_name.at("my_forward").kind == HostOpKind::annotation);
+    CHECK(by_name.at("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__").kind == HostOpKind::annotation);
+    CHECK(by_name.at("ProfilerStep#3").kind == HostOpKind::step);
+    CHECK(r.trace.phases.size() == 2);  // the two record_function ranges
+  }
+}
+
+TEST_CASE("a Kineto trace still drops the few events without cat, as HTA", "[import][legacy]") {
+  const std::string json = R"({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 1, "ts": 10, "dur": 5},
+    {"ph": "X", "name": "no category", "pid": 7, "tid": 1, "ts": 12, "dur": 5},
+    {"ph": "X", "cat": null, "name": "null category", "pid": 7, "tid": 1, "ts": 12, "dur": 5}
+  ]})";
+  const ImportResult r = import_text(json);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  CHECK_FALSE(r.stats.legacy_format);
+  REQUIRE(r.trace.host_ops.size() == 1);
+  CHECK(r.trace.name_of(r.trace.host_ops[0].name) == "aten::mm");
+}
+
+TEST_CASE("legacy traces recorded by Debian's PyTorch 1.13 import", "[import][legacy]") {
+  // tests/data/pytorch/record_trace.py, torch 1.13 without Kineto, 12 active steps.
+  for (const char* mode : {"compute", "io", "io-workers"}) {
+    INFO(mode);
+    const ImportResult r =
+        import_kineto_trace(std::string(STEPSCOPE_TEST_DATA_DIR "/pytorch/legacy_1.13_") + mode + ".json.gz");
+    INFO(r.error);
+    REQUIRE(r.ok);
+    CHECK(r.stats.gzip);
+    CHECK(r.stats.legacy_format);
+    CHECK(r.trace.steps.size() == 11);  // 12 recorded, the last dropped as HTA does
+    CHECK(r.trace.device_ops.empty());
+    std::size_t data = 0, optimizer = 0, backward = 0;
+    for (const HostInterval& h : r.trace.host_ops) {
+      const std::string& n = r.trace.name_of(h.name);
+      if (n.rfind("enumerate(DataLoader)", 0) == 0) ++data;
+      if (n.rfind("Optimizer.step#", 0) == 0) ++optimizer;
+      if (n.rfind("autograd::engine::evaluate_function:", 0) == 0) ++backward;
+    }
+    CHECK(data >= 3);
+    CHECK(optimizer >= 3);
+    CHECK(backward >= 3);
+  }
 }

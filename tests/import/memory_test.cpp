@@ -64,7 +64,7 @@ void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
 void operator delete[](void* p, std::size_t) noexcept { operator delete(p); }
 
 TEST_CASE("streaming the v100 trace needs a fraction of its JSON size in memory", "[import][memory]") {
-  const std::string path = STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz";
+  const std::string path = STEPSCOPE_TEST_DATA_DIR "/traces/v100_single_rank_compute.json.gz";
   for (const bool pipelined : {true, false}) {
     stepscope::ImportOptions options;
     options.pipelined_decompression = pipelined;
@@ -86,7 +86,7 @@ TEST_CASE("streaming the v100 trace needs a fraction of its JSON size in memory"
 TEST_CASE("a trace below the in-memory limit costs its JSON once, and no more", "[import][memory]") {
   using stepscope::detail::ImportDiagnostics;
   using stepscope::detail::KinetoParser;
-  const std::string path = STEPSCOPE_SHARED_DIR "/traces/v100_single_rank_compute.json.gz";
+  const std::string path = STEPSCOPE_TEST_DATA_DIR "/traces/v100_single_rank_compute.json.gz";
   const std::string json = stepscope::test::gunzip(stepscope::test::read_file(path));
   // The gzip file is read whole only when the build inflates gzip in one
   // piece (libdeflate); plain JSON always is.

@@ -1,4 +1,4 @@
-// Reports from the real GPU traces in ../shared/traces: the same report a
+// Reports from the real GPU traces in tests/data/traces: the same report a
 // live run writes, with a verdict a GPU engineer would agree with.
 #include <stepscope/import.hpp>
 
@@ -12,7 +12,7 @@ namespace {
 Report analyze(const std::string& name) {
   Report r;
   std::string error;
-  const bool ok = analyze_trace_file(std::string(STEPSCOPE_SHARED_DIR) + "/traces/" + name, r, error);
+  const bool ok = analyze_trace_file(std::string(STEPSCOPE_TEST_DATA_DIR) + "/traces/" + name, r, error);
   INFO(error);
   REQUIRE(ok);
   return r;

@@ -1,4 +1,4 @@
-// Every number HTA 0.6.1 computed on the real GPU traces in ../shared/traces
+// Every number HTA 0.6.1 computed on the real GPU traces in tests/data/traces
 // (REFERENCE.json) must come out of stepscope's importer + analyses.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -16,7 +16,7 @@ using namespace stepscope::timeline;
 namespace {
 
 nlohmann::json load_reference() {
-  std::ifstream in(STEPSCOPE_SHARED_DIR "/traces/REFERENCE.json");
+  std::ifstream in(STEPSCOPE_TEST_DATA_DIR "/traces/REFERENCE.json");
   REQUIRE(in.good());
   return nlohmann::json::parse(in);
 }
@@ -48,7 +48,7 @@ TEST_CASE("analyses reproduce HTA 0.6.1 on every reference trace", "[timeline][r
   int traces_checked = 0;
   for (const auto& [file, expected] : reference["traces"].items()) {
     DYNAMIC_SECTION(file) {
-      const std::string path = std::string(STEPSCOPE_SHARED_DIR "/traces/") + file;
+      const std::string path = std::string(STEPSCOPE_TEST_DATA_DIR "/traces/") + file;
       const stepscope::ImportResult imported = stepscope::import_kineto_trace(path);
       INFO(imported.error);
       REQUIRE(imported.ok);
@@ -151,7 +151,7 @@ TEST_CASE("analyses reproduce HTA 0.6.1 on every reference trace", "[timeline][r
 
 TEST_CASE("device facts on the reference traces point at the expected bottleneck", "[timeline][facts]") {
   auto facts_of = [](const char* file) {
-    const auto imported = stepscope::import_kineto_trace(std::string(STEPSCOPE_SHARED_DIR "/traces/") + file);
+    const auto imported = stepscope::import_kineto_trace(std::string(STEPSCOPE_TEST_DATA_DIR "/traces/") + file);
     REQUIRE(imported.ok);
     return device_facts(imported.trace);
   };

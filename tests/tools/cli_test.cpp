@@ -1,6 +1,6 @@
 // The stepscope command-line tool, verb by verb, on real inputs: reports of
 // live runs of tests/core/probe and the PyTorch-profiler traces in
-// ../shared/traces; and on bad inputs, which must give a clear message and
+// tests/data/traces; and on bad inputs, which must give a clear message and
 // the documented exit code (docs/cli.md: 0 ok, 1 failure, 2 usage, 3 input).
 #include "tools/tool_runner.hpp"
 
@@ -234,10 +234,7 @@ TEST_CASE("html writes a self-contained, escaped page", "[tools][cli][html]") {
 
 TEST_CASE("analyze builds a report from a real PyTorch-profiler trace", "[tools][cli][import]") {
   const std::string trace = shared_trace("v100_single_rank_compute.json.gz");
-  if (!exists(trace)) {
-    WARN("skipped: " << trace << " not found (STEPSCOPE_SHARED_DIR)");
-    return;
-  }
+  REQUIRE(exists(trace));  // tests/data is part of the repository
   TempDir dir;
   auto r = run(dir, tool() + " analyze '" + trace + "' -o v100.json --html v100.html");
   INFO(r.err);
@@ -260,7 +257,7 @@ TEST_CASE("analyze builds a report from a real PyTorch-profiler trace", "[tools]
   CHECK(r.status == kOk);
   CHECK(r.out.empty());
   CHECK(exists(dir / "v100_single_rank_compute.stepscope.json"));
-  // The shared traces are read-only: writing beside them fails with 1.
+  // Read-only traces: writing beside them fails with 1.
   if (::access(shared_trace("").c_str(), W_OK) != 0) {
     r = run(dir, tool() + " analyze -q '" + trace + "'");
     CHECK(r.status == kFailure);
@@ -321,10 +318,8 @@ TEST_CASE("merge joins the reports of a job's ranks", "[tools][cli][merge]") {
 TEST_CASE("analyze --merge joins the traces of two ranks", "[tools][cli][merge][import]") {
   const std::string rank0 = shared_trace("sampled_128rank_rank0.json.gz"),
                     rank1 = shared_trace("sampled_128rank_rank1.json.gz");
-  if (!exists(rank0) || !exists(rank1)) {
-    WARN("skipped: the sampled_128rank traces are not in " << STEPSCOPE_SHARED_DIR);
-    return;
-  }
+  REQUIRE(exists(rank0));  // tests/data is part of the repository
+  REQUIRE(exists(rank1));
   TempDir dir;
   const auto r =
       run(dir, tool() + " analyze --merge '" + rank0 + "' '" + rank1 + "' --out-dir . -o job.json --html job.html");

@@ -142,7 +142,7 @@ int main() {
     std::printf("note: built without merge: no merged page (%s)\n", merged.err.c_str());
 #endif
   } else {
-    std::printf("note: shared traces not found in %s; only the live page was checked\n", STEPSCOPE_SHARED_DIR);
+    check(false, std::string("the traces in ") + STEPSCOPE_TEST_DATA_DIR + "/traces are missing");
   }
   std::printf("%s: %d failure(s)\n", failures == 0 ? "PASSED" : "FAILED", failures);
   return failures == 0 ? 0 : 1;

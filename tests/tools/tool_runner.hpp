@@ -97,8 +97,9 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// A trace from tests/data/traces (inside the repository).
 inline std::string shared_trace(const std::string& name) {
-  return std::string(STEPSCOPE_SHARED_DIR) + "/traces/" + name;
+  return std::string(STEPSCOPE_TEST_DATA_DIR) + "/traces/" + name;
 }
 
 }  // namespace stepscope_test

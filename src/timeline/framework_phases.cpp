@@ -1,0 +1,137 @@
+// PyTorch's own ranges become phases: what a torch.profiler trace says about
+// data / forward / backward / optimizer when the user annotated nothing.
+// Precedence inside a step, on the step's thread: the user's annotations,
+// then data, optimizer, backward (any thread: the autograd engine may run it
+// on its own), then forward (any other operator, runtime call or nn.Module
+// frame inside the step). What is left is unattributed.
+#include <map>
+#include <string_view>
+
+#include "stepscope/timeline.hpp"
+#include "timeline/interval_set.hpp"
+
+namespace stepscope::timeline {
+namespace {
+
+using detail::Intervals;
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_data_range(std::string_view name) { return starts_with(name, "enumerate(DataLoader)"); }
+bool is_optimizer_range(std::string_view name) {
+  return starts_with(name, "Optimizer.step#") || starts_with(name, "Optimizer.zero_grad#");
+}
+// The autograd engine's per-node work, and the Python frame that runs it
+// ("torch/_tensor.py(396): backward", "torch/autograd/__init__.py(173): backward").
+bool is_backward_op(const HostInterval& h, std::string_view name) {
+  if (h.kind == HostOpKind::framework_op) return starts_with(name, "autograd::engine::evaluate_function:");
+  if (h.kind == HostOpKind::python) return ends_with(name, ": backward");
+  return false;
+}
+
+// Which framework phase (if any) an event marks; forward is "any other work".
+enum class Mark : std::uint8_t { user, data, optimizer, backward, work, none };
+
+Mark mark_of(const HostInterval& h, std::string_view name) {
+  switch (h.kind) {
+    case HostOpKind::step: return Mark::none;
+    case HostOpKind::annotation:
+      if (is_data_range(name)) return Mark::data;
+      if (is_optimizer_range(name)) return Mark::optimizer;
+      return is_pytorch_range(name) ? Mark::none : Mark::user;
+    case HostOpKind::framework_op: return is_backward_op(h, name) ? Mark::backward : Mark::work;
+    case HostOpKind::python:
+      // Only the module frames: outer Python frames (the script, the loop)
+      // span the whole step and say nothing about its parts.
+      if (is_backward_op(h, name)) return Mark::backward;
+      return starts_with(name, "nn.Module:") ? Mark::work : Mark::none;
+    case HostOpKind::runtime_launch:
+    case HostOpKind::runtime_sync:
+    case HostOpKind::runtime_other: return Mark::work;
+    case HostOpKind::other: return Mark::none;
+  }
+  return Mark::none;
+}
+
+}  // namespace
+
+const char* to_string(FrameworkPhase phase) {
+  switch (phase) {
+    case FrameworkPhase::data: return "data";
+    case FrameworkPhase::forward: return "forward";
+    case FrameworkPhase::backward: return "backward";
+    case FrameworkPhase::optimizer: return "optimizer";
+  }
+  return "forward";
+}
+
+bool is_pytorch_range(std::string_view name) {
+  return starts_with(name, "ProfilerStep") || is_data_range(name) || is_optimizer_range(name);
+}
+
+std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
+  std::vector<StepFrameworkPhases> out;
+  if (tl.steps.empty()) return out;
+
+  // The thread of each step: the host event that is the ProfilerStep range.
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> step_tid;
+  for (const HostInterval& h : tl.host_ops)
+    if (h.kind == HostOpKind::step) step_tid.emplace(std::make_pair(h.start_ns, h.end_ns), h.tid);
+
+  // Marked intervals per thread (backward: all threads together).
+  std::map<std::int64_t, Intervals> user, data, optimizer, work;
+  Intervals backward;
+  for (const HostInterval& h : tl.host_ops) {
+    const std::string_view name = tl.name_of(h.name);
+    const Interval iv{h.start_ns, h.end_ns};
+    switch (mark_of(h, name)) {
+      case Mark::user: user[h.tid].push_back(iv); break;
+      case Mark::data: data[h.tid].push_back(iv); break;
+      case Mark::optimizer: optimizer[h.tid].push_back(iv); break;
+      case Mark::backward: backward.push_back(iv); break;
+      case Mark::work: work[h.tid].push_back(iv); break;
+      case Mark::none: break;
+    }
+  }
+  for (auto* per_thread : {&user, &data, &optimizer, &work})
+    for (auto& [tid, list] : *per_thread) list = detail::normalise(std::move(list));
+  backward = detail::normalise(std::move(backward));
+
+  const Intervals none;
+  auto of_thread = [&none](const std::map<std::int64_t, Intervals>& m, std::int64_t tid) -> const Intervals& {
+    const auto it = m.find(tid);
+    return it == m.end() ? none : it->second;
+  };
+  for (const Step& s : tl.steps) {
+    StepFrameworkPhases p;
+    p.step = s.number;
+    const auto tid_it = step_tid.find({s.start_ns, s.end_ns});
+    p.tid = tid_it == step_tid.end() ? -1 : tid_it->second;
+    p.span_ns = std::max<std::int64_t>(0, s.end_ns - s.start_ns);
+    // Taken in order of precedence; each claims what the earlier ones left.
+    Intervals left = {{s.start_ns, s.end_ns}};
+    if (p.span_ns == 0) left.clear();
+    auto claim = [&left](const Intervals& marked) {
+      const Intervals mine = detail::intersect(left, marked);
+      left = detail::subtract(left, mine);
+      return detail::length(mine);
+    };
+    p.user_ns = claim(detail::clip(of_thread(user, p.tid), s.start_ns, s.end_ns));
+    auto& phase = p.phase_ns;
+    phase[static_cast<int>(FrameworkPhase::data)] = claim(detail::clip(of_thread(data, p.tid), s.start_ns, s.end_ns));
+    phase[static_cast<int>(FrameworkPhase::optimizer)] =
+        claim(detail::clip(of_thread(optimizer, p.tid), s.start_ns, s.end_ns));
+    phase[static_cast<int>(FrameworkPhase::backward)] = claim(detail::clip(backward, s.start_ns, s.end_ns));
+    phase[static_cast<int>(FrameworkPhase::forward)] = claim(detail::clip(of_thread(work, p.tid), s.start_ns, s.end_ns));
+    p.unattributed_ns = detail::length(left);
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace stepscope::timeline

@@ -1,0 +1,80 @@
+// Set algebra on lists of time intervals (sorted, disjoint, non-empty), shared
+// by the per-step attribution (attribution.cpp) and the PyTorch phases
+// (framework_phases.cpp). Times are nanoseconds on the trace's clock.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "stepscope/timeline.hpp"
+
+namespace stepscope::detail {
+
+using Intervals = std::vector<timeline::Interval>;
+
+// Sorts and merges. Unlike the HTA merge (timeline::merge_intervals),
+// degenerate (end <= start) inputs are dropped: here they are noise.
+inline Intervals normalise(Intervals v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](const timeline::Interval& iv) { return iv.end_ns <= iv.start_ns; }),
+          v.end());
+  std::sort(v.begin(), v.end(),
+            [](const timeline::Interval& a, const timeline::Interval& b) { return a.start_ns < b.start_ns; });
+  Intervals out;
+  for (const timeline::Interval& iv : v) {
+    if (!out.empty() && iv.start_ns <= out.back().end_ns) out.back().end_ns = std::max(out.back().end_ns, iv.end_ns);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+inline Intervals intersect(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const std::int64_t lo = std::max(a[i].start_ns, b[j].start_ns);
+    const std::int64_t hi = std::min(a[i].end_ns, b[j].end_ns);
+    if (hi > lo) out.push_back({lo, hi});
+    if (a[i].end_ns < b[j].end_ns) ++i;
+    else ++j;
+  }
+  return out;
+}
+
+inline Intervals subtract(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  std::size_t j = 0;
+  for (timeline::Interval cur : a) {
+    while (j < b.size() && b[j].end_ns <= cur.start_ns) ++j;
+    std::size_t k = j;
+    while (k < b.size() && b[k].start_ns < cur.end_ns) {
+      if (b[k].start_ns > cur.start_ns) out.push_back({cur.start_ns, b[k].start_ns});
+      cur.start_ns = std::max(cur.start_ns, b[k].end_ns);
+      if (cur.start_ns >= cur.end_ns) break;
+      ++k;
+    }
+    if (cur.start_ns < cur.end_ns) out.push_back(cur);
+  }
+  return out;
+}
+
+inline std::int64_t length(const Intervals& v) {
+  std::int64_t total = 0;
+  for (const timeline::Interval& iv : v) total += iv.end_ns - iv.start_ns;
+  return total;
+}
+
+// The part of a normalised list inside [start, end); finds the first
+// interval by binary search, so clipping many windows stays cheap.
+inline Intervals clip(const Intervals& v, std::int64_t start, std::int64_t end) {
+  Intervals out;
+  auto it = std::lower_bound(v.begin(), v.end(), start,
+                             [](const timeline::Interval& iv, std::int64_t t) { return iv.end_ns <= t; });
+  for (; it != v.end() && it->start_ns < end; ++it) {
+    const std::int64_t lo = std::max(it->start_ns, start), hi = std::min(it->end_ns, end);
+    if (hi > lo) out.push_back({lo, hi});
+  }
+  return out;
+}
+
+}  // namespace stepscope::detail

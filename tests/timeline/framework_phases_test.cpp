@@ -1,0 +1,114 @@
+// PyTorch's own ranges as phases (framework_phases): hand-built timelines of
+// one step whose parts can be worked out on paper. Times in microseconds.
+#include <catch2/catch.hpp>
+
+#include "stepscope/timeline.hpp"
+
+using namespace stepscope::timeline;
+
+namespace {
+
+constexpr std::int64_t us(std::int64_t v) { return v * 1000; }
+
+struct StepBuilder {
+  Timeline tl;
+
+  void host(const char* name, std::int64_t start, std::int64_t end, HostOpKind kind, std::int64_t tid = 1) {
+    HostInterval h;
+    h.start_ns = us(start);
+    h.end_ns = us(end);
+    h.kind = kind;
+    h.tid = tid;
+    h.name = tl.intern(name);
+    tl.host_ops.push_back(h);
+    if (kind == HostOpKind::step) tl.steps.push_back({7, h.start_ns, h.end_ns});
+  }
+  std::int64_t phase(const StepFrameworkPhases& p, FrameworkPhase which) const {
+    return p.phase_ns[static_cast<int>(which)];
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a torch.profiler step splits into data, forward, backward and optimizer", "[timeline][phases]") {
+  StepBuilder b;
+  // Step 0..100 us on thread 1:
+  //   0..30   enumerate(DataLoader)   (aten::randn inside it: still data)
+  //   30..50  forward operators       (aten::addmm, aten::relu)
+  //   50..80  backward on thread 2    (the autograd engine's own thread)
+  //   80..95  Optimizer.step
+  //   95..100 nothing recorded
+  b.host("ProfilerStep#7", 0, 100, HostOpKind::step);
+  b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 30, HostOpKind::annotation);
+  b.host("aten::randn", 10, 12, HostOpKind::framework_op);
+  b.host("aten::addmm", 30, 42, HostOpKind::framework_op);
+  b.host("aten::relu", 42, 50, HostOpKind::framework_op);
+  b.host("autograd::engine::evaluate_function: AddmmBackward0", 50, 80, HostOpKind::framework_op, 2);
+  b.host("aten::mm", 55, 60, HostOpKind::framework_op, 2);  // inside backward: not forward
+  b.host("Optimizer.step#SGD.step", 80, 95, HostOpKind::annotation);
+  b.host("aten::add_", 81, 90, HostOpKind::framework_op);
+
+  const auto steps = framework_phases(b.tl);
+  REQUIRE(steps.size() == 1);
+  const StepFrameworkPhases& p = steps[0];
+  CHECK(p.step == 7);
+  CHECK(p.tid == 1);
+  CHECK(p.span_ns == us(100));
+  CHECK(b.phase(p, FrameworkPhase::data) == us(30));
+  CHECK(b.phase(p, FrameworkPhase::forward) == us(20));
+  CHECK(b.phase(p, FrameworkPhase::backward) == us(30));
+  CHECK(b.phase(p, FrameworkPhase::optimizer) == us(15));
+  CHECK(p.user_ns == 0);
+  CHECK(p.unattributed_ns == us(5));
+}
+
+TEST_CASE("the user's record_function ranges win over PyTorch's phases", "[timeline][phases]") {
+  StepBuilder b;
+  b.host("ProfilerStep#7", 0, 100, HostOpKind::step);
+  b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 30, HostOpKind::annotation);
+  b.host("aten::addmm", 30, 90, HostOpKind::framework_op);
+  // The user wrapped 40..70 in record_function("loss"): that time is theirs.
+  b.host("loss", 40, 70, HostOpKind::annotation);
+  // ... and one range on another thread, which does not claim step time.
+  b.host("prefetch", 0, 100, HostOpKind::annotation, 3);
+
+  const auto steps = framework_phases(b.tl);
+  REQUIRE(steps.size() == 1);
+  const StepFrameworkPhases& p = steps[0];
+  CHECK(p.user_ns == us(30));
+  CHECK(b.phase(p, FrameworkPhase::data) == us(30));
+  CHECK(b.phase(p, FrameworkPhase::forward) == us(30));  // 30..40 and 70..90
+  CHECK(b.phase(p, FrameworkPhase::backward) == 0);
+  CHECK(p.unattributed_ns == us(10));
+}
+
+TEST_CASE("PyTorch's own range names are told from the user's", "[timeline][phases]") {
+  CHECK(is_pytorch_range("ProfilerStep#12"));
+  CHECK(is_pytorch_range("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"));
+  CHECK(is_pytorch_range("Optimizer.step#AdamW.step"));
+  CHECK(is_pytorch_range("Optimizer.zero_grad#AdamW.zero_grad"));
+  CHECK_FALSE(is_pytorch_range("forward"));
+  CHECK_FALSE(is_pytorch_range("## data ##"));
+  CHECK_FALSE(is_pytorch_range("optimizer"));
+  CHECK(std::string(to_string(FrameworkPhase::data)) == "data");
+  CHECK(std::string(to_string(FrameworkPhase::optimizer)) == "optimizer");
+}
+
+TEST_CASE("outer Python frames do not make the whole step forward", "[timeline][phases]") {
+  StepBuilder b;
+  b.host("train.py(40): <module>", -10, 200, HostOpKind::python);
+  b.host("ProfilerStep#7", 0, 100, HostOpKind::step);
+  b.host("nn.Module: Linear_0", 20, 40, HostOpKind::python);
+  b.host("torch/_tensor.py(396): backward", 50, 70, HostOpKind::python);
+  const auto steps = framework_phases(b.tl);
+  REQUIRE(steps.size() == 1);
+  CHECK(b.phase(steps[0], FrameworkPhase::forward) == us(20));
+  CHECK(b.phase(steps[0], FrameworkPhase::backward) == us(20));
+  CHECK(steps[0].unattributed_ns == us(60));
+}
+
+TEST_CASE("a trace without ProfilerStep has no framework phases", "[timeline][phases]") {
+  StepBuilder b;
+  b.host("aten::addmm", 0, 10, HostOpKind::framework_op);
+  CHECK(framework_phases(b.tl).empty());
+}
