@@ -103,6 +103,12 @@ STEPSCOPE_API HtaTables hta_tables(const timeline::Timeline& trace);
 // temporal, kernel-type and idle-time tables and the launch statistics.
 STEPSCOPE_API std::string format_hta(const Report& report);
 
+// For a report of an imported trace (run.source "kineto-import"): rewrites
+// the analyzer's advice into the trace's language (torch.profiler's
+// record_function and schedule instead of STEPSCOPE_PHASE). analyze() calls
+// it last, so a re-analysed report keeps the wording. No-op for other sources.
+STEPSCOPE_API void reword_advice_for_trace(Report& report);
+
 // Why a timeline gives no step to analyse, and how to record one that does
 // (torch.profiler's schedule and prof.step()). One line, no path.
 STEPSCOPE_API std::string nothing_to_time(const timeline::Timeline& trace);

@@ -285,7 +285,8 @@ struct StepDeviceUsage {
 };
 struct AttributionOptions {
   // Case-insensitive substrings that mark an input/data phase in a user
-  // annotation or framework op name.
+  // annotation's name. Operators and Python frames count as input only when
+  // their name contains "dataloader" (docs/timeline.md).
   std::vector<std::string> input_phase_markers = {"dataloader", "data_load", "data loading",
                                                   "## data", "input", "next_batch", "get_batch",
                                                   "prefetch"};

@@ -32,6 +32,16 @@ bool is_input_phase(const std::string& lowered_name, const AttributionOptions& o
   return false;
 }
 
+// Only a range someone named (a user annotation, PyTorch's
+// enumerate(DataLoader)#...) is an input phase by its markers. Operators and
+// Python frames are named by their code: "input" in them is an argument
+// ("modeling_bert.py: get_input_embeddings", "aten::_input_check"), not a
+// data phase; for them only the DataLoader itself counts.
+bool is_input_host_op(HostOpKind kind, const std::string& lowered_name, const AttributionOptions& options) {
+  if (kind == HostOpKind::annotation) return is_input_phase(lowered_name, options);
+  return lowered_name.find("dataloader") != std::string::npos;
+}
+
 // Who is responsible for a sync call: the innermost user annotation on the
 // same thread around it, else the outermost framework op (e.g. aten::item),
 // else the runtime call itself.
@@ -115,7 +125,7 @@ std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const Att
     }
     if (h.kind == HostOpKind::annotation || h.kind == HostOpKind::framework_op || h.kind == HostOpKind::python) {
       auto [it, inserted] = input_name.try_emplace(h.name, false);
-      if (inserted) it->second = is_input_phase(lower(tl.name_of(h.name)), options);
+      if (inserted) it->second = is_input_host_op(h.kind, lower(tl.name_of(h.name)), options);
       if (it->second) input.push_back(iv);
     }
   }

@@ -106,3 +106,72 @@ TEST_CASE("a trace with nothing to time is an error that says how to record one"
   CHECK_FALSE(analyze_trace_file(path, r, error));
   CHECK(error.find("1 record_function ranges belong to no step") != std::string::npos);
 }
+
+namespace {
+
+// A PyTorch 2.x-style inference step (categories python_function, cpu_op,
+// cuda_runtime, kernel), built by hand after the BERT-on-H100 trace of issue
+// 14: one ProfilerStep, no data loader, Python frames whose names hold
+// "input", and 300 kernels of 2 us each launched by 10 us cudaLaunchKernel
+// calls: the GPU idles ~94% because the host cannot launch faster.
+timeline::Timeline launch_bound_step() {
+  using namespace timeline;
+  Timeline tl;
+  auto host = [&tl](const char* name, std::int64_t start_us, std::int64_t end_us, HostOpKind kind) -> HostInterval& {
+    HostInterval h;
+    h.start_ns = start_us * 1000;
+    h.end_ns = end_us * 1000;
+    h.kind = kind;
+    h.tid = 1;
+    h.name = tl.intern(name);
+    tl.host_ops.push_back(h);
+    return tl.host_ops.back();
+  };
+  host("ProfilerStep#6", 0, 9000, HostOpKind::step);
+  tl.steps.push_back({6, 0, 9000 * 1000});
+  host("bench.py(30): <module>", -100, 9100, HostOpKind::python);
+  host("transformers/models/bert/modeling_bert.py(1012): get_input_embeddings", 0, 9000, HostOpKind::python);
+  for (std::int64_t i = 0; i < 300; ++i) {
+    const std::int64_t t = 30 * i;
+    host("aten::linear", t, t + 25, HostOpKind::framework_op);
+    host("cudaLaunchKernel", t + 5, t + 15, HostOpKind::runtime_launch).correlation = i + 1;
+    DeviceInterval d;
+    d.start_ns = (t + 16) * 1000;
+    d.end_ns = (t + 18) * 1000;
+    d.stream = 7;
+    d.correlation = i + 1;
+    d.kind = DeviceOpKind::kernel;
+    d.name = tl.intern("void cutlass::Kernel<gemm>");
+    d.cls = classify_kernel("void cutlass::Kernel<gemm>");
+    tl.device_ops.push_back(d);
+  }
+  return tl;
+}
+
+}  // namespace
+
+TEST_CASE("a launch-bound PyTorch 2.x step is scheduling, in the trace's words", "[report][trace][modern]") {
+  const Report r = report_from_timeline(launch_bound_step(), "bert_h100.json");
+  INFO(r.bottleneck.summary);
+  CHECK(r.device.facts.at("device_idle_fraction") > 0.9);
+  // No input phase exists, so no GPU idle is charged to input.
+  CHECK(r.device.facts.at("idle_host_input_fraction") == 0.0);
+  CHECK(r.steps.breakdown.input_ms == 0.0);
+  CHECK(r.device.facts.at("short_kernel_fraction") > 0.9);
+  CHECK(r.bottleneck.category == "scheduling");
+  // The forward work is PyTorch's operators: attributed without annotations.
+  CHECK(r.steps.breakdown.compute_ms > 0.5 * r.steps.breakdown.wall_ms);
+  // Advice for a Python trace: record_function, never STEPSCOPE_PHASE.
+  auto all_text = [&r] {
+    std::string text = r.bottleneck.summary;
+    for (const auto& e : r.bottleneck.evidence) text += "\n" + e.sentence;
+    for (const auto& a : r.bottleneck.recommendations) text += "\n" + a;
+    for (const auto& f : r.findings) text += "\n" + f.message;
+    return text;
+  }();
+  INFO(all_text);
+  CHECK(all_text.find("STEPSCOPE_") == std::string::npos);
+  CHECK(r.device.hta.present);
+  CHECK(r.device.hta.launch_stats.pairs == 300);
+  CHECK(r.device.hta.launch_stats.short_kernels == 300);
+}

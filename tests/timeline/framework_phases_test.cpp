@@ -3,24 +3,21 @@
 #include <catch2/catch.hpp>
 
 #include "stepscope/timeline.hpp"
+#include "timeline/timeline_builder.hpp"
 
 using namespace stepscope::timeline;
 
 namespace {
 
-constexpr std::int64_t us(std::int64_t v) { return v * 1000; }
+using stepscope::test::us;
 
+// A Builder whose ProfilerStep ranges also become Timeline::steps.
 struct StepBuilder {
-  Timeline tl;
+  stepscope::test::Builder b;
+  Timeline& tl = b.tl;
 
   void host(const char* name, std::int64_t start, std::int64_t end, HostOpKind kind, std::int64_t tid = 1) {
-    HostInterval h;
-    h.start_ns = us(start);
-    h.end_ns = us(end);
-    h.kind = kind;
-    h.tid = tid;
-    h.name = tl.intern(name);
-    tl.host_ops.push_back(h);
+    const HostInterval& h = b.host(name, start, end, kind, tid);
     if (kind == HostOpKind::step) tl.steps.push_back({7, h.start_ns, h.end_ns});
   }
   std::int64_t phase(const StepFrameworkPhases& p, FrameworkPhase which) const {
