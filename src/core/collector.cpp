@@ -43,6 +43,12 @@ ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept { return re
 
 void Collector::retire(ThreadRing* ring) noexcept { registry_->retire(ring); }
 
+namespace {
+std::uint64_t thread_cpu_ns() noexcept;
+// The flight recorder's share of a core is at most 1 / kSnapshotCostFactor.
+constexpr std::int64_t kSnapshotCostFactor = 100;
+}  // namespace
+
 void Collector::request_stop() noexcept {
   stop_requested_.store(true, std::memory_order_release);
   wake_word_.fetch_add(1, std::memory_order_release);
@@ -73,12 +79,19 @@ void Collector::run_loop() noexcept {
     if (snapshot_every_ns > 0 && options_.on_snapshot &&
         static_cast<std::int64_t>(monotonic_ns()) >= next_snapshot_ns_) {
       note_loop_cpu();  // the snapshot's facts include the loop's CPU time so far
+      const std::uint64_t cpu_before = thread_cpu_ns();
       try {
         options_.on_snapshot();
       } catch (...) {
         // A snapshot is never worth disturbing the run; the next one retries.
       }
-      next_snapshot_ns_ = static_cast<std::int64_t>(monotonic_ns()) + snapshot_every_ns;
+      // Bounded cost: the next snapshot waits at least kSnapshotCostFactor
+      // times what this one cost (CPU), so the flight recorder never takes
+      // more than 1% of a core, however large the report (a 100k-phase
+      // report costs seconds; docs/benchmarks.md).
+      const std::uint64_t cost_ns = thread_cpu_ns() - cpu_before;
+      const auto wait_ns = std::max<std::int64_t>(snapshot_every_ns, static_cast<std::int64_t>(cost_ns) * kSnapshotCostFactor);
+      next_snapshot_ns_ = static_cast<std::int64_t>(monotonic_ns()) + wait_ns;
     }
     note_loop_cpu();
     wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, options_.interval);
