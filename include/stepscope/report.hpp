@@ -329,6 +329,15 @@ struct Report {
   std::vector<WhatIf> what_if;
   std::vector<std::string> warnings;  // configuration problems, fallbacks taken
   std::optional<MultiRank> ranks;     // merged multi-rank jobs only (run.source "merge")
+  // How the run ended. A flight-recorder snapshot (written every
+  // STEPSCOPE_SNAPSHOT_S seconds while the run goes on) has complete = false
+  // and snapshot_time_utc set; if the process was killed, crashed or ran out
+  // of memory, the last snapshot is the report that remains. The final report
+  // has complete = true and ended_by "exit" (normal exit), "finish"
+  // (stepscope::finish()), or the signal's name ("SIGINT", "SIGTERM", "SIGHUP").
+  bool complete = true;
+  std::string ended_by;           // "" in a snapshot (and in reports that are not live)
+  std::string snapshot_time_utc;  // ISO 8601; "" unless a snapshot
 };
 
 // Serialisation (src/report/json_report.cpp). Never throw.

@@ -27,6 +27,7 @@ Aggregator::Aggregator(AggregatorOptions options, const TickConverter* clock) : 
   while (kept < options_.step_intervals_kept) kept *= 2;
   step_intervals_.resize(kept);
   step_intervals_mask_ = kept - 1;
+  step_union_.resize(kept);
 }
 
 const Aggregator::ThreadInfo::SlotCacheEntry Aggregator::ThreadInfo::SlotCacheEntry::none{};
@@ -121,6 +122,7 @@ void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::
 
 inline void Aggregator::add_step_interval(const PhaseRecord& r) {
   step_intervals_[steps_recorded_++ & step_intervals_mask_] = {r.start_ticks, r.end_ticks};
+  add_to_step_union(r.start_ticks, r.end_ticks);
   if (r.end_ticks > last_step_end_) {
     last_step_end_ = r.end_ticks;
     if (__builtin_expect(!pending_.empty(), 0)) settle_pending();
@@ -280,31 +282,67 @@ void Aggregator::add_series_point(const StepPoint& point) {
   series_stride_ *= 2;
 }
 
-std::uint64_t Aggregator::overlap_with_steps(std::uint64_t start, std::uint64_t end) const {
-  // Union of the step intervals intersected with [start, end]. Steps are
-  // recorded in completion order; with one step thread they are disjoint and
-  // sorted, so the scan stops at the first step that ended before `start`.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> hits;
-  const std::uint64_t kept = std::min<std::uint64_t>(steps_recorded_, step_intervals_.size());
-  for (std::uint64_t age = 0; age < kept; ++age) {  // newest first
-    const auto& step = step_intervals_[(steps_recorded_ - 1 - age) & step_intervals_mask_];
-    if (step.second <= start) break;
-    const std::uint64_t s = std::max(start, step.first), e = std::min(end, step.second);
-    if (s < e) hits.emplace_back(s, e);
+void Aggregator::add_to_step_union(std::uint64_t start, std::uint64_t end) {
+  if (end <= start) return;
+  auto& u = step_union_;
+  const std::uint64_t mask = step_intervals_mask_;
+  const std::uint64_t size = mask + 1;
+  // The usual case, one step thread: the step starts after the last one ended.
+  if (step_union_end_ == step_union_begin_ || start > u[(step_union_end_ - 1) & mask].second) {
+    if (step_union_end_ - step_union_begin_ == size) ++step_union_begin_;  // forget the oldest
+    u[step_union_end_++ & mask] = {start, end};
+    return;
   }
-  if (hits.empty()) return 0;
-  std::sort(hits.begin(), hits.end());
-  std::uint64_t covered = 0, cur_s = hits[0].first, cur_e = hits[0].second;
-  for (std::size_t i = 1; i < hits.size(); ++i) {
-    if (hits[i].first > cur_e) {
-      covered += cur_e - cur_s;
-      cur_s = hits[i].first;
-      cur_e = hits[i].second;
-    } else {
-      cur_e = std::max(cur_e, hits[i].second);
+  // Several step threads: walk back over the intervals that end at or after
+  // `start` (as many as steps completed out of order), merge those the new
+  // one overlaps, or insert it before the ones it precedes.
+  std::uint64_t first = step_union_end_;
+  while (first > step_union_begin_ && u[(first - 1) & mask].second >= start) --first;
+  std::uint64_t last = first;  // [first, last): the intervals merged with [start, end]
+  while (last < step_union_end_ && u[last & mask].first <= end) {
+    start = std::min(start, u[last & mask].first);
+    end = std::max(end, u[last & mask].second);
+    ++last;
+  }
+  if (last == first) {  // overlaps none: insert at `first`
+    if (step_union_end_ - step_union_begin_ == size) {
+      if (first == step_union_begin_) return;  // older than every interval kept
+      ++step_union_begin_;
     }
+    for (std::uint64_t i = step_union_end_; i > first; --i) u[i & mask] = u[(i - 1) & mask];
+    u[first & mask] = {start, end};
+    ++step_union_end_;
+    return;
   }
-  covered += cur_e - cur_s;
+  u[first & mask] = {start, end};
+  const std::uint64_t removed = last - first - 1;
+  if (removed > 0) {
+    for (std::uint64_t i = last; i < step_union_end_; ++i) u[(i - removed) & mask] = u[i & mask];
+    step_union_end_ -= removed;
+  }
+}
+
+std::uint64_t Aggregator::overlap_with_steps(std::uint64_t start, std::uint64_t end) const {
+  // The kept steps' union intersected with [start, end]: a binary search for
+  // the first interval ending after `start` (ends are sorted, the intervals
+  // being disjoint and sorted by start), then the intervals up to `end`.
+  // Each background record costs O(log steps kept) plus the steps it
+  // overlaps, so a flood of records drains in time linear in the records.
+  const auto& u = step_union_;
+  const std::uint64_t mask = step_intervals_mask_;
+  std::uint64_t lo = step_union_begin_, hi = step_union_end_;
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    if (u[mid & mask].second <= start)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  std::uint64_t covered = 0;
+  for (std::uint64_t i = lo; i < step_union_end_ && u[i & mask].first < end; ++i) {
+    const std::uint64_t s = std::max(start, u[i & mask].first), e = std::min(end, u[i & mask].second);
+    if (s < e) covered += e - s;
+  }
   return clock_->duration_ns(0, covered);
 }
 

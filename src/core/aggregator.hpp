@@ -241,6 +241,14 @@ class Aggregator {
   std::uint64_t step_intervals_mask_ = 0;  // size - 1
   std::uint64_t steps_recorded_ = 0;
   std::uint64_t last_step_end_ = 0;
+  // The union of the steps' intervals (ticks) as disjoint intervals sorted
+  // by start, a circular buffer as large as step_intervals_: logical
+  // positions [step_union_begin_, step_union_end_), slot = position & mask.
+  // overlap_with_steps binary-searches it: O(log n + intervals it overlaps)
+  // per background record, where scanning the steps was O(steps kept).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> step_union_;
+  std::uint64_t step_union_begin_ = 0, step_union_end_ = 0;
+  void add_to_step_union(std::uint64_t start, std::uint64_t end);
 
   // Series: closed points + the point being filled.
   std::vector<StepPoint> series_;

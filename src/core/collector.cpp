@@ -2,11 +2,15 @@
 
 #include <stepscope/clock.hpp>
 
+#include <linux/futex.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <ctime>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -39,22 +43,31 @@ ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept { return re
 
 void Collector::retire(ThreadRing* ring) noexcept { registry_->retire(ring); }
 
+namespace {
+std::uint64_t thread_cpu_ns() noexcept;
+// The flight recorder's share of a core is at most 1 / kSnapshotCostFactor.
+constexpr std::int64_t kSnapshotCostFactor = 100;
+}  // namespace
+
 void Collector::request_stop() noexcept {
-  {
-    std::lock_guard<std::mutex> lock(wake_mutex_);
-    stop_requested_ = true;
-  }
-  wake_.notify_all();
+  stop_requested_.store(true, std::memory_order_release);
+  wake_word_.fetch_add(1, std::memory_order_release);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 void Collector::run_loop() noexcept {
-  std::unique_lock<std::mutex> lock(wake_mutex_);
   std::chrono::milliseconds wait = options_.interval;
   const std::chrono::milliseconds shortest = std::min(options_.min_interval, options_.interval);
-  while (!stop_requested_) {
-    wake_.wait_for(lock, wait, [this] { return stop_requested_; });
-    if (stop_requested_) break;
-    lock.unlock();
+  const auto snapshot_every_ns = static_cast<std::int64_t>(options_.snapshot_interval_s * 1e9);
+  if (snapshot_every_ns > 0) next_snapshot_ns_ = start_ns_ + snapshot_every_ns;
+  while (!stop_requested_.load(std::memory_order_acquire)) {
+    // The word is read before the flag is checked again: a request_stop()
+    // in between changes it, and the wait returns at once.
+    const std::uint32_t seen = wake_word_.load(std::memory_order_acquire);
+    if (stop_requested_.load(std::memory_order_acquire)) break;
+    const timespec timeout{static_cast<time_t>(wait.count() / 1000), static_cast<long>(wait.count() % 1000) * 1000000L};
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+    if (stop_requested_.load(std::memory_order_acquire)) break;
     try {
       drain_all();
     } catch (...) {
@@ -63,9 +76,25 @@ void Collector::run_loop() noexcept {
       collector_errors_.fetch_add(1, std::memory_order_relaxed);
     }
     if (live_active_) maybe_print_live();
+    if (snapshot_every_ns > 0 && options_.on_snapshot &&
+        static_cast<std::int64_t>(monotonic_ns()) >= next_snapshot_ns_) {
+      note_loop_cpu();  // the snapshot's facts include the loop's CPU time so far
+      const std::uint64_t cpu_before = thread_cpu_ns();
+      try {
+        options_.on_snapshot();
+      } catch (...) {
+        // A snapshot is never worth disturbing the run; the next one retries.
+      }
+      // Bounded cost: the next snapshot waits at least kSnapshotCostFactor
+      // times what this one cost (CPU), so the flight recorder never takes
+      // more than 1% of a core, however large the report (a 100k-phase
+      // report costs seconds; docs/benchmarks.md).
+      const std::uint64_t cost_ns = thread_cpu_ns() - cpu_before;
+      const auto wait_ns = std::max<std::int64_t>(snapshot_every_ns, static_cast<std::int64_t>(cost_ns) * kSnapshotCostFactor);
+      next_snapshot_ns_ = static_cast<std::int64_t>(monotonic_ns()) + wait_ns;
+    }
     note_loop_cpu();
     wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, options_.interval);
-    lock.lock();
   }
   note_loop_cpu();
 }
@@ -79,16 +108,25 @@ std::chrono::milliseconds Collector::next_interval(std::chrono::milliseconds wai
   return wait;
 }
 
-void Collector::note_loop_cpu() noexcept {
-  // getrusage rather than clock_gettime(CLOCK_THREAD_CPUTIME_ID), which
-  // under ThreadSanitizer (GCC 12) left the thread flagged as inside a
-  // signal handler (false "signal-unsafe call" reports afterwards).
+namespace {
+
+// CPU time of the calling thread, ns. getrusage rather than
+// clock_gettime(CLOCK_THREAD_CPUTIME_ID), which under ThreadSanitizer (GCC
+// 12) left the thread flagged as inside a signal handler (false
+// "signal-unsafe call" reports afterwards). 0 when unavailable.
+std::uint64_t thread_cpu_ns() noexcept {
   rusage usage{};
-  if (::getrusage(RUSAGE_THREAD, &usage) != 0) return;
+  if (::getrusage(RUSAGE_THREAD, &usage) != 0) return 0;
   const auto us = [](const timeval& t) {
     return static_cast<std::uint64_t>(t.tv_sec) * 1000000ull + static_cast<std::uint64_t>(t.tv_usec);
   };
-  loop_cpu_ns_.store((us(usage.ru_utime) + us(usage.ru_stime)) * 1000ull, std::memory_order_relaxed);
+  return (us(usage.ru_utime) + us(usage.ru_stime)) * 1000ull;
+}
+
+}  // namespace
+
+void Collector::note_loop_cpu() noexcept {
+  if (const std::uint64_t ns = thread_cpu_ns(); ns > 0) loop_cpu_ns_.store(ns, std::memory_order_relaxed);
 }
 
 void Collector::drain_all() {
@@ -128,6 +166,7 @@ void Collector::drain_locked() {
     if (retiring) finished.push_back(e);
   }
   last_fill_.store(fullest, std::memory_order_relaxed);
+  registry_->end_startup();  // rings registered from now on are drained in time
   if (device_) device_->poll(aggregator_);
   if (options_.sample_system) {
     sample_list_.clear();
@@ -179,6 +218,9 @@ void Collector::stop() noexcept {
     std::fputs("\n", stderr);
     live_printed_ = false;
   }
+  // The final drain runs on the caller's thread (finish(), or the loop's own
+  // thread after a signal): its CPU time is the collector's too.
+  const std::uint64_t cpu_before = thread_cpu_ns();
   try {
     std::lock_guard<std::mutex> state(state_mutex_);
     if (stopped_) return;
@@ -194,6 +236,8 @@ void Collector::stop() noexcept {
   } catch (...) {
     // Out of memory while aggregating: the report will show what was counted.
   }
+  const std::uint64_t cpu_after = thread_cpu_ns();
+  if (cpu_after > cpu_before) final_drain_cpu_ns_.store(cpu_after - cpu_before, std::memory_order_relaxed);
 }
 
 TraceCapture Collector::take_trace() {
@@ -219,7 +263,9 @@ Report Collector::facts() {
     report.system.available = false;
     report.system.rss_end_mb = sampler_.rss_mb();
   }
-  report.system.collector_cpu_ms = static_cast<double>(loop_cpu_ns_.load(std::memory_order_relaxed)) * 1e-6;
+  report.system.collector_cpu_ms = static_cast<double>(loop_cpu_ns_.load(std::memory_order_relaxed) +
+                                                      final_drain_cpu_ns_.load(std::memory_order_relaxed)) *
+                                  1e-6;
   report.device = device_info_;
   report.run.clock_source = clock_.tsc() ? "tsc" : "clock_monotonic";
   report.run.clock_tsc_ghz = clock_.ghz();

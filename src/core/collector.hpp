@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -40,6 +41,11 @@ struct CollectorOptions {
   std::size_t trace_max_events = 200000;
   double live_interval_s = 0;  // STEPSCOPE_LIVE: seconds between progress lines on stderr (0 = off)
   bool live_forced = false;    // STEPSCOPE_LIVE_FORCE: print even when stderr is not a terminal
+  // Flight recorder (STEPSCOPE_SNAPSHOT_S): every snapshot_interval_s seconds
+  // (0 = never) the loop thread calls on_snapshot() after its drain. The run
+  // time's callback writes the report marked incomplete.
+  double snapshot_interval_s = 0;
+  std::function<void()> on_snapshot;
 };
 
 class Collector {
@@ -61,7 +67,8 @@ class Collector {
   // The timer loop: drains every interval until request_stop(). Runs on the
   // collector's own thread, or on one the owner started (start_thread = false).
   void run_loop() noexcept;
-  // Asks the loop to return (does not wait).
+  // Asks the loop to return (does not wait). Async-signal-safe (an atomic
+  // store and a futex wake), so a signal handler may call it.
   void request_stop() noexcept;
   // Stops the loop, joins the collector's own thread (an owner's thread must
   // have returned from run_loop() first) and drains everything left. Idempotent.
@@ -116,10 +123,16 @@ class Collector {
   // Fullest ring at the last drain, in 1/1024 of its capacity.
   std::atomic<std::uint32_t> last_fill_{0};
 
-  std::mutex wake_mutex_;
-  std::condition_variable wake_;
-  bool stop_requested_ = false;
+  // The loop sleeps in a futex wait on wake_word_ (with the interval as its
+  // timeout) rather than on a condition variable, so that request_stop()
+  // can wake it from a signal handler. Any thread writes both.
+  std::atomic<std::uint32_t> wake_word_{0};
+  std::atomic<bool> stop_requested_{false};
   std::thread thread_;
+  // CPU time (ns) the thread calling stop() spent in the final drain: part
+  // of the collector's cost (system.collector_cpu_ms). Written once, by stop().
+  std::atomic<std::uint64_t> final_drain_cpu_ns_{0};
+  std::int64_t next_snapshot_ns_ = 0;  // loop thread only
 
   // Live progress line (collector thread only, except live_printed_ read after join).
   bool live_active_ = false;    // interval set and (stderr is a terminal or forced)

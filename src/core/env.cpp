@@ -37,6 +37,27 @@ bool parse_switch(const char* text, bool& out) {
 
 const char* system_getenv(const char* name) { return std::getenv(name); }
 
+// Seconds as plain decimal digits with an optional fraction ("1", "0.5"),
+// from 0 to max: what parse_uint accepts for integers. strtod alone would
+// also take " 1", "0x10", "1e3", "inf".
+bool parse_seconds(const char* text, double max, double& out) {
+  const char* p = text;
+  std::size_t digits = 0;
+  while (*p >= '0' && *p <= '9') ++p, ++digits;
+  if (digits == 0) return false;
+  if (*p == '.') {
+    ++p;
+    std::size_t fraction = 0;
+    while (*p >= '0' && *p <= '9') ++p, ++fraction;
+    if (fraction == 0) return false;
+  }
+  if (*p != '\0') return false;
+  const double value = std::strtod(text, nullptr);
+  if (!(value >= 0 && value <= max)) return false;
+  out = value;
+  return true;
+}
+
 }  // namespace
 
 EarlySettings read_early_settings(GetEnv getenv_fn) noexcept {
@@ -57,6 +78,7 @@ EarlySettings read_early_settings(GetEnv getenv_fn) noexcept {
       e.ring_capacity_invalid = true;
   }
   e.clock = getenv_fn("STEPSCOPE_CLOCK");
+  if (const char* v = getenv_fn("STEPSCOPE_CHILDREN"); v != nullptr && *v != '\0') (void)parse_switch(v, e.children);
   return e;
 }
 
@@ -112,13 +134,32 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
   }
   if (const char* v = getenv_fn("STEPSCOPE_LIVE"); v != nullptr && *v != '\0') {
     // Seconds between progress lines ("1" = every second); "0" = off.
-    char* end = nullptr;
-    const double seconds = std::strtod(v, &end);
-    if (end != v && *end == '\0' && seconds >= 0 && seconds <= 3600) {
+    double seconds = 0;
+    if (parse_seconds(v, 3600, seconds))
       s.live_interval_s = seconds;
-    } else {
+    else
       bad("STEPSCOPE_LIVE", v, "0, 1 or an interval in seconds", "off");
-    }
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_SNAPSHOT_S"); v != nullptr && *v != '\0') {
+    double seconds = 0;
+    if (parse_seconds(v, 86400, seconds) && (seconds == 0 || seconds >= 0.1))
+      s.snapshot_interval_s = seconds;
+    else
+      bad("STEPSCOPE_SNAPSHOT_S", v, "0 (off) or seconds from 0.1 to 86400", std::to_string(static_cast<int>(kDefaultSnapshotSeconds)));
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_SIGNALS"); v != nullptr && *v != '\0') {
+    bool on = true;
+    if (parse_switch(v, on))
+      s.signals = on;
+    else
+      bad("STEPSCOPE_SIGNALS", v, "0 or 1", "1");
+  }
+  if (const char* v = getenv_fn("STEPSCOPE_CHILDREN"); v != nullptr && *v != '\0') {
+    bool on = false;
+    if (parse_switch(v, on))
+      s.children = on;
+    else
+      bad("STEPSCOPE_CHILDREN", v, "0 or 1", "0");
   }
   if (const char* v = getenv_fn("STEPSCOPE_LIVE_FORCE"); v != nullptr && *v != '\0') {
     bool force = false;
@@ -164,6 +205,49 @@ std::string resolve_report_path(const std::string& out, int rank) {
   return path;
 }
 
+namespace {
+
+void expand(std::string& path, const std::string& placeholder, const std::string& value) {
+  for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at + value.size()))
+    path.replace(at, placeholder.size(), value);
+}
+
+// "dir/report.json" + ".rank2" -> "dir/report.rank2.json" (before the last
+// extension of the file name, or at the end when it has none).
+void insert_before_extension(std::string& path, const std::string& tag) {
+  const std::size_t slash = path.rfind('/');
+  const std::size_t name = slash == std::string::npos ? 0 : slash + 1;
+  const std::string double_extension = ".json.gz";
+  std::size_t at = path.rfind('.');
+  if (path.size() >= name + double_extension.size() + 1 &&
+      path.compare(path.size() - double_extension.size(), double_extension.size(), double_extension) == 0)
+    at = path.size() - double_extension.size();
+  if (at == std::string::npos || at <= name) at = path.size();  // no extension (a leading dot is a hidden file)
+  path.insert(at, tag);
+}
+
+}  // namespace
+
+std::string process_output_path(const std::string& out, const std::string& default_name, int rank, int world_size,
+                                long child_pid, std::string& note) {
+  note.clear();
+  std::string path = out.empty() ? default_name : out;
+  const bool has_rank = path.find("{rank}") != std::string::npos;
+  const bool has_pid = path.find("{pid}") != std::string::npos;
+  expand(path, "{rank}", std::to_string(rank >= 0 ? rank : 0));
+  expand(path, "{pid}", std::to_string(child_pid > 0 ? child_pid : static_cast<long>(getpid())));
+  std::string tags;
+  if (rank >= 0 && !has_rank && (out.empty() || world_size > 1)) tags += ".rank" + std::to_string(rank);
+  if (child_pid > 0 && !has_pid) tags += ".pid" + std::to_string(child_pid);
+  if (!tags.empty()) {
+    insert_before_extension(path, tags);
+    if (!out.empty())
+      note = "'" + out + "' has no " + std::string(child_pid > 0 && !has_pid ? "{pid}" : "{rank}") +
+             " placeholder: this process writes '" + path + "' so that processes do not overwrite each other";
+  }
+  return path;
+}
+
 std::string fallback_report_path(int rank, long pid) {
   const char* tmp = std::getenv("TMPDIR");
   std::string dir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
@@ -174,8 +258,7 @@ std::string fallback_report_path(int rank, long pid) {
   return dir + "/" + name;
 }
 
-std::string write_report_with_fallback(Report& report, const Settings& settings, int rank) {
-  const std::string path = resolve_report_path(settings.out, rank);
+std::string write_report_with_fallback(Report& report, const std::string& path, int rank) {
   std::string error;
   if (write_report_file(report, path, error)) return path;
   const std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));

@@ -16,6 +16,9 @@ namespace stepscope::detail {
 // steps. The warm-up steps are still reported separately (steps.warmup_wall_ms).
 inline constexpr std::uint64_t kDefaultWarmupSteps = 5;
 
+// Default STEPSCOPE_SNAPSHOT_S (see Settings::snapshot_interval_s).
+inline constexpr double kDefaultSnapshotSeconds = 10;
+
 struct Settings {
   bool enabled = true;                // STEPSCOPE (0/off/false disables)
   std::string out;                    // STEPSCOPE_OUT, "" = default name
@@ -35,6 +38,15 @@ struct Settings {
   double live_interval_s = 0;           // STEPSCOPE_LIVE: seconds between progress lines (0 = off)
   bool live_forced = false;             // STEPSCOPE_LIVE_FORCE=1: print even when stderr is not a terminal
   int rank = -1, world_size = 1;        // RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID
+  // STEPSCOPE_SNAPSHOT_S: seconds between flight-recorder snapshots of the
+  // report (0 = off). Why 10 s (docs/benchmarks.md, "Flight recorder"): one
+  // snapshot costs the collector thread about 1 ms of CPU for 30 phases and
+  // 20 ms for 1k phases, so every 10 s is 0.01-0.2% of one core, and a killed
+  // run loses at most its last 10 s. Larger reports (100k phases: ~4 s) are
+  // spaced out by the collector so the cost stays under 1% of a core.
+  double snapshot_interval_s = kDefaultSnapshotSeconds;
+  bool signals = true;                  // STEPSCOPE_SIGNALS=0: leave SIGINT/SIGTERM/SIGHUP alone
+  bool children = false;                // STEPSCOPE_CHILDREN=1: forked children write their own reports
 };
 
 // getenv_fn lets tests supply their own environment.
@@ -50,6 +62,7 @@ struct EarlySettings {
   std::uint32_t ring_capacity = 16384;  // STEPSCOPE_RING_RECORDS
   bool ring_capacity_invalid = false;
   const char* clock = nullptr;       // STEPSCOPE_CLOCK, as set
+  bool children = false;             // STEPSCOPE_CHILDREN=1 (read_settings words a bad value)
 };
 EarlySettings read_early_settings(GetEnv getenv_fn = nullptr) noexcept;
 
@@ -59,6 +72,14 @@ bool parse_uint(const char* text, std::uint64_t min, std::uint64_t max, std::uin
 // Report path: STEPSCOPE_OUT with {rank} expanded, or the default name
 // (stepscope-report.json, stepscope-report.rank{rank}.json when ranked).
 std::string resolve_report_path(const std::string& out, int rank);
+// The path this process writes `out` to (STEPSCOPE_OUT, STEPSCOPE_TRACE_OUT;
+// "" = default_name): {rank} and {pid} expanded. Two processes must never
+// share one file, so a multi-rank run (rank known, world_size > 1) whose path
+// lacks {rank} gets ".rank<N>" before the extension, and a forked child
+// (child_pid > 0) whose path lacks {pid} gets ".pid<N>"; `note` then says so
+// (else it is left empty).
+std::string process_output_path(const std::string& out, const std::string& default_name, int rank, int world_size,
+                                long child_pid, std::string& note);
 // Where a report goes when its path cannot be written: $TMPDIR (or /tmp),
 // named with the pid so concurrent runs do not collide.
 std::string fallback_report_path(int rank, long pid);

@@ -26,11 +26,27 @@ ThreadRegistry::~ThreadRegistry() {
 }
 
 ThreadRing* ThreadRegistry::add(std::int64_t os_tid) noexcept {
-  const std::size_t bytes = kRecordsOffset + sizeof(PhaseRecord) * std::size_t{capacity_};
+  std::uint32_t capacity = capacity_;
+  bool startup_ring = false;
+  if (startup_.load(std::memory_order_relaxed) && capacity_ < kStartupRingRecords) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (startup_rings_ < kStartupRings) {
+      ++startup_rings_;
+      startup_ring = true;
+      capacity = kStartupRingRecords;
+    }
+  }
+  const std::size_t bytes = kRecordsOffset + sizeof(PhaseRecord) * std::size_t{capacity};
   void* block = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (block == MAP_FAILED) return nullptr;
+  if (block == MAP_FAILED) {
+    if (startup_ring) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --startup_rings_;
+    }
+    return nullptr;
+  }
   auto* records = reinterpret_cast<PhaseRecord*>(static_cast<char*>(block) + kRecordsOffset);
-  auto* entry = new (block) RingEntry(records, capacity_, os_tid, bytes);
+  auto* entry = new (block) RingEntry(records, capacity, os_tid, bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   entry->prev = tail_;
   (tail_ != nullptr ? tail_->next : head_) = entry;

@@ -42,10 +42,25 @@ struct RingEntry {
   const std::size_t bytes;  // of the whole block
 };
 
+// Start-up burst: a program may record many scopes before the collector
+// thread has started (it reads the settings, probes the device, then waits
+// one interval before its first drain). Rings registered before that first
+// drain are made large enough to hold such a burst, so nothing recorded at
+// start-up is dropped while it fits: kStartupRingRecords records (4 MiB of
+// address space, resident only as records fill it), for at most
+// kStartupRings threads (bounded memory). Later threads get the configured
+// capacity. Nothing on the hot path changes: a ring's size is fixed when its
+// thread registers (cold path).
+inline constexpr std::uint32_t kStartupRingRecords = 1u << 17;
+inline constexpr std::size_t kStartupRings = 4;
+
 class ThreadRegistry {
  public:
   // ring_capacity: records per ring, a power of two.
-  explicit ThreadRegistry(std::uint32_t ring_capacity) noexcept : capacity_(ring_capacity) {}
+  // startup_burst: give the first threads large rings until end_startup()
+  // (the run time's registry; see kStartupRingRecords).
+  explicit ThreadRegistry(std::uint32_t ring_capacity, bool startup_burst = false) noexcept
+      : capacity_(ring_capacity), startup_(startup_burst) {}
   ~ThreadRegistry();  // unmaps every block
   ThreadRegistry(const ThreadRegistry&) = delete;
   ThreadRegistry& operator=(const ThreadRegistry&) = delete;
@@ -69,6 +84,13 @@ class ThreadRegistry {
   std::uint64_t dropped() const noexcept;
   std::size_t size() const noexcept;
   std::uint32_t ring_capacity() const noexcept { return capacity_; }
+  // The collector's first drain has happened: rings registered from now on
+  // get the configured capacity (see kStartupRingRecords).
+  void end_startup() noexcept { startup_.store(false, std::memory_order_relaxed); }
+  // Fork: the child must find the lock free (a parent thread may have held
+  // it at fork time). lock before fork(), unlock in both processes after.
+  void lock_for_fork() noexcept { mutex_.lock(); }
+  void unlock_after_fork() noexcept { mutex_.unlock(); }
 
  private:
   const std::uint32_t capacity_;
@@ -77,6 +99,8 @@ class ThreadRegistry {
   RingEntry* tail_ = nullptr;
   std::size_t size_ = 0;
   std::uint64_t removed_dropped_ = 0;
+  std::atomic<bool> startup_;        // until the collector's first drain
+  std::size_t startup_rings_ = 0;    // large start-up rings given (under mutex_)
 };
 
 }  // namespace stepscope::detail

@@ -1,7 +1,11 @@
 // Process-wide run time: initialisation from the environment, thread
-// registration, configuration, finish() and the report at exit, fork safety.
+// registration, configuration, finish() and the report at exit, fork safety,
+// and every other ending: flight-recorder snapshots (the report rewritten,
+// incomplete, every STEPSCOPE_SNAPSHOT_S) and SIGINT/SIGTERM/SIGHUP (final
+// report from the collector thread, then the signal's default action).
 #include "core/runtime.hpp"
 
+#include "core/atomic_file.hpp"
 #include "core/collector.hpp"
 #include "core/clock.hpp"
 #include "core/env.hpp"
@@ -11,11 +15,16 @@
 #include <stepscope/stepscope.hpp>
 #include <stepscope/trace.hpp>
 
+#include <linux/futex.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +33,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 
 namespace stepscope {
 namespace detail {
@@ -68,13 +78,116 @@ struct Runtime {
   std::unique_ptr<Collector> collector;
   bool finished = false;
   bool forked_child = false;
+  // In a forked child that records (STEPSCOPE_CHILDREN=1): its pid, which
+  // names its report; 0 otherwise. Written by the child's first scope.
+  long child_pid = 0;
+  // The "no {rank} in STEPSCOPE_OUT" note was given (under mutex).
+  bool path_note_given = false;
   std::string written_path;
   std::vector<std::string> warnings;
   std::string device_notice;
   // Records that could not be kept: thread past its exit handler, or no ring
   // (allocation failed). Counted as dropped in the report.
   std::atomic<std::uint64_t> lost_records{0};
+  // Flight recorder: off after the first failed snapshot or when the report
+  // goes to a FIFO or device. Collector thread only.
+  bool snapshots_off = false;
 };
+
+// ---- Termination signals (SIGINT, SIGTERM, SIGHUP) ----
+//
+// The handler is installed only for a signal whose disposition is SIG_DFL
+// when the collector starts: an application's own handler is never
+// replaced, and one the application installs later replaces ours (the
+// application then decides how its run ends; our snapshot remains). The
+// handler only does async-signal-safe things: it records the signal, wakes
+// the collector thread (atomic store + futex wake), waits on a futex for the
+// final report at most kSignalReportBudgetMs, removes a half-written
+// temporary file if time ran out, then restores SIG_DFL and re-raises, so
+// the exit status is 128 + signal as without stepscope. The collector
+// thread, which blocks these signals, writes the final report.
+constexpr int kTerminationSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr long kSignalReportBudgetMs = 1000;
+
+// Who writes the final report: finish() (at exit) or the collector thread
+// (after a signal), whichever claims it first.
+enum FinalState : std::uint32_t { kFinalNone = 0, kFinalWriting = 1, kFinalWritten = 2, kFinalAbandoned = 3 };
+std::atomic<std::uint32_t> g_final_state{kFinalNone};
+std::atomic<int> g_pending_signal{0};
+std::atomic<Collector*> g_signal_collector{nullptr};
+
+void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void set_final_state(FinalState state) noexcept {
+  g_final_state.store(state, std::memory_order_release);
+  futex_wake_all(g_final_state);
+}
+
+std::int64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Async-signal-safe: waits until the final report is written (or given up),
+// at most budget_ms. True when it was written.
+bool wait_for_final_report(long budget_ms) noexcept {
+  const std::int64_t deadline = monotonic_now_ns() + budget_ms * 1000000;
+  for (;;) {
+    const std::uint32_t state = g_final_state.load(std::memory_order_acquire);
+    if (state == kFinalWritten) return true;
+    if (state == kFinalAbandoned) return false;
+    const std::int64_t left = deadline - monotonic_now_ns();
+    if (left <= 0) return false;
+    // At most 50 ms at a time: a wake between the load and the wait is not lost for long.
+    const std::int64_t wait_ns = left < 50000000 ? left : 50000000;
+    const timespec timeout{static_cast<time_t>(wait_ns / 1000000000), static_cast<long>(wait_ns % 1000000000)};
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&g_final_state), FUTEX_WAIT_PRIVATE, state, &timeout, nullptr,
+              0);
+  }
+}
+
+void on_termination_signal(int sig) {
+  const int saved_errno = errno;
+  int none = 0;
+  (void)g_pending_signal.compare_exchange_strong(none, sig);
+  if (Collector* collector = g_signal_collector.load()) collector->request_stop();
+  if (!wait_for_final_report(kSignalReportBudgetMs)) remove_pending_temp_file();
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  ::sigaction(sig, &default_action, nullptr);
+  // Blocked while this handler runs: delivered, with its default action
+  // (the process ends), as soon as the handler returns.
+  ::raise(sig);
+  errno = saved_errno;
+}
+
+void block_termination_signals(sigset_t* previous) noexcept {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kTerminationSignals) sigaddset(&set, sig);
+  ::pthread_sigmask(SIG_BLOCK, &set, previous);
+}
+
+// Collector thread, after the settings are read. Returns the signals handled.
+std::string install_signal_handlers() {
+  std::string installed;
+  for (int sig : kTerminationSignals) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) != 0) continue;
+    if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;  // the application's
+    struct sigaction ours {};
+    ours.sa_handler = on_termination_signal;
+    sigemptyset(&ours.sa_mask);
+    for (int other : kTerminationSignals) sigaddset(&ours.sa_mask, other);  // one ending at a time per thread
+    ours.sa_flags = SA_RESTART;
+    if (::sigaction(sig, &ours, nullptr) == 0) installed += std::string(installed.empty() ? "" : ",") + termination_signal_name(sig);
+  }
+  return installed;
+}
 
 // Static storage, never destroyed: threads may still record while static
 // objects are being destroyed at exit, so the run time must outlive them;
@@ -94,17 +207,70 @@ void warn(Runtime& rt, const std::string& message) {
   std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
 }
 
-void at_exit_handler() { (void)stepscope::finish(); }
+void at_exit_handler() { (void)finish_run("exit"); }
 
-// fork(): the child has no collector thread. It records nothing and writes no
-// report (its parent's report is the run's); see docs/report-schema.md.
-void before_fork() { runtime().mutex.lock(); }
-void after_fork_parent() { runtime().mutex.unlock(); }
+// fork(): the child has no collector thread. By default it records nothing
+// and writes no report (its parent's report is the run's), and its first
+// scope says so on stderr; with STEPSCOPE_CHILDREN=1 its first scope starts
+// a run time of its own and it writes its own report (see docs/report-schema.md).
+void before_fork() {
+  Runtime& rt = runtime();
+  rt.mutex.lock();
+  if (rt.registry != nullptr) rt.registry->lock_for_fork();
+}
+void after_fork_parent() {
+  Runtime& rt = runtime();
+  if (rt.registry != nullptr) rt.registry->unlock_after_fork();
+  rt.mutex.unlock();
+}
 void after_fork_child() {
   Runtime& rt = runtime();
   rt.forked_child = true;
-  g_mode.store(kModeDisabled, std::memory_order_relaxed);
+  if (rt.registry != nullptr) rt.registry->unlock_after_fork();
+  // The next scope decides (initialise_runtime): recording was on, or not
+  // started yet. Off (STEPSCOPE=0, finished) stays off.
+  if (g_mode.load(std::memory_order_relaxed) == kModeEnabled) {
+    g_mode.store(kModeUninitialised, std::memory_order_relaxed);
+    // This thread's ring is the parent's: registered anew on the next scope,
+    // unless scopes are open across the fork (their ends need a ring; what
+    // they record in the child is lost).
+    ThreadState& ts = t_thread_state;
+    if (ts.depth == 0) ts.ring = nullptr;
+  }
   rt.mutex.unlock();
+}
+
+// A forked child's first scope (rt.mutex held): false when the child does not
+// record (one line on stderr says so), true when it starts its own run time.
+// Async-signal-safe calls only until it decides to record: no allocation.
+bool adopt_forked_child(Runtime& rt, const EarlySettings& early) noexcept {
+  if (!early.children) {
+    char line[200];
+    const int n = std::snprintf(line, sizeof line,
+                                "stepscope: process %ld is a forked child: its phases are not recorded "
+                                "(STEPSCOPE_CHILDREN=1 gives each child its own report)\n",
+                                static_cast<long>(::getpid()));
+    if (n > 0) (void)!::write(STDERR_FILENO, line, static_cast<std::size_t>(n < static_cast<int>(sizeof line) ? n : sizeof line - 1));
+    return false;
+  }
+  // The parent's collector thread does not exist here: forget it (its memory
+  // is the parent's, shared copy-on-write; destroying it would join a thread
+  // that is not there) and start afresh.
+  (void)rt.collector.release();
+  (void)rt.early_device.release();
+  rt.thread_started = rt.thread_joined = rt.ready = rt.finished = false;
+  rt.path_note_given = false;
+  rt.snapshots_off = false;
+  rt.written_path.clear();
+  rt.warnings.clear();
+  rt.lost_records.store(0, std::memory_order_relaxed);
+  rt.child_pid = static_cast<long>(::getpid());
+  rt.forked_child = false;
+  rt.registry = nullptr;  // a new one below (the parent's rings are the parent's)
+  g_final_state.store(kFinalNone, std::memory_order_relaxed);
+  g_pending_signal.store(0, std::memory_order_relaxed);
+  g_signal_collector.store(nullptr, std::memory_order_relaxed);
+  return true;
 }
 
 // A recording thread's exit: its ring is marked for retirement. A pthread key
@@ -137,6 +303,18 @@ struct LoadTimeRegistration {
   }
 };
 const LoadTimeRegistration g_load_time_registration;
+
+// This process's report path (rt.mutex held); the first time a rank or
+// child-pid tag is added to STEPSCOPE_OUT, one warning says so.
+std::string report_path(Runtime& rt) {
+  std::string note;
+  std::string path = process_output_path(rt.settings.out, "stepscope-report.json", rt.rank, rt.world_size, rt.child_pid, note);
+  if (!note.empty() && !rt.path_note_given) {
+    rt.path_note_given = true;
+    warn(rt, note);
+  }
+  return path;
+}
 
 std::string utc_now_iso() {
   const std::time_t now = std::time(nullptr);
@@ -174,6 +352,9 @@ std::map<std::string, std::string> build_options() {
   return build;
 }
 
+void write_snapshot(Runtime& rt) noexcept;
+void write_final_after_signal(Runtime& rt, int sig) noexcept;
+
 // The collector thread: finishes the start-up (everything that allocates),
 // publishes the collector, then drains until finish() stops it. Returns the
 // collector (owned by the run time; finish() joins this thread before it
@@ -192,6 +373,8 @@ Collector* start_collector(Runtime& rt) {
   options.live_interval_s = settings.live_interval_s;
   options.live_forced = settings.live_forced;
   options.start_thread = false;  // this thread runs the loop
+  options.snapshot_interval_s = settings.snapshot_interval_s;
+  options.on_snapshot = [&rt] { write_snapshot(rt); };
   std::string device_notice;
   std::unique_ptr<DeviceBackend> device;
   {
@@ -216,22 +399,30 @@ Collector* start_collector(Runtime& rt) {
     if (!trace_valid)
       warn(rt, "STEPSCOPE_TRACE='" + settings.trace + "' is invalid (expected A-B, N, slow or slow:MS); no trace is written");
     rt.device_notice = device_notice;
-    if (!device_notice.empty()) std::fprintf(stderr, "stepscope: %s\n", device_notice.c_str());
+    // In the report's device section anyway; on stderr unless STEPSCOPE_QUIET.
+    if (!device_notice.empty() && !settings.quiet) std::fprintf(stderr, "stepscope: %s\n", device_notice.c_str());
     if (rt.rank < 0) {
       rt.rank = settings.rank;
       rt.world_size = settings.world_size;
     }
+    if (settings.signals) (void)install_signal_handlers();
     rt.settings = std::move(settings);
     rt.collector = std::move(collector);
     rt.ready = true;
   }
   rt.ready_cv.notify_all();
+  // After a signal that came before the collector existed, the loop returns at once.
+  g_signal_collector.store(published);
+  if (g_pending_signal.load() != 0) published->request_stop();
   return published;
 }
 
 void* collector_thread_main(void*) {
   Runtime& rt = runtime();
   (void)pthread_setname_np(pthread_self(), "stepscope");
+  // Termination signals go to the application's threads: this thread writes
+  // the final report a handler asks for, so it must not be the one waiting.
+  block_termination_signals(nullptr);
   Collector* collector = nullptr;
   try {
     // Not under rt.mutex from here on: finish() holds it while it joins this thread.
@@ -248,6 +439,7 @@ void* collector_thread_main(void*) {
     return nullptr;
   }
   collector->run_loop();
+  if (const int sig = g_pending_signal.load(); sig != 0) write_final_after_signal(rt, sig);
   return nullptr;
 }
 
@@ -272,12 +464,14 @@ bool initialise_runtime() noexcept {
   const std::uint8_t mode = g_mode.load(std::memory_order_acquire);
   if (mode != kModeUninitialised) return mode == kModeEnabled;
   const EarlySettings early = read_early_settings();
-  if (!early.enabled) {
+  if (!early.enabled || (rt.forked_child && !adopt_forked_child(rt, early))) {
     g_mode.store(kModeDisabled, std::memory_order_release);
     return false;
   }
   rt.clock = choose_clock(early.clock);  // before any record: it decides what a tick is
-  rt.registry = new (g_registry_storage) ThreadRegistry(early.ring_capacity);
+  // With start-up rings: what the first threads record before the
+  // collector's first drain is kept (see kStartupRingRecords).
+  rt.registry = new (g_registry_storage) ThreadRegistry(early.ring_capacity, /*startup_burst=*/true);
   // A program that already runs device work gets device timing from its
   // first step: the backend (and its hooks) are ready before this scope
   // records. This allocates, but such a program's heap is shaped by the
@@ -346,12 +540,29 @@ Report build_report(bool final_report) {
 
 const Settings& settings() { return runtime().settings; }
 
-void write_trace_if_enabled(Collector& collector, const RunInfo& run, const Settings& s, int rank) {
+const char* termination_signal_name(int sig) noexcept {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "";
+  }
+}
+
+void write_trace_if_enabled(Collector& collector, Report& report, const Settings& s, const std::string& report_path,
+                            long child_pid) {
   TraceCapture capture = collector.take_trace();
   if (s.trace.empty() || capture.window.empty()) return;
-  std::string path = s.trace_out.empty() ? resolve_report_path("", rank) : resolve_report_path(s.trace_out, rank);
-  if (s.trace_out.empty()) path.replace(0, std::string("stepscope-report").size(), "stepscope-trace");
-  if (s.trace_out.empty()) path += ".gz";
+  const RunInfo& run = report.run;
+  std::string note, path;
+  if (s.trace_out.empty()) {
+    // Beside the report, whatever the working directory.
+    const auto slash = report_path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : report_path.substr(0, slash + 1);
+    path = dir + process_output_path("", "stepscope-trace.json.gz", run.rank, run.world_size, child_pid, note);
+  } else {
+    path = process_output_path(s.trace_out, "", run.rank, run.world_size, child_pid, note);
+  }
   std::string error;
   if (write_chrome_trace(capture, run, path, error)) {
     if (!s.quiet)
@@ -359,11 +570,135 @@ void write_trace_if_enabled(Collector& collector, const RunInfo& run, const Sett
                    capture.events.size(), capture.events_over_limit ? ", some over the limit" : "", path.c_str());
     return;
   }
-  const std::string fallback = fallback_report_path(rank, static_cast<long>(::getpid())) + ".trace.json.gz";
-  std::fprintf(stderr, "stepscope: warning: cannot write the trace to '%s' (%s); writing it to '%s' instead\n", path.c_str(),
-               error.c_str(), fallback.c_str());
-  if (!write_chrome_trace(capture, run, fallback, error))
-    std::fprintf(stderr, "stepscope: error: cannot write the trace to '%s' either (%s)\n", fallback.c_str(), error.c_str());
+  const std::string fallback = fallback_report_path(run.rank, static_cast<long>(::getpid())) + ".trace.json.gz";
+  std::string message = "cannot write the trace (" + error + "); writing it to '" + fallback + "' instead";
+  std::string error2;
+  if (!write_chrome_trace(capture, run, fallback, error2))
+    message = "cannot write the trace (" + error + "), nor to '" + fallback + "' (" + error2 + "); no trace is written";
+  std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
+  report.warnings.push_back(message);
+}
+
+namespace {
+
+// The final report (rt.mutex held, the collector's loop ended): trace first,
+// so that its warnings are in the report. Returns the path written.
+std::string write_final_report(Runtime& rt, const char* ended_by) {
+  const std::string path = report_path(rt);
+  Report report = build_report(true);
+  report.complete = true;
+  report.ended_by = ended_by;
+  write_trace_if_enabled(*rt.collector, report, rt.settings, path, rt.child_pid);
+  rt.written_path = write_report_with_fallback(report, path, rt.rank);
+  if (!rt.settings.quiet) std::fputs(format_summary(report).c_str(), stderr);
+  return rt.written_path;
+}
+
+// Collector thread, every STEPSCOPE_SNAPSHOT_S: the report so far, marked
+// incomplete, over the report path. Never waits for rt.mutex (finish() holds
+// it while it joins this thread): a busy mutex skips this snapshot. Not
+// fsync'ed: a snapshot is for a process that dies, whose written pages the
+// kernel keeps; syncing every few seconds would only cost the disk.
+void write_snapshot(Runtime& rt) noexcept {
+  try {
+    if (rt.snapshots_off || g_final_state.load() != kFinalNone) return;
+    std::unique_lock<std::mutex> lock(rt.mutex, std::try_to_lock);
+    if (!lock.owns_lock() || rt.finished) return;
+    const std::string path = report_path(rt);
+    if (is_stream_target(path)) {  // a FIFO or device takes one report, the final one
+      rt.snapshots_off = true;
+      return;
+    }
+    Report report = build_report(false);
+    lock.unlock();
+    report.complete = false;
+    report.snapshot_time_utc = report.run.time_utc;
+    std::string error;
+    if (!write_file_atomically(path, report_to_json(report) + "\n", error, /*durable=*/false)) {
+      rt.snapshots_off = true;
+      std::fprintf(stderr, "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); no more snapshots\n",
+                   path.c_str(), error.c_str());
+    }
+  } catch (...) {
+    // Out of memory: the next snapshot retries.
+  }
+}
+
+// Collector thread, its loop ended by a termination signal: the final report
+// unless finish() is writing it already. A thread interrupted by the signal
+// may hold rt.mutex (set_config, snapshot()): wait for it a bounded time, then
+// give up (the last snapshot remains) rather than miss the handler's deadline.
+void write_final_after_signal(Runtime& rt, int sig) noexcept {
+  std::uint32_t none = kFinalNone;
+  if (!g_final_state.compare_exchange_strong(none, kFinalWriting)) return;
+  g_mode.store(kModeDisabled, std::memory_order_release);
+  try {
+    std::unique_lock<std::mutex> lock(rt.mutex, std::defer_lock);
+    for (int tries = 0; tries < 40 && !lock.try_lock(); ++tries) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!lock.owns_lock() || rt.finished || !rt.collector) {
+      set_final_state(kFinalAbandoned);
+      return;
+    }
+    rt.finished = true;
+    rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
+    const std::string path = write_final_report(rt, termination_signal_name(sig));
+    if (!rt.settings.quiet)
+      std::fprintf(stderr, "stepscope: %s: report written to %s\n", termination_signal_name(sig), path.c_str());
+    set_final_state(kFinalWritten);
+  } catch (...) {
+    set_final_state(kFinalAbandoned);
+  }
+}
+
+}  // namespace
+
+std::string finish_run(const char* ended_by) noexcept {
+  try {
+    auto& rt = runtime();
+    std::unique_lock<std::mutex> lock(rt.mutex);
+    if (rt.finished || rt.forked_child) return rt.written_path;
+    // A termination signal now must not interrupt this thread's write (its
+    // handler would wait for this very report): blocked here, it goes to
+    // another thread, or waits until the report is written.
+    sigset_t previous;
+    block_termination_signals(&previous);
+    struct RestoreMask {
+      sigset_t mask;
+      ~RestoreMask() { ::pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
+    } restore{previous};
+    std::uint32_t none = kFinalNone;
+    if (!g_final_state.compare_exchange_strong(none, kFinalWriting)) {
+      // The collector thread is writing the report a signal asked for.
+      lock.unlock();
+      (void)wait_for_final_report(2 * kSignalReportBudgetMs);
+      lock.lock();
+      return rt.written_path;
+    }
+    rt.finished = true;
+    // Scopes opened from now on do not record; scopes already open still
+    // push into their rings, which nobody drains any more (harmless).
+    g_mode.store(kModeDisabled, std::memory_order_release);
+    if (!wait_until_ready(rt, lock)) {
+      if (rt.thread_started && !rt.thread_joined) {
+        pthread_join(rt.thread, nullptr);
+        rt.thread_joined = true;
+      }
+      set_final_state(kFinalAbandoned);
+      return "";
+    }
+    rt.collector->request_stop();
+    if (!rt.thread_joined) {
+      pthread_join(rt.thread, nullptr);
+      rt.thread_joined = true;
+    }
+    write_final_report(rt, ended_by);
+    set_final_state(kFinalWritten);
+    return rt.written_path;
+  } catch (...) {
+    std::fputs("stepscope: error: could not build the report (out of memory?)\n", stderr);
+    set_final_state(kFinalAbandoned);
+    return "";
+  }
 }
 
 }  // namespace detail
@@ -411,42 +746,17 @@ Report snapshot() noexcept {
     auto& rt = detail::runtime();
     std::unique_lock<std::mutex> lock(rt.mutex);
     if (rt.forked_child || !detail::wait_until_ready(rt, lock)) return Report{};
-    return detail::build_report(false);
+    Report report = detail::build_report(false);
+    if (!rt.finished) {  // the run goes on: what a snapshot on disk would say
+      report.complete = false;
+      report.snapshot_time_utc = report.run.time_utc;
+    }
+    return report;
   } catch (...) {
     return Report{};
   }
 }
 
-std::string finish() noexcept {
-  try {
-    auto& rt = detail::runtime();
-    std::unique_lock<std::mutex> lock(rt.mutex);
-    if (rt.finished || rt.forked_child) return rt.written_path;
-    rt.finished = true;
-    // Scopes opened from now on do not record; scopes already open still
-    // push into their rings, which nobody drains any more (harmless).
-    detail::g_mode.store(detail::kModeDisabled, std::memory_order_release);
-    if (!detail::wait_until_ready(rt, lock)) {
-      if (rt.thread_started && !rt.thread_joined) {
-        pthread_join(rt.thread, nullptr);
-        rt.thread_joined = true;
-      }
-      return "";
-    }
-    rt.collector->request_stop();
-    if (!rt.thread_joined) {
-      pthread_join(rt.thread, nullptr);
-      rt.thread_joined = true;
-    }
-    Report report = detail::build_report(true);
-    rt.written_path = detail::write_report_with_fallback(report, rt.settings, rt.rank);
-    detail::write_trace_if_enabled(*rt.collector, report.run, rt.settings, rt.rank);
-    if (!rt.settings.quiet) std::fputs(format_summary(report).c_str(), stderr);
-    return rt.written_path;
-  } catch (...) {
-    std::fputs("stepscope: error: could not build the report (out of memory?)\n", stderr);
-    return "";
-  }
-}
+std::string finish() noexcept { return detail::finish_run("finish"); }
 
 }  // namespace stepscope

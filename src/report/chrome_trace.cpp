@@ -2,14 +2,15 @@
 // format's "X" complete events with process/thread metadata.
 #include <stepscope/trace.hpp>
 
+#include "core/atomic_file.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
-#include <sys/stat.h>
-
-#include <cstdio>
+#include <algorithm>
 #include <map>
+#include <stdexcept>
 
 namespace stepscope {
 
@@ -17,6 +18,33 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The whole text as one gzip member (level 6), in memory: the file is then
+// written in one piece by the atomic writer.
+std::string gzip(const std::string& text) {
+  z_stream z{};
+  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw std::runtime_error("zlib: cannot start deflate");
+  std::string out;
+  char buf[1 << 16];
+  std::size_t fed = 0;
+  int rc = Z_OK;
+  do {  // in pieces: zlib counts in 32-bit units, a trace can be larger
+    if (z.avail_in == 0 && fed < text.size()) {
+      const std::size_t piece = std::min<std::size_t>(text.size() - fed, 1u << 30);
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data() + fed));
+      z.avail_in = static_cast<uInt>(piece);
+      fed += piece;
+    }
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = deflate(&z, fed == text.size() ? Z_FINISH : Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+  } while (rc == Z_OK || rc == Z_BUF_ERROR);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) throw std::runtime_error("zlib: deflate failed");
+  return out;
 }
 
 }  // namespace
@@ -63,38 +91,13 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
                {"events_over_limit", capture.events_over_limit},
                {"origin_monotonic_ns", origin}}}};
     const std::string text = doc.dump(-1, ' ', false, json::error_handler_t::replace);
-    // Devices and FIFOs are written in place (never renamed over).
-    struct stat st {};
-    const bool special = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-    const std::string tmp = special ? path : path + ".tmp";
-    if (ends_with(path, ".gz")) {
-      gzFile f = gzopen(tmp.c_str(), "wb6");
-      if (f == nullptr) {
-        error = "cannot open '" + path + "' for writing";
-        return false;
-      }
-      const int written = gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
-      if (gzclose(f) != Z_OK || written != static_cast<int>(text.size())) {
-        error = "cannot write '" + path + "'";
-        std::remove(tmp.c_str());
-        return false;
-      }
-    } else {
-      std::FILE* f = std::fopen(tmp.c_str(), "wb");
-      if (f == nullptr) {
-        error = "cannot open '" + path + "' for writing";
-        return false;
-      }
-      const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      if (std::fclose(f) != 0 || !ok) {
-        error = "cannot write '" + path + "'";
-        std::remove(tmp.c_str());
-        return false;
-      }
-    }
-    if (!special && std::rename(tmp.c_str(), path.c_str()) != 0) {
-      error = "cannot rename '" + tmp + "' to '" + path + "'";
-      std::remove(tmp.c_str());
+    // The one atomic writer: through symlinks, devices and FIFOs in place
+    // (never renamed over or removed), temporary file + rename otherwise.
+    std::string why;
+    const bool written = ends_with(path, ".gz") ? detail::write_file_atomically(path, gzip(text), why)
+                                                : detail::write_file_atomically(path, text, why);
+    if (!written) {
+      error = "cannot write '" + path + "': " + why;
       return false;
     }
     return true;

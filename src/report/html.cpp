@@ -2,6 +2,8 @@
 // few lines of inline script), no network access of any kind.
 #include <stepscope/html.hpp>
 
+#include "core/atomic_file.hpp"
+
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -919,28 +921,10 @@ std::string html_report(const Report& report) {
 
 bool write_html_report(const Report& report, const std::string& path, std::string& error) {
   try {
-    const std::string page = html_report(report);
-    // Beside the target, then rename: a browser never opens half a page.
-    const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) {
-      error = "cannot write '" + path + "': " + std::strerror(errno);
-      return false;
-    }
-    const bool written = std::fwrite(page.data(), 1, page.size(), f) == page.size();
-    const int write_errno = errno;
-    const bool closed = std::fclose(f) == 0;
-    if (!written || !closed) {
-      error = "cannot write '" + path + "': " + std::strerror(written ? errno : write_errno);
-      std::remove(tmp.c_str());
-      return false;
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      error = "cannot write '" + path + "': " + std::strerror(errno);
-      std::remove(tmp.c_str());
-      return false;
-    }
-    return true;
+    // The one atomic writer: a browser never opens half a page.
+    if (detail::write_file_atomically(path, html_report(report), error)) return true;
+    error = "cannot write '" + path + "': " + error;
+    return false;
   } catch (const std::exception& e) {
     error = e.what();
     return false;

@@ -1,6 +1,8 @@
 // The JSON report: serialisation of stepscope::Report (docs/report-schema.md).
 #include <stepscope/report.hpp>
 
+#include "core/atomic_file.hpp"
+
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
@@ -578,6 +580,9 @@ json to_j(const Report& r) {
            {"what_if", what_if},
            {"warnings", r.warnings}};
   if (r.ranks) out["ranks"] = to_j(*r.ranks);  // merged multi-rank reports only
+  out["complete"] = r.complete;
+  out["ended_by"] = r.ended_by.empty() ? json(nullptr) : json(r.ended_by);
+  out["snapshot_time_utc"] = r.snapshot_time_utc.empty() ? json(nullptr) : json(r.snapshot_time_utc);
   return out;
 }
 
@@ -667,6 +672,10 @@ Report report_from(const json& j) {
   for (const auto& w : get_arr(j, "warnings"))
     if (w.is_string()) r.warnings.push_back(w.get<std::string>());
   if (j.contains("ranks") && j["ranks"].is_object()) r.ranks = multirank_from(j["ranks"]);
+  // Absent in reports written before the flight recorder: those were final.
+  if (j.contains("complete") && j["complete"].is_boolean()) r.complete = j["complete"].get<bool>();
+  r.ended_by = get_str(j, "ended_by");
+  r.snapshot_time_utc = get_str(j, "snapshot_time_utc");
   return r;
 }
 
@@ -735,46 +744,9 @@ bool load_report(const std::string& path, Report& out, std::string& error) {
 
 bool write_report_file(const Report& report, const std::string& path, std::string& error) {
   try {
-    const std::string text = report_to_json(report) + "\n";
-    // A path that exists and is not a regular file (/dev/null, /dev/stdout, a
-    // FIFO) is written in place: renaming over it would replace the device.
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      std::FILE* f = std::fopen(path.c_str(), "wb");
-      if (f == nullptr) {
-        error = std::strerror(errno);
-        return false;
-      }
-      const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      const int write_errno = errno;
-      if (std::fclose(f) != 0 || !ok) {
-        error = std::strerror(write_errno);
-        return false;
-      }
-      return true;
-    }
-    // Write beside the target, then rename: readers never see half a report.
-    const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(getpid()));
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) {
-      error = std::strerror(errno);
-      return false;
-    }
-    const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const bool flushed = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
-    const int write_errno = errno;
-    std::fclose(f);
-    if (!written || !flushed) {
-      error = std::strerror(write_errno);
-      std::remove(tmp.c_str());
-      return false;
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      error = std::strerror(errno);
-      std::remove(tmp.c_str());
-      return false;
-    }
-    return true;
+    // The one atomic writer: through symlinks, devices and FIFOs in place,
+    // temporary file + fsync + rename for regular files.
+    return detail::write_file_atomically(path, report_to_json(report) + "\n", error);
   } catch (const std::exception& e) {
     error = e.what();
     return false;

@@ -82,3 +82,64 @@ TEST_CASE("rank from launcher variables and report paths", "[env]") {
   REQUIRE(w.back().find("SLURM_PROCID") != std::string::npos);
   REQUIRE(fallback_report_path(2, 1234).find("stepscope-report.rank2.1234.json") != std::string::npos);
 }
+
+TEST_CASE("STEPSCOPE_LIVE and STEPSCOPE_SNAPSHOT_S take plain decimal seconds only", "[env]") {
+  std::vector<std::string> w;
+  REQUIRE(read({{"STEPSCOPE_LIVE", "1"}}, w).live_interval_s == 1);
+  REQUIRE(read({{"STEPSCOPE_LIVE", "0.5"}}, w).live_interval_s == 0.5);
+  REQUIRE(read({{"STEPSCOPE_SNAPSHOT_S", "0"}}, w).snapshot_interval_s == 0);
+  REQUIRE(read({{"STEPSCOPE_SNAPSHOT_S", "2.5"}}, w).snapshot_interval_s == 2.5);
+  REQUIRE(w.empty());
+  // What strtod alone accepts and the other variables reject.
+  for (const char* bad : {" 1", "0x10", "1e3", "inf", "nan", "1.", ".5", "-1", "+1", "1 ", "4000"}) {
+    INFO(bad);
+    std::vector<std::string> w1;
+    REQUIRE(read({{"STEPSCOPE_LIVE", bad}}, w1).live_interval_s == 0);
+    REQUIRE(w1.size() == 1);
+    REQUIRE(w1[0].find("STEPSCOPE_LIVE='") != std::string::npos);
+  }
+  std::vector<std::string> w2;
+  REQUIRE(read({{"STEPSCOPE_SNAPSHOT_S", "1e3"}}, w2).snapshot_interval_s == kDefaultSnapshotSeconds);
+  REQUIRE(read({{"STEPSCOPE_SNAPSHOT_S", "0.01"}}, w2).snapshot_interval_s == kDefaultSnapshotSeconds);
+  REQUIRE(w2.size() == 2);
+}
+
+TEST_CASE("signal and child switches", "[env]") {
+  std::vector<std::string> w;
+  const Settings d = read({}, w);
+  REQUIRE(d.signals);
+  REQUIRE_FALSE(d.children);
+  REQUIRE_FALSE(read({{"STEPSCOPE_SIGNALS", "0"}}, w).signals);
+  REQUIRE(read({{"STEPSCOPE_CHILDREN", "1"}}, w).children);
+  REQUIRE(w.empty());
+  REQUIRE(read({{"STEPSCOPE_SIGNALS", "sometimes"}}, w).signals);
+  REQUIRE(w.size() == 1);
+}
+
+TEST_CASE("process output paths: ranks and forked children never share a file", "[env]") {
+  std::string note;
+  // Default names.
+  REQUIRE(process_output_path("", "stepscope-report.json", -1, 1, 0, note) == "stepscope-report.json");
+  REQUIRE(note.empty());
+  REQUIRE(process_output_path("", "stepscope-report.json", 3, 8, 0, note) == "stepscope-report.rank3.json");
+  REQUIRE(process_output_path("", "stepscope-report.json", -1, 1, 42, note) == "stepscope-report.pid42.json");
+  REQUIRE(process_output_path("", "stepscope-trace.json.gz", 2, 4, 0, note) == "stepscope-trace.rank2.json.gz");
+  REQUIRE(note.empty());
+  // Placeholders.
+  REQUIRE(process_output_path("out/{rank}/r{rank}.json", "", 3, 8, 0, note) == "out/3/r3.json");
+  REQUIRE(process_output_path("r-{pid}.json", "", -1, 1, 42, note) == "r-42.json");
+  REQUIRE(note.empty());
+  // A single process keeps its path as given.
+  REQUIRE(process_output_path("plain.json", "", -1, 1, 0, note) == "plain.json");
+  REQUIRE(process_output_path("plain.json", "", 0, 1, 0, note) == "plain.json");
+  REQUIRE(note.empty());
+  // Several ranks, no {rank}: a per-rank name and a note saying so.
+  REQUIRE(process_output_path("dir.v1/report.json", "", 2, 4, 0, note) == "dir.v1/report.rank2.json");
+  REQUIRE(note.find("no {rank} placeholder") != std::string::npos);
+  REQUIRE(process_output_path("report", "", 2, 4, 0, note) == "report.rank2");
+  REQUIRE(process_output_path(".hidden", "", 2, 4, 0, note) == ".hidden.rank2");
+  REQUIRE(process_output_path("t.json.gz", "", 1, 2, 0, note) == "t.rank1.json.gz");
+  // A child, no {pid}.
+  REQUIRE(process_output_path("report.json", "", -1, 1, 42, note) == "report.pid42.json");
+  REQUIRE(note.find("{pid}") != std::string::npos);
+}

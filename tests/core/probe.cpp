@@ -9,8 +9,23 @@
 //                             CUDA first); the handler writes early-handler.txt
 //                             saying whether the report existed when it ran
 //   probe exit-quick       — one step, then exits at once
+// Modes for the fault tests (tests/faults):
+//   probe forever            — steps until killed; writes "running" after 20 steps
+//   probe abort MS           — steps for MS ms, then std::abort()
+//   probe own-handler before|after — installs its own SIGTERM handler (which
+//                              writes "own-handler" and exits 7) before or after
+//                              its first scope, then steps until killed
+//   probe big-exit N         — N distinct phases (a large report), then exits
+//   probe flood              — 8 threads record background phases for 0.5 s
+//                              while the main thread runs steps; prints
+//                              "work-done" on stdout when they stop
+//   probe burst N            — N records in one go at start-up, then exits
+//   probe fork-early N       — forks N children before any scope; each runs
+//                              steps and exits; the parent runs none
 #include <stepscope/stepscope.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +120,105 @@ int exit_quick() {
   return 0;
 }
 
+void touch(const char* name) {
+  if (std::FILE* f = std::fopen(name, "w")) std::fclose(f);
+}
+
+int forever() {
+  for (int i = 0;; ++i) {
+    one_step();
+    if (i == 20) touch("running");
+  }
+}
+
+int abort_after(int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < until) one_step();
+  std::abort();
+}
+
+void own_term_handler(int) {
+  const int fd = ::open("own-handler", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) ::close(fd);
+  ::_exit(7);
+}
+
+int own_handler(const std::string& when) {
+  struct sigaction sa {};
+  sa.sa_handler = own_term_handler;
+  sigemptyset(&sa.sa_mask);
+  if (when == "before") ::sigaction(SIGTERM, &sa, nullptr);
+  for (int i = 0; i < 5; ++i) one_step();
+  // The collector installs its handlers once it has started: wait for that
+  // (snapshot() returns once the collector is ready), then install ours.
+  (void)stepscope::snapshot();
+  if (when == "after") ::sigaction(SIGTERM, &sa, nullptr);
+  return forever();
+}
+
+int big_exit(int phases) {
+  // Sites need static storage: PhaseSite points at its name.
+  static std::vector<std::string> names;
+  static std::vector<stepscope::detail::PhaseSite> sites;
+  names.reserve(static_cast<std::size_t>(phases));
+  sites.reserve(static_cast<std::size_t>(phases));
+  for (int i = 0; i < phases; ++i) {
+    names.push_back("phase_" + std::to_string(i));
+    sites.push_back(stepscope::detail::PhaseSite{names.back().c_str(), stepscope::PhaseKind::other, false, __FILE__, __LINE__});
+  }
+  for (int step = 0; step < 8; ++step) {
+    STEPSCOPE_STEP();
+    for (auto& site : sites) stepscope::ScopedPhase phase(&site);
+  }
+  touch("running");
+  return 0;
+}
+
+int flood() {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 8; ++t)
+    workers.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        STEPSCOPE_PHASE("flood");
+      }
+    });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) {
+    STEPSCOPE_STEP();
+    spin_us(20);
+  }
+  stop = true;
+  for (auto& w : workers) w.join();
+  std::printf("work-done\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+int burst(int n) {
+  for (int i = 0; i < n; ++i) { STEPSCOPE_PHASE("burst"); }
+  return 0;
+}
+
+int fork_early(int children) {
+  std::vector<pid_t> pids;
+  for (int c = 0; c < children; ++c) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (int i = 0; i < 30; ++i) one_step();
+      std::exit(0);
+    }
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  return failed == 0 ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +229,13 @@ int main(int argc, char** argv) {
   if (mode == "fork") return forking();
   if (mode == "exit-order") return exit_order(n);
   if (mode == "exit-quick") return exit_quick();
+  if (mode == "forever") return forever();
+  if (mode == "abort") return abort_after(n);
+  if (mode == "own-handler") return own_handler(argc > 2 ? argv[2] : "before");
+  if (mode == "big-exit") return big_exit(n);
+  if (mode == "flood") return flood();
+  if (mode == "burst") return burst(n);
+  if (mode == "fork-early") return fork_early(n);
   std::fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
   return 2;
 }

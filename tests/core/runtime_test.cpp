@@ -242,3 +242,22 @@ TEST_CASE("a process that exits right after its first step still writes its repo
   }
 }
 
+
+TEST_CASE("STEPSCOPE_QUIET=1 keeps stderr silent, the device notice included", "[runtime]") {
+  // No GPU here: the device notice (why device timing is absent) goes to the
+  // report's device section, not to stderr.
+  TempDir dir;
+  REQUIRE(run_probe(dir, "", "workload 10") == 0);
+  CHECK(slurp(dir.path + "/stderr.txt").empty());
+  const Report r = load(dir.path + "/stepscope-report.json");
+  CHECK(!r.device.reason.empty());
+}
+
+TEST_CASE("the STEPSCOPE_TRACE file lands beside the report, not in the working directory", "[runtime]") {
+  TempDir dir;
+  REQUIRE(::mkdir((dir.path + "/out").c_str(), 0755) == 0);
+  REQUIRE(run_probe(dir, "STEPSCOPE_OUT=out/report.json STEPSCOPE_TRACE=2-4", "workload 10") == 0);
+  CHECK(exists(dir.path + "/out/report.json"));
+  CHECK(exists(dir.path + "/out/stepscope-trace.json.gz"));
+  CHECK_FALSE(exists(dir.path + "/stepscope-trace.json.gz"));
+}

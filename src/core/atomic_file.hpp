@@ -1,0 +1,55 @@
+// The one way stepscope writes an output file (JSON report, Chrome trace,
+// HTML page): a reader never sees half a file, and nothing the library did
+// not create is ever deleted or replaced.
+//
+//   std::string error;
+//   if (!write_file_atomically("report.json", text.data(), text.size(), error))
+//     warn("cannot write report.json (" + error + ")");  // e.g. "No space left on device"
+//
+// How each kind of target is written:
+//  - a regular file, or a path that does not exist yet: a temporary file
+//    beside the target (same directory, so rename is atomic), fsync, rename
+//    over the target. The temporary file is removed on every failure path,
+//    and by remove_pending_temp_file() from a signal handler.
+//  - a symbolic link (to a regular file, or dangling): resolved to its final
+//    target, which is written as above; the link itself stays a link.
+//    /dev/stdout redirected to a file is such a link (/proc/self/fd/1).
+//  - a character device or a FIFO (/dev/null, a terminal, /dev/stdout on a
+//    pipe): written in place, never renamed over or removed. A FIFO is
+//    opened without blocking; with no reader within kFifoReaderWaitMs the
+//    write fails ("no reader on the FIFO") and the caller falls back.
+//  - anything else (a directory, a socket): an error, nothing touched.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace stepscope::detail {
+
+// How long a FIFO target may wait for a reader to open it, and for a reader
+// that stopped reading to make room again (ms). Short: this runs at exit and
+// after SIGTERM, where the whole report must be out within about a second.
+inline constexpr int kFifoReaderWaitMs = 300;
+
+// Writes size bytes to path as described above. False with `error` set to
+// the reason (the errno text, or what was wrong with the target). Never throws.
+// durable = false skips the fsync: the file survives the process dying (the
+// kernel has its pages) but not the machine crashing; for frequent rewrites.
+bool write_file_atomically(const std::string& path, const char* data, std::size_t size, std::string& error,
+                           bool durable = true) noexcept;
+inline bool write_file_atomically(const std::string& path, const std::string& text, std::string& error,
+                                  bool durable = true) noexcept {
+  return write_file_atomically(path, text.data(), text.size(), error, durable);
+}
+
+// True when path names an existing FIFO, character device or socket (after
+// following links): such a target is written in place and cannot hold a file
+// that is rewritten (the flight recorder skips it).
+bool is_stream_target(const std::string& path) noexcept;
+
+// Async-signal-safe: removes the temporary file of a write in progress, if
+// any (only unlink on a path in static storage). A signal handler that is
+// about to end the process calls it, so no temporary file outlives the run.
+void remove_pending_temp_file() noexcept;
+
+}  // namespace stepscope::detail

@@ -1,0 +1,387 @@
+// The fault suite: every way a training run ends badly, each case a real
+// process (tests/core/probe.cpp) that is signalled, killed, crashes, or is
+// pointed at a hostile output path. Every case here failed before the
+// run time handled it (issue 13): no report, a replaced symlink, a deleted
+// device node, a hang on a FIFO, overwritten ranks, temporary files left,
+// a slow exit, dropped start-up records, silent forked workers.
+#include <stepscope/report.hpp>
+
+#include "tools/tool_runner.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+using stepscope_test::contains;
+using stepscope_test::exists;
+using stepscope_test::slurp;
+using stepscope_test::TempDir;
+
+namespace {
+
+// Starts the probe in `dir` (its working directory) with STEPSCOPE_QUIET=1,
+// TMPDIR=dir and `env` ("NAME=value" each); stdout and stderr go to
+// dir/<tag>.out and dir/<tag>.err.
+pid_t start_probe(const TempDir& dir, const std::vector<std::string>& env, const std::vector<std::string>& args,
+                  const std::string& tag = "probe") {
+  const std::string out = dir / (tag + ".out"), err = dir / (tag + ".err");
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // Child: this test process is single-threaded here, so setenv is safe.
+  if (::chdir(dir.path.c_str()) != 0) ::_exit(120);
+  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (out_fd < 0 || err_fd < 0) ::_exit(121);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  ::setenv("STEPSCOPE_QUIET", "1", 1);
+  ::setenv("STEPSCOPE_CUDA", "0", 1);
+  ::setenv("TMPDIR", dir.path.c_str(), 1);
+  for (const auto& e : env) {
+    const auto eq = e.find('=');
+    ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
+  }
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(STEPSCOPE_PROBE));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(STEPSCOPE_PROBE, argv.data());
+  ::_exit(122);
+}
+
+// Waits for the process to end, at most timeout_s (then kills it and fails).
+// Returns the raw wait status.
+int wait_exit(pid_t pid, double timeout_s = 60) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("the probe did not end within " << timeout_s << " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return status;
+}
+
+bool wait_for_file(const std::string& path, double timeout_s = 30) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!exists(path)) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+stepscope::Report load(const std::string& path) {
+  stepscope::Report r;
+  std::string error;
+  INFO(path << ": " << error);
+  REQUIRE(stepscope::load_report(path, r, error));
+  return r;
+}
+
+bool warned(const stepscope::Report& r, const std::string& text) {
+  for (const auto& w : r.warnings)
+    if (contains(w, text)) return true;
+  return false;
+}
+
+std::vector<std::string> list_dir(const std::string& path) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+const stepscope::PhaseSummary* find(const stepscope::Report& r, const std::string& name) {
+  for (const auto& p : r.phases)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("SIGINT, SIGTERM and SIGHUP write the final report and keep the signal's exit status", "[faults][signals]") {
+  for (const auto& [sig, name] : {std::pair<int, std::string>{SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}}) {
+    INFO(name);
+    TempDir dir;
+    const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"forever"});
+    REQUIRE(wait_for_file(dir / "running"));
+    ::kill(pid, sig);
+    const int status = wait_exit(pid);
+    // Killed by the signal itself: a shell reports 128 + signal, as without stepscope.
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == sig);
+    const stepscope::Report r = load(dir / "stepscope-report.json");
+    CHECK(r.complete);
+    CHECK(r.ended_by == name);
+    CHECK(r.steps.count + r.steps.warmup_excluded >= 20);
+    CHECK(r.dropped_records == 0);
+  }
+}
+
+TEST_CASE("a normal exit says so in the report", "[faults][signals]") {
+  TempDir dir;
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {}, {"workload", "10"}))) == 0);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  CHECK(r.complete);
+  CHECK(r.ended_by == "exit");
+  CHECK(r.snapshot_time_utc.empty());
+}
+
+TEST_CASE("an application's own SIGTERM handler is left alone, installed before or after stepscope starts",
+          "[faults][signals]") {
+  for (const std::string when : {"before", "after"}) {
+    INFO(when);
+    TempDir dir;
+    const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"own-handler", when});
+    REQUIRE(wait_for_file(dir / "running"));
+    ::kill(pid, SIGTERM);
+    const int status = wait_exit(pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 7);  // the application's handler ran and chose the ending
+    CHECK(exists(dir / "own-handler"));
+    CHECK_FALSE(exists(dir / "stepscope-report.json"));  // it _exit()ed: no report asked for
+  }
+}
+
+TEST_CASE("STEPSCOPE_SIGNALS=0 leaves the signals alone", "[faults][signals]") {
+  TempDir dir;
+  const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0", "STEPSCOPE_SIGNALS=0"}, {"forever"});
+  REQUIRE(wait_for_file(dir / "running"));
+  ::kill(pid, SIGTERM);
+  const int status = wait_exit(pid);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+  CHECK_FALSE(exists(dir / "stepscope-report.json"));
+}
+
+TEST_CASE("SIGKILL after a snapshot interval leaves a parseable, incomplete report", "[faults][snapshot]") {
+  TempDir dir;
+  const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0.2"}, {"forever"});
+  REQUIRE(wait_for_file(dir / "stepscope-report.json"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(pid, SIGKILL);
+  const int status = wait_exit(pid);
+  REQUIRE(WIFSIGNALED(status));
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  CHECK_FALSE(r.complete);
+  CHECK(r.ended_by.empty());
+  CHECK_FALSE(r.snapshot_time_utc.empty());
+  CHECK(r.total_records > 0);
+  for (const auto& name : list_dir(dir.path)) CHECK_FALSE(contains(name, "tmp"));
+}
+
+TEST_CASE("abort() after a snapshot interval leaves the last snapshot", "[faults][snapshot]") {
+  TempDir dir;
+  const int status = wait_exit(start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0.2"}, {"abort", "1500"}));
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  CHECK_FALSE(r.complete);
+  CHECK(r.steps.count > 0);
+}
+
+TEST_CASE("a symlink as the output is written through; the link stays a link", "[faults][paths]") {
+  TempDir dir;
+  stepscope_test::spit(dir / "target.json", "old contents\n");
+  REQUIRE(::symlink("target.json", (dir / "link.json").c_str()) == 0);
+  REQUIRE(::symlink("new.json", (dir / "dangling.json").c_str()) == 0);
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=link.json"}, {"workload", "10"}))) == 0);
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=dangling.json"}, {"workload", "10"}))) == 0);
+  struct stat st {};
+  REQUIRE(::lstat((dir / "link.json").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  REQUIRE(::lstat((dir / "dangling.json").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(load(dir / "target.json").steps.count == 5);
+  CHECK(load(dir / "new.json").steps.count == 5);
+}
+
+TEST_CASE("/dev/stdout redirected to a file receives the report", "[faults][paths]") {
+  TempDir dir;
+  // stdout is dir/probe.out, a regular file: /dev/stdout -> /proc/self/fd/1 -> it.
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=/dev/stdout"}, {"workload", "10"}))) == 0);
+  stepscope::Report r;
+  std::string error;
+  INFO(error);
+  REQUIRE(stepscope::report_from_json(slurp(dir / "probe.out"), r, error));
+  CHECK(r.steps.count == 5);
+}
+
+TEST_CASE("a device that fails the write is not deleted; the reason is in the warnings", "[faults][paths]") {
+  TempDir dir;
+  // A private copy of /dev/full (char 1:7): the test must not risk the real one.
+  const std::string full = dir / "full";
+  if (::mknod(full.c_str(), S_IFCHR | 0666, makedev(1, 7)) != 0) {
+    WARN("cannot create a device node here (not root?): skipped");
+    return;
+  }
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(
+              dir, {"STEPSCOPE_OUT=report.json", "STEPSCOPE_TRACE=1-3", "STEPSCOPE_TRACE_OUT=" + full}, {"workload", "10"}))) == 0);
+  struct stat st {};
+  REQUIRE(::stat(full.c_str(), &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  const stepscope::Report r = load(dir / "report.json");
+  CHECK(warned(r, "cannot write the trace"));
+  CHECK(warned(r, "No space left on device"));
+
+  // The report itself to the device: it falls back, with the reason.
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=" + full}, {"workload", "10"}))) == 0);
+  REQUIRE(::stat(full.c_str(), &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  const std::string err = slurp(dir / "probe.err");
+  CHECK(contains(err, "No space left on device"));
+  bool fallback_found = false;
+  for (const auto& name : list_dir(dir.path))
+    if (name.rfind("stepscope-report.", 0) == 0 && contains(name, ".json") && !contains(name, "trace")) {
+      fallback_found = true;
+      CHECK(warned(load(dir / name), "No space left on device"));
+    }
+  CHECK(fallback_found);
+}
+
+TEST_CASE("a FIFO with no reader: no hang, a fallback report and a warning", "[faults][paths]") {
+  TempDir dir;
+  const std::string fifo = dir / "report.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int status = wait_exit(start_probe(dir, {"STEPSCOPE_OUT=" + fifo}, {"workload", "10"}), 30);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  struct stat st {};
+  REQUIRE(::stat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  const std::string err = slurp(dir / "probe.err");
+  CHECK(contains(err, "no reader"));
+  const auto at = err.find("writing it to '");
+  REQUIRE(at != std::string::npos);
+  const std::string fallback = err.substr(at + 15, err.find('\'', at + 15) - (at + 15));
+  CHECK(load(fallback).steps.count == 5);
+}
+
+TEST_CASE("ranks of a multi-rank run without {rank} in STEPSCOPE_OUT each keep their report", "[faults][paths]") {
+  TempDir dir;
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 4; ++rank)
+    pids.push_back(start_probe(dir, {"RANK=" + std::to_string(rank), "WORLD_SIZE=4", "STEPSCOPE_OUT=out/report.json"},
+                               {"workload", "10"}, "rank" + std::to_string(rank)));
+  ::mkdir((dir / "out").c_str(), 0755);  // before any report is written (they run 10 steps first)
+  for (pid_t pid : pids) CHECK(WEXITSTATUS(wait_exit(pid)) == 0);
+  for (int rank = 0; rank < 4; ++rank) {
+    const stepscope::Report r = load(dir / ("out/report.rank" + std::to_string(rank) + ".json"));
+    CHECK(r.run.rank == rank);
+    CHECK(warned(r, "no {rank} placeholder"));
+  }
+  CHECK_FALSE(exists(dir / "out/report.json"));
+}
+
+TEST_CASE("SIGTERM during the report write leaves no temporary files", "[faults][signals]") {
+  TempDir dir;
+  int written = 0, trials = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    ::unlink((dir / "running").c_str());
+    ::unlink((dir / "stepscope-report.json").c_str());
+    const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"big-exit", "3000"});
+    REQUIRE(wait_for_file(dir / "running"));
+    // From right away to well into the write of the ~4 MB report.
+    std::this_thread::sleep_for(std::chrono::microseconds(500 * (trial % 20)));
+    ::kill(pid, SIGTERM);
+    (void)wait_exit(pid);
+    ++trials;
+    for (const auto& name : list_dir(dir.path)) {
+      INFO("trial " << trial << ": " << name);
+      CHECK_FALSE(contains(name, "tmp"));
+    }
+    if (exists(dir / "stepscope-report.json")) {
+      ++written;
+      stepscope::Report r;
+      std::string error;
+      INFO(error);
+      CHECK(stepscope::report_from_json(slurp(dir / "stepscope-report.json"), r, error));
+    }
+  }
+  CHECK(trials == 40);
+  CHECK(written > 0);  // the final report (at exit, or the one the signal asked for)
+}
+
+TEST_CASE("exit is quick after a flood of background records at the largest ring size", "[faults][exit]") {
+  TempDir dir;
+  const pid_t pid = start_probe(dir, {"STEPSCOPE_RING_RECORDS=4194304", "STEPSCOPE_SNAPSHOT_S=0"}, {"flood"});
+  // Before: 12.9 s from the end of the work to the exit, in
+  // Aggregator::overlap_with_steps (each background record scanned every step
+  // kept). Now each record is a binary search: well under a second on an
+  // idle machine. The bound is generous so a loaded machine cannot fail it.
+  while (!contains(slurp(dir / "probe.out"), "work-done")) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const auto work_done = std::chrono::steady_clock::now();
+  const int status = wait_exit(pid);
+  const double exit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - work_done).count();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(exit_s < 10);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  const auto* flood = find(r, "flood");
+  REQUIRE(flood);
+  CHECK(flood->overlap_with_steps.has_value());
+  CHECK(flood->count > 0);
+  CHECK(r.system.collector_cpu_ms > 0);
+}
+
+TEST_CASE("a burst of 100,000 records at start-up loses none", "[faults][startup]") {
+  TempDir dir;
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_WARMUP=0"}, {"burst", "100000"}))) == 0);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  CHECK(r.dropped_records == 0);
+  CHECK(r.total_records == 100000);
+  const auto* burst = find(r, "burst");
+  REQUIRE(burst);
+  CHECK(burst->count == 100000);
+}
+
+TEST_CASE("workers forked before the first scope: one line says they are not recorded", "[faults][fork]") {
+  TempDir dir;
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {}, {"fork-early", "2"}))) == 0);
+  const std::string err = slurp(dir / "probe.err");
+  std::size_t lines = 0;
+  for (auto at = err.find("is a forked child: its phases are not recorded"); at != std::string::npos;
+       at = err.find("is a forked child: its phases are not recorded", at + 1))
+    ++lines;
+  CHECK(lines == 2);  // one per child
+  for (const auto& name : list_dir(dir.path)) CHECK_FALSE(contains(name, "stepscope-report"));
+}
+
+TEST_CASE("STEPSCOPE_CHILDREN=1: each forked child writes its own report, named with its pid", "[faults][fork]") {
+  TempDir dir;
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_CHILDREN=1"}, {"fork-early", "2"}))) == 0);
+  int reports = 0;
+  for (const auto& name : list_dir(dir.path)) {
+    if (name.rfind("stepscope-report.pid", 0) != 0) continue;
+    ++reports;
+    const stepscope::Report r = load(dir / name);
+    CHECK(name == "stepscope-report.pid" + std::to_string(r.run.pid) + ".json");
+    CHECK(r.steps.count + r.steps.warmup_excluded == 30);
+    CHECK(r.ended_by == "exit");
+  }
+  CHECK(reports == 2);
+}
