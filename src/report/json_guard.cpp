@@ -44,13 +44,19 @@ std::string key_list(const std::vector<std::string>& keys) {
 std::string prefix_problem(std::string_view prefix, bool whole_file, JsonInput kind) {
   const JsonShape shape = scan_json(prefix, kMaxJsonDepth, 64);
   const char* what = kind == JsonInput::report ? "a stepscope report" : "a Chrome trace";
-  if (shape.first == 0) return "";  // empty or only whitespace: the parser says so
+  if (shape.empty) return "";  // the caller or the parser says so
   const bool object = shape.first == '{';
   if (!object && !(kind == JsonInput::chrome_trace && shape.first == '[')) {
     const auto start = prefix.find_first_not_of(" \t\r\n");
+    const std::string first_bytes = hex_bytes(prefix.substr(start == std::string_view::npos ? 0 : start));
+    // A JSON value starts with one of these; anything else is not JSON at all.
+    const std::string_view rest = prefix.substr(start == std::string_view::npos ? 0 : start);
+    const bool json_value = std::string_view("[{\"-0123456789").find(shape.first) != std::string_view::npos ||
+                            rest.substr(0, 4) == "true" || rest.substr(0, 5) == "false" || rest.substr(0, 4) == "null";
+    if (!json_value)
+      return fmt::format("is not valid JSON, so not {} (first bytes: {})", what, first_bytes);
     return fmt::format("is not {}: it does not start with a JSON {} (first bytes: {})", what,
-                       kind == JsonInput::report ? "object" : "object or array",
-                       hex_bytes(prefix.substr(start == std::string_view::npos ? 0 : start)));
+                       kind == JsonInput::report ? "object" : "object or array", first_bytes);
   }
   if (kind != JsonInput::report || !object) return "";
   const auto& keys = shape.top_level_keys;
@@ -73,7 +79,10 @@ JsonShape scan_json(std::string_view text, std::size_t max_depth, std::size_t ma
   std::size_t i = 0;
   if (text.substr(0, 3) == "\xEF\xBB\xBF") i = 3;
   while (i < text.size() && is_space(text[i])) ++i;
-  if (i < text.size()) shape.first = text[i];
+  if (i < text.size()) {
+    shape.empty = false;
+    shape.first = text[i];
+  }
   const bool top_object = shape.first == '{';
   std::size_t depth = 0;
   bool in_string = false, escaped = false;

@@ -38,7 +38,8 @@ inline constexpr std::size_t kJsonPrefixBytes = std::size_t{1} << 20;
 // What a byte scan of (a prefix of) a JSON text found. The scan tracks
 // strings and escapes but does not validate the grammar: the parser does.
 struct JsonShape {
-  char first = 0;              // first byte that is not whitespace or a UTF-8 BOM; 0: none
+  bool empty = true;           // nothing but whitespace (and a UTF-8 BOM)
+  char first = 0;              // else: the first byte that is not
   std::size_t max_depth = 0;   // deepest nesting seen (stops at limit + 1)
   bool too_deep = false;       // nesting went past the limit
   std::size_t too_deep_at = 0; // byte offset where it did
