@@ -28,8 +28,9 @@ namespace stepscope::detail {
 inline constexpr std::size_t kMaxJsonDepth = 256;
 
 // Largest decompressed input read whole. A report grows with its phases
-// (about 1.3 KB each, docs/cli.md): 256 MiB holds ~200,000 phases. A parsed
-// DOM takes up to ~10x the text, so the cap also bounds the tool's memory.
+// (about 1.5 KB each: a 100,000-phase report is 154 MB, docs/cli.md), so
+// 256 MiB holds ~170,000 phases. `show` on the 154 MB report peaked at 684 MB
+// resident (the DOM is ~4.4x the text): the cap bounds the tool to ~1.2 GB.
 inline constexpr std::size_t kMaxJsonInputBytes = std::size_t{256} << 20;
 
 // How much of a file is looked at before anything is read whole.
