@@ -22,8 +22,8 @@
 #define STEPSCOPE_CLI_HAS_MERGE 0
 #endif
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -187,7 +187,6 @@ Exit 0 when valid, 1 with the problems listed when not, 3 when unreadable.
 options:
   --any-producer   do not require step markers (traces from other tools)
 )";
-
 
 // ---- verbs --------------------------------------------------------------------
 
@@ -406,12 +405,9 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   CLI::App* trace = sub(app, "trace", nullptr);
   CLI::App* validate = sub(*trace, "validate", "TRACE");
   validate->add_flag("--any-producer", o.any_producer);
-  verbs = {{"show", kShowHelp, cmd_show, show},
-           {"diff", kDiffHelp, cmd_diff, diff},
-           {"merge", kMergeHelp, cmd_merge, merge},
-           {"analyze", kAnalyzeHelp, cmd_analyze, analyze},
-           {"html", kHtmlHelp, cmd_html, html},
-           {"trace validate", kTraceHelp, cmd_trace_validate, validate},
+  verbs = {{"show", kShowHelp, cmd_show, show},     {"diff", kDiffHelp, cmd_diff, diff},
+           {"merge", kMergeHelp, cmd_merge, merge}, {"analyze", kAnalyzeHelp, cmd_analyze, analyze},
+           {"html", kHtmlHelp, cmd_html, html},     {"trace validate", kTraceHelp, cmd_trace_validate, validate},
            {"trace", kTraceHelp, nullptr, trace}};
 }
 
@@ -455,7 +451,8 @@ int run_command_line(int argc, char** argv) {
     return kOk;
   }
   if (find_verb(first) == nullptr) {
-    error("unknown verb " + quoted(first) + " (verbs: show, diff, merge, analyze, html, trace; see 'stepscope --help')");
+    error("unknown verb " + quoted(first) +
+          " (verbs: show, diff, merge, analyze, html, trace; see 'stepscope --help')");
     return kUsage;
   }
   try {

@@ -17,13 +17,15 @@ namespace stepscope::detail {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 // The top-level fields a stepscope report has (docs/report-schema.md).
 // Written sorted, so "bottleneck" comes first; readers of the prefix accept
 // any one of them, so a field added later does not break the check.
-constexpr const char* kReportTopLevel[] = {"bottleneck", "device",      "dropped_records", "findings", "phases",
-                                           "ranks",      "run",         "schema_version",  "steps",    "system",
+constexpr const char* kReportTopLevel[] = {"bottleneck",    "device",   "dropped_records", "findings", "phases",
+                                           "ranks",         "run",      "schema_version",  "steps",    "system",
                                            "total_records", "warnings", "what_if"};
 
 std::string hex_bytes(std::string_view bytes) {
@@ -53,8 +55,7 @@ std::string prefix_problem(std::string_view prefix, bool whole_file, JsonInput k
     const std::string_view rest = prefix.substr(start == std::string_view::npos ? 0 : start);
     const bool json_value = std::string_view("[{\"-0123456789").find(shape.first) != std::string_view::npos ||
                             rest.substr(0, 4) == "true" || rest.substr(0, 5) == "false" || rest.substr(0, 4) == "null";
-    if (!json_value)
-      return fmt::format("is not valid JSON, so not {} (first bytes: {})", what, first_bytes);
+    if (!json_value) return fmt::format("is not valid JSON, so not {} (first bytes: {})", what, first_bytes);
     return fmt::format("is not {}: it does not start with a JSON {} (first bytes: {})", what,
                        kind == JsonInput::report ? "object" : "object or array", first_bytes);
   }

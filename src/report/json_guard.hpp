@@ -39,11 +39,11 @@ inline constexpr std::size_t kJsonPrefixBytes = std::size_t{1} << 20;
 // What a byte scan of (a prefix of) a JSON text found. The scan tracks
 // strings and escapes but does not validate the grammar: the parser does.
 struct JsonShape {
-  bool empty = true;           // nothing but whitespace (and a UTF-8 BOM)
-  char first = 0;              // else: the first byte that is not
-  std::size_t max_depth = 0;   // deepest nesting seen (stops at limit + 1)
-  bool too_deep = false;       // nesting went past the limit
-  std::size_t too_deep_at = 0; // byte offset where it did
+  bool empty = true;                        // nothing but whitespace (and a UTF-8 BOM)
+  char first = 0;                           // else: the first byte that is not
+  std::size_t max_depth = 0;                // deepest nesting seen (stops at limit + 1)
+  bool too_deep = false;                    // nesting went past the limit
+  std::size_t too_deep_at = 0;              // byte offset where it did
   std::vector<std::string> top_level_keys;  // keys of a top-level object, in order (raw, unescaped)
 };
 

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -106,8 +106,7 @@ std::string shown(const json& v) {
 double real_of(const json& v, const std::string& path) {
   if (!v.is_number()) bad_field(path, shown(v) + " is not a number");
   const double d = v.get<double>();
-  if (!(std::fabs(d) <= kMaxMagnitude))
-    bad_field(path, shown(v) + " is out of range (more than 1e15 in magnitude)");
+  if (!(std::fabs(d) <= kMaxMagnitude)) bad_field(path, shown(v) + " is out of range (more than 1e15 in magnitude)");
   return d;
 }
 
@@ -153,7 +152,9 @@ int get_int(const Field& f, const char* key, int fallback, int lo, int hi) {
   const json* v = f.find(key);
   return v == nullptr ? fallback : static_cast<int>(integer_of(*v, f.child(key), lo, hi));
 }
-int get_rank(const Field& f, const char* key) { return get_int(f, key, -1, -1, kMaxRanks - 1); }
+int get_rank(const Field& f, const char* key) {
+  return get_int(f, key, -1, -1, kMaxRanks - 1);
+}
 bool get_bool(const Field& f, const char* key, bool fallback = false) {
   const json* v = f.find(key);
   if (v == nullptr) return fallback;
@@ -185,7 +186,8 @@ std::vector<Field> get_arr(const Field& f, const char* key) {
   if (v == nullptr) return out;
   if (!v->is_array()) bad_field(f.child(key), shown(*v) + " is not an array");
   out.reserve(v->size());
-  for (std::size_t i = 0; i < v->size(); ++i) out.push_back(Field{(*v)[i], f.child(key) + "[" + std::to_string(i) + "]"});
+  for (std::size_t i = 0; i < v->size(); ++i)
+    out.push_back(Field{(*v)[i], f.child(key) + "[" + std::to_string(i) + "]"});
   return out;
 }
 // The members of an object field, each with its path.
@@ -381,7 +383,8 @@ Verdict verdict_from(const Field& j) {
     if (!r.j.is_string()) bad_field(r.path, shown(r) + " is not a string");
     v.recommendations.push_back(r.j.get<std::string>());
   }
-  for (const Field& r : get_arr(j, "ranking")) v.ranking.emplace_back(get_str(r, "category"), get_num(r, "share_of_step"));
+  for (const Field& r : get_arr(j, "ranking"))
+    v.ranking.emplace_back(get_str(r, "category"), get_num(r, "share_of_step"));
   return v;
 }
 
@@ -404,7 +407,8 @@ PhaseSummary phase_from(const Field& j) {
   p.name = get_str(j, "name");
   const std::string kind = get_str(j, "kind", "other"), role = get_str(j, "thread_role", "step");
   if (!parse_phase_kind(kind, p.kind)) bad_field(j.child("kind"), shown(json(kind)) + " is not a phase kind");
-  if (!parse_thread_role(role, p.thread_role)) bad_field(j.child("thread_role"), shown(json(role)) + " is not a thread role");
+  if (!parse_thread_role(role, p.thread_role))
+    bad_field(j.child("thread_role"), shown(json(role)) + " is not a thread role");
   p.count = get_u64(j, "count");
   p.host_ms = dist_from(get_obj(j, "host_ms"));
   p.self_ms = dist_from(get_obj(j, "self_ms"));
@@ -643,11 +647,13 @@ Report report_from(const json& document) {
   r.run.library_version = get_str(run, "library_version");
   r.run.time_utc = get_str(run, "time_utc");
   r.run.host = get_str(run, "host");
-  if (const json* pid = run.find("pid")) r.run.pid = integer_of(*pid, run.child("pid"), -(std::int64_t{1} << 53), std::int64_t{1} << 53);
+  if (const json* pid = run.find("pid"))
+    r.run.pid = integer_of(*pid, run.child("pid"), -(std::int64_t{1} << 53), std::int64_t{1} << 53);
   r.run.rank = get_rank(run, "rank");
   r.run.world_size = get_int(run, "world_size", 1, 0, kMaxRanks);
   r.run.source = get_str(run, "source", "live");
-  for (const auto& [k, v] : get_members(run, "build")) r.run.build[k] = v.j.is_string() ? v.j.get<std::string>() : v.j.dump();
+  for (const auto& [k, v] : get_members(run, "build"))
+    r.run.build[k] = v.j.is_string() ? v.j.get<std::string>() : v.j.dump();
   for (const auto& [k, v] : get_members(run, "config")) {
     if (v.j.is_string()) {
       r.run.config[k] = v.j.get<std::string>();

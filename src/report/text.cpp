@@ -44,10 +44,14 @@ bool needs_escape(std::uint32_t c) {
 std::string escape_of(std::uint32_t c) {
   static const char* const kHex = "0123456789abcdef";
   switch (c) {
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    default: break;
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    default:
+      break;
   }
   if (c < 0x80) return std::string{'\\', 'x', kHex[c >> 4], kHex[c & 0xF]};
   std::string out = "\\u";

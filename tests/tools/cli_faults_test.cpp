@@ -109,8 +109,7 @@ TEST_CASE("a report nested 100k levels deep is refused, not a stack overflow", "
 
   // Nesting up to the limit is still read (a deep config value is allowed).
   text = slurp(dir / "good.json");
-  text.insert(config_at(text),
-              "\"nested\":" + std::string(200, '[') + std::string(200, ']') + ",");
+  text.insert(config_at(text), "\"nested\":" + std::string(200, '[') + std::string(200, ']') + ",");
   spit(dir / "nested.json", text);
   CHECK(run(dir, tool() + " show nested.json").status == kOk);
 }
@@ -141,7 +140,10 @@ TEST_CASE("valid JSON of the wrong shape is refused naming the field", "[tools][
        "steps.histogram.sub_bucket_bits: 1e+308 is out of range"},
       {"huge-first-step.json", [](nlohmann::json& j) { j["steps"]["series"]["first_step"] = {1e308}; },
        "steps.series.first_step[0]: 1e+308 is out of range"},
-      {"bad-bucket.json", [](nlohmann::json& j) { j["steps"]["histogram"]["buckets"] = {{-1, 3}}; },
+      {"bad-bucket.json",
+       [](nlohmann::json& j) {
+         j["steps"]["histogram"]["buckets"] = {{-1, 3}};
+       },
        "steps.histogram.buckets[0][0]: -1 is not a count"},
       {"string-count.json", [](nlohmann::json& j) { j["phases"][1]["count"] = "many"; },
        "phases[1].count: \"many\" is not a count"},
@@ -155,7 +157,11 @@ TEST_CASE("valid JSON of the wrong shape is refused naming the field", "[tools][
       {"no-count.json", [](nlohmann::json& j) { j["steps"].erase("count"); }, "steps.count: missing"},
       {"no-phases.json", [](nlohmann::json& j) { j.erase("phases"); }, "phases: missing"},
       {"no-bottleneck.json", [](nlohmann::json& j) { j.erase("bottleneck"); }, "bottleneck: missing"},
-      {"top-array.json", [](nlohmann::json& j) { j = nlohmann::json::array({1, 2}); }, "not a stepscope report"},
+      {"top-array.json",
+       [](nlohmann::json& j) {
+         j = nlohmann::json::array({1, 2});
+       },
+       "not a stepscope report"},
   };
   for (const Case& c : cases) {
     nlohmann::json j = good_json(dir);
@@ -261,8 +267,9 @@ TEST_CASE("merge warns when the reports disagree on the world size and counts ra
   auto r = run(dir, tool() + " merge -q r0of2.json r1of4.json -o job.json");
   INFO(r.err);
   CHECK(r.status == kOk);
-  CHECK(contains(r.err, "stepscope: warning: the reports disagree on the world size (world_size 2 from rank(s) 0; "
-                        "world_size 4 from rank(s) 1)"));
+  CHECK(contains(r.err,
+                 "stepscope: warning: the reports disagree on the world size (world_size 2 from rank(s) 0; "
+                 "world_size 4 from rank(s) 1)"));
   stepscope::Report job;
   std::string error;
   REQUIRE(stepscope::load_report(dir / "job.json", job, error));
@@ -295,10 +302,12 @@ TEST_CASE("names with escape codes, newlines and multibyte UTF-8 are printed saf
   stepscope::Report report;
   REQUIRE(stepscope::load_report(dir / "good.json", report, error));
   REQUIRE(report.phases.size() >= 4);
-  report.phases[0].name = "\x1b]0;owned\x07\x1b[2Jred";       // retitle + clear the terminal
-  report.phases[1].name = "two\nlines: forged";                 // a forged summary line
+  report.phases[0].name = "\x1b]0;owned\x07\x1b[2Jred";            // retitle + clear the terminal
+  report.phases[1].name = "two\nlines: forged";                    // a forged summary line
   report.phases[2].name = "phase-name-nineteen\xC3\xA9-and-more";  // 'é' is bytes 19-20: a cut at 20 bytes splits it
-  report.phases[3].name = "csi\xC2\x9B" "31m";                  // C1 CSI
+  report.phases[3].name =
+      "csi\xC2\x9B"
+      "31m";  // C1 CSI
   report.run.host = "host\x1b[31m";
   REQUIRE(stepscope::write_report_file(report, dir / "hostile.json", error));
 
@@ -319,7 +328,7 @@ TEST_CASE("names with escape codes, newlines and multibyte UTF-8 are printed saf
   // The summary cuts names at 20 characters, never inside one.
   const auto r = run(dir, tool() + " show hostile.json");
   CHECK(contains(r.out, "  phase-name-nineteen\xC3\xA9 "));  // 20 characters, then the next column
-  CHECK(contains(r.out, "  \\x1b]0;owned\\x07\\x1b "));  // exactly 20 characters, then the next column
+  CHECK(contains(r.out, "  \\x1b]0;owned\\x07\\x1b "));      // exactly 20 characters, then the next column
   CHECK(contains(r.out, "csi\\u009b31m"));
   // The summary printed at exit is the same function.
   const std::string summary = stepscope::format_summary(report);
@@ -347,9 +356,9 @@ TEST_CASE("printable escapes control characters and cuts on character boundaries
   CHECK(printable("c1\xC2\x9B") == "c1\\u009b");
   CHECK(printable("bidi\xE2\x80\xAE") == "bidi\\u202e");
   CHECK(printable("bad\xFF") == "bad\\xff");
-  CHECK(printable("\xC3") == "\\xc3");                 // truncated sequence
-  CHECK(printable("\xC0\xAF") == "\\xc0\\xaf");        // overlong '/'
-  CHECK(printable("\xED\xA0\x80") == "\\xed\\xa0\\x80");  // surrogate
+  CHECK(printable("\xC3") == "\\xc3");                               // truncated sequence
+  CHECK(printable("\xC0\xAF") == "\\xc0\\xaf");                      // overlong '/'
+  CHECK(printable("\xED\xA0\x80") == "\\xed\\xa0\\x80");             // surrogate
   CHECK(printable("\xF0\x9F\x98\x80 ok") == "\xF0\x9F\x98\x80 ok");  // 4-byte emoji kept
   // Cuts count characters, keep whole characters and whole escapes.
   CHECK(printable("\xC3\xA9\xC3\xA9\xC3\xA9", 2) == "\xC3\xA9\xC3\xA9");
