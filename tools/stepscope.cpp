@@ -7,6 +7,8 @@
 //   stepscope html stepscope-report.json -o report.html
 #include "trace_check.hpp"
 
+#include "report/text.hpp"
+
 #include <stepscope/analysis.hpp>
 #include <stepscope/html.hpp>
 #include <stepscope/import.hpp>
@@ -21,10 +23,12 @@
 #endif
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <map>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,21 +42,7 @@ enum Exit : int {
   kInputError = 3,  // an input could not be used: missing, unreadable, not JSON, wrong schema version, truncated gzip
 };
 
-// ---- command line -----------------------------------------------------------
-
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> values;  // options that take a value
-  std::map<std::string, bool> flags;          // options without one
-  bool help = false;
-};
-
-struct OptionSpec {
-  std::vector<std::string> value_options;      // e.g. "-o", "--out"
-  std::vector<std::string> flag_options;       // e.g. "--json"
-  std::map<std::string, std::string> aliases;  // "-o" -> "--out"
-};
-
+// A bad command line: the message, then a pointer to the verb's --help.
 class UsageError : public std::exception {
  public:
   explicit UsageError(std::string message) : message_(std::move(message)) {}
@@ -62,70 +52,28 @@ class UsageError : public std::exception {
   std::string message_;
 };
 
-bool contains(const std::vector<std::string>& list, const std::string& s) {
-  for (const auto& x : list)
-    if (x == s) return true;
-  return false;
-}
-
-// "--out FILE", "--out=FILE", "-o FILE"; "--" ends the options.
-Args parse(const std::vector<std::string>& argv, const OptionSpec& spec) {
-  Args args;
-  bool options_done = false;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    std::string a = argv[i];
-    if (options_done || a.size() < 2 || a[0] != '-') {
-      args.positional.push_back(a);
-      continue;
-    }
-    if (a == "--") {
-      options_done = true;
-      continue;
-    }
-    if (a == "-h" || a == "--help") {
-      args.help = true;
-      continue;
-    }
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    const auto alias = spec.aliases.find(a);
-    const std::string name = alias != spec.aliases.end() ? alias->second : a;
-    if (contains(spec.value_options, name)) {
-      if (!has_value) {
-        if (i + 1 >= argv.size()) throw UsageError("option " + a + " needs a value");
-        value = argv[++i];
-      }
-      args.values[name] = value;
-    } else if (contains(spec.flag_options, name)) {
-      if (has_value) throw UsageError("option " + a + " takes no value");
-      args.flags[name] = true;
-    } else {
-      throw UsageError("unknown option '" + a + "'");
-    }
-  }
-  return args;
-}
-
-std::string get(const Args& args, const std::string& name, const std::string& fallback = "") {
-  const auto it = args.values.find(name);
-  return it != args.values.end() ? it->second : fallback;
-}
-
-bool flag(const Args& args, const std::string& name) {
-  return args.flags.count(name) != 0;
-}
-
+// Messages and printed text carry names from files and command lines (phase
+// names, hosts, paths, parser excerpts): never raw control characters.
 void error(const std::string& message) {
-  std::fprintf(stderr, "stepscope: error: %s\n", message.c_str());
+  std::fprintf(stderr, "stepscope: error: %s\n", stepscope::detail::printable(message).c_str());
+}
+
+void warning(const std::string& message) {
+  std::fprintf(stderr, "stepscope: warning: %s\n", stepscope::detail::printable(message).c_str());
 }
 
 void out(const std::string& text) {
+  const std::string safe = stepscope::detail::printable_lines(text);
+  std::fwrite(safe.data(), 1, safe.size(), stdout);
+}
+
+// JSON output is escaped by the serialiser already (and must stay JSON).
+void out_json(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+std::string quoted(const std::string& path) {
+  return "'" + path + "'";
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -242,6 +190,15 @@ options:
 
 // ---- verbs --------------------------------------------------------------------
 
+// What the command line asked for; filled by CLI11 (build_command_line).
+struct Options {
+  std::vector<std::string> inputs;  // positional arguments of the verb
+  std::string out, out_dir, html;
+  bool json = false, reanalyze = false, merge = false, quiet = false, any_producer = false;
+  bool help = false;
+  std::vector<std::string> extras;  // what CLI11 did not recognise (unknown options, stray words)
+};
+
 // Loads a report or explains why not (exit code kInputError).
 bool load(const std::string& path, stepscope::Report& report) {
   std::string why;
@@ -253,7 +210,7 @@ bool load(const std::string& path, stepscope::Report& report) {
 bool write_report(const stepscope::Report& report, const std::string& path) {
   std::string why;
   if (stepscope::write_report_file(report, path, why)) return true;
-  error("cannot write the report to '" + path + "': " + why);
+  error("cannot write the report to " + quoted(path) + ": " + why);
   return false;
 }
 
@@ -272,36 +229,31 @@ std::string summary_of(const stepscope::Report& report) {
   return text;
 }
 
-int cmd_show(const std::vector<std::string>& argv) {
-  const Args args = parse(argv, {{}, {"--json", "--reanalyze"}, {}});
-  if (args.help) {
-    out(kShowHelp);
-    return kOk;
-  }
-  if (args.positional.size() != 1) throw UsageError("show takes exactly one REPORT");
+int cmd_show(const Options& o) {
+  if (o.inputs.size() != 1) throw UsageError("show takes exactly one REPORT");
   stepscope::Report report;
-  if (!load(args.positional[0], report)) return kInputError;
-  if (flag(args, "--reanalyze")) stepscope::analyze(report);
-  out(flag(args, "--json") ? stepscope::report_to_json(report) + "\n" : summary_of(report));
+  if (!load(o.inputs[0], report)) return kInputError;
+  if (o.reanalyze) stepscope::analyze(report);
+  if (o.json)
+    out_json(stepscope::report_to_json(report) + "\n");
+  else
+    out(summary_of(report));
   return kOk;
 }
 
-int cmd_diff(const std::vector<std::string>& argv) {
-  const Args args = parse(argv, {});
-  if (args.help) {
-    out(kDiffHelp);
-    return kOk;
-  }
-  if (args.positional.size() != 2) throw UsageError("diff takes two reports: BASE NEW");
+int cmd_diff(const Options& o) {
+  if (o.inputs.size() != 2) throw UsageError("diff takes two reports: BASE NEW");
   stepscope::Report base, candidate;
-  if (!load(args.positional[0], base) || !load(args.positional[1], candidate)) return kInputError;
-  out(fmt::format("base: {}\nnew:  {}\n", args.positional[0], args.positional[1]));
+  if (!load(o.inputs[0], base) || !load(o.inputs[1], candidate)) return kInputError;
+  out(fmt::format("base: {}\nnew:  {}\n", o.inputs[0], o.inputs[1]));
   out(stepscope::format_comparison(stepscope::compare_reports(base, candidate)));
   return kOk;
 }
 
 #if STEPSCOPE_CLI_HAS_MERGE
-// Merges, writes and prints; the exit code.
+// Merges, writes and prints; the exit code. The merge's warnings (world sizes
+// that disagree, duplicate or missing ranks) go to stderr as well as into the
+// report: a merge of mismatched reports must not look clean.
 int merge_and_write(const std::vector<stepscope::Report>& reports, const std::string& path, const std::string& html,
                     bool quiet) {
   std::string why;
@@ -310,54 +262,42 @@ int merge_and_write(const std::vector<stepscope::Report>& reports, const std::st
     error("cannot merge: " + why);
     return kFailure;
   }
+  for (const std::string& w : merged.warnings) warning(w);
   if (!quiet) out(summary_of(merged));
   if (!write_report(merged, path)) return kFailure;
-  std::fprintf(stderr, "stepscope: merged report of %zu ranks written to %s\n", reports.size(), path.c_str());
+  const int ranks = merged.ranks ? merged.ranks->ranks_merged : 0;  // ranks, not files: duplicates are not counted
+  std::fprintf(stderr, "stepscope: merged report of %d rank%s written to %s\n", ranks, ranks == 1 ? "" : "s",
+               stepscope::detail::printable(path).c_str());
   if (!html.empty()) {
     if (!write_html(merged, html)) return kFailure;
-    std::fprintf(stderr, "stepscope: HTML report written to %s\n", html.c_str());
+    std::fprintf(stderr, "stepscope: HTML report written to %s\n", stepscope::detail::printable(html).c_str());
   }
   return kOk;
 }
 #endif
 
-int cmd_merge(const std::vector<std::string>& argv) {
-  const Args args = parse(argv, {{"--out", "--html"}, {"--quiet"}, {{"-o", "--out"}, {"-q", "--quiet"}}});
-  if (args.help) {
-    out(kMergeHelp);
-    return kOk;
-  }
+int cmd_merge(const Options& o) {
 #if STEPSCOPE_CLI_HAS_MERGE
-  if (args.positional.empty()) throw UsageError("merge needs at least one REPORT");
-  std::vector<stepscope::Report> reports(args.positional.size());
-  for (std::size_t i = 0; i < args.positional.size(); ++i)
-    if (!load(args.positional[i], reports[i])) return kInputError;
-  return merge_and_write(reports, get(args, "--out", "stepscope-merged.json"), get(args, "--html"),
-                         flag(args, "--quiet"));
+  if (o.inputs.empty()) throw UsageError("merge needs at least one REPORT");
+  std::vector<stepscope::Report> reports(o.inputs.size());
+  for (std::size_t i = 0; i < o.inputs.size(); ++i)
+    if (!load(o.inputs[i], reports[i])) return kInputError;
+  return merge_and_write(reports, o.out.empty() ? "stepscope-merged.json" : o.out, o.html, o.quiet);
 #else
+  (void)o;
   error("this stepscope was built without merge support (include/stepscope/merge.hpp was missing)");
   return kFailure;
 #endif
 }
 
-int cmd_analyze(const std::vector<std::string>& argv) {
-  const Args args =
-      parse(argv, {{"--out", "--out-dir", "--html"}, {"--merge", "--quiet"}, {{"-o", "--out"}, {"-q", "--quiet"}}});
-  if (args.help) {
-    out(kAnalyzeHelp);
-    return kOk;
-  }
-  const auto& traces = args.positional;
+int cmd_analyze(const Options& o) {
+  const auto& traces = o.inputs;
   if (traces.empty()) throw UsageError("analyze needs at least one TRACE");
-  const bool merge = flag(args, "--merge");
-  const bool quiet = flag(args, "--quiet");
-  const std::string out_path = get(args, "--out");
-  const std::string html = get(args, "--html");
-  if (!merge && traces.size() > 1 && !out_path.empty())
+  if (!o.merge && traces.size() > 1 && !o.out.empty())
     throw UsageError("-o names one report: with several traces use --out-dir, or --merge for one merged report");
-  if (!merge && traces.size() > 1 && !html.empty()) throw UsageError("--html with several traces needs --merge");
+  if (!o.merge && traces.size() > 1 && !o.html.empty()) throw UsageError("--html with several traces needs --merge");
 #if !STEPSCOPE_CLI_HAS_MERGE
-  if (merge) {
+  if (o.merge) {
     error("this stepscope was built without merge support (include/stepscope/merge.hpp was missing)");
     return kFailure;
   }
@@ -369,52 +309,40 @@ int cmd_analyze(const std::vector<std::string>& argv) {
       error(why);
       return kInputError;
     }
-    if (!quiet) out(fmt::format("{}{}\n{}", i > 0 ? "\n" : "", traces[i], summary_of(reports[i])));
+    if (!o.quiet) out(fmt::format("{}{}\n{}", i > 0 ? "\n" : "", traces[i], summary_of(reports[i])));
     std::string path = stem(traces[i]) + ".stepscope.json";
-    if (!get(args, "--out-dir").empty()) path = get(args, "--out-dir") + "/" + base_name(path);
-    if (!merge && !out_path.empty()) path = out_path;
+    if (!o.out_dir.empty()) path = o.out_dir + "/" + base_name(path);
+    if (!o.merge && !o.out.empty()) path = o.out;
     if (!write_report(reports[i], path)) return kFailure;
-    std::fprintf(stderr, "stepscope: report written to %s\n", path.c_str());
-    if (!merge && !html.empty()) {
-      if (!write_html(reports[i], html)) return kFailure;
-      std::fprintf(stderr, "stepscope: HTML report written to %s\n", html.c_str());
+    std::fprintf(stderr, "stepscope: report written to %s\n", stepscope::detail::printable(path).c_str());
+    if (!o.merge && !o.html.empty()) {
+      if (!write_html(reports[i], o.html)) return kFailure;
+      std::fprintf(stderr, "stepscope: HTML report written to %s\n", stepscope::detail::printable(o.html).c_str());
     }
   }
 #if STEPSCOPE_CLI_HAS_MERGE
-  if (merge) {
-    if (!quiet) out("\n");
-    return merge_and_write(reports, out_path.empty() ? "stepscope-merged.json" : out_path, html, quiet);
+  if (o.merge) {
+    if (!o.quiet) out("\n");
+    return merge_and_write(reports, o.out.empty() ? "stepscope-merged.json" : o.out, o.html, o.quiet);
   }
 #endif
   return kOk;
 }
 
-int cmd_html(const std::vector<std::string>& argv) {
-  const Args args = parse(argv, {{"--out"}, {}, {{"-o", "--out"}}});
-  if (args.help) {
-    out(kHtmlHelp);
-    return kOk;
-  }
-  if (args.positional.size() != 1) throw UsageError("html takes exactly one REPORT");
+int cmd_html(const Options& o) {
+  if (o.inputs.size() != 1) throw UsageError("html takes exactly one REPORT");
   stepscope::Report report;
-  if (!load(args.positional[0], report)) return kInputError;
-  const std::string path = get(args, "--out", stem(args.positional[0]) + ".html");
+  if (!load(o.inputs[0], report)) return kInputError;
+  const std::string path = o.out.empty() ? stem(o.inputs[0]) + ".html" : o.out;
   if (!write_html(report, path)) return kFailure;
-  std::fprintf(stderr, "stepscope: HTML report written to %s\n", path.c_str());
+  std::fprintf(stderr, "stepscope: HTML report written to %s\n", stepscope::detail::printable(path).c_str());
   return kOk;
 }
 
-int cmd_trace(const std::vector<std::string>& argv) {
-  const Args args = parse(argv, {{}, {"--any-producer"}, {}});
-  if (args.help) {
-    out(kTraceHelp);
-    return kOk;
-  }
-  if (args.positional.empty() || args.positional[0] != "validate")
-    throw UsageError("trace: the only sub-command is 'validate TRACE'");
-  if (args.positional.size() != 2) throw UsageError("trace validate takes exactly one TRACE");
-  const std::string& path = args.positional[1];
-  const auto check = stepscope::tools::check_chrome_trace(path, !flag(args, "--any-producer"));
+int cmd_trace_validate(const Options& o) {
+  if (o.inputs.size() != 1) throw UsageError("trace validate takes exactly one TRACE");
+  const std::string& path = o.inputs[0];
+  const auto check = stepscope::tools::check_chrome_trace(path, !o.any_producer);
   if (!check.readable) {
     error(check.read_error);
     return kInputError;
@@ -434,48 +362,155 @@ int cmd_trace(const std::vector<std::string>& argv) {
   return kFailure;
 }
 
-}  // namespace
+// ---- command line -------------------------------------------------------------
 
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
+// One verb: its CLI11 sub-app, its help text and what runs it. "trace
+// validate" is a verb of two words (trace has only this sub-command).
+struct Verb {
+  const char* name;
+  const char* help;
+  std::function<int(const Options&)> run;
+  CLI::App* app = nullptr;
+};
+
+// The options of every verb. CLI11 parses them ("--out FILE", "--out=FILE",
+// "-o FILE", "-qo FILE", "--" ends the options, a value-taking option without
+// its value is an error); the help texts above are ours (docs/cli.md shows
+// them), so CLI11's generated help is off and -h/--help is a plain flag.
+void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
+  auto sub = [&](CLI::App& parent, const char* name, const char* positional) {
+    CLI::App* s = parent.add_subcommand(name);
+    s->set_help_flag();
+    s->allow_extras();  // reported by us, in our words (unknown option '--x')
+    s->add_flag("-h,--help", o.help);
+    if (positional != nullptr) s->add_option(positional, o.inputs)->expected(0, -1);
+    return s;
+  };
+  CLI::App* show = sub(app, "show", "REPORT");
+  show->add_flag("--json", o.json);
+  show->add_flag("--reanalyze", o.reanalyze);
+  CLI::App* diff = sub(app, "diff", "BASE_NEW");
+  CLI::App* merge = sub(app, "merge", "REPORT");
+  merge->add_option("-o,--out", o.out);
+  merge->add_option("--html", o.html);
+  merge->add_flag("-q,--quiet", o.quiet);
+  CLI::App* analyze = sub(app, "analyze", "TRACE");
+  analyze->add_option("-o,--out", o.out);
+  analyze->add_option("--out-dir", o.out_dir);
+  analyze->add_flag("--merge", o.merge);
+  analyze->add_option("--html", o.html);
+  analyze->add_flag("-q,--quiet", o.quiet);
+  CLI::App* html = sub(app, "html", "REPORT");
+  html->add_option("-o,--out", o.out);
+  CLI::App* trace = sub(app, "trace", nullptr);
+  CLI::App* validate = sub(*trace, "validate", "TRACE");
+  validate->add_flag("--any-producer", o.any_producer);
+  verbs = {{"show", kShowHelp, cmd_show, show},     {"diff", kDiffHelp, cmd_diff, diff},
+           {"merge", kMergeHelp, cmd_merge, merge}, {"analyze", kAnalyzeHelp, cmd_analyze, analyze},
+           {"html", kHtmlHelp, cmd_html, html},     {"trace validate", kTraceHelp, cmd_trace_validate, validate},
+           {"trace", kTraceHelp, nullptr, trace}};
+}
+
+// CLI11's message for a parse error, in the words docs/cli.md shows.
+std::string usage_message(const CLI::ParseError& e) {
+  std::string what = e.what();
+  // "-o: 1 required TEXT missing" (ArgumentMismatch) -> "option -o needs a value"
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+    const auto colon = what.find(':');
+    if (colon != std::string::npos && what.find("missing") != std::string::npos)
+      return "option " + what.substr(0, colon) + " needs a value";
+  }
+  return what;
+}
+
+int run_command_line(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     std::fputs(kMainHelp, stderr);
     return kUsage;
   }
-  const std::string verb = args[0];
-  args.erase(args.begin());
-  if (verb == "-h" || verb == "--help" || verb == "help") {
-    if (!args.empty()) {  // "stepscope help show" = "stepscope show --help"
-      const std::string target = args[0];
-      args = {"--help"};
-      if (target == "show") return cmd_show(args);
-      if (target == "diff") return cmd_diff(args);
-      if (target == "merge") return cmd_merge(args);
-      if (target == "analyze") return cmd_analyze(args);
-      if (target == "html") return cmd_html(args);
-      if (target == "trace") return cmd_trace(args);
-    }
-    out(kMainHelp);
+  CLI::App app{"", "stepscope"};
+  app.set_help_flag();
+  app.require_subcommand(1);
+  Options o;
+  std::vector<Verb> verbs;
+  add_verbs(app, verbs, o);
+  auto find_verb = [&](const std::string& name) -> const Verb* {
+    for (const Verb& v : verbs)
+      if (name == v.name) return &v;
+    return nullptr;
+  };
+  const std::string& first = args[0];
+  if (first == "-h" || first == "--help" || first == "help") {
+    const Verb* v = args.size() > 1 ? find_verb(args[1]) : nullptr;  // "stepscope help show" = "show --help"
+    out(v != nullptr ? v->help : kMainHelp);
     return kOk;
   }
-  if (verb == "--version" || verb == "version") {
+  if (first == "--version" || first == "version") {
     out(fmt::format("stepscope {} (report schema {})\n", STEPSCOPE_VERSION_STRING, stepscope::kReportSchemaVersion));
     return kOk;
   }
+  if (find_verb(first) == nullptr) {
+    error("unknown verb " + quoted(first) +
+          " (verbs: show, diff, merge, analyze, html, trace; see 'stepscope --help')");
+    return kUsage;
+  }
   try {
-    if (verb == "show") return cmd_show(args);
-    if (verb == "diff") return cmd_diff(args);
-    if (verb == "merge") return cmd_merge(args);
-    if (verb == "analyze") return cmd_analyze(args);
-    if (verb == "html") return cmd_html(args);
-    if (verb == "trace") return cmd_trace(args);
-    error("unknown verb '" + verb + "' (verbs: show, diff, merge, analyze, html, trace; see 'stepscope --help')");
-    return kUsage;
+    // "--" ends the options. CLI11 2.1 hands what follows it in a sub-command
+    // to the parent app, so the tail is split off here and taken as arguments.
+    std::vector<std::string> words(args.begin(), args.end()), after_dashes;
+    if (const auto dashes = std::find(words.begin(), words.end(), "--"); dashes != words.end()) {
+      after_dashes.assign(dashes + 1, words.end());
+      words.erase(dashes, words.end());
+    }
+    std::reverse(words.begin(), words.end());  // CLI11 takes a vector as a stack: last argument first
+    try {
+      app.parse(words);
+    } catch (const CLI::ParseError& e) {
+      throw UsageError(usage_message(e));
+    }
+    o.inputs.insert(o.inputs.end(), after_dashes.begin(), after_dashes.end());
+    // The deepest verb given ("trace validate" rather than "trace").
+    const Verb* verb = nullptr;
+    for (const Verb& v : verbs)
+      if (v.app->parsed() && (verb == nullptr || v.app->get_parent() == verb->app)) verb = &v;
+    if (verb == nullptr) throw UsageError("no verb");
+    if (o.help) {
+      out(verb->help);
+      return kOk;
+    }
+    if (!verb->run) throw UsageError("trace: the only sub-command is 'validate TRACE'");
+    for (const std::string& extra : verb->app->remaining()) {
+      if (extra.size() > 1 && extra[0] == '-') throw UsageError("unknown option " + quoted(extra));
+      throw UsageError(std::string(verb->name) == "trace" ? "trace: the only sub-command is 'validate TRACE'"
+                                                          : "unexpected argument " + quoted(extra));
+    }
+    try {
+      return verb->run(o);
+    } catch (const UsageError& e) {
+      error(std::string(e.what()) + " (see 'stepscope " + verb->name + " --help')");
+      return kUsage;
+    }
   } catch (const UsageError& e) {
-    error(std::string(e.what()) + " (see 'stepscope " + verb + " --help')");
+    error(std::string(e.what()) + " (see 'stepscope " + first + " --help')");
     return kUsage;
+  }
+}
+
+}  // namespace
+
+// Never throws: whatever goes wrong is one line on stderr and an exit code.
+int main(int argc, char** argv) {
+  try {
+    return run_command_line(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fputs("stepscope: error: out of memory\n", stderr);
+    return kFailure;
   } catch (const std::exception& e) {
     error(e.what());
+    return kFailure;
+  } catch (...) {
+    std::fputs("stepscope: error: unexpected failure\n", stderr);
     return kFailure;
   }
 }

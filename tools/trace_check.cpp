@@ -1,6 +1,6 @@
 #include "trace_check.hpp"
 
-#include <stepscope/report.hpp>
+#include "report/json_guard.hpp"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -26,7 +26,18 @@ TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
   using nlohmann::json;
   TraceCheck check;
   std::string text;
-  if (!read_file_maybe_gzip(path, text, check.read_error)) return check;
+  // Bounded: a file that does not start like a trace, or is larger than the
+  // cap, is refused before it is read whole (src/report/json_guard.hpp).
+  if (!stepscope::detail::read_json_input(path, stepscope::detail::JsonInput::chrome_trace, text, check.read_error))
+    return check;
+  if (text.empty()) {
+    check.read_error = "'" + path + "' is empty";
+    return check;
+  }
+  if (const std::string deep = stepscope::detail::depth_problem(text); !deep.empty()) {
+    check.read_error = "'" + path + "' is not a Chrome trace: the JSON " + deep;
+    return check;
+  }
   json doc;
   try {
     doc = json::parse(text);

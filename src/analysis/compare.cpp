@@ -8,6 +8,7 @@
 // than 3 × noise and than 1% of the base mean (kThresholds).
 #include "analysis/facts.hpp"
 #include "analysis/thresholds.hpp"
+#include "report/text.hpp"
 
 #include <stepscope/analysis.hpp>
 
@@ -104,7 +105,7 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
 std::string format_comparison(const Comparison& c) {
   std::string out;
   auto row = [&](const Delta& d) {
-    out += fmt::format("{:<24} {:>11.3f} {:>11.3f} {:>+11.3f} {:>+8.1f}% {:>10.3f}  {}\n", d.name,
+    out += fmt::format("{:<24} {:>11.3f} {:>11.3f} {:>+11.3f} {:>+8.1f}% {:>10.3f}  {}\n", detail::printable(d.name),
                        d.base_ms, d.new_ms, d.delta_ms, d.delta_pct, d.noise_ms,
                        d.significant ? (d.delta_ms < 0 ? "faster" : "slower") : "within noise");
   };
@@ -113,8 +114,9 @@ std::string format_comparison(const Comparison& c) {
   out += std::string(24 + 12 * 3 + 10 + 11 + 15, '-') + "\n";
   row(c.step);
   for (const Delta& d : c.phases) row(d);
-  for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", n);
-  for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", n);
+  // Names, config values and warnings come from the reports: printed escaped (report/text.hpp).
+  for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", detail::printable(n));
+  for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", detail::printable(n));
   out += "\n";
   out += c.verdict_changed
              ? fmt::format("bottleneck: {} -> {}\n", c.base_verdict, c.new_verdict)
@@ -123,9 +125,9 @@ std::string format_comparison(const Comparison& c) {
     out += "config: no changes\n";
   } else {
     out += "config changes:\n";
-    for (const std::string& s : c.config_changes) out += "  " + s + "\n";
+    for (const std::string& s : c.config_changes) out += "  " + detail::printable(s) + "\n";
   }
-  for (const std::string& w : c.warnings) out += "warning: " + w + "\n";
+  for (const std::string& w : c.warnings) out += "warning: " + detail::printable(w) + "\n";
   return out;
 }
 

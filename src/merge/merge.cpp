@@ -22,6 +22,7 @@
 // Cost: O(ranks x (phases + points)) time, O(ranks x points) memory with
 // points capped at kMaxStepPoints.
 #include "core/histogram.hpp"
+#include "report/text.hpp"
 
 #include <stepscope/analysis.hpp>
 #include <stepscope/merge.hpp>
@@ -374,6 +375,30 @@ struct Candidate {
   bool whole_step = false;
 };
 
+// The ranks of one job agree on its size, and each rank is inside it. When
+// they do not, reports of different jobs (or of a relaunch at another size)
+// were mixed: the merge goes on (world = the largest), but says so.
+void warn_on_world_size(const std::vector<Report>& inputs, std::vector<std::string>& warnings) {
+  std::map<int, std::vector<int>> ranks_by_world;  // declared world_size -> ranks declaring it
+  std::vector<int> outside;                        // ranks >= their own world_size
+  for (const Report& r : inputs) {
+    if (r.run.rank < 0) continue;  // no rank: a single process, world_size 1 says nothing
+    ranks_by_world[r.run.world_size].push_back(r.run.rank);
+    if (r.run.rank >= r.run.world_size) outside.push_back(r.run.rank);
+  }
+  if (ranks_by_world.size() > 1) {
+    std::string sizes;
+    for (const auto& [world, ranks] : ranks_by_world)
+      sizes += fmt::format("{}world_size {} from rank(s) {}", sizes.empty() ? "" : "; ", world, rank_list(ranks));
+    warnings.push_back(fmt::format(
+        "the reports disagree on the world size ({}): reports of different jobs or launches mixed? merged as one "
+        "job of the largest size",
+        sizes));
+  }
+  if (!outside.empty())
+    warnings.push_back(fmt::format("rank(s) {} are not below their own report's world_size", rank_list(outside)));
+}
+
 Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   Report job;
   if (inputs.empty()) {
@@ -407,6 +432,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   }
   if (any_unranked)
     warnings.push_back("some reports carry no rank (run.rank); their position in the input was used as the rank");
+  warn_on_world_size(inputs, warnings);
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<RankFacts> ranks;
@@ -1132,7 +1158,7 @@ std::string format_multi_rank(const Report& merged) {
     const MultiRank& m = *merged.ranks;
     std::string out;
     auto line = [&out](const std::string& s) {
-      out += s;
+      out += detail::printable(s);  // hosts and phase names come from the ranks' reports
       out += '\n';
     };
     line(fmt::format("== stepscope job: {} of {} ranks merged ==", m.ranks_merged, m.world_size));
@@ -1156,7 +1182,7 @@ std::string format_multi_rank(const Report& merged) {
     std::size_t shown = 0;
     for (const PhaseAcrossRanks& p : m.phases) {
       if (shown++ >= 12) break;
-      line(fmt::format("  {:<20} {:>10.3f} {:>10.3f} {:>10.3f} {:>10} {:>9.1f}%", p.name.substr(0, 20),
+      line(fmt::format("  {:<20} {:>10.3f} {:>10.3f} {:>10.3f} {:>10} {:>9.1f}%", detail::printable(p.name, 20),
                        p.per_step_ms.min, p.per_step_ms.median, p.per_step_ms.max, p.per_step_ms.max_rank,
                        100 * p.per_step_ms.imbalance));
     }

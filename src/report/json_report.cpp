@@ -2,6 +2,8 @@
 #include <stepscope/report.hpp>
 
 #include "core/atomic_file.hpp"
+#include "report/json_guard.hpp"
+#include "report/text.hpp"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
@@ -11,9 +13,11 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -57,38 +61,149 @@ namespace {
 
 // JSON has no NaN/Inf: write them as null and read null back as 0.
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-double get_num(const json& j, const char* key, double fallback = 0) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) throw std::runtime_error(std::string("field '") + key + "' is not a number");
-  return it->get<double>();
+
+// ---- reading: every value is checked and every error names its field --------
+//
+// A report file is input like any other: hand-edited, truncated by a full
+// disk, produced by another tool. Each value is checked for its type and range
+// before it is converted (a double cast to an integer type it does not fit is
+// undefined behaviour), so a bad file is refused with "steps.count: -5 is not a
+// count" instead of read as zeros. Fields this stepscope does not know are
+// ignored (docs/report-schema.md: readers must ignore them).
+
+// Largest magnitude accepted for a real number: 1e15 ms is 31,700 years.
+// Nothing measured comes near it, and the analysis may square values or turn
+// ms into ns (x 1e6) without overflowing.
+constexpr double kMaxMagnitude = 1e15;
+// Largest rank / world size accepted: the merge walks 0..world_size.
+constexpr int kMaxRanks = 1 << 20;
+
+// A value of the report being read and where it is ("steps.wall_ms").
+struct Field {
+  const json& j;
+  std::string path;
+  operator const json&() const { return j; }  // NOLINT: read like the json it is
+  std::string child(const std::string& key) const { return path.empty() ? key : path + "." + key; }
+  // The member `key`, or nullptr when absent or null ("not measured").
+  const json* find(const char* key) const {
+    if (!j.is_object()) return nullptr;
+    const auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+};
+
+[[noreturn]] void bad_field(const std::string& path, const std::string& why) {
+  throw std::runtime_error(path + ": " + why);
 }
-std::uint64_t get_u64(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return 0;
-  if (!it->is_number()) throw std::runtime_error(std::string("field '") + key + "' is not a number");
-  const double v = it->get<double>();
-  return v > 0 ? static_cast<std::uint64_t>(v) : 0;
+
+// A value as an error message shows it: short and printable.
+std::string shown(const json& v) {
+  if (v.is_string()) return "\"" + detail::printable(v.get_ref<const std::string&>(), 40) + "\"";
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "an array";
+  return v.dump();
 }
-std::string get_str(const json& j, const char* key, const std::string& fallback = "") {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_string()) throw std::runtime_error(std::string("field '") + key + "' is not a string");
-  return it->get<std::string>();
+
+double real_of(const json& v, const std::string& path) {
+  if (!v.is_number()) bad_field(path, shown(v) + " is not a number");
+  const double d = v.get<double>();
+  if (!(std::fabs(d) <= kMaxMagnitude)) bad_field(path, shown(v) + " is out of range (more than 1e15 in magnitude)");
+  return d;
 }
-const json& get_obj(const json& j, const char* key) {
+
+// A non-negative integer of at most `max`.
+std::uint64_t count_of(const json& v, const std::string& path, std::uint64_t max = UINT64_MAX) {
+  if (v.is_number_unsigned()) {
+    const auto n = v.get<std::uint64_t>();
+    if (n > max) bad_field(path, shown(v) + " is out of range (at most " + std::to_string(max) + ")");
+    return n;
+  }
+  if (v.is_number_integer()) bad_field(path, shown(v) + " is not a count");  // signed in JSON: negative
+  if (!v.is_number()) bad_field(path, shown(v) + " is not a count");
+  const double d = v.get<double>();
+  if (!(d >= 0) || d != std::floor(d)) bad_field(path, shown(v) + " is not a count");
+  // 2^64 is the first double that does not fit.
+  if (d >= 18446744073709551616.0 || d > static_cast<double>(max))
+    bad_field(path, shown(v) + " is out of range (at most " + std::to_string(max) + ")");
+  return static_cast<std::uint64_t>(d);
+}
+
+// An integer in [lo, hi].
+std::int64_t integer_of(const json& v, const std::string& path, std::int64_t lo, std::int64_t hi) {
+  if (!v.is_number()) bad_field(path, shown(v) + " is not an integer");
+  const double d = v.get<double>();
+  if (d != std::floor(d) || !std::isfinite(d)) bad_field(path, shown(v) + " is not an integer");
+  if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+    bad_field(path, shown(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.is_number_float() ? static_cast<std::int64_t>(d) : v.get<std::int64_t>();
+}
+
+double get_num(const Field& f, const char* key, double fallback = 0) {
+  const json* v = f.find(key);
+  return v == nullptr ? fallback : real_of(*v, f.child(key));
+}
+std::uint64_t get_u64(const Field& f, const char* key, std::uint64_t max = UINT64_MAX) {
+  const json* v = f.find(key);
+  return v == nullptr ? 0 : count_of(*v, f.child(key), max);
+}
+std::uint32_t get_u32(const Field& f, const char* key) {
+  return static_cast<std::uint32_t>(get_u64(f, key, UINT32_MAX));
+}
+int get_int(const Field& f, const char* key, int fallback, int lo, int hi) {
+  const json* v = f.find(key);
+  return v == nullptr ? fallback : static_cast<int>(integer_of(*v, f.child(key), lo, hi));
+}
+int get_rank(const Field& f, const char* key) {
+  return get_int(f, key, -1, -1, kMaxRanks - 1);
+}
+bool get_bool(const Field& f, const char* key, bool fallback = false) {
+  const json* v = f.find(key);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) bad_field(f.child(key), shown(*v) + " is not true or false");
+  return v->get<bool>();
+}
+std::string get_str(const Field& f, const char* key, const std::string& fallback = "") {
+  const json* v = f.find(key);
+  if (v == nullptr) return fallback;
+  if (!v->is_string()) bad_field(f.child(key), shown(*v) + " is not a string");
+  return v->get<std::string>();
+}
+Field get_obj(const Field& f, const char* key) {
   static const json empty = json::object();
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return empty;
-  if (!it->is_object()) throw std::runtime_error(std::string("field '") + key + "' is not an object");
-  return *it;
+  const json* v = f.find(key);
+  if (v == nullptr) return Field{empty, f.child(key)};
+  if (!v->is_object()) bad_field(f.child(key), shown(*v) + " is not an object");
+  return Field{*v, f.child(key)};
 }
-const json& get_arr(const json& j, const char* key) {
-  static const json empty = json::array();
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return empty;
-  if (!it->is_array()) throw std::runtime_error(std::string("field '") + key + "' is not an array");
-  return *it;
+// A field every report has: absent is an error, not a default.
+Field required_obj(const Field& f, const char* key) {
+  if (f.find(key) == nullptr) bad_field(f.child(key), "missing (every report has it)");
+  return get_obj(f, key);
+}
+// The elements of an array field, each with its path ("phases[3]").
+std::vector<Field> get_arr(const Field& f, const char* key) {
+  std::vector<Field> out;
+  const json* v = f.find(key);
+  if (v == nullptr) return out;
+  if (!v->is_array()) bad_field(f.child(key), shown(*v) + " is not an array");
+  out.reserve(v->size());
+  for (std::size_t i = 0; i < v->size(); ++i)
+    out.push_back(Field{(*v)[i], f.child(key) + "[" + std::to_string(i) + "]"});
+  return out;
+}
+// The members of an object field, each with its path.
+std::vector<std::pair<std::string, Field>> get_members(const Field& f, const char* key) {
+  std::vector<std::pair<std::string, Field>> out;
+  const Field object = get_obj(f, key);
+  for (const auto& [k, v] : object.j.items()) out.emplace_back(k, Field{v, object.child(k)});
+  return out;
+}
+// A map of numbers (device.facts, findings[i].values); null (not finite) is skipped.
+std::map<std::string, double> get_numbers(const Field& f, const char* key) {
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : get_members(f, key))
+    if (!v.j.is_null()) out[k] = real_of(v, v.path);
+  return out;
 }
 
 // device.hta: HTA's tables for an imported trace (docs/report-schema.md).
@@ -123,11 +238,11 @@ json hta_to_j(const HtaTables& h) {
               {"launch_stats", launch},
               {"steps_kept", h.steps_kept}};
 }
-HtaTables hta_from(const json& j) {
+HtaTables hta_from(const Field& j) {
   HtaTables h;
   h.present = true;
-  h.rank = static_cast<int>(get_num(j, "rank"));
-  const json& t = get_obj(j, "temporal_breakdown");
+  h.rank = get_rank(j, "rank");
+  const Field t = get_obj(j, "temporal_breakdown");
   auto& tb = h.temporal_breakdown;
   tb.idle_us = get_num(t, "idle_us");
   tb.compute_us = get_num(t, "compute_us");
@@ -136,25 +251,23 @@ HtaTables hta_from(const json& j) {
   tb.idle_pctg = get_num(t, "idle_pctg");
   tb.compute_pctg = get_num(t, "compute_pctg");
   tb.non_compute_pctg = get_num(t, "non_compute_pctg");
-  for (const auto& k : get_arr(j, "kernel_type_breakdown"))
+  for (const Field& k : get_arr(j, "kernel_type_breakdown"))
     h.kernel_type_breakdown.push_back({get_str(k, "kernel_type"), get_num(k, "sum_us"), get_num(k, "percentage")});
-  if (j.contains("comp_comm_overlap_pctg") && j["comp_comm_overlap_pctg"].is_number())
-    h.comp_comm_overlap_pctg = j["comp_comm_overlap_pctg"].get<double>();
-  for (const auto& i : get_arr(j, "idle_time_breakdown"))
-    h.idle_time_breakdown.push_back({static_cast<std::int64_t>(get_num(i, "stream", -1)), get_str(i, "idle_category"),
-                                     get_num(i, "idle_time_us"), get_num(i, "idle_time_ratio")});
-  const json& l = get_obj(j, "launch_stats");
-  h.launch_stats.pairs = static_cast<std::int64_t>(get_u64(l, "pairs"));
-  h.launch_stats.short_kernels = static_cast<std::int64_t>(get_u64(l, "short_kernels"));
-  h.launch_stats.runtime_outliers = static_cast<std::int64_t>(get_u64(l, "runtime_outliers"));
-  h.launch_stats.launch_delay_outliers = static_cast<std::int64_t>(get_u64(l, "launch_delay_outliers"));
-  const json& cut = get_obj(l, "thresholds");
+  if (j.find("comp_comm_overlap_pctg") != nullptr) h.comp_comm_overlap_pctg = get_num(j, "comp_comm_overlap_pctg");
+  for (const Field& i : get_arr(j, "idle_time_breakdown"))
+    h.idle_time_breakdown.push_back({static_cast<std::int64_t>(get_int(i, "stream", -1, -1, INT32_MAX)),
+                                     get_str(i, "idle_category"), get_num(i, "idle_time_us"),
+                                     get_num(i, "idle_time_ratio")});
+  const Field l = get_obj(j, "launch_stats");
+  h.launch_stats.pairs = static_cast<std::int64_t>(get_u64(l, "pairs", INT64_MAX));
+  h.launch_stats.short_kernels = static_cast<std::int64_t>(get_u64(l, "short_kernels", INT64_MAX));
+  h.launch_stats.runtime_outliers = static_cast<std::int64_t>(get_u64(l, "runtime_outliers", INT64_MAX));
+  h.launch_stats.launch_delay_outliers = static_cast<std::int64_t>(get_u64(l, "launch_delay_outliers", INT64_MAX));
+  const Field cut = get_obj(l, "thresholds");
   h.launch_stats.runtime_cutoff_us = get_num(cut, "runtime_cutoff_us", 50);
   h.launch_stats.launch_delay_cutoff_us = get_num(cut, "launch_delay_cutoff_us", 100);
-  for (const auto& s : get_arr(j, "steps_kept")) {
-    if (!s.is_number()) throw std::runtime_error("field 'steps_kept' holds a non-number");
-    h.steps_kept.push_back(s.get<std::int64_t>());
-  }
+  for (const Field& s : get_arr(j, "steps_kept"))
+    h.steps_kept.push_back(static_cast<std::int64_t>(count_of(s, s.path, INT64_MAX)));
   return h;
 }
 
@@ -163,7 +276,7 @@ json to_j(const Distribution& d) {
               {"min", num(d.min)},   {"max", num(d.max)},     {"p50", num(d.p50)},   {"p90", num(d.p90)},
               {"p99", num(d.p99)}};
 }
-Distribution dist_from(const json& j) {
+Distribution dist_from(const Field& j) {
   Distribution d;
   d.count = get_u64(j, "count");
   d.total = get_num(j, "total");
@@ -182,13 +295,14 @@ json to_j(const HistogramData& h) {
   for (const auto& [index, count] : h.buckets) buckets.push_back(json::array({index, count}));
   return json{{"layout", "log-linear-ns"}, {"sub_bucket_bits", h.sub_bucket_bits}, {"buckets", buckets}};
 }
-HistogramData hist_from(const json& j) {
+HistogramData hist_from(const Field& j) {
   HistogramData h;
-  h.sub_bucket_bits = static_cast<int>(get_num(j, "sub_bucket_bits"));
-  for (const auto& b : get_arr(j, "buckets")) {
-    if (!b.is_array() || b.size() != 2 || !b[0].is_number_unsigned() || !b[1].is_number_unsigned())
-      throw std::runtime_error("histogram bucket is not a pair of counts");
-    h.buckets.emplace_back(b[0].get<std::uint32_t>(), b[1].get<std::uint64_t>());
+  // The bucket layout shifts by it (html.cpp, merge.cpp): keep it a valid shift.
+  h.sub_bucket_bits = get_int(j, "sub_bucket_bits", 0, 0, 20);
+  for (const Field& b : get_arr(j, "buckets")) {
+    if (!b.j.is_array() || b.j.size() != 2) bad_field(b.path, shown(b) + " is not a pair [bucket index, count]");
+    h.buckets.emplace_back(static_cast<std::uint32_t>(count_of(b.j[0], b.path + "[0]", UINT32_MAX)),
+                           count_of(b.j[1], b.path + "[1]"));
   }
   return h;
 }
@@ -199,7 +313,7 @@ json to_j(const StepBreakdown& b) {
               {"communication_ms", num(b.communication_ms)}, {"other_ms", num(b.other_ms)},
               {"unattributed_ms", num(b.unattributed_ms)}};
 }
-StepBreakdown breakdown_from(const json& j) {
+StepBreakdown breakdown_from(const Field& j) {
   StepBreakdown b;
   b.wall_ms = get_num(j, "wall_ms");
   b.input_ms = get_num(j, "input_ms");
@@ -216,9 +330,9 @@ json nums(const std::vector<double>& v) {
   for (double x : v) a.push_back(num(x));
   return a;
 }
-std::vector<double> nums_from(const json& j, const char* key) {
+std::vector<double> nums_from(const Field& j, const char* key) {
   std::vector<double> v;
-  for (const auto& x : get_arr(j, key)) v.push_back(x.is_number() ? x.get<double>() : 0.0);
+  for (const Field& x : get_arr(j, key)) v.push_back(x.j.is_null() ? 0.0 : real_of(x, x.path));
   return v;
 }
 
@@ -228,11 +342,11 @@ json to_j(const StepSeries& s) {
               {"communication_ms", nums(s.communication_ms)}, {"other_ms", nums(s.other_ms)},
               {"unattributed_ms", nums(s.unattributed_ms)}, {"rss_mb", nums(s.rss_mb)}};
 }
-StepSeries series_from(const json& j) {
+StepSeries series_from(const Field& j) {
   StepSeries s;
-  s.stride = static_cast<std::uint32_t>(get_u64(j, "stride"));
+  s.stride = get_u32(j, "stride");
   if (s.stride == 0) s.stride = 1;
-  for (const auto& x : get_arr(j, "first_step")) s.first_step.push_back(x.is_number() ? x.get<std::uint64_t>() : 0);
+  for (const Field& x : get_arr(j, "first_step")) s.first_step.push_back(count_of(x, x.path));
   s.wall_ms = nums_from(j, "wall_ms");
   s.input_ms = nums_from(j, "input_ms");
   s.compute_ms = nums_from(j, "compute_ms");
@@ -271,13 +385,13 @@ json to_j(const SystemSignals& s) {
               {"sampling_cost_ms", num(s.sampling_cost_ms)},
               {"collector_cpu_ms", num(s.collector_cpu_ms)}};
 }
-SystemSignals system_from(const json& j) {
+SystemSignals system_from(const Field& j) {
   SystemSignals s;
-  s.available = j.value("available", false);
+  s.available = get_bool(j, "available");
   s.wall_s = get_num(j, "wall_s");
   s.cpu_user_s = get_num(j, "cpu_user_s");
   s.cpu_system_s = get_num(j, "cpu_system_s");
-  s.cores_available = static_cast<int>(get_num(j, "cores_available"));
+  s.cores_available = get_int(j, "cores_available", 0, 0, 1 << 24);
   s.cpu_utilization = get_num(j, "cpu_utilization");
   s.minor_faults = get_u64(j, "minor_faults");
   s.major_faults = get_u64(j, "major_faults");
@@ -315,25 +429,28 @@ json to_j(const Verdict& v) {
               {"summary", v.summary},     {"evidence", evidence},                     {"recommendations", v.recommendations},
               {"ranking", ranking}};
 }
-Verdict verdict_from(const json& j) {
+Verdict verdict_from(const Field& j) {
   Verdict v;
   v.category = get_str(j, "category", "unknown");
   v.confidence = get_num(j, "confidence");
   v.severity = get_str(j, "severity");
   v.summary = get_str(j, "summary");
-  for (const auto& e : get_arr(j, "evidence")) {
+  for (const Field& e : get_arr(j, "evidence")) {
     Evidence ev;
     ev.signal = get_str(e, "signal");
     ev.value = get_num(e, "value");
     ev.threshold = get_num(e, "threshold");
     ev.comparison = get_str(e, "comparison");
-    ev.supports = e.value("supports", false);
+    ev.supports = get_bool(e, "supports");
     ev.sentence = get_str(e, "sentence");
     v.evidence.push_back(std::move(ev));
   }
-  for (const auto& r : get_arr(j, "recommendations"))
-    if (r.is_string()) v.recommendations.push_back(r.get<std::string>());
-  for (const auto& r : get_arr(j, "ranking")) v.ranking.emplace_back(get_str(r, "category"), get_num(r, "share_of_step"));
+  for (const Field& r : get_arr(j, "recommendations")) {
+    if (!r.j.is_string()) bad_field(r.path, shown(r) + " is not a string");
+    v.recommendations.push_back(r.j.get<std::string>());
+  }
+  for (const Field& r : get_arr(j, "ranking"))
+    v.ranking.emplace_back(get_str(r, "category"), get_num(r, "share_of_step"));
   return v;
 }
 
@@ -351,20 +468,21 @@ json to_j(const PhaseSummary& p) {
   j["device_ms"] = p.device_ms ? to_j(*p.device_ms) : json(nullptr);
   return j;
 }
-PhaseSummary phase_from(const json& j) {
+PhaseSummary phase_from(const Field& j) {
   PhaseSummary p;
   p.name = get_str(j, "name");
-  if (!parse_phase_kind(get_str(j, "kind", "other"), p.kind)) throw std::runtime_error("phase '" + p.name + "' has an unknown kind");
-  if (!parse_thread_role(get_str(j, "thread_role", "step"), p.thread_role))
-    throw std::runtime_error("phase '" + p.name + "' has an unknown thread_role");
+  const std::string kind = get_str(j, "kind", "other"), role = get_str(j, "thread_role", "step");
+  if (!parse_phase_kind(kind, p.kind)) bad_field(j.child("kind"), shown(json(kind)) + " is not a phase kind");
+  if (!parse_thread_role(role, p.thread_role))
+    bad_field(j.child("thread_role"), shown(json(role)) + " is not a thread role");
   p.count = get_u64(j, "count");
   p.host_ms = dist_from(get_obj(j, "host_ms"));
   p.self_ms = dist_from(get_obj(j, "self_ms"));
   p.share_of_step = get_num(j, "share_of_step");
-  p.threads = static_cast<std::uint32_t>(get_u64(j, "threads"));
+  p.threads = get_u32(j, "threads");
   p.histogram = hist_from(get_obj(j, "histogram"));
-  if (j.contains("overlap_with_steps") && j["overlap_with_steps"].is_number()) p.overlap_with_steps = j["overlap_with_steps"].get<double>();
-  if (j.contains("device_ms") && j["device_ms"].is_object()) p.device_ms = dist_from(j["device_ms"]);
+  if (j.find("overlap_with_steps") != nullptr) p.overlap_with_steps = get_num(j, "overlap_with_steps");
+  if (j.find("device_ms") != nullptr) p.device_ms = dist_from(get_obj(j, "device_ms"));
   return p;
 }
 
@@ -373,14 +491,14 @@ json to_j(const AcrossRanks& a) {
               {"mean", num(a.mean)},         {"min_rank", a.min_rank},  {"max_rank", a.max_rank},
               {"imbalance", num(a.imbalance)}};
 }
-AcrossRanks across_from(const json& j) {
+AcrossRanks across_from(const Field& j) {
   AcrossRanks a;
   a.min = get_num(j, "min");
   a.median = get_num(j, "median");
   a.max = get_num(j, "max");
   a.mean = get_num(j, "mean");
-  a.min_rank = static_cast<int>(get_num(j, "min_rank", -1));
-  a.max_rank = static_cast<int>(get_num(j, "max_rank", -1));
+  a.min_rank = get_rank(j, "min_rank");
+  a.max_rank = get_rank(j, "max_rank");
   a.imbalance = get_num(j, "imbalance");
   return a;
 }
@@ -442,12 +560,12 @@ json to_j(const MultiRank& m) {
               {"step_stride", m.step_stride},
               {"steps", steps}};
 }
-MultiRank multirank_from(const json& j) {
+MultiRank multirank_from(const Field& j) {
   MultiRank m;
-  m.world_size = static_cast<int>(get_num(j, "world_size"));
-  m.ranks_merged = static_cast<int>(get_num(j, "ranks_merged"));
-  for (const auto& r : get_arr(j, "missing_ranks"))
-    if (r.is_number_integer()) m.missing_ranks.push_back(r.get<int>());
+  m.world_size = get_int(j, "world_size", 0, 0, kMaxRanks);
+  m.ranks_merged = get_int(j, "ranks_merged", 0, 0, kMaxRanks);
+  for (const Field& r : get_arr(j, "missing_ranks"))
+    m.missing_ranks.push_back(static_cast<int>(integer_of(r, r.path, 0, kMaxRanks - 1)));
   m.step_ms = across_from(get_obj(j, "step_ms"));
   m.busy_ms = across_from(get_obj(j, "busy_ms"));
   m.compute_ms = across_from(get_obj(j, "compute_ms"));
@@ -457,9 +575,9 @@ MultiRank multirank_from(const json& j) {
   m.comm_wait_ms = get_num(j, "comm_wait_ms");
   m.comm_wait_fraction = get_num(j, "comm_wait_fraction");
   m.expected_wait_from_imbalance_ms = get_num(j, "expected_wait_from_imbalance_ms");
-  for (const auto& x : get_arr(j, "stragglers")) {
+  for (const Field& x : get_arr(j, "stragglers")) {
     Straggler s;
-    s.rank = static_cast<int>(get_num(x, "rank", -1));
+    s.rank = get_rank(x, "rank");
     s.phase = get_str(x, "phase");
     s.rank_ms = get_num(x, "rank_ms");
     s.median_ms = get_num(x, "median_ms");
@@ -467,14 +585,13 @@ MultiRank multirank_from(const json& j) {
     s.robust_z = get_num(x, "robust_z");
     s.slow_step_fraction = get_num(x, "slow_step_fraction");
     s.pattern = get_str(x, "pattern");
-    for (const auto& v : get_arr(x, "slow_steps"))
-      if (v.is_number_unsigned()) s.slow_steps.push_back(v.get<std::uint64_t>());
+    for (const Field& v : get_arr(x, "slow_steps")) s.slow_steps.push_back(count_of(v, v.path));
     m.stragglers.push_back(std::move(s));
   }
   m.method = get_str(j, "method");
-  for (const auto& x : get_arr(j, "ranks")) {
+  for (const Field& x : get_arr(j, "ranks")) {
     RankSummary r;
-    r.rank = static_cast<int>(get_num(x, "rank", -1));
+    r.rank = get_rank(x, "rank");
     r.host = get_str(x, "host");
     r.steps = get_u64(x, "steps");
     r.step_ms = get_num(x, "step_ms");
@@ -487,20 +604,21 @@ MultiRank multirank_from(const json& j) {
     r.unattributed_ms = get_num(x, "unattributed_ms");
     r.comm_wait_ms = get_num(x, "comm_wait_ms");
     r.verdict = get_str(x, "verdict");
-    r.straggler = x.value("straggler", false);
+    r.straggler = get_bool(x, "straggler");
     m.ranks.push_back(std::move(r));
   }
-  for (const auto& x : get_arr(j, "phases")) {
+  for (const Field& x : get_arr(j, "phases")) {
     PhaseAcrossRanks p;
     p.name = get_str(x, "name");
-    if (!parse_phase_kind(get_str(x, "kind", "other"), p.kind)) throw std::runtime_error("ranks.phases: unknown kind");
-    p.ranks = static_cast<std::uint32_t>(get_u64(x, "ranks"));
+    const std::string kind = get_str(x, "kind", "other");
+    if (!parse_phase_kind(kind, p.kind)) bad_field(x.child("kind"), shown(json(kind)) + " is not a phase kind");
+    p.ranks = get_u32(x, "ranks");
     p.per_step_ms = across_from(get_obj(x, "per_step_ms"));
     m.phases.push_back(std::move(p));
   }
-  m.step_stride = static_cast<std::uint32_t>(get_u64(j, "step_stride"));
+  m.step_stride = get_u32(j, "step_stride");
   if (m.step_stride == 0) m.step_stride = 1;
-  for (const auto& x : get_arr(j, "steps")) {
+  for (const Field& x : get_arr(j, "steps")) {
     StepAcrossRanks s;
     s.first_step = get_u64(x, "first_step");
     s.wall_ms = across_from(get_obj(x, "wall_ms"));
@@ -586,47 +704,50 @@ json to_j(const Report& r) {
   return out;
 }
 
-Report report_from(const json& j) {
-  if (!j.is_object()) throw std::runtime_error("the top level is not a JSON object");
-  if (!j.contains("schema_version")) throw std::runtime_error("no 'schema_version': not a stepscope report");
-  if (!j["schema_version"].is_number_integer()) throw std::runtime_error("'schema_version' is not an integer");
+Report report_from(const json& document) {
+  if (!document.is_object()) throw std::runtime_error("the top level is not a JSON object: not a stepscope report");
+  const Field j{document, ""};
+  if (j.find("schema_version") == nullptr) throw std::runtime_error("no 'schema_version': not a stepscope report");
   Report r;
-  r.schema_version = j["schema_version"].get<int>();
+  r.schema_version = get_int(j, "schema_version", 0, INT32_MIN, INT32_MAX);
   if (r.schema_version != kReportSchemaVersion)
     throw std::runtime_error("unsupported schema_version " + std::to_string(r.schema_version) + " (this stepscope reads " +
                              std::to_string(kReportSchemaVersion) + ")");
-  const json& run = get_obj(j, "run");
+  const Field run = required_obj(j, "run");
   r.run.library_version = get_str(run, "library_version");
   r.run.time_utc = get_str(run, "time_utc");
   r.run.host = get_str(run, "host");
-  r.run.pid = static_cast<std::int64_t>(get_num(run, "pid"));
-  r.run.rank = run.contains("rank") && run["rank"].is_number() ? run["rank"].get<int>() : -1;
-  r.run.world_size = static_cast<int>(get_num(run, "world_size", 1));
+  if (const json* pid = run.find("pid"))
+    r.run.pid = integer_of(*pid, run.child("pid"), -(std::int64_t{1} << 53), std::int64_t{1} << 53);
+  r.run.rank = get_rank(run, "rank");
+  r.run.world_size = get_int(run, "world_size", 1, 0, kMaxRanks);
   r.run.source = get_str(run, "source", "live");
-  for (const auto& [k, v] : get_obj(run, "build").items()) r.run.build[k] = v.is_string() ? v.get<std::string>() : v.dump();
-  for (const auto& [k, v] : get_obj(run, "config").items()) {
-    if (v.is_string()) {
-      r.run.config[k] = v.get<std::string>();
+  for (const auto& [k, v] : get_members(run, "build"))
+    r.run.build[k] = v.j.is_string() ? v.j.get<std::string>() : v.j.dump();
+  for (const auto& [k, v] : get_members(run, "config")) {
+    if (v.j.is_string()) {
+      r.run.config[k] = v.j.get<std::string>();
       r.run.config_types[k] = "string";
-    } else if (v.is_number()) {
+    } else if (v.j.is_number()) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%.17g", v.get<double>());  // as set_config() stored it
+      std::snprintf(buf, sizeof buf, "%.17g", v.j.get<double>());  // as set_config() stored it
       r.run.config[k] = buf;
       r.run.config_types[k] = "number";
     } else {
-      r.run.config[k] = v.dump();
+      r.run.config[k] = v.j.dump();  // depth-limited before parsing (report_from_json)
       r.run.config_types[k] = "string";
     }
   }
-  const json& clock = get_obj(run, "clock");
+  const Field clock = get_obj(run, "clock");
   r.run.clock_source = get_str(clock, "source");
   r.run.clock_tsc_ghz = get_num(clock, "tsc_ghz");
   r.run.clock_error_ppm = get_num(clock, "error_ppm");
-  const json& warmup = get_obj(run, "warmup");
+  const Field warmup = get_obj(run, "warmup");
   r.run.warmup_steps = get_u64(warmup, "steps");
   r.run.warmup_source = get_str(warmup, "source");
 
-  const json& steps = get_obj(j, "steps");
+  const Field steps = required_obj(j, "steps");
+  if (steps.find("count") == nullptr) bad_field("steps.count", "missing (every report has it)");
   r.steps.count = get_u64(steps, "count");
   r.steps.warmup_excluded = get_u64(steps, "warmup_excluded");
   r.steps.wall_ms = dist_from(get_obj(steps, "wall_ms"));
@@ -634,31 +755,30 @@ Report report_from(const json& j) {
   r.steps.breakdown = breakdown_from(get_obj(steps, "breakdown"));
   r.steps.series = series_from(get_obj(steps, "series"));
   r.steps.histogram = hist_from(get_obj(steps, "histogram"));
-  for (const auto& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
+  if (j.find("phases") == nullptr) bad_field("phases", "missing (every report has it)");
+  for (const Field& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
   r.dropped_records = get_u64(j, "dropped_records");
   r.total_records = get_u64(j, "total_records");
   r.system = system_from(get_obj(j, "system"));
-  const json& device = get_obj(j, "device");
-  r.device.enabled = device.value("enabled", false);
+  const Field device = get_obj(j, "device");
+  r.device.enabled = get_bool(device, "enabled");
   r.device.status = get_str(device, "status");
   r.device.reason = get_str(device, "reason");
   r.device.name = get_str(device, "name");
   r.device.memory_capacity_mb = get_num(device, "memory_capacity_mb");
   r.device.memory_peak_mb = get_num(device, "memory_peak_mb");
-  for (const auto& [k, v] : get_obj(device, "facts").items())
-    if (v.is_number()) r.device.facts[k] = v.get<double>();
-  if (device.contains("hta") && !device["hta"].is_null()) r.device.hta = hta_from(get_obj(device, "hta"));
-  r.bottleneck = verdict_from(get_obj(j, "bottleneck"));
-  for (const auto& f : get_arr(j, "findings")) {
+  r.device.facts = get_numbers(device, "facts");
+  if (device.find("hta") != nullptr) r.device.hta = hta_from(get_obj(device, "hta"));
+  r.bottleneck = verdict_from(required_obj(j, "bottleneck"));
+  for (const Field& f : get_arr(j, "findings")) {
     Finding finding;
     finding.kind = get_str(f, "kind");
     finding.severity = get_str(f, "severity");
     finding.message = get_str(f, "message");
-    for (const auto& [k, v] : get_obj(f, "values").items())
-      if (v.is_number()) finding.values[k] = v.get<double>();
+    finding.values = get_numbers(f, "values");
     r.findings.push_back(std::move(finding));
   }
-  for (const auto& w : get_arr(j, "what_if")) {
+  for (const Field& w : get_arr(j, "what_if")) {
     WhatIf x;
     x.target = get_str(w, "target");
     x.share = get_num(w, "share");
@@ -669,11 +789,13 @@ Report report_from(const json& j) {
     x.note = get_str(w, "note");
     r.what_if.push_back(std::move(x));
   }
-  for (const auto& w : get_arr(j, "warnings"))
-    if (w.is_string()) r.warnings.push_back(w.get<std::string>());
-  if (j.contains("ranks") && j["ranks"].is_object()) r.ranks = multirank_from(j["ranks"]);
+  for (const Field& w : get_arr(j, "warnings")) {
+    if (!w.j.is_string()) bad_field(w.path, shown(w) + " is not a string");
+    r.warnings.push_back(w.j.get<std::string>());
+  }
+  if (j.find("ranks") != nullptr) r.ranks = multirank_from(get_obj(j, "ranks"));
   // Absent in reports written before the flight recorder: those were final.
-  if (j.contains("complete") && j["complete"].is_boolean()) r.complete = j["complete"].get<bool>();
+  r.complete = get_bool(j, "complete", true);
   r.ended_by = get_str(j, "ended_by");
   r.snapshot_time_utc = get_str(j, "snapshot_time_utc");
   return r;
@@ -712,6 +834,10 @@ std::string report_to_json(const Report& report, int indent) {
 
 bool report_from_json(const std::string& text, Report& out, std::string& error) {
   try {
+    if (const std::string deep = detail::depth_problem(text); !deep.empty()) {
+      error = "not a stepscope report: the JSON " + deep;
+      return false;
+    }
     json j = json::parse(text);
     out = report_from(j);
     return true;
@@ -726,13 +852,13 @@ bool report_from_json(const std::string& text, Report& out, std::string& error) 
 bool load_report(const std::string& path, Report& out, std::string& error) {
   try {
     std::string text;
-    if (!read_file_maybe_gzip(path, text, error)) return false;
+    if (!detail::read_json_input(path, detail::JsonInput::report, text, error)) return false;
     if (text.empty()) {
-      error = "'" + path + "' is empty";
+      error = "'" + detail::printable(path) + "' is empty";
       return false;
     }
     if (!report_from_json(text, out, error)) {
-      error = "'" + path + "': " + error;
+      error = "'" + detail::printable(path) + "': " + error;
       return false;
     }
     return true;

@@ -1,6 +1,8 @@
 // The human summary printed at exit: breakdown, phases, verdict, what-if.
 #include <stepscope/report.hpp>
 
+#include "report/text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,7 +30,7 @@ std::string upper(std::string s) {
 std::string format_summary(const Report& r) {
   std::string out;
   auto line = [&out](const std::string& s) {
-    out += s;
+    out += detail::printable(s);  // names and messages come from users: no raw control characters
     out += '\n';
   };
   const auto& w = r.steps.wall_ms;
@@ -55,9 +57,9 @@ std::string format_summary(const Report& r) {
     for (const auto& p : r.phases) {
       std::string share = p.thread_role == ThreadRole::step ? fmt::format("{:.1f}%", p.share_of_step * 100) : "-";
       if (p.overlap_with_steps) share = fmt::format("ovl {:.0f}%", *p.overlap_with_steps * 100);
-      line(fmt::format("  {:<20} {:<13} {:<12} {:>7} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>7}", p.name.substr(0, 20),
-                       to_string(p.kind), to_string(p.thread_role), p.count, p.host_ms.mean, p.host_ms.p50, p.host_ms.p99,
-                       p.self_ms.mean, share));
+      line(fmt::format("  {:<20} {:<13} {:<12} {:>7} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>7}",
+                       detail::printable(p.name, 20), to_string(p.kind), to_string(p.thread_role), p.count,
+                       p.host_ms.mean, p.host_ms.p50, p.host_ms.p99, p.self_ms.mean, share));
       if (p.device_ms)
         line(fmt::format("  {:<20} device: mean {:.3f} ms, p99 {:.3f} ms", "", p.device_ms->mean, p.device_ms->p99));
     }
