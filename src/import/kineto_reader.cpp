@@ -338,10 +338,9 @@ Category legacy_category(std::string_view name) {
   constexpr std::string_view kBackward = "Backward";
   if (stem.size() > kBackward.size() && stem.compare(stem.size() - kBackward.size(), kBackward.size(), kBackward) == 0)
     return Category::cpu_op;
-  const bool identifier =
-      !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-      });
+  const bool identifier = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
   if (identifier && name.back() == '_') return Category::cpu_op;  // in-place op: "detach_", "zero_"
   return Category::user_annotation;
 }
