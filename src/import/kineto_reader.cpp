@@ -413,8 +413,12 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
 
   std::vector<char> keep(events.size(), 1);
   if (!legacy && no_category != std::numeric_limits<NameId>::max()) {
-    for (std::size_t i = 0; i < events.size(); ++i)
-      if (events[i].category == no_category) keep[i] = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i].category != no_category) continue;
+      keep[i] = 0;
+      ++result.stats.events_without_category;
+    }
+    result.stats.complete_events -= result.stats.events_without_category;
   }
   if (options.drop_last_profiler_step && distinct_steps >= 2) {
     detail::CorrelationMap<char> kept_correlations(events.size() / 2);

@@ -65,7 +65,7 @@ std::vector<std::string> describe(const ImportResult& r) {
   const ImportStats& s = r.stats;
   line << "stats " << s.compressed_bytes << ' ' << s.uncompressed_bytes << ' ' << s.events_seen << ' '
        << s.complete_events << ' ' << s.events_dropped_after_last_step << ' ' << s.gzip << ' '
-       << s.fractional_timestamps << ' ' << s.legacy_format;
+       << s.fractional_timestamps << ' ' << s.legacy_format << ' ' << s.events_without_category;
   emit();
   const timeline::Timeline& tl = r.trace;
   line << "meta " << tl.rank << ' ' << tl.world_size << ' ' << tl.has_distributed_info << ' '

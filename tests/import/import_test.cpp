@@ -321,6 +321,8 @@ TEST_CASE("a Kineto trace still drops the few events without cat, as HTA", "[imp
   INFO(r.error);
   REQUIRE(r.ok);
   CHECK_FALSE(r.stats.legacy_format);
+  CHECK(r.stats.events_without_category == 2);  // counted, not lost silently
+  CHECK(r.stats.complete_events == 1);
   REQUIRE(r.trace.host_ops.size() == 1);
   CHECK(r.trace.name_of(r.trace.host_ops[0].name) == "aten::mm");
 }
