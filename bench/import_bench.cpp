@@ -90,6 +90,24 @@ void BM_V100EndToEnd(benchmark::State& state) {
 }
 BENCHMARK(BM_V100EndToEnd)->Arg(1)->Arg(0)->ArgName("pipelined")->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// What `stepscope analyze` does before it writes anything: import, every
+// analysis, the report (phases, PyTorch's own phases, device.hta) and the
+// analyzer's verdict, through the public analyze_trace_file.
+void BM_V100AnalyzeTraceFile(benchmark::State& state) {
+  const ProcessCpu cpu;
+  for (auto _ : state) {
+    stepscope::Report report;
+    std::string error;
+    if (!stepscope::analyze_trace_file(kV100, report, error)) {
+      state.SkipWithError(error.c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(report.bottleneck.category.data());
+  }
+  cpu.finish(state);
+}
+BENCHMARK(BM_V100AnalyzeTraceFile)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // The same with the exact nlohmann SAX parser (what the importer used before the fast scanner).
 void BM_V100EndToEndExact(benchmark::State& state) {
   stepscope::ImportOptions options;

@@ -55,6 +55,9 @@ struct ImportStats {
   std::uint64_t events_seen = 0;         // elements of traceEvents
   std::uint64_t complete_events = 0;     // ph "X" events with cat and dur
   std::uint64_t events_dropped_after_last_step = 0;
+  // Complete events without "cat" in a Kineto trace: dropped, as HTA drops
+  // them (in a legacy trace, where none has one, they are all kept).
+  std::uint64_t events_without_category = 0;
   bool gzip = false;
   bool fractional_timestamps = false;
   // The legacy Chrome trace of a PyTorch built without Kineto (no event has a

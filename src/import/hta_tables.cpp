@@ -12,7 +12,9 @@ namespace stepscope {
 
 namespace {
 
-double us(std::int64_t ns) { return static_cast<double>(ns) / 1000.0; }
+double us(std::int64_t ns) {
+  return static_cast<double>(ns) / 1000.0;
+}
 
 double ratio(std::int64_t part, std::int64_t whole) {
   return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
@@ -28,7 +30,7 @@ HtaTables hta_tables(const timeline::Timeline& tl) {
   for (const auto& s : tl.steps) h.steps_kept.push_back(s.number);
 
   const timeline::TemporalBreakdown t = timeline::temporal_breakdown(tl);
-  h.temporal_breakdown = {us(t.idle_ns),      us(t.compute_ns),      us(t.non_compute_ns),     us(t.span_ns),
+  h.temporal_breakdown = {us(t.idle_ns),    us(t.compute_ns),    us(t.non_compute_ns),   us(t.span_ns),
                           t.idle_percent(), t.compute_percent(), t.non_compute_percent()};
 
   for (const auto& slice : timeline::kernel_type_breakdown(tl))
@@ -41,7 +43,8 @@ HtaTables hta_tables(const timeline::Timeline& tl) {
   // holds each stream's first op).
   for (const auto& s : timeline::idle_time_breakdown(tl)) {
     const std::int64_t total = s.total_ns();
-    if (s.host_wait_count > 0) h.idle_time_breakdown.push_back({s.stream, "host_wait", us(s.host_wait_ns), ratio(s.host_wait_ns, total)});
+    if (s.host_wait_count > 0)
+      h.idle_time_breakdown.push_back({s.stream, "host_wait", us(s.host_wait_ns), ratio(s.host_wait_ns, total)});
     if (s.kernel_wait_count > 0)
       h.idle_time_breakdown.push_back({s.stream, "kernel_wait", us(s.kernel_wait_ns), ratio(s.kernel_wait_ns, total)});
     h.idle_time_breakdown.push_back({s.stream, "other", us(s.other_ns), ratio(s.other_ns, total)});
@@ -49,8 +52,12 @@ HtaTables hta_tables(const timeline::Timeline& tl) {
 
   const timeline::LaunchStatsOptions cutoffs;
   const timeline::LaunchStats l = timeline::launch_statistics(tl, cutoffs);
-  h.launch_stats = {l.pairs, l.short_kernels, l.runtime_outliers, l.launch_delay_outliers,
-                    us(cutoffs.runtime_cutoff_ns), us(cutoffs.launch_delay_cutoff_ns)};
+  h.launch_stats = {l.pairs,
+                    l.short_kernels,
+                    l.runtime_outliers,
+                    l.launch_delay_outliers,
+                    us(cutoffs.runtime_cutoff_ns),
+                    us(cutoffs.launch_delay_cutoff_ns)};
   return h;
 }
 
@@ -78,8 +85,8 @@ std::string format_hta(const Report& r) {
 
   out += "\nidle time breakdown (per stream)\n";
   for (const auto& i : h.idle_time_breakdown)
-    out += fmt::format("  stream {:<6} {:<12} {:>14.0f} us  ratio {:.2f}\n", i.stream, i.idle_category,
-                       i.idle_time_us, i.idle_time_ratio);
+    out += fmt::format("  stream {:<6} {:<12} {:>14.0f} us  ratio {:.2f}\n", i.stream, i.idle_category, i.idle_time_us,
+                       i.idle_time_ratio);
 
   const auto& l = h.launch_stats;
   out += fmt::format(

@@ -321,13 +321,28 @@ bool starts_with(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }
 
-// The category a legacy trace would have given an event, from its name:
-// operators are namespaced ("aten::addmm", "autograd::engine::evaluate_function:
-// AddmmBackward0"); everything else is a record_function range (PyTorch's own
-// "ProfilerStep#3", "enumerate(DataLoader)#...", "Optimizer.step#SGD.step", or
-// the user's), which a Kineto trace files under user_annotation.
+// The category a Kineto trace would have given an event of a legacy trace,
+// from its name. Operators are namespaced ("aten::addmm",
+// "autograd::engine::evaluate_function: AddmmBackward0"), autograd nodes end
+// in Backward<N> ("AddmmBackward0"), and the few bare ATen names PyTorch 1.13
+// writes are in-place ops ("detach_"): cpu_op. Everything else is a
+// record_function range — PyTorch's own ("ProfilerStep#3",
+// "enumerate(DataLoader)#...", "Optimizer.step#SGD.step") or the user's —
+// which Kineto files under user_annotation.
 Category legacy_category(std::string_view name) {
-  return name.find("::") != std::string_view::npos ? Category::cpu_op : Category::user_annotation;
+  if (name.find("::") != std::string_view::npos) return Category::cpu_op;
+  std::size_t digits = 0;
+  while (digits < name.size() && name[name.size() - 1 - digits] >= '0' && name[name.size() - 1 - digits] <= '9')
+    ++digits;
+  const std::string_view stem = name.substr(0, name.size() - digits);
+  constexpr std::string_view kBackward = "Backward";
+  if (stem.size() > kBackward.size() && stem.compare(stem.size() - kBackward.size(), kBackward.size(), kBackward) == 0)
+    return Category::cpu_op;
+  const bool identifier = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  if (identifier && name.back() == '_') return Category::cpu_op;  // in-place op: "detach_", "zero_"
+  return Category::user_annotation;
 }
 
 // HTA's GPUKernelFilter: device work is (stream >= 0 and correlation >= 0),
@@ -398,8 +413,12 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
 
   std::vector<char> keep(events.size(), 1);
   if (!legacy && no_category != std::numeric_limits<NameId>::max()) {
-    for (std::size_t i = 0; i < events.size(); ++i)
-      if (events[i].category == no_category) keep[i] = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i].category != no_category) continue;
+      keep[i] = 0;
+      ++result.stats.events_without_category;
+    }
+    result.stats.complete_events -= result.stats.events_without_category;
   }
   if (options.drop_last_profiler_step && distinct_steps >= 2) {
     detail::CorrelationMap<char> kept_correlations(events.size() / 2);

@@ -22,7 +22,9 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_data_range(std::string_view name) { return starts_with(name, "enumerate(DataLoader)"); }
+bool is_data_range(std::string_view name) {
+  return starts_with(name, "enumerate(DataLoader)");
+}
 bool is_optimizer_range(std::string_view name) {
   return starts_with(name, "Optimizer.step#") || starts_with(name, "Optimizer.zero_grad#");
 }
@@ -39,12 +41,14 @@ enum class Mark : std::uint8_t { user, data, optimizer, backward, work, none };
 
 Mark mark_of(const HostInterval& h, std::string_view name) {
   switch (h.kind) {
-    case HostOpKind::step: return Mark::none;
+    case HostOpKind::step:
+      return Mark::none;
     case HostOpKind::annotation:
       if (is_data_range(name)) return Mark::data;
       if (is_optimizer_range(name)) return Mark::optimizer;
       return is_pytorch_range(name) ? Mark::none : Mark::user;
-    case HostOpKind::framework_op: return is_backward_op(h, name) ? Mark::backward : Mark::work;
+    case HostOpKind::framework_op:
+      return is_backward_op(h, name) ? Mark::backward : Mark::work;
     case HostOpKind::python:
       // Only the module frames: outer Python frames (the script, the loop)
       // span the whole step and say nothing about its parts.
@@ -52,8 +56,10 @@ Mark mark_of(const HostInterval& h, std::string_view name) {
       return starts_with(name, "nn.Module:") ? Mark::work : Mark::none;
     case HostOpKind::runtime_launch:
     case HostOpKind::runtime_sync:
-    case HostOpKind::runtime_other: return Mark::work;
-    case HostOpKind::other: return Mark::none;
+    case HostOpKind::runtime_other:
+      return Mark::work;
+    case HostOpKind::other:
+      return Mark::none;
   }
   return Mark::none;
 }
@@ -62,10 +68,14 @@ Mark mark_of(const HostInterval& h, std::string_view name) {
 
 const char* to_string(FrameworkPhase phase) {
   switch (phase) {
-    case FrameworkPhase::data: return "data";
-    case FrameworkPhase::forward: return "forward";
-    case FrameworkPhase::backward: return "backward";
-    case FrameworkPhase::optimizer: return "optimizer";
+    case FrameworkPhase::data:
+      return "data";
+    case FrameworkPhase::forward:
+      return "forward";
+    case FrameworkPhase::backward:
+      return "backward";
+    case FrameworkPhase::optimizer:
+      return "optimizer";
   }
   return "forward";
 }
@@ -90,12 +100,23 @@ std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
     const std::string_view name = tl.name_of(h.name);
     const Interval iv{h.start_ns, h.end_ns};
     switch (mark_of(h, name)) {
-      case Mark::user: user[h.tid].push_back(iv); break;
-      case Mark::data: data[h.tid].push_back(iv); break;
-      case Mark::optimizer: optimizer[h.tid].push_back(iv); break;
-      case Mark::backward: backward.push_back(iv); break;
-      case Mark::work: work[h.tid].push_back(iv); break;
-      case Mark::none: break;
+      case Mark::user:
+        user[h.tid].push_back(iv);
+        break;
+      case Mark::data:
+        data[h.tid].push_back(iv);
+        break;
+      case Mark::optimizer:
+        optimizer[h.tid].push_back(iv);
+        break;
+      case Mark::backward:
+        backward.push_back(iv);
+        break;
+      case Mark::work:
+        work[h.tid].push_back(iv);
+        break;
+      case Mark::none:
+        break;
     }
   }
   for (auto* per_thread : {&user, &data, &optimizer, &work})
@@ -127,7 +148,8 @@ std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
     phase[static_cast<int>(FrameworkPhase::optimizer)] =
         claim(detail::clip(of_thread(optimizer, p.tid), s.start_ns, s.end_ns));
     phase[static_cast<int>(FrameworkPhase::backward)] = claim(detail::clip(backward, s.start_ns, s.end_ns));
-    phase[static_cast<int>(FrameworkPhase::forward)] = claim(detail::clip(of_thread(work, p.tid), s.start_ns, s.end_ns));
+    phase[static_cast<int>(FrameworkPhase::forward)] =
+        claim(detail::clip(of_thread(work, p.tid), s.start_ns, s.end_ns));
     p.unattributed_ns = detail::length(left);
     out.push_back(p);
   }

@@ -22,8 +22,10 @@ inline Intervals normalise(Intervals v) {
             [](const timeline::Interval& a, const timeline::Interval& b) { return a.start_ns < b.start_ns; });
   Intervals out;
   for (const timeline::Interval& iv : v) {
-    if (!out.empty() && iv.start_ns <= out.back().end_ns) out.back().end_ns = std::max(out.back().end_ns, iv.end_ns);
-    else out.push_back(iv);
+    if (!out.empty() && iv.start_ns <= out.back().end_ns)
+      out.back().end_ns = std::max(out.back().end_ns, iv.end_ns);
+    else
+      out.push_back(iv);
   }
   return out;
 }
@@ -35,8 +37,10 @@ inline Intervals intersect(const Intervals& a, const Intervals& b) {
     const std::int64_t lo = std::max(a[i].start_ns, b[j].start_ns);
     const std::int64_t hi = std::min(a[i].end_ns, b[j].end_ns);
     if (hi > lo) out.push_back({lo, hi});
-    if (a[i].end_ns < b[j].end_ns) ++i;
-    else ++j;
+    if (a[i].end_ns < b[j].end_ns)
+      ++i;
+    else
+      ++j;
   }
   return out;
 }

@@ -32,18 +32,20 @@ using stepscope::test::gzip;
 using stepscope::test::read_file;
 
 const std::string kCorpus = STEPSCOPE_SOURCE_DIR "/tests/import/corpus/";
-const std::string kTraces = STEPSCOPE_TEST_DATA_DIR "/traces/";
+const std::string kTraces = STEPSCOPE_TEST_DATA_DIR "/";
 
-
-
-std::vector<std::string> shared_traces() {
+// Every gzipped trace in tests/data: the GPU traces from HTA (traces/) and the
+// legacy traces of PyTorch 1.13 (pytorch/), as paths relative to tests/data.
+std::vector<std::string> repository_traces() {
   std::vector<std::string> files;
-  if (DIR* dir = opendir(kTraces.c_str())) {
-    while (dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name.size() > 8 && name.compare(name.size() - 8, 8, ".json.gz") == 0) files.push_back(name);
+  for (const char* sub : {"traces/", "pytorch/"}) {
+    if (DIR* dir = opendir((kTraces + sub).c_str())) {
+      while (dirent* entry = readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name.size() > 8 && name.compare(name.size() - 8, 8, ".json.gz") == 0) files.push_back(sub + name);
+      }
+      closedir(dir);
     }
-    closedir(dir);
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -63,7 +65,7 @@ std::vector<std::string> describe(const ImportResult& r) {
   const ImportStats& s = r.stats;
   line << "stats " << s.compressed_bytes << ' ' << s.uncompressed_bytes << ' ' << s.events_seen << ' '
        << s.complete_events << ' ' << s.events_dropped_after_last_step << ' ' << s.gzip << ' '
-       << s.fractional_timestamps;
+       << s.fractional_timestamps << ' ' << s.legacy_format << ' ' << s.events_without_category;
   emit();
   const timeline::Timeline& tl = r.trace;
   line << "meta " << tl.rank << ' ' << tl.world_size << ' ' << tl.has_distributed_info << ' '
@@ -139,9 +141,9 @@ std::string trace_of(const std::string& events) { return R"({"traceEvents": [)" 
 
 }  // namespace
 
-TEST_CASE("fast scanner and exact parser build identical timelines from every shared trace", "[import][fast]") {
-  const auto files = shared_traces();
-  REQUIRE(files.size() >= 6);
+TEST_CASE("fast scanner and exact parser build identical timelines from every trace in tests/data", "[import][fast]") {
+  const auto files = repository_traces();
+  REQUIRE(files.size() >= 9);  // 6 GPU traces, 3 legacy ones
   for (const auto& file : files) {
     ImportOptions defaults;
     ImportOptions exact_ns;

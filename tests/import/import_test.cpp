@@ -281,6 +281,8 @@ TEST_CASE("a legacy (pre-Kineto) trace: top-level array, no cat, string pid and 
     {"name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "ph": "X", "ts": 100, "dur": 20, "tid": 1, "pid": "CPU functions", "args": {}},
     {"name": "aten::addmm", "ph": "X", "ts": 121, "dur": 10, "tid": "1", "pid": "CPU functions", "args": {}},
     {"name": "my_forward", "ph": "X", "ts": 121, "dur": 12, "tid": 1, "pid": "CPU functions", "args": {}},
+    {"name": "AddmmBackward0", "ph": "X", "ts": 134, "dur": 3, "tid": 2, "pid": "CPU functions", "args": {}},
+    {"name": "detach_", "ph": "X", "ts": 138, "dur": 1, "tid": 1, "pid": "CPU functions", "args": {}},
     {"name": "ProfilerStep#4", "ph": "X", "ts": 150, "dur": 40, "tid": 1, "pid": "CPU functions", "args": {}},
     {"name": "aten::mm", "ph": "X", "ts": 151, "dur": 5, "tid": 1, "pid": "CPU functions", "args": {}}
   ])";
@@ -301,6 +303,8 @@ TEST_CASE("a legacy (pre-Kineto) trace: top-level array, no cat, string pid and 
     CHECK(by_name.at("aten::addmm").kind == HostOpKind::framework_op);
     CHECK(by_name.at("aten::addmm").tid == 1);  // "1" is thread 1
     CHECK(by_name.at("my_forward").kind == HostOpKind::annotation);
+    CHECK(by_name.at("AddmmBackward0").kind == HostOpKind::framework_op);  // an autograd node
+    CHECK(by_name.at("detach_").kind == HostOpKind::framework_op);         // a bare in-place op
     CHECK(by_name.at("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__").kind == HostOpKind::annotation);
     CHECK(by_name.at("ProfilerStep#3").kind == HostOpKind::step);
     CHECK(r.trace.phases.size() == 2);  // the two record_function ranges
@@ -317,6 +321,8 @@ TEST_CASE("a Kineto trace still drops the few events without cat, as HTA", "[imp
   INFO(r.error);
   REQUIRE(r.ok);
   CHECK_FALSE(r.stats.legacy_format);
+  CHECK(r.stats.events_without_category == 2);  // counted, not lost silently
+  CHECK(r.stats.complete_events == 1);
   REQUIRE(r.trace.host_ops.size() == 1);
   CHECK(r.trace.name_of(r.trace.host_ops[0].name) == "aten::mm");
 }

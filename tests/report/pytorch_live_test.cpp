@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const std::string trace = (dir / (mode + ".json.gz")).string();
   std::filesystem::remove(trace);
-  const std::string command = "'" + python + "' '" STEPSCOPE_SOURCE_DIR "/tests/data/pytorch/record_trace.py' " +
-                              mode + " '" + trace + "'";
+  const std::string command =
+      "'" + python + "' '" STEPSCOPE_SOURCE_DIR "/tests/data/pytorch/record_trace.py' " + mode + " '" + trace + "'";
   const int status = std::system(command.c_str());
   if (status == -1 || !WIFEXITED(status)) {
     std::printf("FAILED: could not run %s\n", command.c_str());

@@ -8,7 +8,9 @@ namespace stepscope::test {
 
 using namespace stepscope::timeline;
 
-constexpr std::int64_t us(std::int64_t v) { return v * 1000; }
+constexpr std::int64_t us(std::int64_t v) {
+  return v * 1000;
+}
 
 struct Builder {
   Timeline tl;
@@ -30,8 +32,8 @@ struct Builder {
       const char* launcher = kind == DeviceOpKind::memcpy   ? "cudaMemcpyAsync"
                              : kind == DeviceOpKind::memset ? "cudaMemsetAsync"
                                                             : "cudaLaunchKernel";
-      host(launcher, launch_at, launch_end >= 0 ? launch_end : launch_at + 5, HostOpKind::runtime_launch)
-          .correlation = d.correlation;
+      host(launcher, launch_at, launch_end >= 0 ? launch_end : launch_at + 5, HostOpKind::runtime_launch).correlation =
+          d.correlation;
     }
     tl.device_ops.push_back(d);
     return tl.device_ops.back();
@@ -47,6 +49,5 @@ struct Builder {
     return tl.host_ops.back();
   }
 };
-
 
 }  // namespace stepscope::test
