@@ -175,6 +175,7 @@ int big_exit(int phases) {
 }
 
 int flood() {
+  { STEPSCOPE_STEP(); }  // the step thread registers first: its ring is drained first
   std::atomic<bool> stop{false};
   std::vector<std::thread> workers;
   for (int t = 0; t < 8; ++t)
@@ -186,7 +187,7 @@ int flood() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   while (std::chrono::steady_clock::now() < until) {
     STEPSCOPE_STEP();
-    spin_us(20);
+    spin_us(1);
   }
   stop = true;
   for (auto& w : workers) w.join();

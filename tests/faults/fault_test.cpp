@@ -328,11 +328,15 @@ TEST_CASE("SIGTERM during the report write leaves no temporary files", "[faults]
 
 TEST_CASE("exit is quick after a flood of background records at the largest ring size", "[faults][exit]") {
   TempDir dir;
-  const pid_t pid = start_probe(dir, {"STEPSCOPE_RING_RECORDS=4194304", "STEPSCOPE_SNAPSHOT_S=0"}, {"flood"});
-  // Before: 12.9 s from the end of the work to the exit, in
-  // Aggregator::overlap_with_steps (each background record scanned every step
-  // kept). Now each record is a binary search: well under a second on an
-  // idle machine. The bound is generous so a loaded machine cannot fail it.
+  // A collector that drains once a second: the whole flood is drained at
+  // exit, as when a busy collector falls behind (issue 13's case).
+  const pid_t pid = start_probe(
+      dir, {"STEPSCOPE_RING_RECORDS=4194304", "STEPSCOPE_INTERVAL_MS=1000", "STEPSCOPE_SNAPSHOT_S=0"}, {"flood"});
+  // Before: 20.1 s from the end of the work to the exit on this machine
+  // (12.9 s in the issue), in Aggregator::overlap_with_steps: each of the ~1M
+  // background records scanned every step kept (4096). Now each record is a
+  // binary search: 0.37-0.43 s with the machine loaded 4x. The bound leaves
+  // 10x of that for a busier machine and is still 4x below the old cost.
   while (!contains(slurp(dir / "probe.out"), "work-done")) {
     int status = 0;
     REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);
@@ -343,7 +347,7 @@ TEST_CASE("exit is quick after a flood of background records at the largest ring
   const double exit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - work_done).count();
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(exit_s < 10);
+  CHECK(exit_s < 5);
   const stepscope::Report r = load(dir / "stepscope-report.json");
   const auto* flood = find(r, "flood");
   REQUIRE(flood);
