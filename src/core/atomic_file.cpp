@@ -4,6 +4,8 @@
 // handler may unlink it.
 #include "core/atomic_file.hpp"
 
+#include <stepscope/clock.hpp>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -43,7 +45,9 @@ void disarm_pending(bool armed) noexcept {
   if (armed) g_pending_state.store(0, std::memory_order_release);
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 std::string directory_of(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -81,9 +85,7 @@ int resolve_links(const std::string& path, std::string& out, bool* via_proc = nu
 }
 
 long long monotonic_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  return static_cast<long long>(monotonic_ns() / 1000000);
 }
 
 void sleep_ms(int ms) {

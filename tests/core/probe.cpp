@@ -164,7 +164,8 @@ int big_exit(int phases) {
   sites.reserve(static_cast<std::size_t>(phases));
   for (int i = 0; i < phases; ++i) {
     names.push_back("phase_" + std::to_string(i));
-    sites.push_back(stepscope::detail::PhaseSite{names.back().c_str(), stepscope::PhaseKind::other, false, __FILE__, __LINE__});
+    sites.push_back(
+        stepscope::detail::PhaseSite{names.back().c_str(), stepscope::PhaseKind::other, false, __FILE__, __LINE__});
   }
   for (int step = 0; step < 8; ++step) {
     STEPSCOPE_STEP();
@@ -197,7 +198,9 @@ int flood() {
 }
 
 int burst(int n) {
-  for (int i = 0; i < n; ++i) { STEPSCOPE_PHASE("burst"); }
+  for (int i = 0; i < n; ++i) {
+    STEPSCOPE_PHASE("burst");
+  }
   return 0;
 }
 

@@ -120,7 +120,8 @@ const stepscope::PhaseSummary* find(const stepscope::Report& r, const std::strin
 }  // namespace
 
 TEST_CASE("SIGINT, SIGTERM and SIGHUP write the final report and keep the signal's exit status", "[faults][signals]") {
-  for (const auto& [sig, name] : {std::pair<int, std::string>{SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}}) {
+  for (const auto& [sig, name] :
+       {std::pair<int, std::string>{SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}}) {
     INFO(name);
     TempDir dir;
     const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"forever"});
@@ -239,8 +240,9 @@ TEST_CASE("a device that fails the write is not deleted; the reason is in the wa
     WARN("cannot create a device node here (not root?): skipped");
     return;
   }
-  REQUIRE(WEXITSTATUS(wait_exit(start_probe(
-              dir, {"STEPSCOPE_OUT=report.json", "STEPSCOPE_TRACE=1-3", "STEPSCOPE_TRACE_OUT=" + full}, {"workload", "10"}))) == 0);
+  REQUIRE(WEXITSTATUS(wait_exit(
+              start_probe(dir, {"STEPSCOPE_OUT=report.json", "STEPSCOPE_TRACE=1-3", "STEPSCOPE_TRACE_OUT=" + full},
+                          {"workload", "10"}))) == 0);
   struct stat st {};
   REQUIRE(::stat(full.c_str(), &st) == 0);
   CHECK(S_ISCHR(st.st_mode));
