@@ -58,7 +58,8 @@ void BM_Snapshot(benchmark::State& state) {
       while (!ring->try_push(PhaseRecord{&site, t, t + 100, s, 0, 1, kRecordInStep})) collector.drain_all();
       t += 150;
     }
-    while (!ring->try_push(PhaseRecord{&step, step_start, t, s, 0, 0, kRecordInStep | kRecordIsStep})) collector.drain_all();
+    while (!ring->try_push(PhaseRecord{&step, step_start, t, s, 0, 0, kRecordInStep | kRecordIsStep}))
+      collector.drain_all();
     t += 10;
   }
   collector.drain_all();

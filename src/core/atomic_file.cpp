@@ -4,6 +4,8 @@
 // handler may unlink it.
 #include "core/atomic_file.hpp"
 
+#include <stepscope/clock.hpp>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -43,7 +45,9 @@ void disarm_pending(bool armed) noexcept {
   if (armed) g_pending_state.store(0, std::memory_order_release);
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 std::string directory_of(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -54,10 +58,13 @@ std::string directory_of(const std::string& path) {
 
 // Follows symbolic links to the final path (which may not exist yet: a
 // dangling link names the file to create). Relative link text is relative to
-// the link's own directory. 0 or an errno.
-int resolve_links(const std::string& path, std::string& out) {
+// the link's own directory. via_proc: some hop went through /proc (as
+// /dev/stdout -> /proc/self/fd/1 does): the target is a file some process
+// has open. 0 or an errno.
+int resolve_links(const std::string& path, std::string& out, bool* via_proc = nullptr) {
   std::string p = path;
   for (int hops = 0; hops < 40; ++hops) {
+    if (via_proc != nullptr && p.rfind("/proc/", 0) == 0) *via_proc = true;
     struct stat st {};
     if (::lstat(p.c_str(), &st) != 0) {
       if (errno != ENOENT) return errno;
@@ -78,9 +85,7 @@ int resolve_links(const std::string& path, std::string& out) {
 }
 
 long long monotonic_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  return static_cast<long long>(monotonic_ns() / 1000000);
 }
 
 void sleep_ms(int ms) {
@@ -196,8 +201,16 @@ bool write_replacing(const std::string& target, const struct stat* existing, con
 }  // namespace
 
 bool is_stream_target(const std::string& path) noexcept {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode));
+  try {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return false;
+    if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode)) return true;
+    std::string target;
+    bool via_proc = false;
+    return resolve_links(path, target, &via_proc) == 0 && via_proc;  // an open descriptor's file: written in place
+  } catch (...) {
+    return true;
+  }
 }
 
 bool write_file_atomically(const std::string& path, const char* data, std::size_t size, std::string& error,
@@ -215,14 +228,18 @@ bool write_file_atomically(const std::string& path, const char* data, std::size_
       }
       if (!S_ISREG(st.st_mode)) return write_stream(path, st, data, size, error);
       std::string target;
-      if (const int err = resolve_links(path, target); err != 0) {
+      bool via_proc = false;
+      if (const int err = resolve_links(path, target, &via_proc); err != 0) {
         error = errno_text(err);
         return false;
       }
       struct stat resolved {};
-      if (::stat(target.c_str(), &resolved) != 0 || resolved.st_ino != st.st_ino || resolved.st_dev != st.st_dev) {
-        // A link the kernel follows but whose text is no path (/proc/self/fd/N
-        // of a deleted file): rewrite the file it reaches in place.
+      if (via_proc || ::stat(target.c_str(), &resolved) != 0 || resolved.st_ino != st.st_ino ||
+          resolved.st_dev != st.st_dev) {
+        // A file reached through an open descriptor (/dev/stdout redirected
+        // to a file): renaming over it would leave the descriptor on the old,
+        // deleted file, so it is rewritten in place. The same for a link the
+        // kernel follows but whose text is no path (a deleted file's fd).
         const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY);
         if (fd < 0) {
           error = errno_text(errno);

@@ -13,7 +13,9 @@
 //    and by remove_pending_temp_file() from a signal handler.
 //  - a symbolic link (to a regular file, or dangling): resolved to its final
 //    target, which is written as above; the link itself stays a link.
-//    /dev/stdout redirected to a file is such a link (/proc/self/fd/1).
+//  - a regular file reached through /proc (/dev/stdout -> /proc/self/fd/1
+//    redirected to a file): truncated and written in place, since renaming
+//    over it would leave the shell's descriptor on the old, deleted file.
 //  - a character device or a FIFO (/dev/null, a terminal, /dev/stdout on a
 //    pipe): written in place, never renamed over or removed. A FIFO is
 //    opened without blocking; with no reader within kFifoReaderWaitMs the
@@ -42,9 +44,10 @@ inline bool write_file_atomically(const std::string& path, const std::string& te
   return write_file_atomically(path, text.data(), text.size(), error, durable);
 }
 
-// True when path names an existing FIFO, character device or socket (after
-// following links): such a target is written in place and cannot hold a file
-// that is rewritten (the flight recorder skips it).
+// True when path names an existing FIFO, character device or socket, or a
+// file reached through /proc (after following links): such a target is
+// written in place and is no place for a file that is rewritten (the flight
+// recorder skips it).
 bool is_stream_target(const std::string& path) noexcept;
 
 // Async-signal-safe: removes the temporary file of a write in progress, if

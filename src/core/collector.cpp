@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <utility>
 
@@ -90,7 +90,8 @@ void Collector::run_loop() noexcept {
       // more than 1% of a core, however large the report (a 100k-phase
       // report costs seconds; docs/benchmarks.md).
       const std::uint64_t cost_ns = thread_cpu_ns() - cpu_before;
-      const auto wait_ns = std::max<std::int64_t>(snapshot_every_ns, static_cast<std::int64_t>(cost_ns) * kSnapshotCostFactor);
+      const auto wait_ns =
+          std::max<std::int64_t>(snapshot_every_ns, static_cast<std::int64_t>(cost_ns) * kSnapshotCostFactor);
       next_snapshot_ns_ = static_cast<std::int64_t>(monotonic_ns()) + wait_ns;
     }
     note_loop_cpu();
@@ -264,8 +265,8 @@ Report Collector::facts() {
     report.system.rss_end_mb = sampler_.rss_mb();
   }
   report.system.collector_cpu_ms = static_cast<double>(loop_cpu_ns_.load(std::memory_order_relaxed) +
-                                                      final_drain_cpu_ns_.load(std::memory_order_relaxed)) *
-                                  1e-6;
+                                                       final_drain_cpu_ns_.load(std::memory_order_relaxed)) *
+                                   1e-6;
   report.device = device_info_;
   report.run.clock_source = clock_.tsc() ? "tsc" : "clock_monotonic";
   report.run.clock_tsc_ghz = clock_.ghz();

@@ -145,7 +145,8 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
     if (parse_seconds(v, 86400, seconds) && (seconds == 0 || seconds >= 0.1))
       s.snapshot_interval_s = seconds;
     else
-      bad("STEPSCOPE_SNAPSHOT_S", v, "0 (off) or seconds from 0.1 to 86400", std::to_string(static_cast<int>(kDefaultSnapshotSeconds)));
+      bad("STEPSCOPE_SNAPSHOT_S", v, "0 (off) or seconds from 0.1 to 86400",
+          std::to_string(static_cast<int>(kDefaultSnapshotSeconds)));
   }
   if (const char* v = getenv_fn("STEPSCOPE_SIGNALS"); v != nullptr && *v != '\0') {
     bool on = true;

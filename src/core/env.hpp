@@ -45,8 +45,8 @@ struct Settings {
   // run loses at most its last 10 s. Larger reports (100k phases: ~4 s) are
   // spaced out by the collector so the cost stays under 1% of a core.
   double snapshot_interval_s = kDefaultSnapshotSeconds;
-  bool signals = true;                  // STEPSCOPE_SIGNALS=0: leave SIGINT/SIGTERM/SIGHUP alone
-  bool children = false;                // STEPSCOPE_CHILDREN=1: forked children write their own reports
+  bool signals = true;    // STEPSCOPE_SIGNALS=0: leave SIGINT/SIGTERM/SIGHUP alone
+  bool children = false;  // STEPSCOPE_CHILDREN=1: forked children write their own reports
 };
 
 // getenv_fn lets tests supply their own environment.

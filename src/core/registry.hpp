@@ -99,8 +99,8 @@ class ThreadRegistry {
   RingEntry* tail_ = nullptr;
   std::size_t size_ = 0;
   std::uint64_t removed_dropped_ = 0;
-  std::atomic<bool> startup_;        // until the collector's first drain
-  std::size_t startup_rings_ = 0;    // large start-up rings given (under mutex_)
+  std::atomic<bool> startup_;      // until the collector's first drain
+  std::size_t startup_rings_ = 0;  // large start-up rings given (under mutex_)
 };
 
 }  // namespace stepscope::detail

@@ -6,8 +6,8 @@
 #include "core/runtime.hpp"
 
 #include "core/atomic_file.hpp"
-#include "core/collector.hpp"
 #include "core/clock.hpp"
+#include "core/collector.hpp"
 #include "core/env.hpp"
 #include "core/registry.hpp"
 
@@ -125,21 +125,15 @@ void set_final_state(FinalState state) noexcept {
   futex_wake_all(g_final_state);
 }
 
-std::int64_t monotonic_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// Async-signal-safe: waits until the final report is written (or given up),
+// Async-signal-safe (monotonic_ns is clock_gettime): waits until the final report is written (or given up),
 // at most budget_ms. True when it was written.
 bool wait_for_final_report(long budget_ms) noexcept {
-  const std::int64_t deadline = monotonic_now_ns() + budget_ms * 1000000;
+  const std::int64_t deadline = static_cast<std::int64_t>(monotonic_ns()) + budget_ms * 1000000;
   for (;;) {
     const std::uint32_t state = g_final_state.load(std::memory_order_acquire);
     if (state == kFinalWritten) return true;
     if (state == kFinalAbandoned) return false;
-    const std::int64_t left = deadline - monotonic_now_ns();
+    const std::int64_t left = deadline - static_cast<std::int64_t>(monotonic_ns());
     if (left <= 0) return false;
     // At most 50 ms at a time: a wake between the load and the wait is not lost for long.
     const std::int64_t wait_ns = left < 50000000 ? left : 50000000;
@@ -184,7 +178,8 @@ std::string install_signal_handlers() {
     sigemptyset(&ours.sa_mask);
     for (int other : kTerminationSignals) sigaddset(&ours.sa_mask, other);  // one ending at a time per thread
     ours.sa_flags = SA_RESTART;
-    if (::sigaction(sig, &ours, nullptr) == 0) installed += std::string(installed.empty() ? "" : ",") + termination_signal_name(sig);
+    if (::sigaction(sig, &ours, nullptr) == 0)
+      installed += std::string(installed.empty() ? "" : ",") + termination_signal_name(sig);
   }
   return installed;
 }
@@ -207,7 +202,9 @@ void warn(Runtime& rt, const std::string& message) {
   std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
 }
 
-void at_exit_handler() { (void)finish_run("exit"); }
+void at_exit_handler() {
+  (void)finish_run("exit");
+}
 
 // fork(): the child has no collector thread. By default it records nothing
 // and writes no report (its parent's report is the run's), and its first
@@ -250,7 +247,9 @@ bool adopt_forked_child(Runtime& rt, const EarlySettings& early) noexcept {
                                 "stepscope: process %ld is a forked child: its phases are not recorded "
                                 "(STEPSCOPE_CHILDREN=1 gives each child its own report)\n",
                                 static_cast<long>(::getpid()));
-    if (n > 0) (void)!::write(STDERR_FILENO, line, static_cast<std::size_t>(n < static_cast<int>(sizeof line) ? n : sizeof line - 1));
+    if (n > 0)
+      (void)!::write(STDERR_FILENO, line,
+                     static_cast<std::size_t>(n < static_cast<int>(sizeof line) ? n : sizeof line - 1));
     return false;
   }
   // The parent's collector thread does not exist here: forget it (its memory
@@ -308,7 +307,8 @@ const LoadTimeRegistration g_load_time_registration;
 // child-pid tag is added to STEPSCOPE_OUT, one warning says so.
 std::string report_path(Runtime& rt) {
   std::string note;
-  std::string path = process_output_path(rt.settings.out, "stepscope-report.json", rt.rank, rt.world_size, rt.child_pid, note);
+  std::string path =
+      process_output_path(rt.settings.out, "stepscope-report.json", rt.rank, rt.world_size, rt.child_pid, note);
   if (!note.empty() && !rt.path_note_given) {
     rt.path_note_given = true;
     warn(rt, note);
@@ -542,10 +542,14 @@ const Settings& settings() { return runtime().settings; }
 
 const char* termination_signal_name(int sig) noexcept {
   switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "";
   }
 }
 
@@ -616,7 +620,8 @@ void write_snapshot(Runtime& rt) noexcept {
     std::string error;
     if (!write_file_atomically(path, report_to_json(report) + "\n", error, /*durable=*/false)) {
       rt.snapshots_off = true;
-      std::fprintf(stderr, "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); no more snapshots\n",
+      std::fprintf(stderr,
+                   "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); no more snapshots\n",
                    path.c_str(), error.c_str());
     }
   } catch (...) {
@@ -634,7 +639,8 @@ void write_final_after_signal(Runtime& rt, int sig) noexcept {
   g_mode.store(kModeDisabled, std::memory_order_release);
   try {
     std::unique_lock<std::mutex> lock(rt.mutex, std::defer_lock);
-    for (int tries = 0; tries < 40 && !lock.try_lock(); ++tries) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int tries = 0; tries < 40 && !lock.try_lock(); ++tries)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (!lock.owns_lock() || rt.finished || !rt.collector) {
       set_final_state(kFinalAbandoned);
       return;
@@ -757,6 +763,8 @@ Report snapshot() noexcept {
   }
 }
 
-std::string finish() noexcept { return detail::finish_run("finish"); }
+std::string finish() noexcept {
+  return detail::finish_run("finish");
+}
 
 }  // namespace stepscope

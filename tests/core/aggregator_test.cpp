@@ -510,3 +510,55 @@ TEST_CASE("records at the clamped depth are counted and still aggregated", "[agg
   REQUIRE(notes.size() == 1);
   REQUIRE(notes[0].find("(3 records)") != std::string::npos);  // depths 255, 200 and 63
 }
+
+TEST_CASE("background overlap is exact when several step threads complete steps out of order", "[aggregator]") {
+  // Two step threads whose steps overlap each other and complete out of
+  // order; background records are settled after every step is in. The
+  // overlap must equal the brute-force union of the step intervals.
+  std::mt19937_64 rng(13);
+  for (int round = 0; round < 20; ++round) {
+    Fixture f;
+    AggregatorOptions options;
+    options.warmup_steps = 0;
+    Aggregator agg(options, &f.clock);
+    const auto a = agg.add_thread(1), b = agg.add_thread(2), loader = agg.add_thread(3);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> steps, steps_a, steps_b;
+    std::uint64_t ta = 1000, tb = 1500;
+    for (std::uint32_t s = 1; s <= 200; ++s) {
+      const std::uint64_t la = 100 + rng() % 900, lb = 100 + rng() % 2000;
+      steps_a.emplace_back(ta, ta + la);
+      steps_b.emplace_back(tb, tb + lb);
+      ta += la + rng() % 300;
+      tb += lb + rng() % 500;
+    }
+    steps = steps_a;
+    steps.insert(steps.end(), steps_b.begin(), steps_b.end());
+    // As the collector sees them: each thread's ring in turn, a batch of
+    // steps at a time, so one thread's steps arrive after later-ending ones.
+    std::uint32_t n = 0;
+    for (std::size_t ia = 0, ib = 0; ia < steps_a.size() || ib < steps_b.size();) {
+      for (std::size_t k = 1 + rng() % 12; k > 0 && ia < steps_a.size(); --k, ++ia)
+        agg.consume(a, rec(kStep, steps_a[ia].first, steps_a[ia].second, ++n, 0, true));
+      for (std::size_t k = 1 + rng() % 12; k > 0 && ib < steps_b.size(); --k, ++ib)
+        agg.consume(b, rec(kStep, steps_b[ib].first, steps_b[ib].second, ++n, 0, true));
+    }
+    std::vector<char> covered(std::max(ta, tb) + 3000, 0);
+    for (const auto& [s, e] : steps)
+      std::fill(covered.begin() + static_cast<long>(s), covered.begin() + static_cast<long>(e), 1);
+    std::uint64_t expected = 0, measured = 0;
+    for (int i = 0; i < 300; ++i) {
+      const std::uint64_t s = rng() % (covered.size() - 2000), e = s + 1 + rng() % 1500;
+      agg.consume(loader, rec(kDecode, s, e, n, 0, false));
+      for (std::uint64_t t = s; t < e; ++t) expected += static_cast<std::uint64_t>(covered[t]);
+      measured += e - s;
+    }
+    agg.flush_pending();
+    Report r;
+    agg.fill_report(r);
+    const auto* decode = find(r, "decode", ThreadRole::background);
+    REQUIRE(decode);
+    REQUIRE(decode->overlap_with_steps.has_value());
+    REQUIRE(*decode->overlap_with_steps ==
+            Approx(static_cast<double>(expected) / static_cast<double>(measured)).epsilon(1e-9));
+  }
+}

@@ -164,7 +164,8 @@ int big_exit(int phases) {
   sites.reserve(static_cast<std::size_t>(phases));
   for (int i = 0; i < phases; ++i) {
     names.push_back("phase_" + std::to_string(i));
-    sites.push_back(stepscope::detail::PhaseSite{names.back().c_str(), stepscope::PhaseKind::other, false, __FILE__, __LINE__});
+    sites.push_back(
+        stepscope::detail::PhaseSite{names.back().c_str(), stepscope::PhaseKind::other, false, __FILE__, __LINE__});
   }
   for (int step = 0; step < 8; ++step) {
     STEPSCOPE_STEP();
@@ -175,6 +176,7 @@ int big_exit(int phases) {
 }
 
 int flood() {
+  { STEPSCOPE_STEP(); }  // the step thread registers first: its ring is drained first
   std::atomic<bool> stop{false};
   std::vector<std::thread> workers;
   for (int t = 0; t < 8; ++t)
@@ -186,7 +188,7 @@ int flood() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   while (std::chrono::steady_clock::now() < until) {
     STEPSCOPE_STEP();
-    spin_us(20);
+    spin_us(1);
   }
   stop = true;
   for (auto& w : workers) w.join();
@@ -196,7 +198,9 @@ int flood() {
 }
 
 int burst(int n) {
-  for (int i = 0; i < n; ++i) { STEPSCOPE_PHASE("burst"); }
+  for (int i = 0; i < n; ++i) {
+    STEPSCOPE_PHASE("burst");
+  }
   return 0;
 }
 

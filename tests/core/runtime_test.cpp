@@ -242,7 +242,6 @@ TEST_CASE("a process that exits right after its first step still writes its repo
   }
 }
 
-
 TEST_CASE("STEPSCOPE_QUIET=1 keeps stderr silent, the device notice included", "[runtime]") {
   // No GPU here: the device notice (why device timing is absent) goes to the
   // report's device section, not to stderr.

@@ -120,7 +120,8 @@ const stepscope::PhaseSummary* find(const stepscope::Report& r, const std::strin
 }  // namespace
 
 TEST_CASE("SIGINT, SIGTERM and SIGHUP write the final report and keep the signal's exit status", "[faults][signals]") {
-  for (const auto& [sig, name] : {std::pair<int, std::string>{SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}}) {
+  for (const auto& [sig, name] :
+       {std::pair<int, std::string>{SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}}) {
     INFO(name);
     TempDir dir;
     const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"forever"});
@@ -219,12 +220,16 @@ TEST_CASE("a symlink as the output is written through; the link stays a link", "
 TEST_CASE("/dev/stdout redirected to a file receives the report", "[faults][paths]") {
   TempDir dir;
   // stdout is dir/probe.out, a regular file: /dev/stdout -> /proc/self/fd/1 -> it.
-  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=/dev/stdout"}, {"workload", "10"}))) == 0);
+  // Snapshots are due during the run: renaming one over the file would leave
+  // stdout on a deleted file and the final report would be lost.
+  REQUIRE(WEXITSTATUS(wait_exit(
+              start_probe(dir, {"STEPSCOPE_OUT=/dev/stdout", "STEPSCOPE_SNAPSHOT_S=0.1"}, {"workload", "400"}))) == 0);
   stepscope::Report r;
   std::string error;
   INFO(error);
   REQUIRE(stepscope::report_from_json(slurp(dir / "probe.out"), r, error));
-  CHECK(r.steps.count == 5);
+  CHECK(r.complete);
+  CHECK(r.steps.count == 395);
 }
 
 TEST_CASE("a device that fails the write is not deleted; the reason is in the warnings", "[faults][paths]") {
@@ -235,8 +240,9 @@ TEST_CASE("a device that fails the write is not deleted; the reason is in the wa
     WARN("cannot create a device node here (not root?): skipped");
     return;
   }
-  REQUIRE(WEXITSTATUS(wait_exit(start_probe(
-              dir, {"STEPSCOPE_OUT=report.json", "STEPSCOPE_TRACE=1-3", "STEPSCOPE_TRACE_OUT=" + full}, {"workload", "10"}))) == 0);
+  REQUIRE(WEXITSTATUS(wait_exit(
+              start_probe(dir, {"STEPSCOPE_OUT=report.json", "STEPSCOPE_TRACE=1-3", "STEPSCOPE_TRACE_OUT=" + full},
+                          {"workload", "10"}))) == 0);
   struct stat st {};
   REQUIRE(::stat(full.c_str(), &st) == 0);
   CHECK(S_ISCHR(st.st_mode));
@@ -324,11 +330,15 @@ TEST_CASE("SIGTERM during the report write leaves no temporary files", "[faults]
 
 TEST_CASE("exit is quick after a flood of background records at the largest ring size", "[faults][exit]") {
   TempDir dir;
-  const pid_t pid = start_probe(dir, {"STEPSCOPE_RING_RECORDS=4194304", "STEPSCOPE_SNAPSHOT_S=0"}, {"flood"});
-  // Before: 12.9 s from the end of the work to the exit, in
-  // Aggregator::overlap_with_steps (each background record scanned every step
-  // kept). Now each record is a binary search: well under a second on an
-  // idle machine. The bound is generous so a loaded machine cannot fail it.
+  // A collector that drains once a second: the whole flood is drained at
+  // exit, as when a busy collector falls behind (issue 13's case).
+  const pid_t pid = start_probe(
+      dir, {"STEPSCOPE_RING_RECORDS=4194304", "STEPSCOPE_INTERVAL_MS=1000", "STEPSCOPE_SNAPSHOT_S=0"}, {"flood"});
+  // Before: 20.1 s from the end of the work to the exit on this machine
+  // (12.9 s in the issue), in Aggregator::overlap_with_steps: each of the ~1M
+  // background records scanned every step kept (4096). Now each record is a
+  // binary search: 0.37-0.43 s with the machine loaded 4x. The bound leaves
+  // 10x of that for a busier machine and is still 4x below the old cost.
   while (!contains(slurp(dir / "probe.out"), "work-done")) {
     int status = 0;
     REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);
@@ -339,7 +349,7 @@ TEST_CASE("exit is quick after a flood of background records at the largest ring
   const double exit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - work_done).count();
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(exit_s < 10);
+  CHECK(exit_s < 5);
   const stepscope::Report r = load(dir / "stepscope-report.json");
   const auto* flood = find(r, "flood");
   REQUIRE(flood);
