@@ -2,6 +2,8 @@
 #include <stepscope/analysis.hpp>
 #include <stepscope/live.hpp>
 
+#include "report/text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,16 +13,9 @@ namespace stepscope {
 namespace {
 
 // User-chosen phase names go on a terminal line: a control character (\r,
-// \n, ESC) would break the in-place update or inject terminal commands.
-std::string printable(const std::string& name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u == 0x7f) ? '?' : c;
-  }
-  return out;
-}
+// \n, ESC) would break the in-place update or inject terminal commands. The
+// one escaping helper of the project (report/text.hpp) makes them visible.
+using detail::printable;
 
 // Cuts at `width` bytes without splitting a UTF-8 sequence.
 void truncate_utf8(std::string& s, std::size_t width) {
