@@ -395,3 +395,21 @@ TEST_CASE("STEPSCOPE_CHILDREN=1: each forked child writes its own report, named 
   }
   CHECK(reports == 2);
 }
+
+TEST_CASE("STEPSCOPE_CHILDREN=1 with a parent already recording: both reports, nothing mixed", "[faults][fork]") {
+  TempDir dir;
+  // probe fork: 20 steps, fork; the child runs 20 steps and exits; the parent 20 more.
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_CHILDREN=1"}, {"fork"}))) == 0);
+  const stepscope::Report parent = load(dir / "stepscope-report.json");
+  CHECK(parent.steps.count + parent.steps.warmup_excluded == 40);
+  int children = 0;
+  for (const auto& name : list_dir(dir.path)) {
+    if (name.rfind("stepscope-report.pid", 0) != 0) continue;
+    ++children;
+    const stepscope::Report child = load(dir / name);
+    CHECK(child.run.pid != parent.run.pid);
+    CHECK(child.steps.count + child.steps.warmup_excluded == 20);
+    CHECK(child.dropped_records == 0);
+  }
+  CHECK(children == 1);
+}
