@@ -113,7 +113,7 @@ exit codes: 0 ok; 1 the analysis, merge, validation or an output write failed;
             version, truncated gzip, unreadable trace)
 )";
 
-constexpr const char* kShowHelp = R"(usage: stepscope show REPORT [--json] [--reanalyze]
+constexpr const char* kShowHelp = R"(usage: stepscope show REPORT [--json] [--reanalyze] [--hta]
 
 Prints the report's summary: step statistics, the step breakdown, the phases,
 the verdict with its evidence, recommendations, what-if projections, findings
@@ -124,6 +124,8 @@ options:
                 checked); with --reanalyze, the re-analysed report
   --reanalyze   run this stepscope's analyzer again on the report's facts
                 (verdict, findings and what-if from the current rules)
+  --hta         also print Holistic Trace Analysis' tables (temporal, kernel
+                type, idle time, launch statistics) of an imported trace
 )";
 
 constexpr const char* kDiffHelp = R"(usage: stepscope diff BASE NEW
@@ -147,7 +149,7 @@ options:
 )";
 
 constexpr const char* kAnalyzeHelp =
-    R"(usage: stepscope analyze TRACE... [-o OUT] [--out-dir DIR] [--merge] [--html FILE]
+    R"(usage: stepscope analyze TRACE... [-o OUT] [--out-dir DIR] [--merge] [--html FILE] [--hta]
 
 Builds a stepscope report from PyTorch-profiler / Kineto Chrome traces (.json
 or .json.gz): steps from ProfilerStep#N, phases from user annotations, device
@@ -161,6 +163,8 @@ options:
   --merge          several traces of one job's ranks: also merge their reports
                    (default output stepscope-merged.json)
   --html FILE      also write the HTML page (one trace, or the merged report)
+  --hta            also print Holistic Trace Analysis' tables of each trace, with
+                   HTA's definitions and names (device.hta in the report)
   -q, --quiet      do not print the summaries
 )";
 
@@ -194,7 +198,7 @@ options:
 struct Options {
   std::vector<std::string> inputs;  // positional arguments of the verb
   std::string out, out_dir, html;
-  bool json = false, reanalyze = false, merge = false, quiet = false, any_producer = false;
+  bool json = false, reanalyze = false, merge = false, quiet = false, any_producer = false, hta = false;
   bool help = false;
   std::vector<std::string> extras;  // what CLI11 did not recognise (unknown options, stray words)
 };
@@ -238,6 +242,7 @@ int cmd_show(const Options& o) {
     out_json(stepscope::report_to_json(report) + "\n");
   else
     out(summary_of(report));
+  if (o.hta && !o.json) out(stepscope::format_hta(report));
   return kOk;
 }
 
@@ -310,6 +315,7 @@ int cmd_analyze(const Options& o) {
       return kInputError;
     }
     if (!o.quiet) out(fmt::format("{}{}\n{}", i > 0 ? "\n" : "", traces[i], summary_of(reports[i])));
+    if (o.hta) out(stepscope::format_hta(reports[i]));
     std::string path = stem(traces[i]) + ".stepscope.json";
     if (!o.out_dir.empty()) path = o.out_dir + "/" + base_name(path);
     if (!o.merge && !o.out.empty()) path = o.out;
@@ -389,6 +395,7 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   CLI::App* show = sub(app, "show", "REPORT");
   show->add_flag("--json", o.json);
   show->add_flag("--reanalyze", o.reanalyze);
+  show->add_flag("--hta", o.hta);
   CLI::App* diff = sub(app, "diff", "BASE_NEW");
   CLI::App* merge = sub(app, "merge", "REPORT");
   merge->add_option("-o,--out", o.out);
@@ -398,6 +405,7 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   analyze->add_option("-o,--out", o.out);
   analyze->add_option("--out-dir", o.out_dir);
   analyze->add_flag("--merge", o.merge);
+  analyze->add_flag("--hta", o.hta);
   analyze->add_option("--html", o.html);
   analyze->add_flag("-q,--quiet", o.quiet);
   CLI::App* html = sub(app, "html", "REPORT");
