@@ -128,7 +128,8 @@ json to_j(const StepBreakdown& b) {
   return json{{"wall_ms", num(b.wall_ms)},         {"input_ms", num(b.input_ms)},
               {"compute_ms", num(b.compute_ms)},   {"memory_ms", num(b.memory_ms)},
               {"communication_ms", num(b.communication_ms)}, {"other_ms", num(b.other_ms)},
-              {"unattributed_ms", num(b.unattributed_ms)}};
+              {"unattributed_ms", num(b.unattributed_ms)}, {"cpu_wait_ms", num(b.cpu_wait_ms)},
+              {"page_fault_ms", num(b.page_fault_ms)}};
 }
 StepBreakdown breakdown_from(const json& j) {
   StepBreakdown b;
@@ -139,6 +140,8 @@ StepBreakdown breakdown_from(const json& j) {
   b.communication_ms = get_num(j, "communication_ms");
   b.other_ms = get_num(j, "other_ms");
   b.unattributed_ms = get_num(j, "unattributed_ms");
+  b.cpu_wait_ms = get_num(j, "cpu_wait_ms");
+  b.page_fault_ms = get_num(j, "page_fault_ms");
   return b;
 }
 
@@ -200,7 +203,11 @@ json to_j(const SystemSignals& s) {
               {"input_samples", s.input_samples},
               {"samples", s.samples},
               {"sampling_cost_ms", num(s.sampling_cost_ms)},
-              {"collector_cpu_ms", num(s.collector_cpu_ms)}};
+              {"collector_cpu_ms", num(s.collector_cpu_ms)},
+              {"load_average_start", fraction(s.load_average_start)},
+              {"load_average_end", fraction(s.load_average_end)},
+              {"cores_online", s.cores_online},
+              {"other_processes_cpu_s", fraction(s.other_processes_cpu_s)}};
 }
 SystemSignals system_from(const json& j) {
   SystemSignals s;
@@ -228,6 +235,10 @@ SystemSignals system_from(const json& j) {
   s.samples = get_u64(j, "samples");
   s.sampling_cost_ms = get_num(j, "sampling_cost_ms");
   s.collector_cpu_ms = get_num(j, "collector_cpu_ms");
+  s.load_average_start = get_num(j, "load_average_start", -1);
+  s.load_average_end = get_num(j, "load_average_end", -1);
+  s.cores_online = static_cast<int>(get_num(j, "cores_online"));
+  s.other_processes_cpu_s = get_num(j, "other_processes_cpu_s", -1);
   return s;
 }
 
@@ -239,6 +250,7 @@ json to_j(const Verdict& v) {
                             {"threshold", num(e.threshold)},
                             {"comparison", e.comparison},
                             {"supports", e.supports},
+                            {"crossed", e.crossed},
                             {"sentence", e.sentence}});
   json ranking = json::array();
   for (const auto& [category, cost] : v.ranking) ranking.push_back(json{{"category", category}, {"share_of_step", num(cost)}});
@@ -259,6 +271,7 @@ Verdict verdict_from(const json& j) {
     ev.threshold = get_num(e, "threshold");
     ev.comparison = get_str(e, "comparison");
     ev.supports = e.value("supports", false);
+    ev.crossed = e.value("crossed", ev.supports);
     ev.sentence = get_str(e, "sentence");
     v.evidence.push_back(std::move(ev));
   }

@@ -46,6 +46,14 @@ std::string format_summary(const Report& r) {
       const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
       line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
     }
+    // Parts the analyzer carved out of the rows above (they are net of them),
+    // so the table and the verdict sentence give the same numbers.
+    const std::pair<const char*, double> carved[] = {{"cpu wait", b.cpu_wait_ms}, {"page faults", b.page_fault_ms}};
+    for (const auto& [name, ms] : carved) {
+      if (ms <= 0) continue;
+      const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
+      line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
+    }
   } else {
     line(fmt::format("steps: none measured ({} warm-up excluded)", r.steps.warmup_excluded));
   }
