@@ -20,7 +20,7 @@
 //                  then 3.8 ms of compute (serial)
 //   pipeline-b     the same dataset read by a background loader thread
 //   pipeline-b-half  pipeline-b with the compute halved (the what-if made real)
-//   page-faults    a 64 MiB buffer mapped, touched and freed every step
+//   page-faults    a 48 MiB buffer mapped, touched and freed every step
 //   trap-base      a "metrics" phase (parameter EMAs) that is ~5% of the step
 //   trap-fast      the same with half the EMA work (the phase 2x faster)
 //
@@ -505,8 +505,12 @@ class SlowDataset {
         per_batch_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
             std::chrono::duration<double, std::milli>(input_ms))) {}
   void fetch(Batch& out) {
+    // A reader that was away (the queue was full, or it computed in
+    // between) waits a whole batch; one that woke up late from the last
+    // wait catches up, so a loader's rate stays one batch per input_ms on a
+    // busy machine.
     const auto now = std::chrono::steady_clock::now();
-    if (ready_at_ < now) ready_at_ = now;  // a reader behind the store waits a whole batch
+    if (ready_at_ + per_batch_ < now) ready_at_ = now;
     ready_at_ += per_batch_;
     std::this_thread::sleep_until(ready_at_);
     out = batches_[next_++ % batches_.size()];
@@ -627,14 +631,14 @@ int scenario_pipeline(const Options& o, bool background, int micro_batches) {
 
 // ---- a page-fault storm: a step that maps and touches fresh memory --------------
 
-// Every step allocates a 64 MiB buffer inside its compute phase, fills it and
+// Every step allocates a 48 MiB buffer inside its compute phase, fills it and
 // frees it. glibc maps blocks that large with mmap whatever
 // MALLOC_MMAP_THRESHOLD_ says (it is capped at 32 MiB), so each step faults
-// 16384 fresh pages in and unmaps them again: most of the step is kernel time.
+// 12288 fresh pages in and unmaps them again: most of the step is kernel time.
 int scenario_page_faults(const Options& o) {
-  const std::size_t bytes = 64u << 20;
+  const std::size_t bytes = 48u << 20;
   stepscope::set_config("scenario", "page-faults");
-  stepscope::set_config("buffer_mib", 64);
+  stepscope::set_config("buffer_mib", 48);
   const int rows = 32, features = 64;
   Mlp model({features, 64, kClasses}, 1);
   const std::vector<Batch> batches = make_batches(4, rows, features, kClasses, 21);
@@ -741,7 +745,7 @@ const std::vector<Scenario>& scenarios() {
       {"pipeline-a", "2.5 ms/batch slow dataset read on the step thread + 3.8 ms compute", [](const Options& o) { return scenario_pipeline(o, false, 2); }},
       {"pipeline-b", "the same dataset on a background loader thread (queue of 4)", [](const Options& o) { return scenario_pipeline(o, true, 2); }},
       {"pipeline-b-half", "pipeline-b with the compute halved (one micro-batch)", [](const Options& o) { return scenario_pipeline(o, true, 1); }},
-      {"page-faults", "a 64 MiB buffer mapped, touched and freed in the forward phase every step", scenario_page_faults},
+      {"page-faults", "a 48 MiB buffer mapped, touched and freed in the forward phase every step", scenario_page_faults},
       {"trap-base", "'metrics' phase (4 parameter EMAs) ~5% of the step", [](const Options& o) { return scenario_trap(o, false); }},
       {"trap-fast", "the same with 2 EMAs: the phase 2x faster", [](const Options& o) { return scenario_trap(o, true); }},
   };

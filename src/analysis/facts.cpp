@@ -89,14 +89,22 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   if (b.wall_ms <= 0) return b;
   const SystemSignals& sys = report.system;
   // CPU wait: spread over the phases it inflated (time outside phases keeps
-  // its own row: it is scheduling already).
+  // its own row: it is scheduling already). A thread can only wait for a CPU
+  // while runnable, so where the sampler measured how much of a kind's time
+  // the step thread was running or runnable (input, compute), only that part
+  // of the kind takes its share: a phase that sleeps on a slow read did not
+  // wait for a CPU.
   if (b.cpu_wait_ms <= 0 && sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0) {
     double* phases[] = {&b.input_ms, &b.compute_ms, &b.memory_ms, &b.communication_ms, &b.other_ms};
-    double attributed = 0;
-    for (double* p : phases) attributed += std::max(0.0, *p);
-    const double wait = std::min(clamp01(sys.runqueue_wait_s / sys.wall_s) * b.wall_ms, attributed);
-    if (wait > 0 && attributed > 0) {
-      for (double* p : phases) *p = std::max(0.0, *p) * (1.0 - wait / attributed);
+    const double runnable[] = {sys.input_on_cpu_fraction >= 0 ? clamp01(sys.input_on_cpu_fraction) : 1.0,
+                               sys.compute_on_cpu_fraction >= 0 ? clamp01(sys.compute_on_cpu_fraction) : 1.0, 1.0,
+                               1.0, 1.0};
+    double exposed = 0;  // phase time in which waiting for a CPU was possible
+    for (std::size_t i = 0; i < 5; ++i) exposed += std::max(0.0, *phases[i]) * runnable[i];
+    const double wait = std::min(clamp01(sys.runqueue_wait_s / sys.wall_s) * b.wall_ms, exposed);
+    if (wait > 0 && exposed > 0) {
+      for (std::size_t i = 0; i < 5; ++i)
+        *phases[i] = std::max(0.0, *phases[i]) - wait * std::max(0.0, *phases[i]) * runnable[i] / exposed;
       b.cpu_wait_ms = wait;
     }
   }
