@@ -506,11 +506,12 @@ class SlowDataset {
             std::chrono::duration<double, std::milli>(input_ms))) {}
   void fetch(Batch& out) {
     // A reader that was away (the queue was full, or it computed in
-    // between) waits a whole batch; one that woke up late from the last
-    // wait catches up, so a loader's rate stays one batch per input_ms on a
-    // busy machine.
+    // between) waits a whole batch; one that woke up a little late from the
+    // last wait (under a quarter of a batch) catches up, so a busy loader's
+    // rate stays one batch per input_ms. No more credit than that: a fetch
+    // never takes much less than input_ms.
     const auto now = std::chrono::steady_clock::now();
-    if (ready_at_ + per_batch_ < now) ready_at_ = now;
+    if (ready_at_ + per_batch_ / 4 < now) ready_at_ = now;
     ready_at_ += per_batch_;
     std::this_thread::sleep_until(ready_at_);
     out = batches_[next_++ % batches_.size()];
@@ -531,9 +532,13 @@ double thread_cpu_ms() {
 
 constexpr int kPipelineRows = 64, kPipelineFeatures = 128;
 // The pipeline: 2.5 ms of input per batch, 3.8 ms of compute per step
-// (two micro-batches of 1.9 ms; the "halved" variant runs one).
+// (two micro-batches of 1.9 ms; the "halved" variant runs one). What matters
+// is the ratio input / micro-batch = 2.5 / 1.9: a serial loop waits 40% of
+// its step on input, a background loader keeps up with two micro-batches
+// and sets the pace for one (the step then waits 24% on it).
 constexpr double kPipelineInputMs = 2.5;
 constexpr double kPipelineMicroBatchCpuMs = 1.9;
+constexpr double kPipelineInputPerMicroBatch = kPipelineInputMs / kPipelineMicroBatchCpuMs;
 
 // The hidden size whose forward+backward+optimizer costs about 1.9 ms of CPU
 // per micro-batch on this machine. CPU time (CLOCK_THREAD_CPUTIME_ID) is
@@ -579,7 +584,6 @@ int scenario_pipeline(const Options& o, bool background, int micro_batches) {
   const char* name = !background ? "pipeline-a" : micro_batches == 1 ? "pipeline-b-half" : "pipeline-b";
   stepscope::set_config("scenario", name);
   stepscope::set_config("batch_size", kPipelineRows);
-  stepscope::set_config("input_ms_per_batch", kPipelineInputMs);
   stepscope::set_config("micro_batches", micro_batches);
   stepscope::set_config("input", background ? "background_loader" : "step_thread");
   const std::vector<Batch> batches = make_batches(8, kPipelineRows, kPipelineFeatures, kClasses, 9);
@@ -590,7 +594,26 @@ int scenario_pipeline(const Options& o, bool background, int micro_batches) {
   const int hidden = pipeline_hidden(batches[0]);
   stepscope::set_config("hidden", hidden);
   Mlp model({kPipelineFeatures, hidden, hidden, kClasses}, 1);
-  SlowDataset dataset(batches, kPipelineInputMs);
+  // The input time keeps the ratio to the compute as this machine
+  // runs it now: the median wall time of a micro-batch, measured before the
+  // steps (a machine busier or quieter than at calibration changes both).
+  // SCENARIO_PIPELINE_INPUT_MS pins it.
+  double input_ms = 0;
+  if (const char* pinned = std::getenv("SCENARIO_PIPELINE_INPUT_MS")) input_ms = std::atof(pinned);
+  if (!(input_ms > 0 && input_ms < 1000)) {
+    std::vector<double> wall;
+    for (int i = 0; i < 15; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      model.forward(batches[0].inputs.data(), batches[0].labels.data(), kPipelineRows);
+      model.backward();
+      model.sgd_step(0.01f, 0.9f);
+      if (i >= 3) wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(wall.begin(), wall.end());
+    input_ms = kPipelineInputPerMicroBatch * wall[wall.size() / 2];
+  }
+  stepscope::set_config("input_ms_per_batch", input_ms);
+  SlowDataset dataset(batches, input_ms);
   auto compute = [&](const Batch& b) {
     for (int m = 0; m < micro_batches; ++m) train_step(model, b, kPipelineRows);
   };

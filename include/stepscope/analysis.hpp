@@ -26,8 +26,17 @@ STEPSCOPE_API Verdict classify(const Report& facts);
 STEPSCOPE_API std::vector<Finding> find_issues(const Report& facts);
 // Amdahl projections for each significant phase and kind.
 STEPSCOPE_API std::vector<WhatIf> project_what_if(const Report& facts);
-// Runs the three above and stores their results in `report`.
+// Runs the three above and stores their results in `report`, after setting
+// the breakdown's carved parts (cpu_wait_ms, page_fault_ms).
 STEPSCOPE_API void analyze(Report& report);
+
+// The one accounting the verdict, the summary table, HTML and JSON share: the
+// measured breakdown with CPU wait and page-fault kernel time carved out of
+// the other parts as parts of their own (docs/classification.md §1). Every
+// part is what its category costs; all parts add up to wall_ms. Uses the
+// breakdown's carved values when set, else derives them from the system
+// signals.
+STEPSCOPE_API StepBreakdown settled_breakdown(const Report& report);
 
 // ---- comparing two runs ("change one variable at a time") ----
 

@@ -85,13 +85,13 @@ struct StepBreakdown {
   double wall_ms = 0;
   double input_ms = 0, compute_ms = 0, memory_ms = 0, communication_ms = 0, other_ms = 0;
   double unattributed_ms = 0;  // in the step but in no phase (framework / scheduling)
-  // Carved out by the analyzer (detail::settled_breakdown) so that every part
-  // is what its category costs: the step threads' time runnable but not
-  // running (schedstat), taken out of the phases it inflated (a scheduling
-  // cost), and kernel time spent faulting fresh pages (a page-fault storm:
-  // minor faults per step at or above the memory rule's threshold) beyond
-  // memory_ms, taken out of the other parts (a memory cost). When either is
-  // non-zero the parts above are net of it; all parts still add up to wall_ms.
+  // Set by the analyzer: how much of the parts above is not what their kind
+  // says. cpu_wait_ms: the step threads' time runnable but not running
+  // (schedstat) inside phases — a scheduling cost; page_fault_ms: kernel time
+  // faulting fresh pages (a page-fault storm) beyond memory_ms — a memory
+  // cost. The parts above stay as measured (they add up to wall_ms);
+  // settled_breakdown() (analysis.hpp) gives the accounting every output
+  // shows, with these two carved out of them as parts of their own.
   double cpu_wait_ms = 0;
   double page_fault_ms = 0;
 };

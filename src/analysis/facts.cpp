@@ -94,14 +94,17 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   // the step thread was running or runnable (input, compute), only that part
   // of the kind takes its share: a phase that sleeps on a slow read did not
   // wait for a CPU.
-  if (b.cpu_wait_ms <= 0 && sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0) {
+  const double stored_wait = b.cpu_wait_ms, stored_faults = b.page_fault_ms;
+  b.cpu_wait_ms = b.page_fault_ms = 0;
+  if (stored_wait > 0 || (sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
     double* phases[] = {&b.input_ms, &b.compute_ms, &b.memory_ms, &b.communication_ms, &b.other_ms};
     const double runnable[] = {sys.input_on_cpu_fraction >= 0 ? clamp01(sys.input_on_cpu_fraction) : 1.0,
                                sys.compute_on_cpu_fraction >= 0 ? clamp01(sys.compute_on_cpu_fraction) : 1.0, 1.0,
                                1.0, 1.0};
     double exposed = 0;  // phase time in which waiting for a CPU was possible
     for (std::size_t i = 0; i < 5; ++i) exposed += std::max(0.0, *phases[i]) * runnable[i];
-    const double wait = std::min(clamp01(sys.runqueue_wait_s / sys.wall_s) * b.wall_ms, exposed);
+    const double wait = std::min(
+        stored_wait > 0 ? stored_wait : clamp01(safe_div(sys.runqueue_wait_s, sys.wall_s)) * b.wall_ms, exposed);
     if (wait > 0 && exposed > 0) {
       for (std::size_t i = 0; i < 5; ++i)
         *phases[i] = std::max(0.0, *phases[i]) - wait * std::max(0.0, *phases[i]) * runnable[i] / exposed;
@@ -111,11 +114,12 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   // Page-fault storm: the kernel time is the faults' cost. What memory phases
   // already hold is not counted twice; the rest came out of the other parts.
   const FaultFacts faults = fault_facts(report);
-  if (b.page_fault_ms <= 0 && faults.storm && faults.kernel_share > 0) {
+  if (stored_faults > 0 || (faults.storm && faults.kernel_share > 0)) {
     double* others[] = {&b.input_ms, &b.compute_ms, &b.communication_ms, &b.other_ms, &b.unattributed_ms};
     double pool = 0;
     for (double* p : others) pool += std::max(0.0, *p);
-    const double moved = std::min(std::max(0.0, faults.kernel_share * b.wall_ms - b.memory_ms), pool);
+    const double moved = std::min(
+        stored_faults > 0 ? stored_faults : std::max(0.0, faults.kernel_share * b.wall_ms - b.memory_ms), pool);
     if (moved > 0 && pool > 0) {
       for (double* p : others) *p = std::max(0.0, *p) * (1.0 - moved / pool);
       b.page_fault_ms = moved;
@@ -127,6 +131,22 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
 }  // namespace
 
 StepBreakdown settled_breakdown(const Report& report) { return settle(report.steps.breakdown, report); }
+
+}  // namespace stepscope::detail
+
+namespace stepscope {
+
+StepBreakdown settled_breakdown(const Report& report) {
+  try {
+    return detail::settled_breakdown(report);
+  } catch (...) {
+    return report.steps.breakdown;
+  }
+}
+
+}  // namespace stepscope
+
+namespace stepscope::detail {
 
 StepShares step_shares(const Report& report) {
   StepShares s;

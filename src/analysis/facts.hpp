@@ -47,7 +47,8 @@ std::string page_fault_remedy(const FaultFacts& faults);
 //    the phases in proportion to their time;
 //  - in a page-fault storm, the process' kernel time beyond memory_ms, moved
 //    out of the other parts in proportion to their time.
-// Idempotent: a breakdown that already carries a carved part keeps it.
+// A breakdown that already carries carved parts (set by analyze()) keeps
+// their values, so a loaded report settles to the same numbers.
 StepBreakdown settled_breakdown(const Report& report);
 
 // Mean step time in ms (breakdown first, then the step distribution).

@@ -2,6 +2,8 @@
 // few lines of inline script), no network access of any kind.
 #include <stepscope/html.hpp>
 
+#include <stepscope/analysis.hpp>
+
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -274,8 +276,10 @@ void breakdown_section(std::string& o, const Report& r) {
             : "",
         ms(w.mean), ms(w.stddev), ms(w.min), ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max));
     // Mean breakdown as one horizontal stacked bar (SVG, 1000 units wide).
-    const auto parts = breakdown_parts(s.breakdown);
-    const auto carved = carved_parts(s.breakdown);
+    // The settled accounting: the same numbers as the verdict and the summary.
+    const StepBreakdown settled = settled_breakdown(r);
+    const auto parts = breakdown_parts(settled);
+    const auto carved = carved_parts(settled);
     double total = 0;
     for (double p : parts) total += std::max(0.0, p);
     for (double p : carved) total += std::max(0.0, p);

@@ -1,4 +1,5 @@
 // The JSON report: serialisation of stepscope::Report (docs/report-schema.md).
+#include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
 #include <nlohmann/json.hpp>
@@ -484,6 +485,8 @@ json to_j(const Report& r) {
              {"wall_ms", to_j(r.steps.wall_ms)},
              {"warmup_wall_ms", to_j(r.steps.warmup_wall_ms)},
              {"breakdown", to_j(r.steps.breakdown)},
+             // Derived, for scripts: the accounting the verdict and the summary use.
+             {"settled_breakdown", to_j(settled_breakdown(r))},
              {"series", to_j(r.steps.series)},
              {"histogram", to_j(r.steps.histogram)}};
   json phases = json::array();

@@ -255,8 +255,10 @@ void pin_pipeline_hidden() {
   setenv("SCENARIO_PIPELINE_HIDDEN", hidden.c_str(), 1);
 }
 
+// A part of the settled breakdown (what the verdict sees) as a share of the step.
 double kind_share(const Report& r, double StepBreakdown::*part) {
-  return r.steps.breakdown.wall_ms > 0 ? r.steps.breakdown.*part / r.steps.breakdown.wall_ms : 0.0;
+  const StepBreakdown b = settled_breakdown(r);
+  return b.wall_ms > 0 ? b.*part / b.wall_ms : 0.0;
 }
 
 TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); on a background loader it is not",
@@ -291,7 +293,11 @@ TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); o
   CHECK(b.bottleneck.category == "compute");
   const PhaseSummary* read = phase(b, "read", ThreadRole::background);
   REQUIRE(read != nullptr);
-  CHECK(read->self_ms.mean == Approx(2.5).epsilon(0.2));
+  // The loader's read takes the input time the scenario chose (the issue's
+  // 2.5 : 1.9 ratio to a micro-batch on this machine), plus wake-up latency.
+  const double input_ms = std::stod(b.run.config.at("input_ms_per_batch"));
+  CHECK(read->self_ms.mean >= 0.95 * input_ms);
+  CHECK(read->self_ms.mean <= 1.5 * input_ms);
   const PhaseSummary* a_data = phase(a, "data", ThreadRole::step);
   const PhaseSummary* b_data = phase(b, "data", ThreadRole::step);
   REQUIRE(a_data != nullptr);
@@ -401,18 +407,17 @@ struct CpuHogs {
 
 }  // namespace
 
-TEST_CASE("diff: identical quiet runs are within noise; beside a CPU hog the conditions differ",
-          "[scenarios][diff]") {
+TEST_CASE("diff: two identical runs on the same machine conditions are within noise", "[scenarios][diff]") {
   TempDir dir;
   const auto not_starved = [](const Report& r) { return !starved(r); };
   // Two identical runs back to back. The diff may only call them "within
   // noise" when their conditions match; a busy neighbour that came or went
-  // between them is what conditions.differ reports instead.
-  Report base, same;
+  // between them is what conditions.differ reports instead (then the pair is
+  // tried again, and the case is skipped if the machine never holds still).
   Comparison quiet;
   for (int attempt = 1;; ++attempt) {
-    base = run_scenario(dir, "compute", 200, not_starved);
-    same = run_scenario(dir, "compute", 200, not_starved);
+    const Report base = run_scenario(dir, "compute", 200, not_starved);
+    const Report same = run_scenario(dir, "compute", 200, not_starved);
     quiet = compare_reports(base, same);
     if (!quiet.conditions.differ) break;
     if (attempt == kAttempts) skip_starved(dir, "diff (the machine's load kept changing)", same);
@@ -423,8 +428,14 @@ TEST_CASE("diff: identical quiet runs are within noise; beside a CPU hog the con
   const nlohmann::json q = nlohmann::json::parse(comparison_to_json(quiet));
   CHECK(q.at("conditions").at("differ") == false);
   CHECK(q.at("step").at("verdict") == "within_noise");
+  CHECK(q.at("step").at("noise_method") == "batch_means");
+}
 
-  // The same run beside spinning processes, two per core.
+TEST_CASE("diff: the same run beside a CPU hog is not blamed on the code", "[scenarios][diff-hog]") {
+  // Holds on a busy machine too: the hogs (two per core) are this test's
+  // own children, so they take the CPU from the scenario whatever else runs.
+  TempDir dir;
+  const Report base = run_scenario(dir, "compute", 200, [](const Report&) { return true; });
   const int cores = std::max(1, base.system.cores_online > 0 ? base.system.cores_online : 2);
   Report busy;
   {
@@ -458,7 +469,11 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
   for (int attempt = 1;; ++attempt) {
     std::vector<Report> bases, fasts;
     for (int round = 0; round < 4; ++round) {
-      for (const char* variant : {"trap-base", "trap-fast"}) {
+      // Alternate the order (base-fast, fast-base, ...) so a machine whose
+      // speed drifts steadily does not favour one variant.
+      const std::vector<const char*> order = round % 2 == 0 ? std::vector<const char*>{"trap-base", "trap-fast"}
+                                                            : std::vector<const char*>{"trap-fast", "trap-base"};
+      for (const char* variant : order) {
         const std::string tag = std::string(variant) + "-" + std::to_string(attempt) + "-" + std::to_string(round);
         REQUIRE(run_shell(command_for(dir.path, tag, STEPSCOPE_SCENARIOS, std::string("--scenario ") + variant + args)) == 0);
         (std::string(variant) == "trap-base" ? bases : fasts).push_back(load(dir.path + "/" + tag + ".json"));
@@ -471,27 +486,36 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
       for (const auto& r : runs) sum += r.steps.wall_ms.mean;
       return sum / static_cast<double>(runs.size());
     };
-    // Standard error of the mean over runs, from the spread of the run means:
-    // on a shared VM consecutive processes differ by several percent, far more
-    // than the within-run noise, so that spread is the honest noise here.
-    auto error_of = [&mean_of](const std::vector<Report>& runs) {
-      const double m = mean_of(runs);
-      double sum = 0;
-      for (const auto& r : runs) sum += (r.steps.wall_ms.mean - m) * (r.steps.wall_ms.mean - m);
-      const double n = static_cast<double>(runs.size());
-      return std::sqrt(sum / (n - 1)) / std::sqrt(n);
-    };
 
     const PhaseSummary* metrics = phase(base, "metrics", ThreadRole::step);
     const PhaseSummary* metrics_fast = phase(fast, "metrics", ThreadRole::step);
     REQUIRE(metrics != nullptr);
     REQUIRE(metrics_fast != nullptr);
     const WhatIf* projected = what_if(base, "metrics", 2.0);
+    // Below the what-if minimum share (a starved run) there is no projection: not the setup.
+    if (projected == nullptr && attempt < kAttempts) {
+      WARN("trap attempt " << attempt << ": no projection for 'metrics' (share " << metrics->share_of_step << ")");
+      continue;
+    }
+    if (projected == nullptr && (starved(base) || starved(fast))) skip_starved(dir, "trap", starved(base) ? base : fast);
     REQUIRE(projected != nullptr);
 
     const double base_ms = mean_of(bases), fast_ms = mean_of(fasts);
-    const double measured_pct = 100.0 * (fast_ms - base_ms) / base_ms;
-    const double noise_pct = 100.0 * std::hypot(error_of(bases), error_of(fasts)) / base_ms;
+    // Paired by round: the two runs of a round ran back to back, on the same
+    // machine conditions, so the change is measured within each pair and
+    // the noise is the spread of the paired changes (a busy neighbour that
+    // comes and goes between rounds cancels out).
+    std::vector<double> paired;
+    for (std::size_t i = 0; i < bases.size(); ++i)
+      paired.push_back(100.0 * (fasts[i].steps.wall_ms.mean - bases[i].steps.wall_ms.mean) / bases[i].steps.wall_ms.mean);
+    double paired_mean = 0;
+    for (double d : paired) paired_mean += d / static_cast<double>(paired.size());
+    double paired_sq = 0;
+    for (double d : paired) paired_sq += (d - paired_mean) * (d - paired_mean);
+    const double paired_noise =
+        std::sqrt(paired_sq / static_cast<double>(paired.size() - 1)) / std::sqrt(static_cast<double>(paired.size()));
+    const double measured_pct = paired_mean;
+    const double noise_pct = paired_noise;
     const double tolerance_pct = std::max(1.5, 3.0 * noise_pct);
     const double phase_speedup = metrics->host_ms.mean / metrics_fast->host_ms.mean;
     const bool confirmed = std::abs(measured_pct - projected->step_change_pct) <= tolerance_pct;
