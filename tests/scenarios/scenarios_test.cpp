@@ -446,6 +446,7 @@ TEST_CASE("diff: the same run beside a CPU hog is not blamed on the code", "[sce
   const std::string text = format_comparison(loaded);
   INFO(text);
   const nlohmann::json j = nlohmann::json::parse(comparison_to_json(loaded));
+  INFO("conditions: " << j.at("conditions").dump() << "\nbase: " << describe(base) << "busy: " << describe(busy));
   CHECK(j.at("conditions").at("differ") == true);
   CHECK(j.at("conditions").at("reasons").size() >= 1);
   // Said before any verdict, and the code is not blamed.
