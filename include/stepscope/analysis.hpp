@@ -26,8 +26,17 @@ STEPSCOPE_API Verdict classify(const Report& facts);
 STEPSCOPE_API std::vector<Finding> find_issues(const Report& facts);
 // Amdahl projections for each significant phase and kind.
 STEPSCOPE_API std::vector<WhatIf> project_what_if(const Report& facts);
-// Runs the three above and stores their results in `report`.
+// Runs the three above and stores their results in `report`, after setting
+// the breakdown's carved parts (cpu_wait_ms, page_fault_ms).
 STEPSCOPE_API void analyze(Report& report);
+
+// The one accounting the verdict, the summary table, HTML and JSON share: the
+// measured breakdown with CPU wait and page-fault kernel time carved out of
+// the other parts as parts of their own (docs/classification.md §1). Every
+// part is what its category costs; all parts add up to wall_ms. Uses the
+// breakdown's carved values when set, else derives them from the system
+// signals.
+STEPSCOPE_API StepBreakdown settled_breakdown(const Report& report);
 
 // ---- comparing two runs ("change one variable at a time") ----
 
@@ -35,8 +44,33 @@ struct Delta {
   std::string name;        // phase name, or "step"
   double base_ms = 0, new_ms = 0;  // means
   double delta_ms = 0, delta_pct = 0;
-  double noise_ms = 0;     // combined standard error of the two means (from stored distributions)
+  // Combined standard error of the two means. For the step: from batch means
+  // over each run's step series (noise_method "batch_means"), which holds up
+  // when consecutive steps are correlated (drift, warm caches, a neighbour's
+  // load); otherwise sd/sqrt(n) from the stored distributions ("standard_error").
+  double noise_ms = 0;
+  std::string noise_method = "standard_error";
   bool significant = false; // |delta| well above noise
+  // Phases: the thread role in each run; they differ when a phase moved
+  // between the step thread and a background thread (then the means measure
+  // different things: waited-for time vs work beside the step).
+  std::string base_role, new_role;
+};
+
+// "faster", "slower" or "within_noise" for a delta.
+STEPSCOPE_API const char* delta_verdict(const Delta& delta) noexcept;
+
+// The machine conditions of the two runs: load from other processes, time
+// the step threads waited for a CPU, preemptions. When they differ, a step
+// time difference may be the machine's, not the code's.
+struct RunConditions {
+  bool differ = false;
+  std::vector<std::string> reasons;  // one sentence per condition that differs
+  // Per run (base, new); <0 where the report does not hold the signal.
+  double base_runqueue_fraction = -1, new_runqueue_fraction = -1;        // runnable, not running / wall
+  double base_other_cpu_cores = -1, new_other_cpu_cores = -1;            // other processes' CPU / wall
+  double base_involuntary_per_s = -1, new_involuntary_per_s = -1;        // involuntary switches / s
+  double base_load_per_core = -1, new_load_per_core = -1;                // mean 1-min load average / cores
 };
 
 struct Comparison {
@@ -47,9 +81,15 @@ struct Comparison {
   bool verdict_changed = false;
   std::vector<std::string> config_changes;  // "batch_size: 32 -> 64"
   std::vector<std::string> warnings;         // incl. "more than one config key changed"
+  RunConditions conditions;
 };
 
 STEPSCOPE_API Comparison compare_reports(const Report& base, const Report& candidate);
+// Text form; a line about differing machine conditions comes before any verdict.
 STEPSCOPE_API std::string format_comparison(const Comparison& comparison);
+// JSON form (what `stepscope diff --json` prints): step and phases with
+// "verdict" in faster|slower|within_noise, "conditions" {"differ", "reasons",
+// per-run signals}, verdicts, config changes and warnings. Never throws.
+STEPSCOPE_API std::string comparison_to_json(const Comparison& comparison);
 
 }  // namespace stepscope

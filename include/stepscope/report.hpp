@@ -85,6 +85,15 @@ struct StepBreakdown {
   double wall_ms = 0;
   double input_ms = 0, compute_ms = 0, memory_ms = 0, communication_ms = 0, other_ms = 0;
   double unattributed_ms = 0;  // in the step but in no phase (framework / scheduling)
+  // Set by the analyzer: how much of the parts above is not what their kind
+  // says. cpu_wait_ms: the step threads' time runnable but not running
+  // (schedstat) inside phases — a scheduling cost; page_fault_ms: kernel time
+  // faulting fresh pages (a page-fault storm) beyond memory_ms — a memory
+  // cost. The parts above stay as measured (they add up to wall_ms);
+  // settled_breakdown() (analysis.hpp) gives the accounting every output
+  // shows, with these two carved out of them as parts of their own.
+  double cpu_wait_ms = 0;
+  double page_fault_ms = 0;
 };
 
 // Per-step time series, downsampled so it stays bounded: each point is the
@@ -133,6 +142,14 @@ struct SystemSignals {
   // CPU time of stepscope's collector thread (start-up, draining, sampling,
   // device polling): the library's whole background cost. 0 when unknown.
   double collector_cpu_ms = 0;
+  // The machine around the run, so two runs can be compared on equal terms.
+  // 1-minute load average (/proc/loadavg) when sampling started and ended;
+  // <0: not measured.
+  double load_average_start = -1, load_average_end = -1;
+  int cores_online = 0;  // online CPUs of the machine (sysconf), 0: unknown
+  // CPU time all other processes used during the run: machine-wide busy time
+  // (/proc/stat) minus this process' user+system time. <0: not measured.
+  double other_processes_cpu_s = -1;
 };
 
 // One signal the analyzer looked at.
@@ -141,7 +158,11 @@ struct Evidence {
   double value = 0;
   double threshold = 0;
   std::string comparison; // ">=", "<", ...
-  bool supports = false;  // true when the signal crossed its threshold
+  // true when the signal crossed its threshold AND points to the verdict's
+  // category: it is evidence *for* the verdict. A signal that crossed its
+  // threshold for another category is not (crossed is true, supports false).
+  bool supports = false;
+  bool crossed = false;   // the signal crossed its threshold (whatever the verdict)
   std::string sentence;   // human-readable explanation
 };
 

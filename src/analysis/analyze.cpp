@@ -1,10 +1,19 @@
 // src/analysis/analyze.cpp — runs the analyzer's three passes over a report.
+//
+// First the breakdown's carved parts are set (CPU wait and page-fault kernel
+// time, detail::settled_breakdown); the measured parts stay as they are, and
+// the verdict, the summary table, HTML and JSON all read the settled view.
+#include "analysis/facts.hpp"
+
 #include <stepscope/analysis.hpp>
 #include <stepscope/import.hpp>  // reword_advice_for_trace
 
 namespace stepscope {
 
 void analyze(Report& report) {
+  const StepBreakdown settled = detail::settled_breakdown(report);
+  report.steps.breakdown.cpu_wait_ms = settled.cpu_wait_ms;
+  report.steps.breakdown.page_fault_ms = settled.page_fault_ms;
   report.bottleneck = classify(report);
   report.findings = find_issues(report);
   report.what_if = project_what_if(report);

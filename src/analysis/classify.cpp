@@ -51,7 +51,8 @@ class Classifier {
       : report_(report),
         shares_(detail::step_shares(report)),
         device_(detail::device_facts(report)),
-        step_ms_(detail::mean_step_ms(report)) {}
+        step_ms_(detail::mean_step_ms(report)),
+        faults_(detail::fault_facts(report)) {}
 
   Verdict run();
 
@@ -67,11 +68,13 @@ class Classifier {
     s.evidence.threshold = threshold;
     s.evidence.comparison = comparison;
     const std::string cmp = comparison;
-    if (cmp == ">=") s.evidence.supports = value >= threshold;
-    else if (cmp == ">") s.evidence.supports = value > threshold;
-    else if (cmp == "<") s.evidence.supports = value < threshold;
-    else if (cmp == "<=") s.evidence.supports = value <= threshold;
-    else s.evidence.supports = false;  // "info"
+    if (cmp == ">=") s.evidence.crossed = value >= threshold;
+    else if (cmp == ">") s.evidence.crossed = value > threshold;
+    else if (cmp == "<") s.evidence.crossed = value < threshold;
+    else if (cmp == "<=") s.evidence.crossed = value <= threshold;
+    else s.evidence.crossed = false;  // "info"
+    // For or against the verdict is only known once the verdict is: see settle_evidence().
+    s.evidence.supports = false;
     s.evidence.sentence = std::move(sentence);
     signals_.push_back(std::move(s));
     return signals_.back();
@@ -83,7 +86,16 @@ class Classifier {
   }
   bool fires(const std::string& name) const {
     const Signal* s = find(name);
-    return s != nullptr && s->evidence.supports;
+    return s != nullptr && s->evidence.crossed;
+  }
+  // Moves the evidence into the verdict, each row marked for the verdict only
+  // when it crossed its threshold and points to the verdict's category.
+  void settle_evidence(int verdict_category, Verdict& v) {
+    for (Signal& s : signals_) {
+      s.evidence.supports = s.evidence.crossed && verdict_category != kNoCategory && s.category == verdict_category;
+      v.evidence.push_back(std::move(s.evidence));
+    }
+    signals_.clear();
   }
 
   void collect_step_shares();
@@ -103,6 +115,10 @@ class Classifier {
   bool host_ahead_ = false;  // median launch delay says the host runs ahead of the device
   double step_ms_ = 0;
   double runqueue_fraction_ = 0;
+  detail::FaultFacts faults_;
+  // Input on the critical path at or above the highly-bound tier made io lead
+  // over compute (rule b); the runner-up is then compute.
+  bool input_over_compute_ = false;
   std::vector<Signal> signals_;
   std::array<double, kCategoryCount> cost_{};
 };
@@ -132,6 +148,15 @@ void Classifier::collect_step_shares() {
       fmt::format("{:.1f}% of the step was inside the step but in no phase (framework overhead, "
                   "synchronisation, uninstrumented work).",
                   pct(shares_.unattributed)));
+  add(kScheduling, Weight::secondary, "cpu_wait_share", shares_.cpu_wait, t.scheduling_moderately_bound, ">=",
+      fmt::format("The step threads waited for a CPU (runnable, not running) {:.1f}% of the step; the breakdown "
+                  "shows that time as 'cpu wait', taken out of the phases it inflated.",
+                  pct(shares_.cpu_wait)));
+  add(kMemory, Weight::secondary, "page_fault_share", shares_.page_fault, t.moderately_bound, ">=",
+      fmt::format("Kernel time faulting fresh pages cost {:.1f}% of the step beyond the memory phases (breakdown "
+                  "row 'page faults': the process spent {:.1f}% of the run in the kernel with {:.0f} minor faults "
+                  "per step).",
+                  pct(shares_.page_fault), pct(faults_.kernel_share), faults_.minor_per_step));
   add(kNoCategory, Weight::info, "other_share", shares_.other, t.moderately_bound, ">=",
       fmt::format("{:.1f}% of the step was in phases of kind 'other', which map to no category.",
                   pct(shares_.other)));
@@ -165,22 +190,23 @@ void Classifier::collect_system() {
     add(kNoCategory, Weight::info, "input_on_cpu_fraction", s.input_on_cpu_fraction,
         t.input_on_cpu_working, "<",
         s.input_on_cpu_fraction < t.input_on_cpu_working
-            ? fmt::format("In input phases the step thread was on a CPU only {:.0f}% of the time: it "
-                          "mostly waited for data (off-CPU).",
+            ? fmt::format("In input phases the step thread was running or runnable only {:.0f}% of the "
+                          "samples: it mostly waited for data (off-CPU).",
                           pct(s.input_on_cpu_fraction))
-            : fmt::format("In input phases the step thread was on a CPU {:.0f}% of the time: it did "
-                          "the input work itself (on-CPU).",
+            : fmt::format("In input phases the step thread was running or runnable {:.0f}% of the samples: "
+                          "it did the input work itself (on-CPU).",
                           pct(s.input_on_cpu_fraction)));
   }
   if (s.compute_on_cpu_fraction >= 0) {
     const bool gpu = device_.present;
     add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_on_cpu_fraction",
         s.compute_on_cpu_fraction, t.compute_on_cpu_working, ">=",
-        fmt::format("In compute phases the step thread was on a CPU {:.0f}% of the time{}.",
+        fmt::format("In compute phases the step thread was running or runnable (state R, which includes "
+                    "waiting for a CPU) {:.0f}% of the samples{}.",
                     pct(s.compute_on_cpu_fraction),
                     s.compute_on_cpu_fraction >= t.compute_on_cpu_working
-                        ? " (working)"
-                        : " (mostly waiting: synchronisation, locks or the device)"));
+                        ? " (working, not blocked)"
+                        : " (mostly blocked: synchronisation, locks or the device)"));
   }
   add(kIo, Weight::secondary, "major_faults_per_step", static_cast<double>(s.major_faults) / steps,
       t.major_faults_per_step, ">=",
@@ -306,17 +332,13 @@ void Classifier::collect_device() {
 
 void Classifier::compute_costs() {
   if (!device_.present) {
-    // Host timeline: each kind's share of the step. Time runnable-but-not-
-    // running (runqueue) is spread over the phases it inflated; it is a
-    // scheduling cost, so it moves from them to scheduling.
-    const double attributed = 1.0 - shares_.unattributed;
-    const double moved = std::min(runqueue_fraction_, std::max(0.0, attributed));
-    const double scale = attributed > 0 ? 1.0 - moved / attributed : 1.0;
-    cost_[kIo] = shares_.input * scale;
-    cost_[kCompute] = shares_.compute * scale;
-    cost_[kMemory] = shares_.memory * scale;
-    cost_[kCommunication] = shares_.communication * scale;
-    cost_[kScheduling] = shares_.unattributed + moved;
+    // Host timeline: each part of the settled breakdown (the same numbers the
+    // summary table shows): CPU wait is scheduling, page-fault kernel time memory.
+    cost_[kIo] = shares_.input;
+    cost_[kCompute] = shares_.compute;
+    cost_[kMemory] = shares_.memory + shares_.page_fault;
+    cost_[kCommunication] = shares_.communication;
+    cost_[kScheduling] = shares_.unattributed + shares_.cpu_wait;
     return;
   }
   // Device timeline: the GPU's wall time split into busy computing, copying,
@@ -330,9 +352,9 @@ void Classifier::compute_costs() {
   const double idle_rest = std::max(
       0.0, device_.idle - device_.idle_host_input - device_.idle_launch - device_.idle_sync);
   const double w_input = has_input_cause ? 0.0 : shares_.input;
-  const double w_memory = shares_.memory;
+  const double w_memory = shares_.memory + shares_.page_fault;
   const double w_comm = shares_.communication;
-  const double w_sched = shares_.compute + shares_.other + shares_.unattributed;
+  const double w_sched = shares_.compute + shares_.other + shares_.unattributed + shares_.cpu_wait;
   const double w_sum = w_input + w_memory + w_comm + w_sched;
   auto part = [&](double w) { return w_sum > 0 ? idle_rest * w / w_sum : 0.0; };
   // Compute kernels' own time when the timeline gives it, else what is left
@@ -370,7 +392,7 @@ void Classifier::compute_costs() {
 
 bool Classifier::scheduling_signal() const {
   for (const Signal& s : signals_)
-    if (s.category == kScheduling && s.evidence.supports && s.evidence.signal != "unattributed_share")
+    if (s.category == kScheduling && s.evidence.crossed && s.evidence.signal != "unattributed_share")
       return true;
   return false;
 }
@@ -381,8 +403,8 @@ double Classifier::agreement(int category) const {
     if (s.category != category) continue;
     if (s.weight == Weight::primary) {
       ++considered;
-      if (s.evidence.supports) ++agreeing;
-    } else if (s.weight == Weight::secondary && s.evidence.supports) {
+      if (s.evidence.crossed) ++agreeing;
+    } else if (s.weight == Weight::secondary && s.evidence.crossed) {
       ++considered;
       ++agreeing;
     }
@@ -409,6 +431,10 @@ std::string Classifier::summary(int category, const std::string& severity) const
                   ? fmt::format("the GPU idles {:.0f}% of the time while the host gets input", pct(device_.idle_host_input))
                   : fmt::format("the step waits {:.0f}% of its time on input{}", pct(c),
                                 phase.empty() ? "" : " (mostly in '" + phase + "')");
+      if (input_over_compute_)
+        where += fmt::format("; compute ({:.0f}%) is the runner-up, but input at or above {:.0f}% of the step "
+                             "on its critical path is input-bound: a background loader would hide it",
+                             pct(cost_[kCompute]), pct(kThresholds.highly_bound));
       break;
     }
     case kCompute: {
@@ -419,17 +445,26 @@ std::string Classifier::summary(int category, const std::string& severity) const
       break;
     }
     case kMemory:
-      where = fmt::format("moving or managing memory costs {:.0f}% of the step", pct(c));
+      where = shares_.page_fault > 0
+                  ? fmt::format("moving or managing memory costs {:.0f}% of the step ({:.0f}% kernel time faulting "
+                                "about {:.0f} MiB of fresh pages per step, {:.0f}% in memory phases)",
+                                pct(c), pct(shares_.page_fault), faults_.fresh_mib_per_step, pct(shares_.memory))
+                  : fmt::format("moving or managing memory costs {:.0f}% of the step", pct(c));
       break;
     case kCommunication:
       where = fmt::format("communication the step waits for costs {:.0f}% of the step", pct(c));
       break;
     default:
-      where = device_.present
-                  ? fmt::format("the host fails to keep the GPU fed for {:.0f}% of the time", pct(c))
-                  : fmt::format("{:.0f}% of the step goes to scheduling (time outside phases, waiting "
-                                "for a CPU)",
-                                pct(c));
+      if (device_.present) {
+        where = fmt::format("the host fails to keep the GPU fed for {:.0f}% of the time", pct(c));
+      } else {
+        // Name only the parts that are there, with the breakdown's numbers.
+        std::string parts;
+        if (shares_.cpu_wait > 0) parts += fmt::format("{:.0f}% waiting for a CPU", pct(shares_.cpu_wait));
+        if (shares_.unattributed > 0)
+          parts += fmt::format("{}{:.0f}% outside every phase", parts.empty() ? "" : ", ", pct(shares_.unattributed));
+        where = fmt::format("{:.0f}% of the step goes to scheduling{}", pct(c), parts.empty() ? "" : " (" + parts + ")");
+      }
       break;
   }
   return fmt::format("The step is {} {}-bound: {}.", severity,
@@ -442,6 +477,13 @@ void Classifier::recommend(int category, Verdict& v) const {
   const SystemSignals& s = report_.system;
   switch (category) {
     case kIo: {
+      if (input_over_compute_)
+        out.push_back(fmt::format(
+            "Input on the step's critical path is {:.0f}% of the step: run it on a background loader (worker "
+            "threads filling a bounded queue, DataLoader num_workers) so it overlaps compute; the step would "
+            "then take about the longer of compute and the loader's time per batch (see the what-if for "
+            "kind:input).",
+            pct(cost_[kIo])));
       const bool known = s.available && s.input_on_cpu_fraction >= 0;
       const bool waiting = known && s.input_on_cpu_fraction < t.input_on_cpu_working;
       const bool working = known && !waiting;
@@ -498,11 +540,7 @@ void Classifier::recommend(int category, Verdict& v) const {
             "Copies cost step time: allocate host batches in pinned (page-locked) memory and copy with "
             "non_blocking=true, keep tensors on the device across steps, and avoid .cpu()/.item() "
             "round trips.");
-      if (fires("minor_faults_per_step"))
-        out.push_back(
-            "Many minor page faults per step: memory is freed to the OS and touched again every step. "
-            "Reuse buffers across steps, preallocate, and use a caching allocator (jemalloc/tcmalloc, "
-            "larger malloc arenas) to avoid page faults.");
+      if (fires("minor_faults_per_step")) out.push_back(detail::page_fault_remedy(faults_));
       if (fires("device_memory_peak_fraction"))
         out.push_back(
             "Device memory is near capacity: use activation checkpointing, smaller micro-batches with "
@@ -575,7 +613,7 @@ Verdict Classifier::run() {
     v.confidence = 0;
     v.summary = std::move(why);
     v.recommendations.push_back(std::move(advice));
-    for (Signal& s : signals_) v.evidence.push_back(std::move(s.evidence));
+    settle_evidence(kNoCategory, v);
     return v;
   };
 
@@ -615,8 +653,22 @@ Verdict Classifier::run() {
   if (device_.present && device_.idle >= t.device_mostly_idle) {
     candidates.erase(std::remove(candidates.begin(), candidates.end(), kCompute), candidates.end());
   }
-  const int leader = candidates[0];
-  const int runner = candidates.size() > 1 ? candidates[1] : kNoCategory;
+  int leader = candidates[0];
+  int runner = candidates.size() > 1 ? candidates[1] : kNoCategory;
+  // Rule (b): input on the step's critical path at or above the highly-bound
+  // tier is io even when compute costs more. Compute is the work the step
+  // exists to do; input at that share is time a background loader would
+  // hide (XProf: "highly input-bound" at >= 20%).
+  add(kIo, Weight::secondary, "input_on_critical_path", cost_[kIo], t.highly_bound, ">=",
+      fmt::format("Input on the step's critical path is {:.1f}% of the step; from {:.0f}% on the step is "
+                  "input-bound even when compute costs more, since overlapping input with compute would hide it.",
+                  pct(cost_[kIo]), pct(t.highly_bound)));
+  if (leader == kCompute && cost_[kIo] >= t.highly_bound &&
+      std::find(candidates.begin(), candidates.end(), kIo) != candidates.end()) {
+    input_over_compute_ = true;
+    leader = kIo;
+    runner = kCompute;
+  }
   const double lead_cost = cost_[static_cast<std::size_t>(leader)];
   const double runner_cost = runner == kNoCategory ? 0.0 : cost_[static_cast<std::size_t>(runner)];
   const double moderate =
@@ -629,7 +681,7 @@ Verdict Classifier::run() {
           : fmt::format("Runner-up {} costs {:.1f}% against {:.1f}% for {}.",
                         kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost),
                         pct(lead_cost), kCategoryNames[static_cast<std::size_t>(leader)]));
-  if (runner != kNoCategory && runner_cost >= t.moderately_bound &&
+  if (!input_over_compute_ && runner != kNoCategory && runner_cost >= t.moderately_bound &&
       runner_cost >= t.conflict_ratio * lead_cost)
     return finish_unknown(
         fmt::format("Unknown: conflicting signals — {} ({:.0f}% of the step) and {} ({:.0f}%) cost "
@@ -652,7 +704,7 @@ Verdict Classifier::run() {
   v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample);
   v.summary = summary(leader, v.severity);
   recommend(leader, v);
-  for (Signal& s : signals_) v.evidence.push_back(std::move(s.evidence));
+  settle_evidence(leader, v);
   return v;
 }
 

@@ -1,11 +1,19 @@
 // src/analysis/compare.cpp — comparing two runs ("change one variable at a
 // time"): per-step and per-phase deltas of the means with their noise, the
-// verdict before and after, and which configuration keys changed.
+// machine conditions of both runs, the verdict before and after, and which
+// configuration keys changed.
 //
-// Noise is the combined standard error of the two means,
-//   noise = sqrt(sd_base² / n_base + sd_new² / n_new),
-// from the stored distributions; a delta is significant when it is larger
-// than 3 × noise and than 1% of the base mean (kThresholds).
+// Step noise comes from batch means over each run's step series: steps are
+// autocorrelated (drift, caches, a neighbour's load comes and goes), so the
+// standard error sd/sqrt(n) of one run's steps understates how much its mean
+// moves. With the series cut into B batches, the mean's standard error is
+// sd(batch means)/sqrt(B). Phase noise (no per-phase series) is the combined
+// standard error sqrt(sd_base²/n_base + sd_new²/n_new). A delta is
+// significant when it is larger than 3 × noise and than 1% of the base mean.
+//
+// Two runs on differently loaded machines do not compare the code: when the
+// runqueue wait, other processes' CPU, preemptions or load differ beyond
+// their thresholds (kThresholds.conditions_*), the comparison says so first.
 #include "analysis/facts.hpp"
 #include "analysis/thresholds.hpp"
 #include "report/text.hpp"
@@ -13,7 +21,9 @@
 #include <stepscope/analysis.hpp>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -21,20 +31,73 @@ namespace stepscope {
 namespace {
 
 using detail::kThresholds;
+using detail::safe_div;
 
-Delta delta_of(std::string name, const Distribution& a, const Distribution& b) {
+double standard_error(const Distribution& d) {
+  return d.count > 0 ? d.stddev / std::sqrt(static_cast<double>(d.count)) : 0.0;
+}
+
+// Standard error of a run's mean step time from batch means over its series;
+// <0 when the series is too short for batches.
+double batch_means_error(const StepSeries& s) {
+  const std::size_t n = s.wall_ms.size();
+  const std::size_t min_batches = static_cast<std::size_t>(kThresholds.batch_means_min_batches);
+  if (n < 2 * min_batches) return -1;
+  const std::size_t batches = std::max(min_batches, static_cast<std::size_t>(std::sqrt(static_cast<double>(n))));
+  const std::size_t size = n / batches;  // points per batch; the remainder is left out
+  std::vector<double> means(batches, 0.0);
+  for (std::size_t b = 0; b < batches; ++b) {
+    for (std::size_t i = 0; i < size; ++i) means[b] += s.wall_ms[b * size + i];
+    means[b] /= static_cast<double>(size);
+  }
+  double mean = 0;
+  for (double m : means) mean += m;
+  mean /= static_cast<double>(batches);
+  double sq = 0;
+  for (double m : means) sq += (m - mean) * (m - mean);
+  const double sd = std::sqrt(sq / static_cast<double>(batches - 1));
+  return sd / std::sqrt(static_cast<double>(batches));
+}
+
+void finish_delta(Delta& d) {
+  d.delta_ms = d.new_ms - d.base_ms;
+  d.delta_pct = d.base_ms != 0 ? 100.0 * d.delta_ms / d.base_ms : 0.0;
+}
+
+bool significant(const Delta& d) {
+  return std::fabs(d.delta_ms) > kThresholds.noise_sigmas * d.noise_ms &&
+         std::fabs(d.delta_ms) > kThresholds.min_relative_change * std::fabs(d.base_ms);
+}
+
+Delta phase_delta(const PhaseSummary& a, const PhaseSummary& b) {
   Delta d;
-  d.name = std::move(name);
-  d.base_ms = a.mean;
-  d.new_ms = b.mean;
-  d.delta_ms = b.mean - a.mean;
-  d.delta_pct = a.mean != 0 ? 100.0 * d.delta_ms / a.mean : 0.0;
-  const double va = a.count > 0 ? a.stddev * a.stddev / static_cast<double>(a.count) : 0.0;
-  const double vb = b.count > 0 ? b.stddev * b.stddev / static_cast<double>(b.count) : 0.0;
-  d.noise_ms = std::sqrt(va + vb);
-  d.significant = a.count > 0 && b.count > 0 &&
-                  std::fabs(d.delta_ms) > kThresholds.noise_sigmas * d.noise_ms &&
-                  std::fabs(d.delta_ms) > kThresholds.min_relative_change * std::fabs(a.mean);
+  d.name = a.name;
+  d.base_ms = a.host_ms.mean;
+  d.new_ms = b.host_ms.mean;
+  finish_delta(d);
+  d.noise_ms = std::hypot(standard_error(a.host_ms), standard_error(b.host_ms));
+  d.significant = a.host_ms.count > 0 && b.host_ms.count > 0 && significant(d);
+  d.base_role = to_string(a.thread_role);
+  d.new_role = to_string(b.thread_role);
+  return d;
+}
+
+Delta step_delta(const Report& a, const Report& b) {
+  Delta d;
+  d.name = "step";
+  d.base_ms = a.steps.wall_ms.mean;
+  d.new_ms = b.steps.wall_ms.mean;
+  finish_delta(d);
+  const double ea = batch_means_error(a.steps.series), eb = batch_means_error(b.steps.series);
+  if (ea >= 0 && eb >= 0) {
+    // Never below the plain standard error: batches cannot make a run quieter than its steps.
+    d.noise_ms = std::max(std::hypot(ea, eb), std::hypot(standard_error(a.steps.wall_ms), standard_error(b.steps.wall_ms)));
+    d.noise_method = "batch_means";
+  } else {
+    d.noise_ms = std::hypot(standard_error(a.steps.wall_ms), standard_error(b.steps.wall_ms));
+  }
+  d.significant = a.steps.wall_ms.count > 0 && b.steps.wall_ms.count > 0 && significant(d);
+  d.base_role = d.new_role = "step";
   return d;
 }
 
@@ -45,26 +108,111 @@ std::string verdict_of(const Report& r) {
   return classify(r).category;
 }
 
+// Signals of the machine around one run; <0 where not measured.
+struct Load {
+  double runqueue = -1, other_cores = -1, involuntary = -1, load_per_core = -1;
+};
+
+Load load_of(const Report& r) {
+  Load l;
+  const SystemSignals& s = r.system;
+  if (!s.available || s.wall_s <= 0) return l;
+  l.runqueue = detail::clamp01(s.runqueue_wait_s / s.wall_s);
+  if (s.other_processes_cpu_s >= 0) l.other_cores = s.other_processes_cpu_s / s.wall_s;
+  l.involuntary = static_cast<double>(s.involuntary_switches) / s.wall_s;
+  const int cores = s.cores_online > 0 ? s.cores_online : s.cores_available;
+  if (s.load_average_start >= 0 && s.load_average_end >= 0 && cores > 0)
+    l.load_per_core = 0.5 * (s.load_average_start + s.load_average_end) / cores;
+  return l;
+}
+
+RunConditions conditions_of(const Report& base, const Report& cand) {
+  const auto& t = kThresholds;
+  RunConditions c;
+  const Load a = load_of(base), b = load_of(cand);
+  c.base_runqueue_fraction = a.runqueue;
+  c.new_runqueue_fraction = b.runqueue;
+  c.base_other_cpu_cores = a.other_cores;
+  c.new_other_cpu_cores = b.other_cores;
+  c.base_involuntary_per_s = a.involuntary;
+  c.new_involuntary_per_s = b.involuntary;
+  c.base_load_per_core = a.load_per_core;
+  c.new_load_per_core = b.load_per_core;
+  if (a.runqueue >= 0 && b.runqueue >= 0 && std::fabs(a.runqueue - b.runqueue) >= t.conditions_runqueue_difference) {
+    c.reasons.push_back(fmt::format("the step threads waited for a CPU {:.0f}% of the run in base vs {:.0f}% in new",
+                                    100 * a.runqueue, 100 * b.runqueue));
+  }
+  if (a.other_cores >= 0 && b.other_cores >= 0 && std::fabs(a.other_cores - b.other_cores) >= t.conditions_other_cpu_cores) {
+    c.reasons.push_back(fmt::format("other processes used {:.1f} cores during base vs {:.1f} during new",
+                                    a.other_cores, b.other_cores));
+  }
+  if (a.involuntary >= 0 && b.involuntary >= 0) {
+    const double hi = std::max(a.involuntary, b.involuntary), lo = std::min(a.involuntary, b.involuntary);
+    if (hi >= t.involuntary_switches_per_second && hi >= t.conditions_involuntary_ratio * std::max(lo, 1.0)) {
+      c.reasons.push_back(fmt::format("involuntary context switches: {:.0f}/s in base vs {:.0f}/s in new",
+                                      a.involuntary, b.involuntary));
+    }
+  }
+  if (a.load_per_core >= 0 && b.load_per_core >= 0 &&
+      std::fabs(a.load_per_core - b.load_per_core) >= t.conditions_load_per_core) {
+    c.reasons.push_back(fmt::format("load average per core: {:.2f} in base vs {:.2f} in new", a.load_per_core,
+                                    b.load_per_core));
+  }
+  if (base.system.cores_available > 0 && cand.system.cores_available > 0 &&
+      base.system.cores_available != cand.system.cores_available)
+    c.reasons.push_back(fmt::format("cores available: {} in base vs {} in new", base.system.cores_available,
+                                    cand.system.cores_available));
+  if (!base.run.host.empty() && !cand.run.host.empty() && base.run.host != cand.run.host)
+    c.reasons.push_back(fmt::format("different hosts: {} vs {}", base.run.host, cand.run.host));
+  c.differ = !c.reasons.empty();
+  return c;
+}
+
+// The phase of `candidate` that corresponds to `a`: same name and thread
+// role, else same name in another role.
+const PhaseSummary* match(const PhaseSummary& a, const Report& candidate) {
+  const PhaseSummary* any = nullptr;
+  for (const PhaseSummary& p : candidate.phases) {
+    if (p.name != a.name) continue;
+    if (p.thread_role == a.thread_role) return &p;
+    if (any == nullptr) any = &p;
+  }
+  return any;
+}
+
 }  // namespace
+
+const char* delta_verdict(const Delta& d) noexcept {
+  if (!d.significant) return "within_noise";
+  return d.delta_ms < 0 ? "faster" : "slower";
+}
 
 Comparison compare_reports(const Report& base, const Report& candidate) {
   Comparison c;
-  c.step = delta_of("step", base.steps.wall_ms, candidate.steps.wall_ms);
+  c.step = step_delta(base, candidate);
+  c.conditions = conditions_of(base, candidate);
 
-  std::set<std::string> seen;
+  std::set<std::pair<std::string, int>> matched;  // candidate phases used (name, role)
   for (const PhaseSummary& a : base.phases) {
-    const PhaseSummary* b = nullptr;
-    for (const PhaseSummary& p : candidate.phases)
-      if (p.name == a.name) b = &p;
-    seen.insert(a.name);
+    const PhaseSummary* b = match(a, candidate);
     if (b == nullptr) {
       c.only_in_base.push_back(a.name);
       continue;
     }
-    c.phases.push_back(delta_of(a.name, a.host_ms, b->host_ms));
+    matched.insert({b->name, static_cast<int>(b->thread_role)});
+    c.phases.push_back(phase_delta(a, *b));
+    if (a.thread_role != b->thread_role)
+      c.warnings.push_back(fmt::format(
+          "phase '{}' is compared across thread roles ({} in base, {} in new): on the step thread its time is "
+          "time the step waited, on a background thread work beside the step",
+          a.name, to_string(a.thread_role), to_string(b->thread_role)));
   }
-  for (const PhaseSummary& p : candidate.phases)
-    if (seen.count(p.name) == 0) c.only_in_new.push_back(p.name);
+  for (const PhaseSummary& p : candidate.phases) {
+    if (matched.count({p.name, static_cast<int>(p.thread_role)}) > 0) continue;
+    bool in_base = false;
+    for (const PhaseSummary& a : base.phases) in_base |= a.name == p.name;
+    if (!in_base) c.only_in_new.push_back(p.name);
+  }
 
   c.base_verdict = verdict_of(base);
   c.new_verdict = verdict_of(candidate);
@@ -86,8 +234,10 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
         "them — change one variable at a time",
         c.config_changes.size()));
   if (c.config_changes.empty() && c.step.significant)
-    c.warnings.push_back(
-        "no config key changed but the step time did: record what changed with set_config()");
+    c.warnings.push_back(c.conditions.differ
+                             ? "no config key changed and the machine conditions differ: the step time "
+                               "difference is likely the machine's, not the code's"
+                             : "no config key changed but the step time did: record what changed with set_config()");
   const std::uint64_t min_steps = kThresholds.min_measured_steps;
   if (base.steps.wall_ms.count < min_steps || candidate.steps.wall_ms.count < min_steps)
     c.warnings.push_back(fmt::format(
@@ -104,10 +254,20 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
 
 std::string format_comparison(const Comparison& c) {
   std::string out;
+  // Before any verdict: a difference between differently loaded machines is
+  // not the code's.
+  if (c.conditions.differ) {
+    out += "machine conditions differ between the runs — a step time difference may be the machine's, not the "
+           "code's:\n";
+    for (const std::string& r : c.conditions.reasons) out += "  " + r + "\n";
+    out += "\n";
+  }
   auto row = [&](const Delta& d) {
+    std::string verdict = d.significant ? (d.delta_ms < 0 ? "faster" : "slower") : "within noise";
+    if (d.significant && c.conditions.differ && d.name == "step") verdict += " (machine conditions differ)";
+    if (d.base_role != d.new_role) verdict += fmt::format(" ({} vs {} thread)", d.base_role, d.new_role);
     out += fmt::format("{:<24} {:>11.3f} {:>11.3f} {:>+11.3f} {:>+8.1f}% {:>10.3f}  {}\n", detail::printable(d.name),
-                       d.base_ms, d.new_ms, d.delta_ms, d.delta_pct, d.noise_ms,
-                       d.significant ? (d.delta_ms < 0 ? "faster" : "slower") : "within noise");
+                       d.base_ms, d.new_ms, d.delta_ms, d.delta_pct, d.noise_ms, verdict);
   };
   out += fmt::format("{:<24} {:>11} {:>11} {:>11} {:>9} {:>10}  {}\n", "name", "base ms", "new ms",
                      "delta ms", "delta", "noise ms", "verdict");
@@ -117,6 +277,9 @@ std::string format_comparison(const Comparison& c) {
   // Names, config values and warnings come from the reports: printed escaped (report/text.hpp).
   for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", detail::printable(n));
   for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", detail::printable(n));
+  out += fmt::format("(step noise: {})\n", c.step.noise_method == "batch_means"
+                                                ? "batch means over each run's step series"
+                                                : "standard error of the step times");
   out += "\n";
   out += c.verdict_changed
              ? fmt::format("bottleneck: {} -> {}\n", c.base_verdict, c.new_verdict)
@@ -129,6 +292,52 @@ std::string format_comparison(const Comparison& c) {
   }
   for (const std::string& w : c.warnings) out += "warning: " + detail::printable(w) + "\n";
   return out;
+}
+
+std::string comparison_to_json(const Comparison& c) {
+  using nlohmann::json;
+  try {
+    auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+    auto signal = [&](double v) { return v < 0 ? json(nullptr) : num(v); };
+    auto delta = [&](const Delta& d) {
+      return json{{"name", d.name},
+                  {"base_ms", num(d.base_ms)},
+                  {"new_ms", num(d.new_ms)},
+                  {"delta_ms", num(d.delta_ms)},
+                  {"delta_pct", num(d.delta_pct)},
+                  {"noise_ms", num(d.noise_ms)},
+                  {"noise_method", d.noise_method},
+                  {"significant", d.significant},
+                  {"verdict", delta_verdict(d)},
+                  {"base_role", d.base_role},
+                  {"new_role", d.new_role}};
+    };
+    json phases = json::array();
+    for (const Delta& d : c.phases) phases.push_back(delta(d));
+    const RunConditions& k = c.conditions;
+    json conditions{{"differ", k.differ},
+                    {"reasons", k.reasons},
+                    {"base", {{"runqueue_fraction", signal(k.base_runqueue_fraction)},
+                              {"other_cpu_cores", signal(k.base_other_cpu_cores)},
+                              {"involuntary_per_s", signal(k.base_involuntary_per_s)},
+                              {"load_per_core", signal(k.base_load_per_core)}}},
+                    {"new", {{"runqueue_fraction", signal(k.new_runqueue_fraction)},
+                             {"other_cpu_cores", signal(k.new_other_cpu_cores)},
+                             {"involuntary_per_s", signal(k.new_involuntary_per_s)},
+                             {"load_per_core", signal(k.new_load_per_core)}}}};
+    json out{{"step", delta(c.step)},
+             {"phases", phases},
+             {"only_in_base", c.only_in_base},
+             {"only_in_new", c.only_in_new},
+             {"conditions", conditions},
+             {"bottleneck", {{"base", c.base_verdict}, {"new", c.new_verdict}, {"changed", c.verdict_changed}}},
+             {"config_changes", c.config_changes},
+             {"warnings", c.warnings}};
+    // Replace invalid UTF-8 (phase names come from user code) rather than throw.
+    return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  } catch (...) {
+    return "{\"error\": \"comparison could not be serialised\"}\n";
+  }
 }
 
 }  // namespace stepscope

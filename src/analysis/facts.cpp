@@ -1,5 +1,9 @@
 #include "analysis/facts.hpp"
 
+#include "analysis/thresholds.hpp"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -31,37 +35,154 @@ double mean_step_ms(const Report& report) {
   return report.steps.wall_ms.mean;
 }
 
-StepShares step_shares(const Report& report) {
-  StepShares s;
-  const StepBreakdown& b = report.steps.breakdown;
-  if (b.wall_ms > 0) {
-    s.wall_ms = b.wall_ms;
-    s.from_breakdown = true;
-    s.input = clamp01(b.input_ms / b.wall_ms);
-    s.compute = clamp01(b.compute_ms / b.wall_ms);
-    s.memory = clamp01(b.memory_ms / b.wall_ms);
-    s.communication = clamp01(b.communication_ms / b.wall_ms);
-    s.other = clamp01(b.other_ms / b.wall_ms);
-    s.unattributed = clamp01(b.unattributed_ms / b.wall_ms);
-    return s;
+FaultFacts fault_facts(const Report& report) {
+  FaultFacts f;
+  const SystemSignals& s = report.system;
+  if (!s.available) return f;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
+  f.minor_per_step = static_cast<double>(s.minor_faults) / steps;
+  f.fresh_mib_per_step = f.minor_per_step * 4096.0 / (1024.0 * 1024.0);
+  f.kernel_share = clamp01(safe_div(s.cpu_system_s, s.wall_s));
+  f.storm = f.minor_per_step >= kThresholds.minor_faults_per_step;
+  return f;
+}
+
+// The remedy for a page-fault storm depends on the size of the blocks freed
+// and re-faulted every step, which the report does not record: it holds the
+// fresh pages per step, an upper bound on any one block. glibc serves blocks
+// at or above its mmap threshold (128 KiB, adapting up to 32 MiB) with
+// mmap and unmaps them on free; MALLOC_MMAP_THRESHOLD_ is capped at 32 MiB
+// (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit), so larger blocks stay mmapped
+// whatever it is set to. Smaller blocks come from the heap, whose top is
+// returned to the OS past MALLOC_TRIM_THRESHOLD_ (padding MALLOC_TOP_PAD_).
+std::string page_fault_remedy(const FaultFacts& faults_) {
+  constexpr double kMmapThresholdMaxMib = 32.0;
+  const double fresh = faults_.fresh_mib_per_step;
+  std::string out = fmt::format(
+      "{:.0f} minor page faults per step: about {:.0f} MiB of fresh pages are touched every step, i.e. memory "
+      "is returned to the OS and faulted in again. The report cannot tell the size of each block (only that "
+      "none exceeds {:.0f} MiB). ",
+      faults_.minor_per_step, fresh, fresh);
+  if (fresh < kMmapThresholdMaxMib) {
+    out += fmt::format(
+        "If the step allocates blocks at or above glibc's mmap threshold (128 KiB by default), set "
+        "MALLOC_MMAP_THRESHOLD_ above the block size ({} bytes is above any block here) so they come "
+        "from the heap and are reused; ",
+        (static_cast<long long>(std::ceil(fresh)) + 1) * 1024 * 1024);
+  } else {
+    out += fmt::format(
+        "If the blocks are {:.0f} MiB or larger, MALLOC_MMAP_THRESHOLD_ cannot help (glibc caps it at 32 MiB "
+        "and always maps larger blocks): allocate the buffer once and reuse it across steps; if they are "
+        "smaller, set MALLOC_MMAP_THRESHOLD_ above the block size; ",
+        kMmapThresholdMaxMib);
   }
-  // No breakdown (e.g. a hand-built or merged report): the phases' own shares
-  // of the step, for phases the step waited on.
-  s.wall_ms = report.steps.wall_ms.mean;
-  double attributed = 0;
-  for (const PhaseSummary& p : report.phases) {
-    if (p.thread_role != ThreadRole::step) continue;
-    const double share = clamp01(p.share_of_step);
-    attributed += share;
-    switch (p.kind) {
-      case PhaseKind::input: s.input += share; break;
-      case PhaseKind::compute: s.compute += share; break;
-      case PhaseKind::memory: s.memory += share; break;
-      case PhaseKind::communication: s.communication += share; break;
-      case PhaseKind::other: s.other += share; break;
+  out +=
+      "if they are below the mmap threshold (heap blocks), raise MALLOC_TRIM_THRESHOLD_ and MALLOC_TOP_PAD_ "
+      "so freed memory is kept. Reuse buffers across steps to avoid the churn altogether; a caching "
+      "allocator (jemalloc, tcmalloc) avoids it for any block size.";
+  return out;
+}
+
+namespace {
+
+StepBreakdown settle(StepBreakdown b, const Report& report) {
+  if (b.wall_ms <= 0) return b;
+  const SystemSignals& sys = report.system;
+  // CPU wait: spread over the phases it inflated (time outside phases keeps
+  // its own row: it is scheduling already). A thread can only wait for a CPU
+  // while runnable, so where the sampler measured how much of a kind's time
+  // the step thread was running or runnable (input, compute), only that part
+  // of the kind takes its share: a phase that sleeps on a slow read did not
+  // wait for a CPU.
+  const double stored_wait = b.cpu_wait_ms, stored_faults = b.page_fault_ms;
+  b.cpu_wait_ms = b.page_fault_ms = 0;
+  if (stored_wait > 0 || (sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
+    double* phases[] = {&b.input_ms, &b.compute_ms, &b.memory_ms, &b.communication_ms, &b.other_ms};
+    const double runnable[] = {sys.input_on_cpu_fraction >= 0 ? clamp01(sys.input_on_cpu_fraction) : 1.0,
+                               sys.compute_on_cpu_fraction >= 0 ? clamp01(sys.compute_on_cpu_fraction) : 1.0, 1.0,
+                               1.0, 1.0};
+    double exposed = 0;  // phase time in which waiting for a CPU was possible
+    for (std::size_t i = 0; i < 5; ++i) exposed += std::max(0.0, *phases[i]) * runnable[i];
+    const double wait = std::min(
+        stored_wait > 0 ? stored_wait : clamp01(safe_div(sys.runqueue_wait_s, sys.wall_s)) * b.wall_ms, exposed);
+    if (wait > 0 && exposed > 0) {
+      for (std::size_t i = 0; i < 5; ++i)
+        *phases[i] = std::max(0.0, *phases[i]) - wait * std::max(0.0, *phases[i]) * runnable[i] / exposed;
+      b.cpu_wait_ms = wait;
     }
   }
-  s.unattributed = clamp01(1.0 - attributed);
+  // Page-fault storm: the kernel time is the faults' cost. What memory phases
+  // already hold is not counted twice; the rest came out of the other parts.
+  const FaultFacts faults = fault_facts(report);
+  if (stored_faults > 0 || (faults.storm && faults.kernel_share > 0)) {
+    double* others[] = {&b.input_ms, &b.compute_ms, &b.communication_ms, &b.other_ms, &b.unattributed_ms};
+    double pool = 0;
+    for (double* p : others) pool += std::max(0.0, *p);
+    const double moved = std::min(
+        stored_faults > 0 ? stored_faults : std::max(0.0, faults.kernel_share * b.wall_ms - b.memory_ms), pool);
+    if (moved > 0 && pool > 0) {
+      for (double* p : others) *p = std::max(0.0, *p) * (1.0 - moved / pool);
+      b.page_fault_ms = moved;
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+StepBreakdown settled_breakdown(const Report& report) { return settle(report.steps.breakdown, report); }
+
+}  // namespace stepscope::detail
+
+namespace stepscope {
+
+StepBreakdown settled_breakdown(const Report& report) {
+  try {
+    return detail::settled_breakdown(report);
+  } catch (...) {
+    return report.steps.breakdown;
+  }
+}
+
+}  // namespace stepscope
+
+namespace stepscope::detail {
+
+StepShares step_shares(const Report& report) {
+  StepShares s;
+  StepBreakdown b = report.steps.breakdown;
+  s.from_breakdown = b.wall_ms > 0;
+  if (!s.from_breakdown) {
+    // No breakdown (e.g. a hand-built or merged report): one from the phases'
+    // own shares of the step, for phases the step waited on.
+    b = StepBreakdown{};
+    b.wall_ms = report.steps.wall_ms.mean;
+    double attributed = 0;
+    for (const PhaseSummary& p : report.phases) {
+      if (p.thread_role != ThreadRole::step) continue;
+      const double ms = clamp01(p.share_of_step) * b.wall_ms;
+      attributed += clamp01(p.share_of_step);
+      switch (p.kind) {
+        case PhaseKind::input: b.input_ms += ms; break;
+        case PhaseKind::compute: b.compute_ms += ms; break;
+        case PhaseKind::memory: b.memory_ms += ms; break;
+        case PhaseKind::communication: b.communication_ms += ms; break;
+        case PhaseKind::other: b.other_ms += ms; break;
+      }
+    }
+    b.unattributed_ms = clamp01(1.0 - attributed) * b.wall_ms;
+  }
+  b = settle(b, report);
+  s.wall_ms = b.wall_ms;
+  if (b.wall_ms <= 0) return s;
+  s.input = clamp01(b.input_ms / b.wall_ms);
+  s.compute = clamp01(b.compute_ms / b.wall_ms);
+  s.memory = clamp01(b.memory_ms / b.wall_ms);
+  s.communication = clamp01(b.communication_ms / b.wall_ms);
+  s.other = clamp01(b.other_ms / b.wall_ms);
+  s.unattributed = clamp01(b.unattributed_ms / b.wall_ms);
+  s.cpu_wait = clamp01(b.cpu_wait_ms / b.wall_ms);
+  s.page_fault = clamp01(b.page_fault_ms / b.wall_ms);
   return s;
 }
 

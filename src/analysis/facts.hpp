@@ -18,10 +18,38 @@ struct StepShares {
   double wall_ms = 0;  // mean step time they are fractions of
   double input = 0, compute = 0, memory = 0, communication = 0, other = 0;
   double unattributed = 0;
+  double cpu_wait = 0;    // carved out of the phases: waiting for a CPU (scheduling)
+  double page_fault = 0;  // carved out of the other parts: kernel time faulting pages (memory)
   bool from_breakdown = false;  // false: summed from phases' share_of_step
 };
 
+// Shares of the settled breakdown (below), so they match what the summary
+// table, HTML and JSON show.
 StepShares step_shares(const Report& report);
+
+// Page-fault facts: minor faults per measured step, the fresh memory they
+// touch (4 KiB pages assumed: the report does not record the page size), and
+// the share of the run's wall time the process spent in the kernel.
+struct FaultFacts {
+  double minor_per_step = 0;
+  double fresh_mib_per_step = 0;
+  double kernel_share = 0;  // cpu_system_s / wall_s, clamped to [0, 1]
+  bool storm = false;       // minor_per_step >= kThresholds.minor_faults_per_step
+};
+FaultFacts fault_facts(const Report& report);
+// The size-aware allocator remedy for a page-fault storm (verdict and finding).
+std::string page_fault_remedy(const FaultFacts& faults);
+
+// The one accounting every output uses (verdict, summary table, HTML, JSON):
+// the measured breakdown with two costs carved out so each part is what its
+// category costs (see StepBreakdown::cpu_wait_ms / page_fault_ms):
+//  - the step threads' runqueue wait (fraction of wall time), moved out of
+//    the phases in proportion to their time;
+//  - in a page-fault storm, the process' kernel time beyond memory_ms, moved
+//    out of the other parts in proportion to their time.
+// A breakdown that already carries carved parts (set by analyze()) keeps
+// their values, so a loaded report settles to the same numbers.
+StepBreakdown settled_breakdown(const Report& report);
 
 // Mean step time in ms (breakdown first, then the step distribution).
 double mean_step_ms(const Report& report);

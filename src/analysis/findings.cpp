@@ -75,13 +75,7 @@ void page_faults(const Report& r, std::vector<Finding>& out) {
                        sys_ms, 100.0 * sys_ms / step_ms);
   out.push_back(make(
       "page_fault_storm", "warning",
-      fmt::format("{:.0f} minor page faults per step (~{:.1f} MiB of freshly touched pages): the "
-                  "allocator returns memory to the OS and faults it back every step.{} With glibc malloc "
-                  "this is the heap top being trimmed and regrown: it depends on where a few long-lived "
-                  "blocks happen to land, so unrelated changes can switch it on or off. Reuse buffers, or "
-                  "keep freed memory: MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_MMAP_THRESHOLD_=33554432, "
-                  "or jemalloc/tcmalloc.",
-                  per_step, per_step * 4.0 / 1024.0, cost),
+      detail::page_fault_remedy(detail::fault_facts(r)) + cost,
       {{"minor_faults_per_step", per_step},
        {"threshold", kThresholds.minor_faults_per_step},
        {"system_ms_per_step", sys_ms}}));

@@ -142,6 +142,23 @@ struct Thresholds {
   // error of the two means AND |delta| > min_relative_change of the base.
   double noise_sigmas = 3.0;
   double min_relative_change = 0.01;
+  // Step noise from batch means over the step series (Law & Kelton): the
+  // series is cut into about sqrt(points) batches, at least this many, so the
+  // batch means are nearly independent even when neighbouring steps are not.
+  // Fewer points than batch_means_min_batches * 2: sd / sqrt(n) instead.
+  std::uint64_t batch_means_min_batches = 5;
+  // Machine conditions differ between the two runs when any of these holds:
+  //  - the step threads' runqueue wait (fraction of wall time) differs by at
+  //    least this much (the scheduling rule's own tier, runqueue_wait_fraction);
+  double conditions_runqueue_difference = 0.05;
+  //  - other processes used at least this many more cores in one run (half a
+  //    core: a neighbour that takes a core from a 2-core machine half the time);
+  double conditions_other_cpu_cores = 0.5;
+  //  - involuntary switches per second: the busier run at or above the
+  //    scheduling rule's rate and at least this many times the other's;
+  double conditions_involuntary_ratio = 3.0;
+  //  - the 1-minute load average per core differs by at least this much.
+  double conditions_load_per_core = 0.5;
 };
 
 inline constexpr Thresholds kThresholds{};

@@ -9,6 +9,17 @@
 // speeding them up gains nothing while they stay overlapped (share 0, with a
 // note). Phases with device time are projected on the step thread's time and
 // say so: GPU-side speedups pay off only where the step waits for the GPU.
+//
+// A projection is bounded by what feeds the step. A background loader
+// (phases of kind input on threads that run no steps) produces one batch per
+// step at its measured rate: per batch, each of its phases' self time (times
+// occurrences per step) over the threads that ran it. The step cannot get
+// shorter than that, whatever else is made faster, so
+//
+//   projected = max(Amdahl, loader ms per batch)     (not for input targets:
+//                                                     they are the feed)
+//
+// and the note says which bound applies.
 #include "analysis/facts.hpp"
 #include "analysis/thresholds.hpp"
 
@@ -17,6 +28,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 namespace stepscope {
 namespace {
@@ -37,6 +50,43 @@ WhatIf project(std::string target, double share, double speedup, double step_ms,
 }
 
 constexpr double kSpeedups[] = {2.0, 0.0};
+
+// The background loader's time per batch; 0 when there is none.
+double loader_ms_per_batch(const Report& facts) {
+  const double steps = static_cast<double>(std::max<std::uint64_t>(facts.steps.count, 1));
+  double per_batch = 0;
+  for (const PhaseSummary& p : facts.phases) {
+    if (p.thread_role != ThreadRole::background || p.kind != PhaseKind::input || p.count == 0) continue;
+    // Occurrences per batch (one batch per step): a per-sample phase runs many times.
+    const double per_step = std::max(1.0, std::round(static_cast<double>(p.count) / steps));
+    per_batch += p.self_ms.mean * per_step / std::max<std::uint32_t>(p.threads, 1);
+  }
+  return per_batch;
+}
+
+bool is_input_target(const std::string& target, const Report& facts) {
+  if (target == "kind:input") return true;
+  for (const PhaseSummary& p : facts.phases)
+    if (p.name == target && p.thread_role != ThreadRole::background && p.kind == PhaseKind::input) return true;
+  return false;
+}
+
+// Applies the loader bound to a projection and says which bound holds.
+void bound_by_loader(WhatIf& w, double loader_ms) {
+  const std::string change =
+      w.speedup == 0 ? w.target + " free" : fmt::format("{} {:g}x faster", w.target, w.speedup);
+  std::string bound;
+  if (w.step_ms_projected < loader_ms) {
+    w.step_ms_projected = loader_ms;
+    w.step_change_pct = w.step_ms_now > 0 ? 100.0 * (loader_ms - w.step_ms_now) / w.step_ms_now : 0.0;
+    bound = fmt::format("{}: {:.2f} -> {:.2f} ms, then input-bound: the loader needs {:.2f} ms per batch", change,
+                        w.step_ms_now, w.step_ms_projected, loader_ms);
+  } else {
+    bound = fmt::format("{}: {:.2f} -> {:.2f} ms; the loader ({:.2f} ms per batch) keeps up", change, w.step_ms_now,
+                        w.step_ms_projected, loader_ms);
+  }
+  w.note = w.note.empty() ? bound : bound + "; " + w.note;
+}
 
 }  // namespace
 
@@ -84,6 +134,12 @@ std::vector<WhatIf> project_what_if(const Report& facts) {
             : "all step-thread phases of this kind together";
     for (double k : kSpeedups) out.push_back(project(name, share, k, step_ms, note));
   }
+
+  // What feeds the step bounds every projection but those of the feed itself.
+  const double loader_ms = loader_ms_per_batch(facts);
+  if (loader_ms > 0)
+    for (WhatIf& w : out)
+      if (w.share > 0 && !is_input_target(w.target, facts)) bound_by_loader(w, loader_ms);
 
   // Largest possible gain first; stable so phases precede kinds on ties.
   std::stable_sort(out.begin(), out.end(), [](const WhatIf& a, const WhatIf& b) {

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,7 +85,32 @@ SystemSampler::Totals SystemSampler::read_totals() {
       t.blkio_s = static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
     ::close(fd);
   }
+  read_machine(t);
   return t;
+}
+
+// Machine-wide load, so a report says whether it ran on a busy machine and
+// `diff` can tell a slower machine from slower code.
+void SystemSampler::read_machine(Totals& t) {
+  char buf[512];
+  int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    double one_minute = 0;
+    if (read_fd(fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%lf", &one_minute) == 1) t.load_average = one_minute;
+    ::close(fd);
+  }
+  // First line of /proc/stat: "cpu user nice system idle iowait irq softirq steal ..." in clock ticks.
+  fd = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    unsigned long long v[8] = {};
+    if (read_fd(fd, buf, sizeof buf) > 0 &&
+        std::sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                    &v[6], &v[7]) == 8) {
+      const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // without idle, iowait
+      t.machine_busy_s = static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
+    ::close(fd);
+  }
 }
 
 double SystemSampler::read_rss_mb() {
@@ -157,6 +183,13 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns) {
   out.read_bytes = end.read_bytes >= start_.read_bytes ? end.read_bytes - start_.read_bytes : 0;
   out.write_bytes = end.write_bytes >= start_.write_bytes ? end.write_bytes - start_.write_bytes : 0;
   out.io_wait_s = end.blkio_s - start_.blkio_s;
+  out.load_average_start = start_.load_average;
+  out.load_average_end = end.load_average;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  out.cores_online = online > 0 ? static_cast<int>(online) : 0;
+  if (start_.machine_busy_s >= 0 && end.machine_busy_s >= start_.machine_busy_s)
+    out.other_processes_cpu_s = std::max(
+        0.0, (end.machine_busy_s - start_.machine_busy_s) - (out.cpu_user_s + out.cpu_system_s));
   char buf[256];
   for (auto& t : threads_) {
     unsigned long long run = 0, wait = 0;

@@ -41,6 +41,10 @@ class SystemSampler {
     std::uint64_t minflt = 0, majflt = 0, nvcsw = 0, nivcsw = 0;
     std::uint64_t read_bytes = 0, write_bytes = 0;
     double blkio_s = 0;
+    // The machine around the process: 1-minute load average and the busy CPU
+    // time of all CPUs since boot (/proc/stat: all but idle and iowait). <0: unreadable.
+    double load_average = -1;
+    double machine_busy_s = -1;
   };
   struct ThreadFile {
     std::int64_t tid;
@@ -49,6 +53,7 @@ class SystemSampler {
     std::uint64_t runqueue_start_ns;
   };
   static Totals read_totals();
+  static void read_machine(Totals& t);
   ThreadFile* thread_file(std::int64_t tid);
   double read_rss_mb();
 

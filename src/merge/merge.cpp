@@ -991,6 +991,9 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     Report facts = job;  // job-level counts, series and device facts
     const Report& t = *ranks[typical].report;
     facts.steps.breakdown = t.steps.breakdown;
+    // The rank's carved parts came from its own system signals; the job's
+    // verdict derives them from the job's (as it always has).
+    facts.steps.breakdown.cpu_wait_ms = facts.steps.breakdown.page_fault_ms = 0;
     facts.steps.wall_ms = t.steps.wall_ms;
     for (PhaseSummary& p : facts.phases) {
       p.share_of_step = 0;

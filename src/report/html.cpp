@@ -3,6 +3,7 @@
 #include <stepscope/html.hpp>
 
 #include "core/atomic_file.hpp"
+#include <stepscope/analysis.hpp>
 
 #include <fmt/format.h>
 
@@ -100,6 +101,15 @@ constexpr KindStyle kKinds[] = {
     {"unattributed", "#e15759", "in the step, in no phase (framework, launch, scheduling)"},
 };
 
+// Parts the analyzer carves out of the phases (StepBreakdown::cpu_wait_ms,
+// page_fault_ms): rows of the breakdown when present, after the kinds.
+constexpr KindStyle kCarvedParts[] = {
+    {"cpu wait", "#ff9da7", "runnable but not running: waiting for a CPU (scheduling)"},
+    {"page faults", "#76b7b2", "kernel time faulting fresh pages (memory)"},
+};
+
+std::vector<double> carved_parts(const StepBreakdown& b) { return {b.cpu_wait_ms, b.page_fault_ms}; }
+
 const char* category_color(const std::string& category) {
   if (category == "io") return "#f28e2b";
   if (category == "compute") return "#4e79a7";
@@ -196,30 +206,39 @@ void verdict_section(std::string& o, const Report& r) {
   if (!v.evidence.empty()) {
     // The signals that carry the verdict first; the ones checked and not
     // crossed stay one click away (they explain what was ruled out).
+    // Marks: for the verdict (crossed, and its category), against it (crossed
+    // for another category: it points elsewhere), or below its threshold.
     auto rows = [&](bool supporting) {
       std::string t;
       for (const auto& e : v.evidence) {
         if (e.supports != supporting) continue;
+        const bool against = !e.supports && e.crossed;
         t += fmt::format(
-            "<tr class=\"{}\"><td>{}</td><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{} "
-            "{}</td><td>{}</td></tr>",
-            e.supports ? "yes" : "no", e.supports ? "&#10004;" : "&#183;", esc(e.signal), num(e.value),
+            "<tr class=\"{}\"><td title=\"{}\">{}</td><td><code>{}</code></td><td class=\"n\">{}</td><td "
+            "class=\"n\">{} {}</td><td>{}</td></tr>",
+            e.supports ? "yes" : against ? "against" : "no",
+            e.supports ? "supports the verdict" : against ? "crossed its threshold, points to another category"
+                                                          : "below its threshold",
+            e.supports ? "&#10004;" : against ? "&#10008;" : "&#183;", esc(e.signal), num(e.value),
             esc(e.comparison), num(e.threshold), esc(e.sentence));
       }
       return t;
     };
     const char* head =
         "<thead><tr><th></th><th>signal</th><th>value</th><th>threshold</th><th>meaning</th></tr></thead><tbody>";
-    std::size_t supporting = 0;
-    for (const auto& e : v.evidence) supporting += e.supports ? 1 : 0;
+    std::size_t supporting = 0, against = 0;
+    for (const auto& e : v.evidence) {
+      supporting += e.supports ? 1 : 0;
+      against += !e.supports && e.crossed ? 1 : 0;
+    }
     o += "<h3>Evidence</h3>";
     if (supporting > 0)
       o += std::string("<table id=\"evidence\" class=\"evidence sortable\">") + head + rows(true) + "</tbody></table>";
     if (supporting < v.evidence.size())
       o += fmt::format(
-          "<details><summary>{} other signal{} checked, below their thresholds</summary><table class=\"evidence "
-          "sortable\">{}{}</tbody></table></details>",
-          v.evidence.size() - supporting, v.evidence.size() - supporting == 1 ? "" : "s", head, rows(false));
+          "<details><summary>{} other signal{} checked ({} pointing to another category, the rest below their "
+          "thresholds)</summary><table class=\"evidence sortable\">{}{}</tbody></table></details>",
+          v.evidence.size() - supporting, v.evidence.size() - supporting == 1 ? "" : "s", against, head, rows(false));
   }
   if (!v.recommendations.empty()) {
     o += "<h3>What to try first</h3><ol class=\"recs\">";
@@ -258,9 +277,13 @@ void breakdown_section(std::string& o, const Report& r) {
             : "",
         ms(w.mean), ms(w.stddev), ms(w.min), ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max));
     // Mean breakdown as one horizontal stacked bar (SVG, 1000 units wide).
-    const auto parts = breakdown_parts(s.breakdown);
+    // The settled accounting: the same numbers as the verdict and the summary.
+    const StepBreakdown settled = settled_breakdown(r);
+    const auto parts = breakdown_parts(settled);
+    const auto carved = carved_parts(settled);
     double total = 0;
     for (double p : parts) total += std::max(0.0, p);
+    for (double p : carved) total += std::max(0.0, p);
     o +=
         "<svg id=\"breakdown-chart\" class=\"chart\" viewBox=\"0 0 1000 46\" preserveAspectRatio=\"none\" role=\"img\" "
         "aria-label=\"mean step breakdown\">";
@@ -274,6 +297,15 @@ void breakdown_section(std::string& o, const Report& r) {
           xy(width), kKinds[k].color, kKinds[k].name, ms(part), pct(part / s.breakdown.wall_ms));
       x += width;
     }
+    for (std::size_t k = 0; k < carved.size(); ++k) {
+      const double part = std::max(0.0, carved[k]);
+      if (total <= 0 || part <= 0) continue;
+      const double width = part / total * 1000;
+      o += fmt::format(
+          "<rect x=\"{}\" y=\"0\" width=\"{}\" height=\"46\" fill=\"{}\"><title>{}: {} ms ({})</title></rect>", xy(x),
+          xy(width), kCarvedParts[k].color, kCarvedParts[k].name, ms(part), pct(part / s.breakdown.wall_ms));
+      x += width;
+    }
     o += "</svg>";
     legend(o);
     o += "<table "
@@ -285,6 +317,14 @@ void breakdown_section(std::string& o, const Report& r) {
           "class=\"n\">{}</td><td>{}</td></tr>",
           kKinds[k].color, kKinds[k].name, ms(part), s.breakdown.wall_ms > 0 ? pct(part / s.breakdown.wall_ms) : "–",
           kKinds[k].meaning);
+    }
+    for (std::size_t k = 0; k < carved.size(); ++k) {
+      if (carved[k] <= 0) continue;
+      o += fmt::format(
+          "<tr class=\"carved\"><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td class=\"n\">{}</td><td "
+          "class=\"n\">{}</td><td>{}; taken out of the rows above, which are net of it</td></tr>",
+          kCarvedParts[k].color, kCarvedParts[k].name, ms(carved[k]),
+          s.breakdown.wall_ms > 0 ? pct(carved[k] / s.breakdown.wall_ms) : "–", kCarvedParts[k].meaning);
     }
     o += "</tbody></table>";
   }
@@ -828,7 +868,7 @@ table{border-collapse:collapse;width:100%;margin:6px 0}th,td{padding:4px 8px;bor
 th{font-weight:600;color:var(--mut);font-size:12px}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table.sortable th{cursor:pointer;user-select:none}table.sortable th.sorted::after{content:" \2195"}
 table.stats{width:auto}table.kv{width:auto}table.kv th{padding-right:18px}
-tr.no td{color:var(--mut)}tr.yes td:first-child{color:#2e9d4f;font-weight:700}
+tr.no td{color:var(--mut)}tr.yes td:first-child{color:#2e9d4f;font-weight:700}tr.against td:first-child{color:#c0392b;font-weight:700}
 details summary{cursor:pointer;color:var(--mut);font-size:13px;margin:6px 0}
 code{font:12px ui-monospace,Menlo,Consolas,monospace}
 .chart{width:100%;height:auto;display:block}#breakdown-chart{height:46px;border-radius:4px}

@@ -1,4 +1,5 @@
 // The JSON report: serialisation of stepscope::Report (docs/report-schema.md).
+#include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
 #include "core/atomic_file.hpp"
@@ -311,7 +312,8 @@ json to_j(const StepBreakdown& b) {
   return json{{"wall_ms", num(b.wall_ms)},         {"input_ms", num(b.input_ms)},
               {"compute_ms", num(b.compute_ms)},   {"memory_ms", num(b.memory_ms)},
               {"communication_ms", num(b.communication_ms)}, {"other_ms", num(b.other_ms)},
-              {"unattributed_ms", num(b.unattributed_ms)}};
+              {"unattributed_ms", num(b.unattributed_ms)}, {"cpu_wait_ms", num(b.cpu_wait_ms)},
+              {"page_fault_ms", num(b.page_fault_ms)}};
 }
 StepBreakdown breakdown_from(const Field& j) {
   StepBreakdown b;
@@ -322,6 +324,8 @@ StepBreakdown breakdown_from(const Field& j) {
   b.communication_ms = get_num(j, "communication_ms");
   b.other_ms = get_num(j, "other_ms");
   b.unattributed_ms = get_num(j, "unattributed_ms");
+  b.cpu_wait_ms = get_num(j, "cpu_wait_ms");
+  b.page_fault_ms = get_num(j, "page_fault_ms");
   return b;
 }
 
@@ -383,7 +387,11 @@ json to_j(const SystemSignals& s) {
               {"input_samples", s.input_samples},
               {"samples", s.samples},
               {"sampling_cost_ms", num(s.sampling_cost_ms)},
-              {"collector_cpu_ms", num(s.collector_cpu_ms)}};
+              {"collector_cpu_ms", num(s.collector_cpu_ms)},
+              {"load_average_start", fraction(s.load_average_start)},
+              {"load_average_end", fraction(s.load_average_end)},
+              {"cores_online", s.cores_online},
+              {"other_processes_cpu_s", fraction(s.other_processes_cpu_s)}};
 }
 SystemSignals system_from(const Field& j) {
   SystemSignals s;
@@ -411,6 +419,10 @@ SystemSignals system_from(const Field& j) {
   s.samples = get_u64(j, "samples");
   s.sampling_cost_ms = get_num(j, "sampling_cost_ms");
   s.collector_cpu_ms = get_num(j, "collector_cpu_ms");
+  s.load_average_start = get_num(j, "load_average_start", -1);
+  s.load_average_end = get_num(j, "load_average_end", -1);
+  s.cores_online = get_int(j, "cores_online", 0, 0, 1 << 20);
+  s.other_processes_cpu_s = get_num(j, "other_processes_cpu_s", -1);
   return s;
 }
 
@@ -422,6 +434,7 @@ json to_j(const Verdict& v) {
                             {"threshold", num(e.threshold)},
                             {"comparison", e.comparison},
                             {"supports", e.supports},
+                            {"crossed", e.crossed},
                             {"sentence", e.sentence}});
   json ranking = json::array();
   for (const auto& [category, cost] : v.ranking) ranking.push_back(json{{"category", category}, {"share_of_step", num(cost)}});
@@ -442,6 +455,7 @@ Verdict verdict_from(const Field& j) {
     ev.threshold = get_num(e, "threshold");
     ev.comparison = get_str(e, "comparison");
     ev.supports = get_bool(e, "supports");
+    ev.crossed = get_bool(e, "crossed", ev.supports);
     ev.sentence = get_str(e, "sentence");
     v.evidence.push_back(std::move(ev));
   }
@@ -658,6 +672,8 @@ json to_j(const Report& r) {
              {"wall_ms", to_j(r.steps.wall_ms)},
              {"warmup_wall_ms", to_j(r.steps.warmup_wall_ms)},
              {"breakdown", to_j(r.steps.breakdown)},
+             // Derived, for scripts: the accounting the verdict and the summary use.
+             {"settled_breakdown", to_j(settled_breakdown(r))},
              {"series", to_j(r.steps.series)},
              {"histogram", to_j(r.steps.histogram)}};
   json phases = json::array();

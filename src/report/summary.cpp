@@ -1,4 +1,5 @@
 // The human summary printed at exit: breakdown, phases, verdict, what-if.
+#include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
 #include "report/text.hpp"
@@ -39,12 +40,20 @@ std::string format_summary(const Report& r) {
   if (r.steps.count > 0) {
     line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
                      r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));
-    const auto& b = r.steps.breakdown;
+    // The settled accounting: the same numbers as the verdict sentence and ranking.
+    const StepBreakdown b = settled_breakdown(r);
     line("step breakdown (critical path, mean per step):");
     const std::pair<const char*, double> parts[] = {{"input", b.input_ms},   {"compute", b.compute_ms},
                                                     {"memory", b.memory_ms}, {"communication", b.communication_ms},
                                                     {"other", b.other_ms},   {"unattributed", b.unattributed_ms}};
     for (const auto& [name, ms] : parts) {
+      const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
+      line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
+    }
+    // Parts carved out of the rows above (which are shown net of them).
+    const std::pair<const char*, double> carved[] = {{"cpu wait", b.cpu_wait_ms}, {"page faults", b.page_fault_ms}};
+    for (const auto& [name, ms] : carved) {
+      if (ms <= 0) continue;
       const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
       line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
     }

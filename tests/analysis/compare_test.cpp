@@ -5,7 +5,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
 
 using namespace stepscope;
 using namespace stepscope::test;
@@ -150,4 +155,131 @@ TEST_CASE("compare: the verdict before and after", "[analysis][compare]") {
 TEST_CASE("compare: too few steps makes the noise unreliable", "[analysis][compare]") {
   const Comparison c = compare_reports(run(100, 5, 5), run(90, 5, 100));
   CHECK(any_contains(c.warnings, "noise estimate is unreliable"));
+}
+
+// ---- issue 12: a diff that does not cry wolf ----
+
+namespace {
+
+// A run whose step series drifts slowly (autocorrelated: a neighbour's load
+// comes and goes over tens of steps) around `mean`: one point per step.
+Report drifting_run(double mean, double drift, std::uint64_t n, double phase) {
+  Report r = run(mean, 0.01 * mean, n);
+  r.steps.series.stride = 1;
+  double sum = 0, sq = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const double v = mean + drift * std::sin(phase + static_cast<double>(i) / 40.0);
+    r.steps.series.first_step.push_back(i);
+    r.steps.series.wall_ms.push_back(v);
+    sum += v;
+    sq += v * v;
+  }
+  const double m = sum / static_cast<double>(n);
+  r.steps.wall_ms = dist(m, std::sqrt(sq / static_cast<double>(n) - m * m), n);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("compare: step noise from batch means holds up under autocorrelated steps", "[analysis][compare]") {
+  // Two runs of the same code on a drifting machine: the drift puts their
+  // means 2-3% apart. sd/sqrt(n) calls that significant; batch means do not.
+  const Report a = drifting_run(10.0, 0.8, 400, 0.0);
+  const Report b = drifting_run(10.0, 0.8, 400, 2.0);
+  const Comparison c = compare_reports(a, b);
+  INFO(format_comparison(c));
+  const double plain = std::hypot(a.steps.wall_ms.stddev / 20, b.steps.wall_ms.stddev / 20);
+  REQUIRE(std::fabs(c.step.delta_ms) > 3 * plain);  // would have been "slower"/"faster"
+  CHECK(c.step.noise_method == "batch_means");
+  CHECK(c.step.noise_ms > 2 * plain);
+  CHECK_FALSE(c.step.significant);
+  CHECK(std::string(delta_verdict(c.step)) == "within_noise");
+  // A real 20% change still shows through the wider noise.
+  const Report slow = drifting_run(12.0, 0.8, 400, 2.0);
+  const Comparison d = compare_reports(a, slow);
+  CHECK(d.step.significant);
+  CHECK(std::string(delta_verdict(d.step)) == "slower");
+  // Too short a series for batches: the plain standard error.
+  const Comparison e = compare_reports(run(100, 10, 100), run(90, 20, 400));
+  CHECK(e.step.noise_method == "standard_error");
+}
+
+TEST_CASE("compare: machine conditions that differ are said before any verdict", "[analysis][compare]") {
+  const auto& t = stepscope::detail::kThresholds;
+  struct Row {
+    const char* what;
+    std::function<void(SystemSignals&)> busy;  // applied to the new run
+    bool differ;
+    const char* reason;
+  };
+  const std::vector<Row> rows = {
+      {"same machine", [](SystemSignals&) {}, false, nullptr},
+      {"runqueue just under", [&](SystemSignals& s) { s.runqueue_wait_s = (0.01 + t.conditions_runqueue_difference - 0.002) * s.wall_s; },
+       false, nullptr},
+      {"runqueue over", [&](SystemSignals& s) { s.runqueue_wait_s = 0.40 * s.wall_s; }, true, "waited for a CPU"},
+      {"other processes", [](SystemSignals& s) { s.other_processes_cpu_s = 1.8 * s.wall_s; }, true, "other processes used"},
+      {"preempted", [](SystemSignals& s) { s.involuntary_switches = static_cast<std::uint64_t>(400 * s.wall_s); }, true,
+       "involuntary"},
+      {"load average", [](SystemSignals& s) { s.load_average_start = s.load_average_end = 4.0; }, true, "load average"},
+  };
+  for (const Row& row : rows) {
+    Report a = run(100, 10, 100), b = run(100, 10, 100);
+    for (Report* r : {&a, &b}) {
+      r->system.runqueue_wait_s = 0.01 * r->system.wall_s;
+      r->system.other_processes_cpu_s = 0.1 * r->system.wall_s;
+      r->system.involuntary_switches = static_cast<std::uint64_t>(5 * r->system.wall_s);
+      r->system.load_average_start = r->system.load_average_end = 0.5;
+      r->system.cores_online = 2;
+    }
+    row.busy(b.system);
+    b.steps.wall_ms = dist(130, 10, 100);  // and the step is slower: +30%
+    const Comparison c = compare_reports(a, b);
+    const std::string text = format_comparison(c);
+    INFO(row.what << "\n" << text);
+    CHECK(c.conditions.differ == row.differ);
+    if (row.differ) {
+      REQUIRE(!c.conditions.reasons.empty());
+      CHECK(c.conditions.reasons.front().find(row.reason) != std::string::npos);
+      // The line comes before the table and its verdicts, and the code is not blamed.
+      CHECK(text.find("machine conditions differ") < text.find("verdict"));
+      CHECK(any_contains(c.warnings, "likely the machine's"));
+    } else {
+      CHECK(text.find("machine conditions differ") == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("compare: comparison_to_json carries the verdicts and the conditions", "[analysis][compare]") {
+  Report a = run(100, 10, 100), b = run(100, 10, 100);
+  b.system.runqueue_wait_s = 0.5 * b.system.wall_s;
+  b.steps.wall_ms = dist(140, 10, 100);
+  const nlohmann::json j = nlohmann::json::parse(comparison_to_json(compare_reports(a, b)));
+  CHECK(j.at("step").at("verdict") == "slower");
+  CHECK(j.at("conditions").at("differ") == true);
+  CHECK(j.at("conditions").at("reasons").size() >= 1);
+  CHECK(j.at("conditions").at("new").at("runqueue_fraction").get<double>() == Approx(0.5));
+  CHECK(j.at("phases").size() == 2);
+  for (const auto& p : j.at("phases")) {
+    const std::string v = p.at("verdict");
+    CHECK((v == "faster" || v == "slower" || v == "within_noise"));
+  }
+  const nlohmann::json same = nlohmann::json::parse(comparison_to_json(compare_reports(a, a)));
+  CHECK(same.at("step").at("verdict") == "within_noise");
+  CHECK(same.at("conditions").at("differ") == false);
+  CHECK(same.at("conditions").at("base").at("load_per_core").is_null());  // not measured: null, not 0
+}
+
+TEST_CASE("compare: a phase compared across thread roles says so", "[analysis][compare]") {
+  Report a = run(100, 10, 100), b = run(100, 10, 100);
+  add_phase(a, "decode", PhaseKind::input, ThreadRole::step, 0.2, 20);
+  add_phase(b, "decode", PhaseKind::input, ThreadRole::background, 0, 20);
+  const Comparison c = compare_reports(a, b);
+  const Delta* d = phase(c, "decode");
+  REQUIRE(d != nullptr);
+  CHECK(d->base_role == "step");
+  CHECK(d->new_role == "background");
+  CHECK(any_contains(c.warnings, "compared across thread roles"));
+  CHECK(format_comparison(c).find("(step vs background thread)") != std::string::npos);
+  // Same role: no such warning.
+  CHECK_FALSE(any_contains(compare_reports(a, a).warnings, "thread roles"));
 }

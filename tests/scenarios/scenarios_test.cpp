@@ -13,9 +13,11 @@
 #include <stepscope/report.hpp>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -236,17 +238,11 @@ TEST_CASE("scheduling: an oversubscribed spinning pool cannot keep the step fed"
   CHECK((invol->supports || runqueue->supports));
 }
 
-TEST_CASE("pipeline: preprocessing on a background thread beats the serial loop and is not io-bound",
-          "[scenarios][pipeline]") {
-  TempDir dir;
-  // The split between preprocessing and math depends on this machine's
-  // speed, which drifts on a shared VM between the calibration and the runs.
-  // A clean pair (A io, B not io) is required within three calibrated tries;
-  // the last try is the one checked below.
-  Report a, b;
-  for (int attempt = 1; attempt <= 3; ++attempt) {
-    // One calibration for both runs, so A and B train the same model.
-    std::string hidden;
+// The pipeline scenarios' hidden size, calibrated once on CPU time (immune to
+// other load) and pinned for every run, so all runs train the same model.
+void pin_pipeline_hidden() {
+  static std::string hidden;
+  if (hidden.empty()) {
     const std::string cmd = std::string("'") + STEPSCOPE_SCENARIOS + "' --scenario pipeline-a --calibrate 2>/dev/null";
     FILE* p = popen(cmd.c_str(), "r");
     REQUIRE(p != nullptr);
@@ -255,20 +251,53 @@ TEST_CASE("pipeline: preprocessing on a background thread beats the serial loop 
       if (std::strncmp(line, "chosen hidden ", 14) == 0) hidden = std::to_string(std::atoi(line + 14));
     pclose(p);
     REQUIRE(!hidden.empty());
-    setenv("SCENARIO_PIPELINE_HIDDEN", hidden.c_str(), 1);
-    a = run_scenario(dir, "pipeline-a", 150, category_is("io"));
-    b = run_scenario(dir, "pipeline-b", 150, [](const Report& r) { return r.bottleneck.category != "io"; });
-    if (a.bottleneck.category == "io" && b.bottleneck.category != "io") break;
-    WARN("pipeline attempt " << attempt << " (hidden " << hidden << "): A " << a.bottleneck.category << ", B "
-                             << b.bottleneck.category << "; recalibrating");
   }
+  setenv("SCENARIO_PIPELINE_HIDDEN", hidden.c_str(), 1);
+}
+
+// A part of the settled breakdown (what the verdict sees) as a share of the step.
+double kind_share(const Report& r, double StepBreakdown::*part) {
+  const StepBreakdown b = settled_breakdown(r);
+  return b.wall_ms > 0 ? b.*part / b.wall_ms : 0.0;
+}
+
+TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); on a background loader it is not",
+          "[scenarios][pipeline]") {
+  // 2.5 ms per batch from a slow dataset (sleep-paced: its wall time does not
+  // depend on the machine's load) + 3.8 ms of CPU compute. Load only makes
+  // the compute longer, so A stays >= 20% input up to a 2.5x slowdown and B
+  // (loader faster than compute) never waits for it.
+  TempDir dir;
+  pin_pipeline_hidden();
+  const Report a = run_scenario(dir, "pipeline-a", 150, category_is("io"));
+  const Report b = run_scenario(dir, "pipeline-b", 150, category_is("compute"));
   INFO("A: " << describe(a) << "B: " << describe(b));
   REQUIRE(a.bottleneck.category == "io");
   check_backed(a, "input_share");
-  // B's loader is only a little slower than the math, so B waits for part of
-  // its step; the claim is that B is no longer input-bound while A is.
-  CHECK(b.bottleneck.category != "io");
-  // A's step thread works in its input phase (parsing); B's only pops a batch.
+  CHECK(kind_share(a, &StepBreakdown::input_ms) >= 0.20);
+  // Where compute costs more than input (3.8 vs 2.5 ms on a quiet machine;
+  // on a busy one the CPU wait is carved out of compute and may leave it
+  // below input), io wins by the 20% rule and compute is named runner-up.
+  if (a.bottleneck.ranking.front().first == "compute")
+    CHECK(a.bottleneck.summary.find("compute (") != std::string::npos);
+  if (a.bottleneck.ranking.front().first == "compute")
+    CHECK(a.bottleneck.summary.find("runner-up") != std::string::npos);
+  const Evidence* compute_a = evidence(a, "compute_share");
+  REQUIRE(compute_a != nullptr);
+  CHECK_FALSE(compute_a->supports);  // evidence for another category is not for io
+  // A waits in its input phase: the advice is to fetch on a background thread.
+  bool loader_advice = false;
+  for (const auto& rec : a.bottleneck.recommendations) loader_advice |= rec.find("background") != std::string::npos;
+  CHECK(loader_advice);
+  // B: the loader (2.5 ms per batch) keeps ahead of the compute (3.8 ms).
+  CHECK(b.bottleneck.category == "compute");
+  const PhaseSummary* read = phase(b, "read", ThreadRole::background);
+  REQUIRE(read != nullptr);
+  // The loader's read takes the input time the scenario chose (the issue's
+  // 2.5 : 1.9 ratio to a micro-batch on this machine), plus wake-up latency.
+  const double input_ms = std::stod(b.run.config.at("input_ms_per_batch"));
+  CHECK(read->self_ms.mean >= 0.95 * input_ms);
+  CHECK(read->self_ms.mean <= 1.5 * input_ms);
   const PhaseSummary* a_data = phase(a, "data", ThreadRole::step);
   const PhaseSummary* b_data = phase(b, "data", ThreadRole::step);
   REQUIRE(a_data != nullptr);
@@ -280,6 +309,152 @@ TEST_CASE("pipeline: preprocessing on a background thread beats the serial loop 
   CHECK(b.steps.wall_ms.mean < a.steps.wall_ms.mean);
   CHECK(c.step.significant);
   CHECK(c.step.delta_ms < 0);
+}
+
+TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the halved run measures",
+          "[scenarios][pipeline-whatif]") {
+  // B (3.8 ms compute, 2.5 ms loader) projects "compute 2x faster" from its
+  // own report; B-half really halves the compute (one micro-batch instead of
+  // two). The two run alternately so both see the same machine; the
+  // projection must be within 10% of the measured step.
+  TempDir dir;
+  pin_pipeline_hidden();
+  for (int attempt = 1;; ++attempt) {
+    std::vector<double> projected, measured;
+    Report b, half;
+    for (int round = 0; round < 2; ++round) {
+      b = run_scenario(dir, "pipeline-b", 200, [](const Report&) { return true; });
+      half = run_scenario(dir, "pipeline-b-half", 200, [](const Report&) { return true; });
+      const WhatIf* w = what_if(b, "kind:compute", 2.0);
+      REQUIRE(w != nullptr);
+      projected.push_back(w->step_ms_projected);
+      measured.push_back(half.steps.wall_ms.mean);
+    }
+    const double p = 0.5 * (projected[0] + projected[1]), m = 0.5 * (measured[0] + measured[1]);
+    const WhatIf* w = what_if(b, "kind:compute", 2.0);
+    INFO("B: " << describe(b) << "half: " << describe(half) << "projected " << p << " ms, measured " << m
+               << " ms; note: " << w->note);
+    const bool within = std::abs(p - m) <= 0.10 * m;
+    if (!within && attempt < kAttempts) {
+      WARN("pipeline what-if attempt " << attempt << " off by " << 100 * (p - m) / m << "%; again");
+      continue;
+    }
+    if (!within && (starved(b) || starved(half))) skip_starved(dir, "pipeline what-if", starved(b) ? b : half);
+    CHECK(within);
+    // On a quiet machine the loader sets the pace of the halved run, the
+    // note says so, and the naive Amdahl projection (no loader bound) is
+    // further from the measured step. (Under load the compute, not the
+    // loader, may still set the pace: then the two projections agree.)
+    const double amdahl = b.steps.wall_ms.mean * (1 - 0.5 * kind_share(b, &StepBreakdown::compute_ms));
+    const bool loader_bound = w->note.find("then input-bound: the loader needs") != std::string::npos;
+    if (!starved(b) && !starved(half)) CHECK(loader_bound);
+    if (loader_bound) CHECK(std::abs(amdahl - m) > std::abs(p - m));
+    // The halved run waits on the loader: with >= 20% of its step on input it
+    // is io (compute runner-up), never plain compute.
+    const double half_input = kind_share(half, &StepBreakdown::input_ms);
+    INFO("half input share " << half_input);
+    if (half_input >= 0.20) {
+      CHECK(half.bottleneck.category == "io");
+      if (half.bottleneck.ranking.front().first == "compute")
+        CHECK(half.bottleneck.summary.find("runner-up") != std::string::npos);
+    }
+    if (runqueue_fraction(half) < 0.05) CHECK(half_input >= 0.20);
+    break;
+  }
+}
+
+TEST_CASE("page faults: a step that maps and touches 48 MiB every step is memory-bound",
+          "[scenarios][page-faults]") {
+  TempDir dir;
+  const Report r = run_scenario(dir, "page-faults", 40, category_is("memory"));
+  INFO(describe(r));
+  REQUIRE(r.bottleneck.category == "memory");
+  check_backed(r, "page_fault_share");
+  const Evidence* faults = evidence(r, "minor_faults_per_step");
+  REQUIRE(faults != nullptr);
+  CHECK(faults->value >= 12000);  // 48 MiB of 4 KiB pages
+  // The table and the sentence agree: the kernel time is its own row.
+  CHECK(r.steps.breakdown.page_fault_ms > 0.3 * r.steps.breakdown.wall_ms);
+  CHECK(format_summary(r).find("page faults") != std::string::npos);
+  // Blocks of 48 MiB: the mmap threshold cannot help; reuse the buffer.
+  bool remedy = false;
+  for (const auto& rec : r.bottleneck.recommendations)
+    remedy |= rec.find("MALLOC_MMAP_THRESHOLD_ cannot help") != std::string::npos &&
+              rec.find("reuse it across steps") != std::string::npos;
+  CHECK(remedy);
+}
+
+namespace {
+
+// Spinning processes, one per `count`, killed when this goes out of scope.
+struct CpuHogs {
+  std::vector<pid_t> pids;
+  explicit CpuHogs(int count) {
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        volatile unsigned long spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      if (pid > 0) pids.push_back(pid);
+    }
+  }
+  ~CpuHogs() {
+    for (pid_t pid : pids) ::kill(pid, SIGKILL);
+    for (pid_t pid : pids) ::waitpid(pid, nullptr, 0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("diff: two identical runs on the same machine conditions are within noise", "[scenarios][diff]") {
+  TempDir dir;
+  const auto not_starved = [](const Report& r) { return !starved(r); };
+  // Two identical runs back to back. The diff may only call them "within
+  // noise" when their conditions match; a busy neighbour that came or went
+  // between them is what conditions.differ reports instead (then the pair is
+  // tried again, and the case is skipped if the machine never holds still).
+  Comparison quiet;
+  for (int attempt = 1;; ++attempt) {
+    const Report base = run_scenario(dir, "compute", 200, not_starved);
+    const Report same = run_scenario(dir, "compute", 200, not_starved);
+    quiet = compare_reports(base, same);
+    if (!quiet.conditions.differ) break;
+    if (attempt == kAttempts) skip_starved(dir, "diff (the machine's load kept changing)", same);
+    WARN("diff attempt " << attempt << ": conditions differ: " << format_comparison(quiet));
+    ::sleep(2);
+  }
+  INFO(format_comparison(quiet));
+  const nlohmann::json q = nlohmann::json::parse(comparison_to_json(quiet));
+  CHECK(q.at("conditions").at("differ") == false);
+  CHECK(q.at("step").at("verdict") == "within_noise");
+  CHECK(q.at("step").at("noise_method") == "batch_means");
+}
+
+TEST_CASE("diff: the same run beside a CPU hog is not blamed on the code", "[scenarios][diff-hog]") {
+  // Holds on a busy machine too: the hogs (two per core) are this test's
+  // own children, so they take the CPU from the scenario whatever else runs.
+  TempDir dir;
+  const Report base = run_scenario(dir, "compute", 200, [](const Report&) { return true; });
+  const int cores = std::max(1, base.system.cores_online > 0 ? base.system.cores_online : 2);
+  Report busy;
+  {
+    CpuHogs hogs(2 * cores);
+    busy = run_scenario(dir, "compute", 200, [](const Report&) { return true; });
+  }
+  const Comparison loaded = compare_reports(base, busy);
+  const std::string text = format_comparison(loaded);
+  INFO(text);
+  const nlohmann::json j = nlohmann::json::parse(comparison_to_json(loaded));
+  INFO("conditions: " << j.at("conditions").dump() << "\nbase: " << describe(base) << "busy: " << describe(busy));
+  CHECK(j.at("conditions").at("differ") == true);
+  CHECK(j.at("conditions").at("reasons").size() >= 1);
+  // Said before any verdict, and the code is not blamed.
+  CHECK(text.find("machine conditions differ") < text.find("verdict"));
+  if (loaded.step.significant)
+    CHECK(std::find_if(loaded.warnings.begin(), loaded.warnings.end(), [](const std::string& w) {
+            return w.find("likely the machine's") != std::string::npos;
+          }) != loaded.warnings.end());
 }
 
 TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2.5%, as projected",
@@ -295,7 +470,11 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
   for (int attempt = 1;; ++attempt) {
     std::vector<Report> bases, fasts;
     for (int round = 0; round < 4; ++round) {
-      for (const char* variant : {"trap-base", "trap-fast"}) {
+      // Alternate the order (base-fast, fast-base, ...) so a machine whose
+      // speed drifts steadily does not favour one variant.
+      const std::vector<const char*> order = round % 2 == 0 ? std::vector<const char*>{"trap-base", "trap-fast"}
+                                                            : std::vector<const char*>{"trap-fast", "trap-base"};
+      for (const char* variant : order) {
         const std::string tag = std::string(variant) + "-" + std::to_string(attempt) + "-" + std::to_string(round);
         REQUIRE(run_shell(command_for(dir.path, tag, STEPSCOPE_SCENARIOS, std::string("--scenario ") + variant + args)) == 0);
         (std::string(variant) == "trap-base" ? bases : fasts).push_back(load(dir.path + "/" + tag + ".json"));
@@ -308,27 +487,36 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
       for (const auto& r : runs) sum += r.steps.wall_ms.mean;
       return sum / static_cast<double>(runs.size());
     };
-    // Standard error of the mean over runs, from the spread of the run means:
-    // on a shared VM consecutive processes differ by several percent, far more
-    // than the within-run noise, so that spread is the honest noise here.
-    auto error_of = [&mean_of](const std::vector<Report>& runs) {
-      const double m = mean_of(runs);
-      double sum = 0;
-      for (const auto& r : runs) sum += (r.steps.wall_ms.mean - m) * (r.steps.wall_ms.mean - m);
-      const double n = static_cast<double>(runs.size());
-      return std::sqrt(sum / (n - 1)) / std::sqrt(n);
-    };
 
     const PhaseSummary* metrics = phase(base, "metrics", ThreadRole::step);
     const PhaseSummary* metrics_fast = phase(fast, "metrics", ThreadRole::step);
     REQUIRE(metrics != nullptr);
     REQUIRE(metrics_fast != nullptr);
     const WhatIf* projected = what_if(base, "metrics", 2.0);
+    // Below the what-if minimum share (a starved run) there is no projection: not the setup.
+    if (projected == nullptr && attempt < kAttempts) {
+      WARN("trap attempt " << attempt << ": no projection for 'metrics' (share " << metrics->share_of_step << ")");
+      continue;
+    }
+    if (projected == nullptr && (starved(base) || starved(fast))) skip_starved(dir, "trap", starved(base) ? base : fast);
     REQUIRE(projected != nullptr);
 
     const double base_ms = mean_of(bases), fast_ms = mean_of(fasts);
-    const double measured_pct = 100.0 * (fast_ms - base_ms) / base_ms;
-    const double noise_pct = 100.0 * std::hypot(error_of(bases), error_of(fasts)) / base_ms;
+    // Paired by round: the two runs of a round ran back to back, on the same
+    // machine conditions, so the change is measured within each pair and
+    // the noise is the spread of the paired changes (a busy neighbour that
+    // comes and goes between rounds cancels out).
+    std::vector<double> paired;
+    for (std::size_t i = 0; i < bases.size(); ++i)
+      paired.push_back(100.0 * (fasts[i].steps.wall_ms.mean - bases[i].steps.wall_ms.mean) / bases[i].steps.wall_ms.mean);
+    double paired_mean = 0;
+    for (double d : paired) paired_mean += d / static_cast<double>(paired.size());
+    double paired_sq = 0;
+    for (double d : paired) paired_sq += (d - paired_mean) * (d - paired_mean);
+    const double paired_noise =
+        std::sqrt(paired_sq / static_cast<double>(paired.size() - 1)) / std::sqrt(static_cast<double>(paired.size()));
+    const double measured_pct = paired_mean;
+    const double noise_pct = paired_noise;
     const double tolerance_pct = std::max(1.5, 3.0 * noise_pct);
     const double phase_speedup = metrics->host_ms.mean / metrics_fast->host_ms.mean;
     const bool confirmed = std::abs(measured_pct - projected->step_change_pct) <= tolerance_pct;
