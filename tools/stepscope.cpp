@@ -128,12 +128,19 @@ options:
                 type, idle time, launch statistics) of an imported trace
 )";
 
-constexpr const char* kDiffHelp = R"(usage: stepscope diff BASE NEW
+constexpr const char* kDiffHelp = R"(usage: stepscope diff BASE NEW [--json]
 
 Compares two reports: the step and each phase (mean ms, delta, noise and
 whether the delta is significant), the verdicts, and which set_config() values
 changed. Warns when more than one value changed: change one variable at a time.
+The step's noise comes from batch means over each run's step series (steps are
+autocorrelated); when the machine conditions of the two runs differ (CPU wait,
+other processes' CPU, load), a line says so before any verdict.
 Exit code 0 whenever both reports could be read.
+
+options:
+  --json   print the comparison as JSON (step.verdict: faster, slower or
+           within_noise; conditions.differ and conditions.reasons)
 )";
 
 constexpr const char* kMergeHelp = R"(usage: stepscope merge REPORT... [-o OUT] [--html FILE]
@@ -250,8 +257,13 @@ int cmd_diff(const Options& o) {
   if (o.inputs.size() != 2) throw UsageError("diff takes two reports: BASE NEW");
   stepscope::Report base, candidate;
   if (!load(o.inputs[0], base) || !load(o.inputs[1], candidate)) return kInputError;
+  const stepscope::Comparison comparison = stepscope::compare_reports(base, candidate);
+  if (o.json) {
+    out_json(stepscope::comparison_to_json(comparison) + "\n");
+    return kOk;
+  }
   out(fmt::format("base: {}\nnew:  {}\n", o.inputs[0], o.inputs[1]));
-  out(stepscope::format_comparison(stepscope::compare_reports(base, candidate)));
+  out(stepscope::format_comparison(comparison));
   return kOk;
 }
 
@@ -397,6 +409,7 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   show->add_flag("--reanalyze", o.reanalyze);
   show->add_flag("--hta", o.hta);
   CLI::App* diff = sub(app, "diff", "BASE_NEW");
+  diff->add_flag("--json", o.json);
   CLI::App* merge = sub(app, "merge", "REPORT");
   merge->add_option("-o,--out", o.out);
   merge->add_option("--html", o.html);

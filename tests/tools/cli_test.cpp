@@ -190,6 +190,48 @@ TEST_CASE("diff compares two runs and warns when more than one variable changed"
   CHECK_FALSE(contains(r.out, "more than one config key changed"));
 }
 
+TEST_CASE("diff --json: the comparison as JSON, same run twice is within noise", "[tools][cli]") {
+  TempDir dir;
+  REQUIRE(make_probe_report(dir, "base.json"));
+  // The same report against itself: no delta, no condition differs.
+  auto r = run(dir, tool() + " diff --json base.json base.json");
+  INFO(r.err);
+  REQUIRE(r.status == kOk);
+  const auto same = nlohmann::json::parse(r.out);
+  CHECK(same["step"]["verdict"] == "within_noise");
+  CHECK(same["conditions"]["differ"] == false);
+  CHECK(same["conditions"]["reasons"].empty());
+  // A run whose step thread waited for a CPU far more: conditions differ, named.
+  stepscope::Report busy = load(dir / "base.json");
+  busy.system.runqueue_wait_s = busy.system.wall_s * 0.6;
+  std::string error;
+  REQUIRE(stepscope::write_report_file(busy, dir / "busy.json", error));
+  r = run(dir, tool() + " diff --json base.json busy.json");
+  REQUIRE(r.status == kOk);
+  const auto differ = nlohmann::json::parse(r.out);
+  CHECK(differ["conditions"]["differ"] == true);
+  REQUIRE_FALSE(differ["conditions"]["reasons"].empty());
+  // The text form says so before any verdict.
+  r = run(dir, tool() + " diff base.json busy.json");
+  CHECK(contains(r.out, "machine conditions differ"));
+  CHECK(r.out.find("machine conditions differ") < r.out.find("bottleneck"));
+}
+
+TEST_CASE("analyze --hta prints HTA's tables with HTA's numbers", "[tools][cli][import]") {
+  TempDir dir;
+  const auto r = run(dir, tool() + " analyze -q --hta '" + shared_trace("a100_2rank_nccl.json.gz") + "' -o a.json");
+  INFO(r.err);
+  REQUIRE(r.status == kOk);
+  // HTA 0.6.1's temporal breakdown of this trace (tests/data/traces/REFERENCE.json).
+  CHECK(contains(r.out, "temporal breakdown"));
+  CHECK(contains(r.out, "77.78"));
+  CHECK(contains(r.out, "17.26"));
+  CHECK(contains(r.out, "2516 launch/op pairs"));
+  const auto shown = run(dir, tool() + " show --hta a.json");
+  CHECK(shown.status == kOk);
+  CHECK(contains(shown.out, "77.78"));
+}
+
 TEST_CASE("html writes a self-contained, escaped page", "[tools][cli][html]") {
   TempDir dir;
   REQUIRE(make_probe_report(dir, "run.json"));
