@@ -43,6 +43,7 @@ StepShares step_shares(const Report& report) {
     s.communication = clamp01(b.communication_ms / b.wall_ms);
     s.other = clamp01(b.other_ms / b.wall_ms);
     s.unattributed = clamp01(b.unattributed_ms / b.wall_ms);
+    s.between_steps = clamp01(b.between_steps_ms / b.wall_ms);
     return s;
   }
   // No breakdown (e.g. a hand-built or merged report): the phases' own shares

@@ -118,6 +118,7 @@ bool g_exit_key_ok = false;
 void on_thread_exit(void* value) {
   auto* state = static_cast<ThreadState*>(value);
   if (state == nullptr || state->ring == nullptr) return;
+  close_next_step(*state);  // the thread's last next_step() step ends with it
   Runtime& rt = runtime();
   if (rt.registry != nullptr && !rt.forked_child) rt.registry->retire(state->ring);
   state->ring = nullptr;
@@ -423,6 +424,9 @@ std::string finish() noexcept {
     std::unique_lock<std::mutex> lock(rt.mutex);
     if (rt.finished || rt.forked_child) return rt.written_path;
     rt.finished = true;
+    // The calling thread's last next_step() step ends here (before the
+    // collector's final drain); other threads' end when they exit.
+    detail::close_next_step(detail::t_thread_state);
     // Scopes opened from now on do not record; scopes already open still
     // push into their rings, which nobody drains any more (harmless).
     detail::g_mode.store(detail::kModeDisabled, std::memory_order_release);

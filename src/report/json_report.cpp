@@ -128,7 +128,9 @@ json to_j(const StepBreakdown& b) {
   return json{{"wall_ms", num(b.wall_ms)},         {"input_ms", num(b.input_ms)},
               {"compute_ms", num(b.compute_ms)},   {"memory_ms", num(b.memory_ms)},
               {"communication_ms", num(b.communication_ms)}, {"other_ms", num(b.other_ms)},
-              {"unattributed_ms", num(b.unattributed_ms)}};
+              {"unattributed_ms", num(b.unattributed_ms)},
+              {"between_steps_input_ms", num(b.between_steps_input_ms)},
+              {"between_steps_ms", num(b.between_steps_ms)}};
 }
 StepBreakdown breakdown_from(const json& j) {
   StepBreakdown b;
@@ -139,6 +141,8 @@ StepBreakdown breakdown_from(const json& j) {
   b.communication_ms = get_num(j, "communication_ms");
   b.other_ms = get_num(j, "other_ms");
   b.unattributed_ms = get_num(j, "unattributed_ms");
+  b.between_steps_input_ms = get_num(j, "between_steps_input_ms");
+  b.between_steps_ms = get_num(j, "between_steps_ms");
   return b;
 }
 
@@ -157,7 +161,8 @@ json to_j(const StepSeries& s) {
   return json{{"stride", s.stride},        {"first_step", s.first_step},   {"wall_ms", nums(s.wall_ms)},
               {"input_ms", nums(s.input_ms)}, {"compute_ms", nums(s.compute_ms)}, {"memory_ms", nums(s.memory_ms)},
               {"communication_ms", nums(s.communication_ms)}, {"other_ms", nums(s.other_ms)},
-              {"unattributed_ms", nums(s.unattributed_ms)}, {"rss_mb", nums(s.rss_mb)}};
+              {"unattributed_ms", nums(s.unattributed_ms)}, {"between_steps_ms", nums(s.between_steps_ms)},
+              {"rss_mb", nums(s.rss_mb)}};
 }
 StepSeries series_from(const json& j) {
   StepSeries s;
@@ -171,6 +176,7 @@ StepSeries series_from(const json& j) {
   s.communication_ms = nums_from(j, "communication_ms");
   s.other_ms = nums_from(j, "other_ms");
   s.unattributed_ms = nums_from(j, "unattributed_ms");
+  s.between_steps_ms = nums_from(j, "between_steps_ms");
   s.rss_mb = nums_from(j, "rss_mb");
   return s;
 }
@@ -280,6 +286,13 @@ json to_j(const PhaseSummary& p) {
          {"histogram", to_j(p.histogram)}};
   j["overlap_with_steps"] = p.overlap_with_steps ? num(*p.overlap_with_steps) : json(nullptr);
   j["device_ms"] = p.device_ms ? to_j(*p.device_ms) : json(nullptr);
+  if (!p.sites.empty()) {
+    json sites = json::array();
+    for (const PhaseCallSite& site : p.sites)
+      sites.push_back(json{{"file", site.file}, {"line", site.line}, {"host_ms", to_j(site.host_ms)}});
+    j["sites"] = std::move(sites);
+    j["sites_merged"] = p.sites_merged;
+  }
   return j;
 }
 PhaseSummary phase_from(const json& j) {
@@ -296,6 +309,14 @@ PhaseSummary phase_from(const json& j) {
   p.histogram = hist_from(get_obj(j, "histogram"));
   if (j.contains("overlap_with_steps") && j["overlap_with_steps"].is_number()) p.overlap_with_steps = j["overlap_with_steps"].get<double>();
   if (j.contains("device_ms") && j["device_ms"].is_object()) p.device_ms = dist_from(j["device_ms"]);
+  for (const auto& x : get_arr(j, "sites")) {
+    PhaseCallSite site;
+    site.file = get_str(x, "file");
+    site.line = static_cast<int>(get_num(x, "line"));
+    site.host_ms = dist_from(get_obj(x, "host_ms"));
+    p.sites.push_back(std::move(site));
+  }
+  p.sites_merged = get_u64(j, "sites_merged");
   return p;
 }
 
@@ -472,7 +493,10 @@ json to_j(const Report& r) {
              {"warmup_wall_ms", to_j(r.steps.warmup_wall_ms)},
              {"breakdown", to_j(r.steps.breakdown)},
              {"series", to_j(r.steps.series)},
-             {"histogram", to_j(r.steps.histogram)}};
+             {"histogram", to_j(r.steps.histogram)},
+             {"coverage", r.steps.coverage ? num(*r.steps.coverage) : json(nullptr)},
+             {"between_steps_ms", num(r.steps.between_steps_ms)},
+             {"between_steps_input_ms", num(r.steps.between_steps_input_ms)}};
   json phases = json::array();
   for (const auto& p : r.phases) phases.push_back(to_j(p));
   json findings = json::array();
@@ -561,6 +585,9 @@ Report report_from(const json& j) {
   r.steps.breakdown = breakdown_from(get_obj(steps, "breakdown"));
   r.steps.series = series_from(get_obj(steps, "series"));
   r.steps.histogram = hist_from(get_obj(steps, "histogram"));
+  if (steps.contains("coverage") && steps["coverage"].is_number()) r.steps.coverage = steps["coverage"].get<double>();
+  r.steps.between_steps_ms = get_num(steps, "between_steps_ms");
+  r.steps.between_steps_input_ms = get_num(steps, "between_steps_input_ms");
   for (const auto& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
   r.dropped_records = get_u64(j, "dropped_records");
   r.total_records = get_u64(j, "total_records");
