@@ -70,6 +70,24 @@ const PhaseSummary* phase(const Report& r, const std::string& name, ThreadRole r
   return nullptr;
 }
 
+// Position of a category in the verdict's cost ranking (large: absent).
+std::size_t rank_of(const Report& r, const std::string& category) {
+  for (std::size_t i = 0; i < r.bottleneck.ranking.size(); ++i)
+    if (r.bottleneck.ranking[i].first == category) return i;
+  return r.bottleneck.ranking.size();
+}
+
+// The verdict is `expected`; or, on a machine so loaded that the step thread
+// waited for a CPU (run-queue wait is moved to scheduling by the classifier,
+// which these loops do not test), `expected` still costs more than `other`.
+void check_verdict(const Report& r, const std::string& expected, const std::string& other) {
+  if (r.bottleneck.category == expected) return;
+  const double runqueue = r.system.wall_s > 0 ? r.system.runqueue_wait_s / r.system.wall_s : 0;
+  INFO("run-queue wait " << runqueue << " of the run");
+  REQUIRE(runqueue >= 0.05);
+  CHECK(rank_of(r, expected) < rank_of(r, other));
+}
+
 std::string describe(const Report& r) {
   return r.bottleneck.category + " (" + std::to_string(r.bottleneck.confidence) + "): " + r.bottleneck.summary +
          " | coverage " + (r.steps.coverage ? std::to_string(*r.steps.coverage) : std::string("none"));
@@ -103,7 +121,7 @@ TEST_CASE("the idiomatic loop with STEPSCOPE_STEP in the body: coverage finding,
 TEST_CASE("the same loop over stepscope::steps(loader) is io-bound", "[steps][scenario]") {
   const Report r = run_loop("steps", 60);
   INFO(describe(r));
-  CHECK(r.bottleneck.category == "io");
+  check_verdict(r, "io", "compute");
   REQUIRE(r.steps.coverage.has_value());
   CHECK(*r.steps.coverage > 0.9);
   CHECK(finding(r, "steps_coverage") == nullptr);
@@ -118,7 +136,7 @@ TEST_CASE("the same loop over stepscope::steps(loader) is io-bound", "[steps][sc
 TEST_CASE("a healthy loop over stepscope::steps keeps its compute verdict", "[steps][scenario]") {
   const Report r = run_loop("healthy", 60);
   INFO(describe(r));
-  CHECK(r.bottleneck.category == "compute");
+  check_verdict(r, "compute", "io");
   REQUIRE(r.steps.coverage.has_value());
   CHECK(*r.steps.coverage > 0.9);
   CHECK(finding(r, "steps_coverage") == nullptr);
@@ -132,7 +150,7 @@ TEST_CASE("next_step() marks a while loop's steps", "[steps][scenario]") {
   CHECK(r.steps.count + r.steps.warmup_excluded == 40);
   REQUIRE(r.steps.coverage.has_value());
   CHECK(*r.steps.coverage > 0.9);
-  CHECK(r.bottleneck.category == "io");
+  check_verdict(r, "io", "compute");
 }
 
 TEST_CASE("a phase name used at two call sites keeps one row and gets a row per site", "[steps][scenario]") {
