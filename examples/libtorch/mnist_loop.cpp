@@ -12,8 +12,8 @@
 // loop header, between steps. The report's steps.coverage and the
 // steps_coverage finding show it; with stepscope::steps the fetch is each
 // step's data phase and the verdict is io.
-#include <stepscope/stepscope.hpp>
 #include <torch/torch.h>
+#include <stepscope/stepscope.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -84,8 +84,14 @@ float train_batch(Net& model, Batch& batch, torch::optim::Optimizer& optimizer) 
     output = model.forward(data);
     loss = torch::nll_loss(output, targets);
   }
-  { STEPSCOPE_PHASE("backward"); loss.backward(); }
-  { STEPSCOPE_PHASE("optimizer"); optimizer.step(); }
+  {
+    STEPSCOPE_PHASE("backward");
+    loss.backward();
+  }
+  {
+    STEPSCOPE_PHASE("optimizer");
+    optimizer.step();
+  }
   return loss.template item<float>();
 }
 
@@ -117,8 +123,8 @@ std::uint64_t data_in_steps(const stepscope::Report& r) {
 // batch, including the first (fetched lazily in the first comparison).
 int self_test() {
   auto dataset = SlowMnist(10 * kTrainBatchSize, 0).map(torch::data::transforms::Stack<>());
-  auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset),
-                                                                                        kTrainBatchSize);
+  auto loader =
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset), kTrainBatchSize);
   const stepscope::Report before = stepscope::snapshot();
   std::int64_t seen = 0, batches = 0;
   for (auto& batch : stepscope::steps(*loader)) {
@@ -131,7 +137,8 @@ int self_test() {
     if (++broke_after == 3) break;
   }
   const stepscope::Report after = stepscope::snapshot();
-  const auto steps = (after.steps.count + after.steps.warmup_excluded) - (before.steps.count + before.steps.warmup_excluded);
+  const auto steps =
+      (after.steps.count + after.steps.warmup_excluded) - (before.steps.count + before.steps.warmup_excluded);
   const auto data = data_in_steps(after) - data_in_steps(before);
   std::printf("self-test: %lld samples in %lld batches; %llu steps, %llu data phases in steps\n",
               static_cast<long long>(seen), static_cast<long long>(batches), static_cast<unsigned long long>(steps),
@@ -169,8 +176,8 @@ int main(int argc, char** argv) {
   auto dataset = SlowMnist(static_cast<std::size_t>(batches) * kTrainBatchSize, sample_us)
                      .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
                      .map(torch::data::transforms::Stack<>());
-  auto train_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset),
-                                                                                              kTrainBatchSize);
+  auto train_loader =
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset), kTrainBatchSize);
   Net model;
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.5));
   train(model, *train_loader, optimizer, naive);

@@ -62,8 +62,8 @@ struct ThreadState {
   std::uint8_t step_depth;  // open step scopes on this thread
   bool exited;              // thread is past its exit handler: records are counted, not kept
   std::uint8_t kind_stack[kMaxDepth + 1];  // kind of each open scope, for the sampler
-  OpenStep next_step;       // the step stepscope::next_step() opened last; closed by the next call,
-                            // finish() or the thread's exit (close_next_step below)
+  OpenStep next_step;                      // the step stepscope::next_step() opened last; closed by the next call,
+                                           // finish() or the thread's exit (close_next_step below)
 };
 
 // One per thread for the whole process (default visibility, so every module

@@ -36,8 +36,8 @@ struct PhaseSite {
 };
 
 enum RecordFlags : std::uint8_t {
-  kRecordInStep = 1u << 0,  // recorded inside a STEPSCOPE_STEP on the same thread
-  kRecordIsStep = 1u << 1,  // the step scope itself (also carries kRecordInStep)
+  kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
+  kRecordIsStep = 1u << 1,      // the step scope itself (also carries kRecordInStep)
   kRecordNestedStep = 1u << 2,  // a step opened inside another step on the same thread
 };
 

@@ -18,7 +18,7 @@ struct StepShares {
   double wall_ms = 0;  // mean step time they are fractions of
   double input = 0, compute = 0, memory = 0, communication = 0, other = 0;
   double unattributed = 0;
-  double between_steps = 0;  // on the step thread between steps, in no input phase
+  double between_steps = 0;     // on the step thread between steps, in no input phase
   bool from_breakdown = false;  // false: summed from phases' share_of_step
 };
 

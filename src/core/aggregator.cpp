@@ -86,7 +86,9 @@ const Aggregator::SiteCacheEntry& Aggregator::site_entry_miss(const PhaseSite* s
 }
 
 namespace {
-bool same_file(const char* a, const std::string& b) { return b == (a != nullptr ? a : ""); }
+bool same_file(const char* a, const std::string& b) {
+  return b == (a != nullptr ? a : "");
+}
 }  // namespace
 
 std::uint32_t Aggregator::site_id_in_group(std::uint32_t group, const PhaseSite* site) {
@@ -513,7 +515,8 @@ void Aggregator::fill_phases(Report& report, double step_total_ms) const {
         // for one site, an upper bound (capped below) for several.
         threads = std::max(threads, sites[i].threads[static_cast<std::size_t>(role)]);
         const PhaseInfo& info = phase_info_[id];
-        rows.push_back(PhaseCallSite{info.file, info.line, to_distribution_ms(site.inclusive(), site.inclusive_histogram)});
+        rows.push_back(
+            PhaseCallSite{info.file, info.line, to_distribution_ms(site.inclusive(), site.inclusive_histogram)});
       }
       if (agg.empty()) continue;
       PhaseSummary p;

@@ -127,7 +127,7 @@ class Aggregator {
     int line;
   };
   struct PhaseGroup {
-    std::vector<std::uint32_t> ids;  // into phase_info_, at most kMaxSitesPerPhase + 1
+    std::vector<std::uint32_t> ids;                 // into phase_info_, at most kMaxSitesPerPhase + 1
     std::uint32_t overflow_id = ~std::uint32_t{0};  // "(other call sites)"; none yet
     std::uint64_t sites_merged = 0;                 // distinct sites folded into it
   };

@@ -53,7 +53,8 @@ const StepCallSite* step_call_site_slow(const char* file, int line) noexcept {
     const std::uint32_t count = p.published.load(std::memory_order_relaxed);
     if (const StepCallSite* s = find(p, count, file, line)) return s;
     if (count >= kMaxStepCallSites) return &kOtherCallSites;
-    p.sites[count] = StepCallSite{{"step", PhaseKind::other, true, file, line}, {"data", PhaseKind::input, false, file, line}};
+    p.sites[count] =
+        StepCallSite{{"step", PhaseKind::other, true, file, line}, {"data", PhaseKind::input, false, file, line}};
     p.published.store(count + 1, std::memory_order_release);
     return &p.sites[count];
   } catch (...) {  // std::mutex::lock may throw std::system_error

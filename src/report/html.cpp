@@ -464,9 +464,10 @@ void call_sites_table(std::string& o, const Report& r) {
           esc(p.name), to_string(p.thread_role), esc(site.file), site.line, site.host_ms.count, ms(site.host_ms.mean),
           ms(site.host_ms.p50), ms(site.host_ms.p99));
     if (p.sites_merged > 0)
-      o += fmt::format("<tr><td class=\"name\">{}</td><td colspan=\"6\">{} more call sites merged into "
-                       "\"(other call sites)\"</td></tr>",
-                       esc(p.name), p.sites_merged);
+      o += fmt::format(
+          "<tr><td class=\"name\">{}</td><td colspan=\"6\">{} more call sites merged into "
+          "\"(other call sites)\"</td></tr>",
+          esc(p.name), p.sites_merged);
   }
   o += "</tbody></table>";
 }

@@ -125,9 +125,12 @@ HistogramData hist_from(const json& j) {
 }
 
 json to_j(const StepBreakdown& b) {
-  return json{{"wall_ms", num(b.wall_ms)},         {"input_ms", num(b.input_ms)},
-              {"compute_ms", num(b.compute_ms)},   {"memory_ms", num(b.memory_ms)},
-              {"communication_ms", num(b.communication_ms)}, {"other_ms", num(b.other_ms)},
+  return json{{"wall_ms", num(b.wall_ms)},
+              {"input_ms", num(b.input_ms)},
+              {"compute_ms", num(b.compute_ms)},
+              {"memory_ms", num(b.memory_ms)},
+              {"communication_ms", num(b.communication_ms)},
+              {"other_ms", num(b.other_ms)},
               {"unattributed_ms", num(b.unattributed_ms)},
               {"between_steps_input_ms", num(b.between_steps_input_ms)},
               {"between_steps_ms", num(b.between_steps_ms)}};
@@ -158,10 +161,16 @@ std::vector<double> nums_from(const json& j, const char* key) {
 }
 
 json to_j(const StepSeries& s) {
-  return json{{"stride", s.stride},        {"first_step", s.first_step},   {"wall_ms", nums(s.wall_ms)},
-              {"input_ms", nums(s.input_ms)}, {"compute_ms", nums(s.compute_ms)}, {"memory_ms", nums(s.memory_ms)},
-              {"communication_ms", nums(s.communication_ms)}, {"other_ms", nums(s.other_ms)},
-              {"unattributed_ms", nums(s.unattributed_ms)}, {"between_steps_ms", nums(s.between_steps_ms)},
+  return json{{"stride", s.stride},
+              {"first_step", s.first_step},
+              {"wall_ms", nums(s.wall_ms)},
+              {"input_ms", nums(s.input_ms)},
+              {"compute_ms", nums(s.compute_ms)},
+              {"memory_ms", nums(s.memory_ms)},
+              {"communication_ms", nums(s.communication_ms)},
+              {"other_ms", nums(s.other_ms)},
+              {"unattributed_ms", nums(s.unattributed_ms)},
+              {"between_steps_ms", nums(s.between_steps_ms)},
               {"rss_mb", nums(s.rss_mb)}};
 }
 StepSeries series_from(const json& j) {

@@ -50,9 +50,10 @@ std::string format_summary(const Report& r) {
     // Only when the loop has time outside its steps (see StepBreakdown).
     if (b.between_steps_ms > 0) part_line("between steps", b.between_steps_ms);
     if (r.steps.coverage)
-      line(fmt::format("steps cover {:.1f}% of the step thread's time from the first step to the last ({:.1f} ms "
-                       "between steps, {:.1f} ms of it in input phases, counted as the next step's input)",
-                       *r.steps.coverage * 100, r.steps.between_steps_ms, r.steps.between_steps_input_ms));
+      line(
+          fmt::format("steps cover {:.1f}% of the step thread's time from the first step to the last ({:.1f} ms "
+                      "between steps, {:.1f} ms of it in input phases, counted as the next step's input)",
+                      *r.steps.coverage * 100, r.steps.between_steps_ms, r.steps.between_steps_input_ms));
   } else {
     line(fmt::format("steps: none measured ({} warm-up excluded)", r.steps.warmup_excluded));
   }

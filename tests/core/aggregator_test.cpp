@@ -525,7 +525,8 @@ TEST_CASE("records at the clamped depth are counted and still aggregated", "[agg
   REQUIRE(notes[0].find("(3 records)") != std::string::npos);  // depths 255, 200 and 63
 }
 
-TEST_CASE("coverage: time between steps, and input between steps counted as the next step's input", "[aggregator][coverage]") {
+TEST_CASE("coverage: time between steps, and input between steps counted as the next step's input",
+          "[aggregator][coverage]") {
   Fixture f;
   AggregatorOptions options;
   options.warmup_steps = 0;
@@ -572,7 +573,8 @@ TEST_CASE("coverage: time between steps, and input between steps counted as the 
   CHECK(data->count == 2);
 }
 
-TEST_CASE("coverage: nested steps count once; one step gives no coverage; warm-up steps count", "[aggregator][coverage]") {
+TEST_CASE("coverage: nested steps count once; one step gives no coverage; warm-up steps count",
+          "[aggregator][coverage]") {
   Fixture f;
   AggregatorOptions options;
   options.warmup_steps = 1;
@@ -601,7 +603,8 @@ TEST_CASE("per-site rows are capped; the rest share one row and are counted", "[
   const auto t = agg.add_thread(1);
   constexpr int kSites = static_cast<int>(kMaxSitesPerPhase) + 4;
   std::vector<PhaseSite> sites;
-  for (int i = 0; i < kSites; ++i) sites.push_back(PhaseSite{"backward", PhaseKind::compute, false, "model.cpp", 100 + i});
+  for (int i = 0; i < kSites; ++i)
+    sites.push_back(PhaseSite{"backward", PhaseKind::compute, false, "model.cpp", 100 + i});
   // The same place spelled by a second site object (a second translation unit).
   const std::string file_copy = "model.cpp";
   const PhaseSite again{"backward", PhaseKind::compute, false, file_copy.c_str(), 100};

@@ -21,7 +21,9 @@
 
 namespace {
 
-void sleep_us(int us) { std::this_thread::sleep_for(std::chrono::microseconds(us)); }
+void sleep_us(int us) {
+  std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
 
 struct Batch {
   std::vector<float> pixels;
@@ -64,8 +66,14 @@ class SlowLoader {
 // The model's work on the device, waited for (sleep: the host blocks in a sync).
 void train_step(const Batch& batch, int forward_us, int backward_us) {
   if (batch.pixels.empty()) std::abort();
-  { STEPSCOPE_PHASE("forward"); sleep_us(forward_us); }
-  { STEPSCOPE_PHASE("backward"); sleep_us(backward_us); }
+  {
+    STEPSCOPE_PHASE("forward");
+    sleep_us(forward_us);
+  }
+  {
+    STEPSCOPE_PHASE("backward");
+    sleep_us(backward_us);
+  }
 }
 
 constexpr int kSlowFetchUs = 6000;  // 82% of the iteration, as in issue 12's MNIST run
@@ -100,7 +108,10 @@ int main(int argc, char** argv) {
     while (it != end) {
       stepscope::next_step();  // the last step closes at finish()
       train_step(*it, kForwardUs, kBackwardUs);
-      { STEPSCOPE_PHASE("data"); ++it; }
+      {
+        STEPSCOPE_PHASE("data");
+        ++it;
+      }
     }
   } else if (mode == "sites") {
     SlowLoader loader(steps, 200);
@@ -108,8 +119,11 @@ int main(int argc, char** argv) {
     for (auto& batch : stepscope::steps(loader)) {
       if (batch.pixels.empty()) return 1;
       // DCGAN: the discriminator's backward, then the generator's.
-      { STEPSCOPE_PHASE("backward"); sleep_us(3000); } discriminator_line = __LINE__;
-      { STEPSCOPE_PHASE("backward"); sleep_us(1000); } generator_line = __LINE__;
+      // (__LINE__ on the macro's line: the site's line.)
+      // clang-format off
+      { STEPSCOPE_PHASE("backward"); discriminator_line = __LINE__; sleep_us(3000); }
+      { STEPSCOPE_PHASE("backward"); generator_line = __LINE__; sleep_us(1000); }
+      // clang-format on
     }
     std::printf("%d %d\n", discriminator_line, generator_line);
   } else {

@@ -236,8 +236,7 @@ TEST_CASE("steps() nested in a STEPSCOPE_PHASE keeps the phases inside its steps
     return std::uint64_t{0};
   };
   CHECK(count_of(after, "optimizer", ThreadRole::step) - count_of(before, "optimizer", ThreadRole::step) == 3);
-  CHECK(count_of(after, "epoch", ThreadRole::outside_step) - count_of(before, "epoch", ThreadRole::outside_step) ==
-        1);
+  CHECK(count_of(after, "epoch", ThreadRole::outside_step) - count_of(before, "epoch", ThreadRole::outside_step) == 1);
 }
 
 TEST_CASE("next_step() ends the previous step and opens the next; the last closes at thread exit", "[steps]") {
@@ -247,7 +246,7 @@ TEST_CASE("next_step() ends the previous step and opens the next; the last close
     STEPSCOPE_PHASE("forward");
   }
   CHECK(detail::t_thread_state.next_step.active);
-  CHECK(delta(before).steps == 4);  // the fifth is still open
+  CHECK(delta(before).steps == 4);                  // the fifth is still open
   detail::close_next_step(detail::t_thread_state);  // what finish() does on this thread
   CHECK_FALSE(detail::t_thread_state.next_step.active);
   require_balanced();
