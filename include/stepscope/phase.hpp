@@ -42,6 +42,18 @@ STEPSCOPE_API extern std::atomic<std::uint32_t> g_steps_started;
 // depth clamped (self time is then approximate and the report says so).
 inline constexpr int kMaxDepth = 63;
 
+// A step opened and closed by calls rather than by a scope's lifetime
+// (stepscope::steps() and next_step(), <stepscope/steps.hpp>). Trivial, so it
+// can live in the thread_local ThreadState; `active` false: nothing open.
+struct OpenStep {
+  const PhaseSite* site;
+  std::uint64_t start;  // read_ticks() when the step opened
+  std::uint32_t step;   // its 1-based number (g_steps_started)
+  std::uint8_t depth;   // nesting depth of the step record itself
+  bool in_step;         // opened inside another step on this thread
+  bool active;
+};
+
 // Per-thread hot-path state. Trivial, so the thread_local needs no guard or
 // TLS wrapper call; registration fills it on the first record.
 struct ThreadState {
@@ -50,6 +62,8 @@ struct ThreadState {
   std::uint8_t step_depth;  // open step scopes on this thread
   bool exited;              // thread is past its exit handler: records are counted, not kept
   std::uint8_t kind_stack[kMaxDepth + 1];  // kind of each open scope, for the sampler
+  OpenStep next_step;                      // the step stepscope::next_step() opened last; closed by the next call,
+                                           // finish() or the thread's exit (close_next_step below)
 };
 
 // One per thread for the whole process (default visibility, so every module
@@ -82,6 +96,49 @@ STEPSCOPE_API extern std::atomic<DeviceAbandonHook> g_device_abandon;
 // Cold: a dropped record held `slot`; hands it to g_device_abandon.
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void device_slot_dropped(std::uint16_t slot) noexcept;
 
+// ---- steps opened and closed by calls (steps(), next_step()) ---------------
+// The same bookkeeping as ScopeBase, split so that a step can open at a time
+// read earlier (a fetch becomes part of the step it turned out to feed).
+
+// Pushes one finished record; a dropped record's device slot is handed back.
+STEPSCOPE_DETAIL_ALWAYS_INLINE void push_record(ThreadState& ts, const PhaseRecord& record) noexcept {
+  if (STEPSCOPE_DETAIL_UNLIKELY(!ts.ring->try_push(record)) && record.device_slot != 0)
+    device_slot_dropped(record.device_slot);
+}
+
+// Opens a step that started at `start` (ticks) on this thread. The caller
+// checked scope_enabled() and that ts.ring is registered.
+STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, const PhaseSite* site,
+                                              std::uint64_t start) noexcept {
+  open.site = site;
+  open.start = start;
+  open.step = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;
+  open.depth = ts.depth;
+  open.in_step = ts.step_depth != 0;
+  open.active = true;
+  ++ts.step_depth;
+  if (open.depth < kMaxDepth) {
+    ts.depth = static_cast<std::uint8_t>(open.depth + 1);
+    ts.kind_stack[open.depth] = static_cast<std::uint8_t>(site->kind);
+  }
+  ts.ring->current_kind.store(0xff, std::memory_order_relaxed);
+}
+
+// Closes it at `end` (ticks) and pushes its record.
+STEPSCOPE_DETAIL_ALWAYS_INLINE void close_step(ThreadState& ts, OpenStep& open, std::uint64_t end) noexcept {
+  open.active = false;
+  if (ts.step_depth != 0) --ts.step_depth;
+  ts.depth = open.depth;
+  ts.ring->current_kind.store(open.depth == 0 ? 0xff : ts.kind_stack[open.depth - 1], std::memory_order_relaxed);
+  const std::uint8_t flags =
+      static_cast<std::uint8_t>(kRecordIsStep | kRecordInStep | (open.in_step ? kRecordNestedStep : 0));
+  push_record(ts, PhaseRecord{open.site, open.start, end, open.step, 0, open.depth, flags});
+}
+
+// Cold: closes the step next_step() left open on this thread, now (finish(),
+// thread exit). Does nothing when none is open.
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void close_next_step(ThreadState& ts) noexcept;
+
 // The scope's fields are written only when it is active and read only then;
 // after full inlining GCC cannot always see that and warns at -O2 in the
 // user's code (-Wmaybe-uninitialized). Initialising them would put stores on
@@ -111,6 +168,9 @@ class ScopeBase {
     ThreadState& ts = t_thread_state;
     if (STEPSCOPE_DETAIL_UNLIKELY(ts.ring == nullptr) && register_thread(ts) == nullptr) return;
     active_ = true;
+    // A step's in_step_ says whether it is nested in another step (its
+    // record always carries kRecordInStep).
+    in_step_ = ts.step_depth != 0;
     if (site->is_step) {
       step_ = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;  // once per step
       ++ts.step_depth;
@@ -118,7 +178,6 @@ class ScopeBase {
       step_ = g_steps_started.load(std::memory_order_relaxed);
     }
     depth_ = ts.depth;
-    in_step_ = ts.step_depth != 0;
     const std::uint8_t kind = static_cast<std::uint8_t>(site->kind);
     if (depth_ < kMaxDepth) {
       ts.depth = static_cast<std::uint8_t>(depth_ + 1);
@@ -138,7 +197,7 @@ class ScopeBase {
     ThreadState& ts = t_thread_state;
     std::uint8_t flags = in_step_ ? kRecordInStep : 0;
     if (site_->is_step) {
-      flags |= kRecordIsStep;
+      flags = static_cast<std::uint8_t>(kRecordIsStep | kRecordInStep | (in_step_ ? kRecordNestedStep : 0));
       --ts.step_depth;
     }
     ts.depth = depth_;

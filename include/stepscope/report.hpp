@@ -61,6 +61,14 @@ struct HistogramData {
   std::vector<std::pair<std::uint32_t, std::uint64_t>> buckets;  // (index, count), count > 0
 };
 
+// One call site of a phase whose name is used at several (DCGAN's generator
+// and discriminator `backward`): where, and its own inclusive times.
+struct PhaseCallSite {
+  std::string file;  // as the compiler spelled __FILE__; "(other call sites)" for the merged rest
+  int line = 0;
+  Distribution host_ms;
+};
+
 struct PhaseSummary {
   std::string name;
   PhaseKind kind = PhaseKind::other;
@@ -77,10 +85,18 @@ struct PhaseSummary {
   std::optional<Distribution> device_ms;
   std::uint32_t threads = 0;  // distinct threads that ran this phase
   HistogramData histogram;    // of host_ms, for comparisons and merges
+  // Per call site, most time first; only when more than one site ran it.
+  std::vector<PhaseCallSite> sites;
+  // Call sites past the per-phase cap, counted in the "(other call sites)" row.
+  std::uint64_t sites_merged = 0;
 };
 
 // Mean milliseconds per measured step, by what the step thread was doing.
 // Nested phases count once (self time); the parts add up to wall_ms.
+// The step thread's time between a step and the one before it belongs to the
+// step that follows: wall_ms is the step's own time plus that gap, its input
+// phases are in input_ms (between_steps_input_ms of it) and the rest is
+// between_steps_ms. With steps that cover the loop both are 0.
 struct StepBreakdown {
   double wall_ms = 0;
   double input_ms = 0, compute_ms = 0, memory_ms = 0, communication_ms = 0, other_ms = 0;
@@ -94,6 +110,8 @@ struct StepBreakdown {
   // shows, with these two carved out of them as parts of their own.
   double cpu_wait_ms = 0;
   double page_fault_ms = 0;
+  double between_steps_input_ms = 0;  // of input_ms: input phases between steps (a fetch in the loop header)
+  double between_steps_ms = 0;        // between steps, in no input phase (uninstrumented fetch, eval, ...)
 };
 
 // Per-step time series, downsampled so it stays bounded: each point is the
@@ -103,6 +121,7 @@ struct StepSeries {
   std::vector<std::uint64_t> first_step;
   std::vector<double> wall_ms;
   std::vector<double> input_ms, compute_ms, memory_ms, communication_ms, other_ms, unattributed_ms;
+  std::vector<double> between_steps_ms;  // as in StepBreakdown (empty in reports that predate it)
   std::vector<double> rss_mb;  // process RSS at the end of the point's last step (0: unknown)
 };
 
@@ -114,6 +133,12 @@ struct StepStats {
   HistogramData histogram;            // of wall_ms
   StepBreakdown breakdown;
   StepSeries series;
+  // Of the step threads' wall time from each one's first step's start to its
+  // last step's end, the fraction inside steps (warm-up steps included).
+  // Absent when no thread completed two steps.
+  std::optional<double> coverage;
+  double between_steps_ms = 0;        // total over the run of that time outside steps
+  double between_steps_input_ms = 0;  // of it, in input phases on the step thread
 };
 
 // Host and operating-system signals gathered off the hot path.

@@ -36,8 +36,9 @@ struct PhaseSite {
 };
 
 enum RecordFlags : std::uint8_t {
-  kRecordInStep = 1u << 0,  // recorded inside a STEPSCOPE_STEP on the same thread
-  kRecordIsStep = 1u << 1,  // the step scope itself
+  kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
+  kRecordIsStep = 1u << 1,      // the step scope itself (also carries kRecordInStep)
+  kRecordNestedStep = 1u << 2,  // a step opened inside another step on the same thread
 };
 
 // What one finished scope leaves behind: exactly 32 bytes, half a cache line.

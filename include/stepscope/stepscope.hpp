@@ -4,14 +4,24 @@
 //
 //   int main() {
 //     stepscope::set_config("batch_size", 64);
-//     for (int i = 0; i < steps; ++i) {
-//       STEPSCOPE_STEP();
-//       { STEPSCOPE_PHASE("data");      batch = next_batch(); }
+//     for (auto& batch : stepscope::steps(*loader)) {  // one step per batch; the fetch is its "data" phase
 //       { STEPSCOPE_PHASE("forward");   loss = model.forward(batch); }
-//       { STEPSCOPE_PHASE("backward");  model.backward(loss); }
+//       { STEPSCOPE_PHASE("backward");  loss.backward(); }
 //       { STEPSCOPE_PHASE("optimizer"); opt.step(); }
 //     }
 //   }  // at exit: stepscope-report.json + a summary table with the verdict on stderr
+//
+// Loops that are not a range-for mark their steps with a scope or a call:
+//
+//   for (int i = 0; i < steps; ++i) {
+//     STEPSCOPE_STEP();                                   // the step is this scope
+//     { STEPSCOPE_PHASE("data"); batch = next_batch(); }  // fetch inside it, so it is counted
+//     ...
+//   }
+//   while (queue.pop(batch)) { stepscope::next_step(); ... }  // ends the last step, opens the next
+//
+// A range-for with STEPSCOPE_STEP() in its body misses the fetch in the loop
+// header; the report's steps.coverage and the steps_coverage finding say so.
 //
 // Environment: STEPSCOPE=0 disables at run time; STEPSCOPE_OUT=path (with an
 // optional {rank}); STEPSCOPE_WARMUP=N steps left out of the statistics.
@@ -31,6 +41,8 @@
 
 // The scope classes compile either way; only the macros vanish when disabled.
 #include <stepscope/phase.hpp>
+// steps(range) and next_step(): step boundaries the way loops are written.
+#include <stepscope/steps.hpp>
 
 namespace stepscope {
 

@@ -634,7 +634,9 @@ Verdict Classifier::run() {
   //    device timeline the GPU facts cover the whole step.)
   if (!device_.present) {
     const bool explained = scheduling_signal();
-    const double unexplained = shares_.other + (explained ? 0.0 : shares_.unattributed);
+    // Time between steps is unexplained whatever the scheduling signals say:
+    // nothing was recorded there (steps_coverage finding).
+    const double unexplained = shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed);
     add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
         fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
                     explained ? " (time outside phases is explained by scheduling signals)"
@@ -702,6 +704,9 @@ Verdict Classifier::run() {
   const double sample = std::min(
       1.0, 0.7 + 0.3 * static_cast<double>(report_.steps.count) / static_cast<double>(t.steady_step_count));
   v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample);
+  // Steps that cover only part of the loop describe only that part.
+  if (report_.steps.coverage && *report_.steps.coverage < t.steps_coverage_min)
+    v.confidence = std::min(v.confidence, clamp01(*report_.steps.coverage));
   v.summary = summary(leader, v.severity);
   recommend(leader, v);
   settle_evidence(leader, v);

@@ -183,6 +183,7 @@ StepShares step_shares(const Report& report) {
   s.unattributed = clamp01(b.unattributed_ms / b.wall_ms);
   s.cpu_wait = clamp01(b.cpu_wait_ms / b.wall_ms);
   s.page_fault = clamp01(b.page_fault_ms / b.wall_ms);
+  s.between_steps = clamp01(b.between_steps_ms / b.wall_ms);
   return s;
 }
 

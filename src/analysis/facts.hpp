@@ -20,6 +20,7 @@ struct StepShares {
   double unattributed = 0;
   double cpu_wait = 0;    // carved out of the phases: waiting for a CPU (scheduling)
   double page_fault = 0;  // carved out of the other parts: kernel time faulting pages (memory)
+  double between_steps = 0;     // on the step thread between steps, in no input phase
   bool from_breakdown = false;  // false: summed from phases' share_of_step
 };
 

@@ -167,6 +167,30 @@ void unattributed(const Report& r, std::vector<Finding>& out) {
       {{"share", s.unattributed}, {"ms_per_step", s.unattributed * s.wall_ms}}));
 }
 
+// Steps that leave part of the loop out: the usual cause is a range-for whose
+// fetch (in the loop header) runs between the bodies that STEPSCOPE_STEP() times.
+void steps_coverage(const Report& r, std::vector<Finding>& out) {
+  if (!r.steps.coverage || *r.steps.coverage >= kThresholds.steps_coverage_min) return;
+  const double coverage = *r.steps.coverage;
+  const double between_ms = r.steps.between_steps_ms;
+  const double input_ms = r.steps.between_steps_input_ms;
+  const double per_step = r.steps.breakdown.between_steps_ms + r.steps.breakdown.between_steps_input_ms;
+  out.push_back(
+      make("steps_coverage", coverage < kThresholds.steps_coverage_critical ? "critical" : "warning",
+           fmt::format("Steps cover only {:.0f}% of the step thread's time from its first step to its last: {:.1f} ms "
+                       "fell between steps ({:.2f} ms per step, {:.1f} ms of it in input phases), and the "
+                       "per-step numbers leave it out. The likely cause: the fetch in the loop header (a range-for's "
+                       "`for (auto& batch : *loader)`) runs between the bodies that STEPSCOPE_STEP() times. "
+                       "Iterate `stepscope::steps(*loader)` instead (each fetch becomes its step's data phase), or "
+                       "call `stepscope::next_step()` at the top of the body in place of STEPSCOPE_STEP().",
+                       100 * coverage, between_ms, per_step, input_ms),
+           {{"coverage", coverage},
+            {"threshold", kThresholds.steps_coverage_min},
+            {"between_steps_ms", between_ms},
+            {"between_steps_input_ms", input_ms},
+            {"between_ms_per_step", per_step}}));
+}
+
 void few_steps(const Report& r, std::vector<Finding>& out) {
   const bool timeline = detail::device_facts(r).present;
   const std::uint64_t needed =
@@ -185,6 +209,7 @@ void few_steps(const Report& r, std::vector<Finding>& out) {
 std::vector<Finding> find_issues(const Report& facts) {
   std::vector<Finding> out;
   few_steps(facts, out);
+  steps_coverage(facts, out);
   dropped(facts, out);
   memory_growth(facts, out);
   page_faults(facts, out);

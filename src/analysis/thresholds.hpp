@@ -132,6 +132,15 @@ struct Thresholds {
   double dropped_critical_fraction = 0.01;
   // Unattributed share of the step: finding (TensorFlow "all other" highly).
   double unattributed_finding = 0.15;
+  // Steps cover less than this fraction of the step thread's time from its
+  // first step to its last: the "steps_coverage" finding, and the verdict's
+  // confidence is capped at the coverage (it describes only that fraction).
+  // 10% outside steps is more than the TensorFlow profiler's "all other
+  // time" moderately tier (3%) and short of its highly tier (15%), so a loop
+  // with per-step logging passes and a fetch in the loop header does not.
+  double steps_coverage_min = 0.90;
+  // Below this the finding is critical: most of the loop is outside steps.
+  double steps_coverage_critical = 0.50;
 
   // ---- what-if -----------------------------------------------------------
   // Phases and kinds with at least this share of the step get projections.

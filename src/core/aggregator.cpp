@@ -67,27 +67,75 @@ const Aggregator::SiteCacheEntry& Aggregator::site_entry_miss(const PhaseSite* s
   if (it != site_ids_.end()) {
     id = it->second;
   } else {
-    // Call sites with the same name and kind are one phase.
+    // Call sites with the same name and kind are one phase (a group); each
+    // place (file:line) in it keeps its own aggregates, merged in the report.
     std::string key = std::string(to_string(site->kind)) + "/" + (site->name ? site->name : "");
-    auto named = name_ids_.find(key);
-    if (named != name_ids_.end()) {
-      id = named->second;
+    auto named = name_groups_.find(key);
+    std::uint32_t group;
+    if (named != name_groups_.end()) {
+      group = named->second;
     } else {
-      id = static_cast<std::uint32_t>(phase_info_.size());
-      phase_info_.push_back(PhaseInfo{site->name ? site->name : "", site->kind});
-      name_ids_.emplace(std::move(key), id);
-      // Every live thread has a slot for every phase, so consume() indexes
-      // without a bounds check (retired threads have none and get no records).
-      for (ThreadInfo& t : threads_) {
-        if (!t.live) continue;
-        t.phases.resize(phase_info_.size());
-        t.slot_cache = {};  // its pointers may have moved
-      }
+      group = static_cast<std::uint32_t>(groups_.size());
+      groups_.emplace_back();
+      name_groups_.emplace(std::move(key), group);
     }
+    id = site_id_in_group(group, site);
     site_ids_.emplace(site, id);
   }
   cached = SiteCacheEntry{site, id, static_cast<std::uint32_t>(site->kind) % kKindCount};
   return cached;
+}
+
+namespace {
+bool same_file(const char* a, const std::string& b) {
+  return b == (a != nullptr ? a : "");
+}
+}  // namespace
+
+std::uint32_t Aggregator::site_id_in_group(std::uint32_t group, const PhaseSite* site) {
+  PhaseGroup& g = groups_[group];
+  for (std::uint32_t id : g.ids) {
+    const PhaseInfo& info = phase_info_[id];
+    if (id != g.overflow_id && info.line == site->line && same_file(site->file, info.file)) return id;
+  }
+  std::string file = site->file != nullptr ? site->file : "";
+  int line = site->line;
+  if (g.ids.size() >= kMaxSitesPerPhase) {
+    ++g.sites_merged;
+    if (g.overflow_id != ~std::uint32_t{0}) return g.overflow_id;
+    file = "(other call sites)";
+    line = 0;
+  }
+  const auto id = static_cast<std::uint32_t>(phase_info_.size());
+  phase_info_.push_back(PhaseInfo{site->name ? site->name : "", site->kind, group, std::move(file), line});
+  g.ids.push_back(id);
+  if (g.ids.size() > kMaxSitesPerPhase) g.overflow_id = id;
+  // Every live thread has a slot for every phase, so consume() indexes
+  // without a bounds check (retired threads have none and get no records).
+  for (ThreadInfo& t : threads_) {
+    if (!t.live) continue;
+    t.phases.resize(phase_info_.size());
+    t.slot_cache = {};  // its pointers may have moved
+  }
+  return id;
+}
+
+Aggregator::StepGap Aggregator::gap_before(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall) {
+  StepGap gap;
+  if (r.flags & kRecordNestedStep) return gap;  // nested in another step: that one covers it
+  covered_ns_ += wall;
+  if (t.ended_a_step && r.start_ticks >= t.last_step_end) {
+    const std::uint64_t between = clock_->duration_ns(t.last_step_end, r.start_ticks);
+    gap.input_ns = std::min(t.between_input_ns, between);
+    gap.other_ns = between - gap.input_ns;
+    gap_ns_ += between;
+    gap_input_ns_ += gap.input_ns;
+    ++gaps_;
+  }
+  t.between_input_ns = 0;
+  t.last_step_end = r.end_ticks;
+  t.ended_a_step = true;
+  return gap;
 }
 
 // A measured step: inline in consume()'s loop (one record in five in a
@@ -96,13 +144,17 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
                                                                      std::uint64_t wall, std::uint64_t self) {
   t.ran_steps = true;
   step_wall_.add(wall);
+  const StepGap gap = gap_before(t, r, wall);
   // The step totals of the breakdown are the sums of the series points
   // (fill_report adds them up), so each step is added in one place only.
   StepPoint& point = open_point_;
   if (point.n == 0) point.first_step = r.step;
   ++point.n;
-  point.wall_ns += wall;
+  point.wall_ns += wall + gap.input_ns + gap.other_ns;
   point.unattributed_ns += self;
+  point.between_ns += gap.other_ns;
+  point.between_input_ns += gap.input_ns;
+  t.step_kind_ns[static_cast<int>(PhaseKind::input)] += gap.input_ns;
   add_kinds(point.kind_ns, t.step_kind_ns, std::make_index_sequence<kKindCount>{});
   t.step_kind_ns = {};
   point.rss_mb = rss_mb_;
@@ -116,6 +168,7 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
 void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall) {
   t.ran_steps = true;
   step_warmup_wall_.add(wall);
+  (void)gap_before(t, r, wall);
   t.step_kind_ns = {};
   add_step_interval(r);
 }
@@ -240,6 +293,10 @@ void Aggregator::consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord
   if (slot->key != key) slot = &slot_entry_miss(t, r.site, in_step);
   PhaseAggregate& agg = *slot->aggregate;
   if (in_step) t.step_kind_ns[slot->kind_slot] += self;
+  // Input on a step thread after its last step: the wait of the next step.
+  if (!in_step && t.ended_a_step && slot->kind_slot == static_cast<std::uint32_t>(PhaseKind::input) &&
+      r.start_ticks >= t.last_step_end)
+    t.between_input_ns += self;
   if (warm) {
     agg.warmup.add(wall);
     return;
@@ -273,6 +330,8 @@ void Aggregator::add_series_point(const StepPoint& point) {
     m.n += b.n;
     m.wall_ns += b.wall_ns;
     m.unattributed_ns += b.unattributed_ns;
+    m.between_ns += b.between_ns;
+    m.between_input_ns += b.between_input_ns;
     for (int k = 0; k < kKindCount; ++k) m.kind_ns[k] += b.kind_ns[k];
     m.rss_mb = b.rss_mb;
     merged.push_back(m);
@@ -390,23 +449,33 @@ void Aggregator::fill_report(Report& report) const {
   if (steps_measured > 0) {
     // Every measured step is in exactly one point (merging points adds them).
     std::array<std::uint64_t, kKindCount> kind_total_ns{};
-    std::uint64_t unattributed_total_ns = 0;
+    std::uint64_t unattributed_total_ns = 0, between_total_ns = 0, between_input_total_ns = 0;
     auto add_totals = [&](const StepPoint& p) {
       for (int k = 0; k < kKindCount; ++k) kind_total_ns[k] += p.kind_ns[k];
       unattributed_total_ns += p.unattributed_ns;
+      between_total_ns += p.between_ns;
+      between_input_total_ns += p.between_input_ns;
     };
     for (const auto& p : series_) add_totals(p);
     add_totals(open_point_);
     const double n = static_cast<double>(steps_measured);
     auto mean_ms = [&](std::uint64_t total_ns) { return static_cast<double>(total_ns) * kNsToMs / n; };
-    s.breakdown.wall_ms = s.wall_ms.mean;
+    // The step's own time plus the gap before it (see StepBreakdown).
+    s.breakdown.wall_ms = s.wall_ms.mean + mean_ms(between_total_ns + between_input_total_ns);
     s.breakdown.input_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::input)]);
     s.breakdown.compute_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::compute)]);
     s.breakdown.memory_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::memory)]);
     s.breakdown.communication_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::communication)]);
     s.breakdown.other_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::other)]);
     s.breakdown.unattributed_ms = mean_ms(unattributed_total_ns);
+    s.breakdown.between_steps_input_ms = mean_ms(between_input_total_ns);
+    s.breakdown.between_steps_ms = mean_ms(between_total_ns);
   }
+  s.coverage.reset();
+  if (gaps_ > 0 && covered_ns_ + gap_ns_ > 0)
+    s.coverage = static_cast<double>(covered_ns_) / static_cast<double>(covered_ns_ + gap_ns_);
+  s.between_steps_ms = static_cast<double>(gap_ns_) * kNsToMs;
+  s.between_steps_input_ms = static_cast<double>(gap_input_ns_) * kNsToMs;
   StepSeries& series = s.series;
   series = StepSeries{};
   series.stride = static_cast<std::uint32_t>(series_stride_);
@@ -422,39 +491,75 @@ void Aggregator::fill_report(Report& report) const {
     series.communication_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::communication)]));
     series.other_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::other)]));
     series.unattributed_ms.push_back(ms(p.unattributed_ns));
+    series.between_steps_ms.push_back(ms(p.between_ns));
     series.rss_mb.push_back(p.rss_mb);
   };
   for (const auto& p : series_) add_point(p);
   add_point(open_point_);
 
-  // Phases: merge threads by role.
-  const double step_total_ms = s.wall_ms.total;
-  report.phases.clear();
-  for (std::uint32_t id = 0; id < phase_info_.size(); ++id) {
-    std::array<PhaseAggregate, 3> by_role;  // ThreadRole order
+  // Shares of the breakdown's wall time (gaps between steps included), so they agree with it.
+  fill_phases(report, s.breakdown.wall_ms > 0 ? s.breakdown.wall_ms * static_cast<double>(s.count) : s.wall_ms.total);
+  report.total_records = records_;
+}
+
+void Aggregator::fill_phases(Report& report, double step_total_ms) const {
+  // Per call site: the aggregates merged across threads by role (ThreadRole
+  // order), with the threads that ran it.
+  struct ByRole {
+    std::array<PhaseAggregate, 3> aggregate;
     std::array<std::uint32_t, 3> threads{};
+  };
+  auto site_by_role = [&](std::uint32_t id) {
+    ByRole out;
     auto fold = [&](const std::array<PhaseAggregate, 2>& pair, bool ran_steps,
                     std::array<std::uint32_t, 2> thread_count) {
       if (!pair[0].empty()) {
-        by_role[0].merge(pair[0]);
-        threads[0] += thread_count[0];
+        out.aggregate[0].merge(pair[0]);
+        out.threads[0] += thread_count[0];
       }
       if (!pair[1].empty()) {
         const int role = ran_steps ? 1 : 2;
-        by_role[role].merge(pair[1]);
-        threads[role] += thread_count[1];
+        out.aggregate[role].merge(pair[1]);
+        out.threads[role] += thread_count[1];
       }
     };
     for (const auto& t : threads_)
       if (t.live && id < t.phases.size()) fold(t.phases[id], t.ran_steps, {1, 1});
     for (int pool = 0; pool < 2; ++pool)
       if (id < retired_[pool].size()) fold(retired_[pool][id], pool == 0, retired_threads_[pool][id]);
+    return out;
+  };
+  report.phases.clear();
+  for (const PhaseGroup& group : groups_) {
+    std::vector<ByRole> sites;
+    sites.reserve(group.ids.size());
+    for (std::uint32_t id : group.ids) sites.push_back(site_by_role(id));
+    const PhaseInfo& first = phase_info_[group.ids.front()];
     for (int role = 0; role < 3; ++role) {
-      const PhaseAggregate& agg = by_role[role];
+      PhaseAggregate agg;
+      std::uint32_t threads = 0;
+      std::vector<PhaseCallSite> rows;
+      DurationStats device;
+      for (std::size_t i = 0; i < sites.size(); ++i) {
+        const PhaseAggregate& site = sites[i].aggregate[static_cast<std::size_t>(role)];
+        // Device time belongs to the step role when recorded in a step, else
+        // to whichever non-step role the phase has.
+        const std::uint32_t id = group.ids[i];
+        if (id < device_.size() && (role == 0 || sites[i].aggregate[1].empty() || role == 1))
+          device.merge(device_[id][role == 0 ? 0 : 1]);
+        if (site.empty()) continue;
+        agg.merge(site);
+        // A thread that ran several sites counts once per site here: exact
+        // for one site, an upper bound (capped below) for several.
+        threads = std::max(threads, sites[i].threads[static_cast<std::size_t>(role)]);
+        const PhaseInfo& info = phase_info_[id];
+        rows.push_back(
+            PhaseCallSite{info.file, info.line, to_distribution_ms(site.inclusive(), site.inclusive_histogram)});
+      }
       if (agg.empty()) continue;
       PhaseSummary p;
-      p.name = phase_info_[id].name;
-      p.kind = phase_info_[id].kind;
+      p.name = first.name;
+      p.kind = first.kind;
       p.thread_role = static_cast<ThreadRole>(role);
       p.count = agg.count();
       p.host_ms = to_distribution_ms(agg.inclusive(), agg.inclusive_histogram);
@@ -462,15 +567,16 @@ void Aggregator::fill_report(Report& report) const {
       if (p.thread_role == ThreadRole::step && step_total_ms > 0) p.share_of_step = p.self_ms.total / step_total_ms;
       if (p.thread_role == ThreadRole::background && agg.overlap_measured_ns > 0)
         p.overlap_with_steps = static_cast<double>(agg.overlap_ns) / static_cast<double>(agg.overlap_measured_ns);
-      if (id < device_.size()) {
-        // Device time belongs to the step role when recorded in a step, else
-        // to whichever non-step role the phase has.
-        const DurationStats& dev = device_[id][role == 0 ? 0 : 1];
-        if (dev.moments.count() > 0 && (role == 0 || by_role[1].empty() || role == 1))
-          p.device_ms = dev.to_distribution_ms();
-      }
-      p.threads = threads[role];
+      if (device.moments.count() > 0) p.device_ms = device.to_distribution_ms();
+      p.threads = threads;
       p.histogram = agg.inclusive_histogram.to_data();
+      if (rows.size() > 1) {
+        std::stable_sort(rows.begin(), rows.end(), [](const PhaseCallSite& a, const PhaseCallSite& b) {
+          return a.host_ms.total > b.host_ms.total;
+        });
+        p.sites = std::move(rows);
+        p.sites_merged = group.sites_merged;
+      }
       report.phases.push_back(std::move(p));
     }
   }
@@ -479,7 +585,6 @@ void Aggregator::fill_report(Report& report) const {
     if (a.thread_role != b.thread_role) return a.thread_role < b.thread_role;
     return a.self_ms.total > b.self_ms.total;
   });
-  report.total_records = records_;
 }
 
 }  // namespace stepscope::detail

@@ -31,6 +31,9 @@ struct AggregatorOptions {
 };
 
 inline constexpr int kKindCount = 5;  // PhaseKind values
+// Call sites kept apart per phase name; more share one "(other call sites)"
+// row, so a name used in generated code cannot grow the report without bound.
+inline constexpr std::size_t kMaxSitesPerPhase = 16;
 
 // Aggregates of one phase on one thread, split in-step / not-in-step.
 //
@@ -113,9 +116,20 @@ class Aggregator {
   void fill_report(Report& report) const;
 
  private:
+  // One call site (file:line) of a phase: the unit the aggregates are kept
+  // in. Sites with the same kind and name are one phase (a PhaseGroup) in
+  // the report, with per-site rows when there are several.
   struct PhaseInfo {
     std::string name;
     PhaseKind kind;
+    std::uint32_t group;
+    std::string file;
+    int line;
+  };
+  struct PhaseGroup {
+    std::vector<std::uint32_t> ids;                 // into phase_info_, at most kMaxSitesPerPhase + 1
+    std::uint32_t overflow_id = ~std::uint32_t{0};  // "(other call sites)"; none yet
+    std::uint64_t sites_merged = 0;                 // distinct sites folded into it
   };
   struct ThreadInfo {
     std::int64_t os_tid = 0;
@@ -128,6 +142,12 @@ class Aggregator {
     std::array<std::uint64_t, 257> child_ns{};
     // Self time by kind within the step in progress on this thread.
     std::array<std::uint64_t, kKindCount> step_kind_ns{};
+    // Between steps: when this thread's last outermost step ended (ticks),
+    // and the self time of input phases it ran since (the fetch of a
+    // range-for header), which the next step's breakdown counts as input.
+    std::uint64_t last_step_end = 0;
+    bool ended_a_step = false;
+    std::uint64_t between_input_ns = 0;
     // [phase id][0: in step, 1: not in step]
     std::vector<std::array<PhaseAggregate, 2>> phases;
     // Cache from (call site, in step) to the aggregate it feeds, so a record
@@ -164,6 +184,8 @@ class Aggregator {
   struct StepPoint {  // accumulates one series point
     std::uint64_t first_step = 0, n = 0;
     std::uint64_t wall_ns = 0, unattributed_ns = 0;
+    std::uint64_t between_ns = 0;        // gaps before its steps, in no input phase
+    std::uint64_t between_input_ns = 0;  // input phases in those gaps (also in kind_ns)
     std::array<std::uint64_t, kKindCount> kind_ns{};
     double rss_mb = 0;
   };
@@ -202,6 +224,14 @@ class Aggregator {
                      std::uint64_t child_ns, std::uint64_t self_ns, bool warm);
   void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
+  // The time between this step and the thread's previous one (0 for its
+  // first, and for steps nested in another): updates the coverage totals.
+  struct StepGap {
+    std::uint64_t input_ns = 0, other_ns = 0;  // in input phases / the rest
+  };
+  StepGap gap_before(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
+  std::uint32_t site_id_in_group(std::uint32_t group, const PhaseSite* site);
+  void fill_phases(Report& report, double step_total_ms) const;
   void add_step_interval(const PhaseRecord& r);
   void settle_pending();
   void add_background(ThreadId thread, std::uint32_t phase, const PhaseRecord& r);
@@ -213,7 +243,8 @@ class Aggregator {
   const TickConverter* clock_;
   std::vector<PhaseInfo> phase_info_;
   std::unordered_map<const PhaseSite*, std::uint32_t> site_ids_;
-  std::unordered_map<std::string, std::uint32_t> name_ids_;  // "kind/name"
+  std::vector<PhaseGroup> groups_;
+  std::unordered_map<std::string, std::uint32_t> name_groups_;  // "kind/name" -> groups_ index
   // Direct-mapped cache in front of site_ids_, for what misses a thread's
   // slot cache (and for device times): a shift and a compare instead of a
   // hash-map lookup.
@@ -249,6 +280,10 @@ class Aggregator {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> step_union_;
   std::uint64_t step_union_begin_ = 0, step_union_end_ = 0;
   void add_to_step_union(std::uint64_t start, std::uint64_t end);
+  // Coverage: outermost steps' wall time, and the gaps between consecutive
+  // ones on the same thread (all steps, warm-up included).
+  std::uint64_t covered_ns_ = 0, gap_ns_ = 0, gap_input_ns_ = 0;
+  std::uint64_t gaps_ = 0;  // gaps measured (steps that followed another on their thread)
 
   // Series: closed points + the point being filled.
   std::vector<StepPoint> series_;

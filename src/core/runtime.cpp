@@ -283,6 +283,7 @@ bool g_exit_key_ok = false;
 void on_thread_exit(void* value) {
   auto* state = static_cast<ThreadState*>(value);
   if (state == nullptr || state->ring == nullptr) return;
+  close_next_step(*state);  // the thread's last next_step() step ends with it
   Runtime& rt = runtime();
   if (rt.registry != nullptr && !rt.forked_child) rt.registry->retire(state->ring);
   state->ring = nullptr;
@@ -681,6 +682,9 @@ std::string finish_run(const char* ended_by) noexcept {
       return rt.written_path;
     }
     rt.finished = true;
+    // The calling thread's last next_step() step ends here (before the
+    // collector's final drain); other threads' end when they exit.
+    close_next_step(t_thread_state);
     // Scopes opened from now on do not record; scopes already open still
     // push into their rings, which nobody drains any more (harmless).
     g_mode.store(kModeDisabled, std::memory_order_release);

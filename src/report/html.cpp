@@ -284,6 +284,9 @@ void breakdown_section(std::string& o, const Report& r) {
     double total = 0;
     for (double p : parts) total += std::max(0.0, p);
     for (double p : carved) total += std::max(0.0, p);
+    // Time between steps (see StepBreakdown) closes the bar, in light grey.
+    const double between = std::max(0.0, s.breakdown.between_steps_ms);
+    total += between;
     o +=
         "<svg id=\"breakdown-chart\" class=\"chart\" viewBox=\"0 0 1000 46\" preserveAspectRatio=\"none\" role=\"img\" "
         "aria-label=\"mean step breakdown\">";
@@ -306,6 +309,11 @@ void breakdown_section(std::string& o, const Report& r) {
           xy(width), kCarvedParts[k].color, kCarvedParts[k].name, ms(part), pct(part / s.breakdown.wall_ms));
       x += width;
     }
+    if (between > 0)
+      o += fmt::format(
+          "<rect x=\"{}\" y=\"0\" width=\"{}\" height=\"46\" fill=\"#d0d0d0\"><title>between steps: {} ms "
+          "({})</title></rect>",
+          xy(x), xy(between / total * 1000), ms(between), pct(between / s.breakdown.wall_ms));
     o += "</svg>";
     legend(o);
     o += "<table "
@@ -326,8 +334,21 @@ void breakdown_section(std::string& o, const Report& r) {
           kCarvedParts[k].color, kCarvedParts[k].name, ms(carved[k]),
           s.breakdown.wall_ms > 0 ? pct(carved[k] / s.breakdown.wall_ms) : "–", kCarvedParts[k].meaning);
     }
+    if (s.breakdown.between_steps_ms > 0)
+      o += fmt::format(
+          "<tr id=\"between-steps\"><td><i class=\"sw\" style=\"background:#d0d0d0\"></i>between steps</td><td "
+          "class=\"n\">{}</td><td class=\"n\">{}</td><td>on the step thread between two steps, in no input phase "
+          "(an uninstrumented fetch in the loop header, evaluation, logging)</td></tr>",
+          ms(s.breakdown.between_steps_ms),
+          s.breakdown.wall_ms > 0 ? pct(s.breakdown.between_steps_ms / s.breakdown.wall_ms) : "–");
     o += "</tbody></table>";
   }
+  if (s.coverage)
+    o += fmt::format(
+        "<p id=\"coverage\" class=\"{}\">Steps cover <b>{}</b> of the step thread's time from its first step to "
+        "its last: {} ms fell between steps, {} ms of it in input phases (counted as the input wait of the step "
+        "that follows).</p>",
+        *s.coverage < 0.9 ? "warn" : "note", pct(*s.coverage), ms(s.between_steps_ms), ms(s.between_steps_input_ms));
   o += "</section>\n";
 }
 
@@ -468,6 +489,31 @@ std::string sparkline(const HistogramData& h, double min_ms, double max_ms) {
   return o + "</svg>";
 }
 
+// Phases whose name is used at several call sites: one row per site.
+void call_sites_table(std::string& o, const Report& r) {
+  bool any = false;
+  for (const auto& p : r.phases) any = any || !p.sites.empty();
+  if (!any) return;
+  o += "<h3>Call sites</h3><p class=\"note\">Phases whose name is used in more than one place: the row above "
+       "merges them; here each place on its own.</p><table id=\"call-sites\" class=\"stats\"><thead><tr>"
+       "<th>phase</th><th>role</th><th>file:line</th><th>count</th><th>mean ms</th><th>p50</th><th>p99</th></tr>"
+       "</thead><tbody>";
+  for (const auto& p : r.phases) {
+    for (const auto& site : p.sites)
+      o += fmt::format(
+          "<tr><td class=\"name\">{}</td><td>{}</td><td>{}:{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+          "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+          esc(p.name), to_string(p.thread_role), esc(site.file), site.line, site.host_ms.count, ms(site.host_ms.mean),
+          ms(site.host_ms.p50), ms(site.host_ms.p99));
+    if (p.sites_merged > 0)
+      o += fmt::format(
+          "<tr><td class=\"name\">{}</td><td colspan=\"6\">{} more call sites merged into "
+          "\"(other call sites)\"</td></tr>",
+          esc(p.name), p.sites_merged);
+  }
+  o += "</tbody></table>";
+}
+
 void phases_section(std::string& o, const Report& r) {
   o += "<section id=\"phases\" class=\"card\"><h2>Phases</h2>";
   if (r.phases.empty()) {
@@ -535,7 +581,9 @@ void phases_section(std::string& o, const Report& r) {
     }
     o += "<td>" + sparkline(p.histogram, d.min, d.max) + "</td></tr>";
   }
-  o += "</tbody></table></section>\n";
+  o += "</tbody></table>";
+  call_sites_table(o, r);
+  o += "</section>\n";
 }
 
 void what_if_section(std::string& o, const Report& r) {

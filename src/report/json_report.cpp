@@ -309,11 +309,17 @@ HistogramData hist_from(const Field& j) {
 }
 
 json to_j(const StepBreakdown& b) {
-  return json{{"wall_ms", num(b.wall_ms)},         {"input_ms", num(b.input_ms)},
-              {"compute_ms", num(b.compute_ms)},   {"memory_ms", num(b.memory_ms)},
-              {"communication_ms", num(b.communication_ms)}, {"other_ms", num(b.other_ms)},
-              {"unattributed_ms", num(b.unattributed_ms)}, {"cpu_wait_ms", num(b.cpu_wait_ms)},
-              {"page_fault_ms", num(b.page_fault_ms)}};
+  return json{{"wall_ms", num(b.wall_ms)},
+              {"input_ms", num(b.input_ms)},
+              {"compute_ms", num(b.compute_ms)},
+              {"memory_ms", num(b.memory_ms)},
+              {"communication_ms", num(b.communication_ms)},
+              {"other_ms", num(b.other_ms)},
+              {"unattributed_ms", num(b.unattributed_ms)},
+              {"cpu_wait_ms", num(b.cpu_wait_ms)},
+              {"page_fault_ms", num(b.page_fault_ms)},
+              {"between_steps_input_ms", num(b.between_steps_input_ms)},
+              {"between_steps_ms", num(b.between_steps_ms)}};
 }
 StepBreakdown breakdown_from(const Field& j) {
   StepBreakdown b;
@@ -326,6 +332,8 @@ StepBreakdown breakdown_from(const Field& j) {
   b.unattributed_ms = get_num(j, "unattributed_ms");
   b.cpu_wait_ms = get_num(j, "cpu_wait_ms");
   b.page_fault_ms = get_num(j, "page_fault_ms");
+  b.between_steps_input_ms = get_num(j, "between_steps_input_ms");
+  b.between_steps_ms = get_num(j, "between_steps_ms");
   return b;
 }
 
@@ -341,10 +349,17 @@ std::vector<double> nums_from(const Field& j, const char* key) {
 }
 
 json to_j(const StepSeries& s) {
-  return json{{"stride", s.stride},        {"first_step", s.first_step},   {"wall_ms", nums(s.wall_ms)},
-              {"input_ms", nums(s.input_ms)}, {"compute_ms", nums(s.compute_ms)}, {"memory_ms", nums(s.memory_ms)},
-              {"communication_ms", nums(s.communication_ms)}, {"other_ms", nums(s.other_ms)},
-              {"unattributed_ms", nums(s.unattributed_ms)}, {"rss_mb", nums(s.rss_mb)}};
+  return json{{"stride", s.stride},
+              {"first_step", s.first_step},
+              {"wall_ms", nums(s.wall_ms)},
+              {"input_ms", nums(s.input_ms)},
+              {"compute_ms", nums(s.compute_ms)},
+              {"memory_ms", nums(s.memory_ms)},
+              {"communication_ms", nums(s.communication_ms)},
+              {"other_ms", nums(s.other_ms)},
+              {"unattributed_ms", nums(s.unattributed_ms)},
+              {"between_steps_ms", nums(s.between_steps_ms)},
+              {"rss_mb", nums(s.rss_mb)}};
 }
 StepSeries series_from(const Field& j) {
   StepSeries s;
@@ -358,6 +373,7 @@ StepSeries series_from(const Field& j) {
   s.communication_ms = nums_from(j, "communication_ms");
   s.other_ms = nums_from(j, "other_ms");
   s.unattributed_ms = nums_from(j, "unattributed_ms");
+  s.between_steps_ms = nums_from(j, "between_steps_ms");
   s.rss_mb = nums_from(j, "rss_mb");
   return s;
 }
@@ -480,6 +496,13 @@ json to_j(const PhaseSummary& p) {
          {"histogram", to_j(p.histogram)}};
   j["overlap_with_steps"] = p.overlap_with_steps ? num(*p.overlap_with_steps) : json(nullptr);
   j["device_ms"] = p.device_ms ? to_j(*p.device_ms) : json(nullptr);
+  if (!p.sites.empty()) {
+    json sites = json::array();
+    for (const PhaseCallSite& site : p.sites)
+      sites.push_back(json{{"file", site.file}, {"line", site.line}, {"host_ms", to_j(site.host_ms)}});
+    j["sites"] = std::move(sites);
+    j["sites_merged"] = p.sites_merged;
+  }
   return j;
 }
 PhaseSummary phase_from(const Field& j) {
@@ -497,6 +520,14 @@ PhaseSummary phase_from(const Field& j) {
   p.histogram = hist_from(get_obj(j, "histogram"));
   if (j.find("overlap_with_steps") != nullptr) p.overlap_with_steps = get_num(j, "overlap_with_steps");
   if (j.find("device_ms") != nullptr) p.device_ms = dist_from(get_obj(j, "device_ms"));
+  for (const Field& x : get_arr(j, "sites")) {
+    PhaseCallSite site;
+    site.file = get_str(x, "file");
+    site.line = get_int(x, "line", 0, 0, INT32_MAX);
+    site.host_ms = dist_from(get_obj(x, "host_ms"));
+    p.sites.push_back(std::move(site));
+  }
+  p.sites_merged = get_u64(j, "sites_merged");
   return p;
 }
 
@@ -675,7 +706,10 @@ json to_j(const Report& r) {
              // Derived, for scripts: the accounting the verdict and the summary use.
              {"settled_breakdown", to_j(settled_breakdown(r))},
              {"series", to_j(r.steps.series)},
-             {"histogram", to_j(r.steps.histogram)}};
+             {"histogram", to_j(r.steps.histogram)},
+             {"coverage", r.steps.coverage ? num(*r.steps.coverage) : json(nullptr)},
+             {"between_steps_ms", num(r.steps.between_steps_ms)},
+             {"between_steps_input_ms", num(r.steps.between_steps_input_ms)}};
   json phases = json::array();
   for (const auto& p : r.phases) phases.push_back(to_j(p));
   json findings = json::array();
@@ -771,6 +805,9 @@ Report report_from(const json& document) {
   r.steps.breakdown = breakdown_from(get_obj(steps, "breakdown"));
   r.steps.series = series_from(get_obj(steps, "series"));
   r.steps.histogram = hist_from(get_obj(steps, "histogram"));
+  if (steps.find("coverage") != nullptr) r.steps.coverage = get_num(steps, "coverage");
+  r.steps.between_steps_ms = get_num(steps, "between_steps_ms");
+  r.steps.between_steps_input_ms = get_num(steps, "between_steps_input_ms");
   if (j.find("phases") == nullptr) bad_field("phases", "missing (every report has it)");
   for (const Field& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
   r.dropped_records = get_u64(j, "dropped_records");

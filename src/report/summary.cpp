@@ -46,17 +46,22 @@ std::string format_summary(const Report& r) {
     const std::pair<const char*, double> parts[] = {{"input", b.input_ms},   {"compute", b.compute_ms},
                                                     {"memory", b.memory_ms}, {"communication", b.communication_ms},
                                                     {"other", b.other_ms},   {"unattributed", b.unattributed_ms}};
-    for (const auto& [name, ms] : parts) {
+    auto part_line = [&](const char* name, double ms) {
       const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
       line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
-    }
+    };
+    for (const auto& [name, ms] : parts) part_line(name, ms);
     // Parts carved out of the rows above (which are shown net of them).
     const std::pair<const char*, double> carved[] = {{"cpu wait", b.cpu_wait_ms}, {"page faults", b.page_fault_ms}};
-    for (const auto& [name, ms] : carved) {
-      if (ms <= 0) continue;
-      const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
-      line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
-    }
+    for (const auto& [name, ms] : carved)
+      if (ms > 0) part_line(name, ms);
+    // Only when the loop has time outside its steps (see StepBreakdown).
+    if (b.between_steps_ms > 0) part_line("between steps", b.between_steps_ms);
+    if (r.steps.coverage)
+      line(
+          fmt::format("steps cover {:.1f}% of the step thread's time from the first step to the last ({:.1f} ms "
+                      "between steps, {:.1f} ms of it in input phases, counted as the next step's input)",
+                      *r.steps.coverage * 100, r.steps.between_steps_ms, r.steps.between_steps_input_ms));
   } else {
     line(fmt::format("steps: none measured ({} warm-up excluded)", r.steps.warmup_excluded));
   }
@@ -71,6 +76,11 @@ std::string format_summary(const Report& r) {
                        p.host_ms.mean, p.host_ms.p50, p.host_ms.p99, p.self_ms.mean, share));
       if (p.device_ms)
         line(fmt::format("  {:<20} device: mean {:.3f} ms, p99 {:.3f} ms", "", p.device_ms->mean, p.device_ms->p99));
+      for (const auto& site : p.sites)
+        line(fmt::format("    at {}:{} — {} × mean {:.3f} ms, p50 {:.3f}, p99 {:.3f}", site.file, site.line,
+                         site.host_ms.count, site.host_ms.mean, site.host_ms.p50, site.host_ms.p99));
+      if (p.sites_merged > 0)
+        line(fmt::format("    ({} more call sites merged into \"(other call sites)\")", p.sites_merged));
     }
   }
   const Verdict& v = r.bottleneck;

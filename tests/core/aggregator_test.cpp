@@ -67,10 +67,12 @@ TEST_CASE("nested phases: self and inclusive time, breakdown adds up to the step
   options.warmup_steps = 0;
   Aggregator agg(options, &f.clock);
   const auto t = agg.add_thread(1);
-  for (std::uint32_t s = 1; s <= 10; ++s) push_step(agg, t, s * 1'000'000ull, s);
+  // Back to back (100 us apart): nothing between steps.
+  for (std::uint32_t s = 1; s <= 10; ++s) push_step(agg, t, s * 100'000ull, s);
   Report r;
   agg.fill_report(r);
   REQUIRE(r.steps.count == 10);
+  REQUIRE(r.steps.coverage == Approx(1.0));
   REQUIRE(r.steps.wall_ms.mean == Approx(0.1));
   const auto* forward = find(r, "forward", ThreadRole::step);
   const auto* matmul = find(r, "matmul", ThreadRole::step);
@@ -102,7 +104,16 @@ TEST_CASE("call sites with the same name are one phase", "[aggregator]") {
   agg.consume(t, rec(kStep, 0, 3000, 1, 0, true));
   Report r;
   agg.fill_report(r);
-  REQUIRE(find(r, "forward", ThreadRole::step)->count == 2);
+  const PhaseSummary* forward = find(r, "forward", ThreadRole::step);
+  REQUIRE(forward->count == 2);
+  // ... with a row per call site, most time first.
+  REQUIRE(forward->sites.size() == 2);
+  CHECK(forward->sites[0].line == kForwardOtherSite.line);
+  CHECK(forward->sites[0].host_ms.mean == Approx(0.002));
+  CHECK(forward->sites[1].line == kForward.line);
+  CHECK(forward->sites[1].host_ms.count == 1);
+  CHECK(forward->sites[0].file == __FILE__);
+  CHECK(forward->host_ms.mean == Approx(0.0015));
 }
 
 TEST_CASE("background phases are off the critical path, with their overlap", "[aggregator]") {
@@ -192,7 +203,10 @@ TEST_CASE("the step series stays bounded and keeps the totals", "[aggregator]") 
     steps += n;
   }
   REQUIRE(steps == 1000);
-  REQUIRE(weighted / steps == Approx(r.steps.wall_ms.mean));
+  // The points hold each step with the gap before it (the steps here are
+  // far apart), as the breakdown does.
+  REQUIRE(weighted / steps == Approx(r.steps.breakdown.wall_ms));
+  REQUIRE(r.steps.breakdown.wall_ms > r.steps.wall_ms.mean);
 }
 
 TEST_CASE("a retired thread's statistics stay in the report", "[aggregator]") {
@@ -561,4 +575,118 @@ TEST_CASE("background overlap is exact when several step threads complete steps 
     REQUIRE(*decode->overlap_with_steps ==
             Approx(static_cast<double>(expected) / static_cast<double>(measured)).epsilon(1e-9));
   }
+}
+
+TEST_CASE("coverage: time between steps, and input between steps counted as the next step's input",
+          "[aggregator][coverage]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  const auto t = agg.add_thread(1);
+  const auto loader = agg.add_thread(2);
+  const std::uint64_t us = 1000;
+  // Steps [0,100], [150,250], [300,400] us. Between them the step thread
+  // fetches: [100,140] (10 us of the gap in no phase) and [250,300] (all of
+  // it). A background thread's input between steps is not the step's wait.
+  agg.consume(t, rec(kStep, 0, 100 * us, 1, 0, true));
+  agg.consume(t, rec(kData, 100 * us, 140 * us, 1, 0, false));
+  agg.consume(loader, rec(kDecode, 100 * us, 150 * us, 1, 0, false));
+  agg.consume(t, rec(kForward, 150 * us, 250 * us, 2, 1, true));
+  agg.consume(t, rec(kStep, 150 * us, 250 * us, 2, 0, true));
+  agg.consume(t, rec(kData, 250 * us, 300 * us, 2, 0, false));
+  agg.consume(t, rec(kStep, 300 * us, 400 * us, 3, 0, true));
+  agg.flush_pending();
+  Report r;
+  agg.fill_report(r);
+  REQUIRE(r.steps.count == 3);
+  REQUIRE(r.steps.coverage.has_value());
+  CHECK(*r.steps.coverage == Approx(300.0 / 400.0));
+  CHECK(r.steps.between_steps_ms == Approx(0.100));
+  CHECK(r.steps.between_steps_input_ms == Approx(0.090));
+  // Per measured step: the step scopes' own 100 us plus the gaps, split.
+  const StepBreakdown& b = r.steps.breakdown;
+  CHECK(r.steps.wall_ms.mean == Approx(0.100));
+  CHECK(b.wall_ms == Approx((300.0 + 100.0) / 3 * 1e-3));
+  CHECK(b.between_steps_input_ms == Approx(0.090 / 3));
+  CHECK(b.input_ms == Approx(0.090 / 3));  // only the between-step fetches are input here
+  CHECK(b.between_steps_ms == Approx(0.010 / 3));
+  CHECK(b.compute_ms == Approx(0.100 / 3));
+  CHECK(b.input_ms + b.compute_ms + b.memory_ms + b.communication_ms + b.other_ms + b.unattributed_ms +
+            b.between_steps_ms ==
+        Approx(b.wall_ms));
+  // The series holds the same accounting.
+  double series_between = 0;
+  for (double x : r.steps.series.between_steps_ms) series_between += x;
+  CHECK(series_between == Approx(0.010));  // stride 1: the points are the steps
+  // The fetches stay visible as a phase outside steps.
+  const PhaseSummary* data = find(r, "data", ThreadRole::outside_step);
+  REQUIRE(data);
+  CHECK(data->count == 2);
+}
+
+TEST_CASE("coverage: nested steps count once; one step gives no coverage; warm-up steps count",
+          "[aggregator][coverage]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 1;
+  Aggregator agg(options, &f.clock);
+  const auto t = agg.add_thread(1);
+  agg.consume(t, rec(kStep, 0, 1000, 1, 0, true));
+  Report one;
+  agg.fill_report(one);
+  CHECK_FALSE(one.steps.coverage.has_value());
+  // A step nested in another (a STEPSCOPE_STEP inside a steps() loop).
+  agg.consume(t, PhaseRecord{&kStep, 1500, 1800, 3, 1, 1, kRecordInStep | kRecordIsStep | kRecordNestedStep});
+  agg.consume(t, rec(kStep, 1000, 2000, 2, 0, true));
+  agg.consume(t, rec(kStep, 3000, 4000, 4, 0, true));
+  Report r;
+  agg.fill_report(r);
+  REQUIRE(r.steps.coverage.has_value());
+  CHECK(*r.steps.coverage == Approx(3000.0 / 4000.0));
+  CHECK(r.steps.between_steps_ms == Approx(1000 * 1e-6));
+}
+
+TEST_CASE("per-site rows are capped; the rest share one row and are counted", "[aggregator][sites]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  const auto t = agg.add_thread(1);
+  constexpr int kSites = static_cast<int>(kMaxSitesPerPhase) + 4;
+  std::vector<PhaseSite> sites;
+  for (int i = 0; i < kSites; ++i)
+    sites.push_back(PhaseSite{"backward", PhaseKind::compute, false, "model.cpp", 100 + i});
+  // The same place spelled by a second site object (a second translation unit).
+  const std::string file_copy = "model.cpp";
+  const PhaseSite again{"backward", PhaseKind::compute, false, file_copy.c_str(), 100};
+  std::uint64_t now = 0;
+  for (int i = 0; i < kSites; ++i) {
+    agg.consume(t, rec(sites[static_cast<std::size_t>(i)], now, now + 1000 * (i + 1), 1, 1, true));
+    now += 1000 * (i + 1);
+  }
+  agg.consume(t, rec(again, now, now + 1000, 1, 1, true));
+  agg.consume(t, rec(kStep, 0, now + 1000, 1, 0, true));
+  Report r;
+  agg.fill_report(r);
+  const PhaseSummary* backward = find(r, "backward", ThreadRole::step);
+  REQUIRE(backward);
+  CHECK(backward->count == static_cast<std::uint64_t>(kSites) + 1);
+  REQUIRE(backward->sites.size() == kMaxSitesPerPhase + 1);
+  CHECK(backward->sites_merged == 4);
+  std::uint64_t in_rows = 0;
+  bool other_row = false;
+  for (const auto& s : backward->sites) {
+    in_rows += s.host_ms.count;
+    if (s.file == "(other call sites)") {
+      other_row = true;
+      CHECK(s.host_ms.count == 4);
+    }
+    if (s.line == 100) CHECK(s.host_ms.count == 2);  // both spellings of model.cpp:100
+  }
+  CHECK(other_row);
+  CHECK(in_rows == backward->count);
+  // Most time first.
+  for (std::size_t i = 1; i < backward->sites.size(); ++i)
+    CHECK(backward->sites[i - 1].host_ms.total >= backward->sites[i].host_ms.total);
 }

@@ -1,0 +1,305 @@
+// stepscope/steps.hpp — step boundaries the way training loops are written.
+//
+//   for (auto& batch : stepscope::steps(*loader)) {   // one iteration = one step
+//     { STEPSCOPE_PHASE("forward"); loss = model.forward(batch); }
+//     { STEPSCOPE_PHASE("backward"); loss.backward(); }
+//   }
+//
+// A range-for fetches the next batch in the loop header (begin() and
+// operator++ of a torch::data loader, operator++ of an input iterator), i.e.
+// *between* the bodies: STEPSCOPE_STEP() inside the body never sees it. The
+// adaptor makes the fetch the `data` phase (kind input) of the step it feeds:
+// each step runs from the start of its fetch (begin(), operator++, and the
+// comparison with end(), where a torch::data iterator fetches its first batch
+// lazily) to the start of the next fetch,
+// or to the end of the loop (break, return or an exception included: the last
+// step closes when the adaptor is destroyed). A fetch that finds the end of
+// the range is a `data` phase outside any step.
+//
+// For loops that cannot take a range (a while loop over a queue, a callback
+// per batch), next_step() is the marker, like the PyTorch profiler's
+// prof.step(): it ends the step it opened last on this thread and opens the
+// next; the last one closes at finish() or when the thread exits.
+//
+//   while (auto batch = queue.pop()) { stepscope::next_step(); train(*batch); }
+//
+// Cost when enabled: a step and a data record per iteration (two clock reads,
+// two ring pushes) — less than STEPSCOPE_STEP() plus a "data" scope, which
+// read the clock four times; no lock, allocation or system call after the
+// call site's first use on a thread. STEPSCOPE_ENABLE=0: steps() returns
+// its argument and next_step() is empty.
+//
+// Both record the caller's file:line (default arguments), so the report can
+// tell call sites apart. Call next_step() at the loop's top level, outside
+// STEPSCOPE_PHASE scopes.
+#pragma once
+
+#include <stepscope/phase.hpp>
+
+#include <cstddef>
+#include <iterator>
+#include <type_traits>
+#include <utility>
+
+#ifndef STEPSCOPE_ENABLE
+#define STEPSCOPE_ENABLE 1
+#endif
+
+namespace stepscope {
+namespace detail {
+
+// The sites of one steps() / next_step() call site: built once per call site
+// (file, line) in the process, in static storage, so records can point at them
+// for as long as the collector may read them.
+struct StepCallSite {
+  PhaseSite step;  // "step", is_step
+  PhaseSite data;  // "data", kind input
+};
+
+// Cold: the call site's sites (a lock and a scan the first time a call site is
+// seen in the process; no allocation: a fixed pool, and past it one shared
+// site whose file is "(other call sites)").
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE const StepCallSite* step_call_site_slow(const char* file, int line) noexcept;
+
+// Per-thread cache in front of it: a call site in a loop finds its sites with
+// one compare. Direct-mapped on the line; trivial, so the thread_local needs
+// no guard.
+struct StepCallSiteCache {
+  static constexpr std::size_t kSize = 8;
+  struct Entry {
+    const char* file;
+    int line;
+    const StepCallSite* sites;
+  };
+  Entry entries[kSize];
+};
+STEPSCOPE_API inline thread_local StepCallSiteCache t_step_call_sites{};
+
+STEPSCOPE_DETAIL_ALWAYS_INLINE const StepCallSite* step_call_site(const char* file, int line) noexcept {
+  StepCallSiteCache::Entry& e = t_step_call_sites.entries[static_cast<std::size_t>(line) % StepCallSiteCache::kSize];
+  if (STEPSCOPE_DETAIL_LIKELY(e.file == file && e.line == line && e.sites != nullptr)) return e.sites;
+  const StepCallSite* sites = step_call_site_slow(file, line);
+  e = StepCallSiteCache::Entry{file, line, sites};
+  return sites;
+}
+
+// What a steps() loop has open: the step and its fetch. Lives in the range
+// object, on the stack of the loop's caller.
+class StepLoop {
+ public:
+  explicit StepLoop(const StepCallSite* sites) noexcept : sites_(sites) {}
+  StepLoop(const StepLoop&) = delete;
+  StepLoop& operator=(const StepLoop&) = delete;
+  ~StepLoop() { end_loop(); }
+
+  // Before begin() / operator++ of the wrapped iterator: the step in
+  // progress ends and the fetch of the next batch starts (one clock read).
+  STEPSCOPE_DETAIL_ALWAYS_INLINE void fetch_starts() noexcept {
+    end_data(0);
+    std::uint64_t now = 0;
+    if (step_.active) {
+      now = read_ticks();
+      close_step(t_thread_state, step_, now);
+    }
+    fetching_ = false;
+    if (!scope_enabled()) return;
+    ThreadState& ts = t_thread_state;
+    if (STEPSCOPE_DETAIL_UNLIKELY(ts.ring == nullptr) && register_thread(ts) == nullptr) return;
+    fetching_ = true;
+    device_slot_ = 0;
+    if (DeviceBeginHook hook = g_device_begin.load(std::memory_order_relaxed)) device_slot_ = hook(&sites_->data);
+    ts.ring->current_kind.store(static_cast<std::uint8_t>(PhaseKind::input), std::memory_order_relaxed);
+    fetch_start_ = now != 0 && device_slot_ == 0 ? now : read_ticks();
+  }
+
+  // The loop compared the iterator with the end: the fetch either produced
+  // a batch (the step it feeds opens, back-dated to the fetch's start) or
+  // found the end (the fetch is recorded outside any step). Repeated
+  // comparisons after the first change nothing.
+  STEPSCOPE_DETAIL_ALWAYS_INLINE void fetched(bool more) noexcept {
+    if (!fetching_) return;
+    fetching_ = false;
+    ThreadState& ts = t_thread_state;
+    if (more) {
+      open_step(ts, step_, &sites_->step, fetch_start_);
+      data_pending_ = true;
+      return;
+    }
+    end_device();
+    const std::uint64_t end = read_ticks();
+    ts.ring->current_kind.store(ts.depth == 0 ? 0xff : ts.kind_stack[ts.depth - 1], std::memory_order_relaxed);
+    push_record(
+        ts, PhaseRecord{&sites_->data, fetch_start_, end, g_steps_started.load(std::memory_order_relaxed), device_slot_,
+                        ts.depth, static_cast<std::uint8_t>(ts.step_depth != 0 ? kRecordInStep : 0)});
+  }
+
+  // After the dereference that hands the batch to the body: the data phase
+  // ends (a lazy iterator's work in operator* is part of the fetch).
+  STEPSCOPE_DETAIL_ALWAYS_INLINE void dereferenced() noexcept {
+    if (STEPSCOPE_DETAIL_LIKELY(data_pending_)) end_data(read_ticks());
+  }
+
+  // The loop is over (normally, by break/return, or by an exception).
+  void end_loop() noexcept {
+    if (!fetching_ && !data_pending_ && !step_.active) return;
+    const std::uint64_t now = read_ticks();
+    if (fetching_) fetched(false);  // a fetch that threw: outside any step
+    end_data(now);
+    if (step_.active) close_step(t_thread_state, step_, now);
+  }
+
+ private:
+  void end_device() noexcept {
+    if (device_slot_ == 0) return;
+    if (DeviceEndHook hook = g_device_end.load(std::memory_order_relaxed)) hook(device_slot_);
+  }
+  // Pushes the pending data record, ending at `end` (0: now).
+  STEPSCOPE_DETAIL_ALWAYS_INLINE void end_data(std::uint64_t end) noexcept {
+    if (!data_pending_) return;
+    data_pending_ = false;
+    end_device();
+    if (end == 0) end = read_ticks();
+    ThreadState& ts = t_thread_state;
+    const std::uint8_t depth = step_.depth < kMaxDepth ? static_cast<std::uint8_t>(step_.depth + 1) : step_.depth;
+    ts.ring->current_kind.store(0xff, std::memory_order_relaxed);
+    push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, depth, kRecordInStep});
+  }
+
+  const StepCallSite* sites_;
+  OpenStep step_{};
+  std::uint64_t fetch_start_ = 0;
+  std::uint16_t device_slot_ = 0;
+  bool fetching_ = false;      // a fetch started and its outcome is not known yet
+  bool data_pending_ = false;  // the fetch fed step_ and its record is not pushed yet
+};
+
+using std::begin;
+using std::end;
+template <typename Range>
+using RangeIterator = decltype(begin(std::declval<Range&>()));
+template <typename Range>
+using RangeSentinel = decltype(end(std::declval<Range&>()));
+
+}  // namespace detail
+
+// Different definitions with STEPSCOPE_ENABLE on and off live in different
+// namespaces, so translation units built both ways can share a program.
+#if STEPSCOPE_ENABLE
+inline namespace steps_on {
+
+// What steps() returns: iterate it once with a range-for. Neither copyable nor
+// movable (it holds the loop's open step); `Range` is a reference for an
+// lvalue argument, a value for an rvalue.
+template <typename Range>
+class StepRange {
+  using Inner = std::remove_reference_t<Range>;
+  using InnerIterator = detail::RangeIterator<Inner>;
+  using InnerSentinel = detail::RangeSentinel<Inner>;
+
+ public:
+  // The end of the wrapped range; compared with an iterator only.
+  struct sentinel {
+    InnerSentinel end_;
+  };
+
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using reference = decltype(*std::declval<InnerIterator&>());
+    using value_type = std::remove_cv_t<std::remove_reference_t<reference>>;
+    using difference_type = std::ptrdiff_t;
+    using pointer = std::add_pointer_t<std::remove_reference_t<reference>>;
+
+    iterator(detail::StepLoop* loop, InnerIterator it) : loop_(loop), it_(std::move(it)) {}
+
+    // Not const: a torch::data iterator's operator* is not.
+    reference operator*() {
+      // The data phase ends once the batch is handed over, even if the
+      // dereference throws.
+      struct Done {
+        detail::StepLoop* loop;
+        ~Done() { loop->dereferenced(); }
+      } done{loop_};
+      return *it_;
+    }
+    iterator& operator++() {
+      loop_->fetch_starts();
+      ++it_;
+      return *this;
+    }
+    friend bool operator!=(const iterator& it, const sentinel& s) {
+      const bool more = it.it_ != s.end_;
+      it.loop_->fetched(more);
+      return more;
+    }
+    friend bool operator==(const iterator& it, const sentinel& s) { return !(it != s); }
+    friend bool operator!=(const sentinel& s, const iterator& it) { return it != s; }
+    friend bool operator==(const sentinel& s, const iterator& it) { return !(it != s); }
+
+   private:
+    detail::StepLoop* loop_;
+    InnerIterator it_;
+  };
+
+  StepRange(Range&& range, const detail::StepCallSite* sites) : range_(std::forward<Range>(range)), loop_(sites) {}
+  StepRange(const StepRange&) = delete;
+  StepRange& operator=(const StepRange&) = delete;
+
+  // The first fetch (a torch::data loader's begin() waits for the first batch).
+  iterator begin() {
+    using std::begin;
+    loop_.fetch_starts();
+    return iterator(&loop_, begin(range_));
+  }
+  sentinel end() {
+    using std::end;
+    return sentinel{end(range_)};
+  }
+
+ private:
+  Range range_;
+  detail::StepLoop loop_;
+};
+
+// Iterates `range` (a container, a torch::data loader — `*loader` —, any
+// range with begin()/end()), one step per element, each fetch timed as that
+// step's `data` phase. The argument is referenced if it is an lvalue, moved
+// into the adaptor if it is a temporary.
+template <typename Range>
+StepRange<Range> steps(Range&& range, const char* file = __builtin_FILE(), int line = __builtin_LINE()) noexcept(
+    std::is_lvalue_reference_v<Range> || std::is_nothrow_move_constructible_v<std::remove_reference_t<Range>>) {
+  return StepRange<Range>(std::forward<Range>(range), detail::step_call_site(file, line));
+}
+
+// Ends the step the previous call opened on this thread (if any) and opens
+// the next. One clock read, one ring push.
+STEPSCOPE_DETAIL_ALWAYS_INLINE void next_step(const char* file = __builtin_FILE(),
+                                              int line = __builtin_LINE()) noexcept {
+  detail::ThreadState& ts = detail::t_thread_state;
+  std::uint64_t now = 0;
+  if (ts.next_step.active) {
+    now = detail::read_ticks();
+    detail::close_step(ts, ts.next_step, now);
+  }
+  if (!detail::scope_enabled()) return;
+  if (STEPSCOPE_DETAIL_UNLIKELY(ts.ring == nullptr) && detail::register_thread(ts) == nullptr) return;
+  const detail::StepCallSite* sites = detail::step_call_site(file, line);
+  detail::open_step(ts, ts.next_step, &sites->step, now != 0 ? now : detail::read_ticks());
+}
+
+}  // namespace steps_on
+#else   // STEPSCOPE_ENABLE
+inline namespace steps_off {
+
+// Disabled at compile time: the loop iterates the range itself.
+template <typename Range>
+std::conditional_t<std::is_lvalue_reference_v<Range>, Range, std::remove_cv_t<std::remove_reference_t<Range>>> steps(
+    Range&& range, const char* = nullptr, int = 0) {
+  return std::forward<Range>(range);
+}
+inline void next_step(const char* = nullptr, int = 0) noexcept {}
+
+}  // namespace steps_off
+#endif  // STEPSCOPE_ENABLE
+
+}  // namespace stepscope

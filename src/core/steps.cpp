@@ -1,0 +1,70 @@
+// Cold paths of <stepscope/steps.hpp>: the sites of each steps() /
+// next_step() call site, and closing the step next_step() left open.
+//
+// Call sites live in a fixed pool in static storage: records point at their
+// sites for as long as the collector may read them (after the loop, after the
+// thread), and building one must not touch the application's heap (see
+// registry.hpp for why a stray malloc matters).
+#include <stepscope/steps.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+namespace stepscope::detail {
+namespace {
+
+// Distinct steps()/next_step() call sites kept apart; more share one site.
+constexpr std::uint32_t kMaxStepCallSites = 256;
+
+struct StepCallSitePool {
+  StepCallSite sites[kMaxStepCallSites];
+  std::atomic<std::uint32_t> published{0};  // sites[0, published) are complete and never change
+  std::mutex insert_mutex;                  // serialises additions; lookups take no lock
+};
+
+StepCallSitePool& pool() {
+  static StepCallSitePool p;  // constant-initialisable members: no allocation
+  return p;
+}
+
+constexpr StepCallSite kOtherCallSites{{"step", PhaseKind::other, true, "(other call sites)", 0},
+                                       {"data", PhaseKind::input, false, "(other call sites)", 0}};
+
+bool same_place(const PhaseSite& site, const char* file, int line) {
+  if (site.line != line) return false;
+  return site.file == file || (site.file != nullptr && file != nullptr && std::strcmp(site.file, file) == 0);
+}
+
+const StepCallSite* find(const StepCallSitePool& p, std::uint32_t count, const char* file, int line) {
+  for (std::uint32_t i = 0; i < count; ++i)
+    if (same_place(p.sites[i].step, file, line)) return &p.sites[i];
+  return nullptr;
+}
+
+}  // namespace
+
+const StepCallSite* step_call_site_slow(const char* file, int line) noexcept {
+  if (file == nullptr) file = "(unknown)";
+  StepCallSitePool& p = pool();
+  if (const StepCallSite* s = find(p, p.published.load(std::memory_order_acquire), file, line)) return s;
+  try {
+    std::lock_guard<std::mutex> lock(p.insert_mutex);
+    const std::uint32_t count = p.published.load(std::memory_order_relaxed);
+    if (const StepCallSite* s = find(p, count, file, line)) return s;
+    if (count >= kMaxStepCallSites) return &kOtherCallSites;
+    p.sites[count] =
+        StepCallSite{{"step", PhaseKind::other, true, file, line}, {"data", PhaseKind::input, false, file, line}};
+    p.published.store(count + 1, std::memory_order_release);
+    return &p.sites[count];
+  } catch (...) {  // std::mutex::lock may throw std::system_error
+    return &kOtherCallSites;
+  }
+}
+
+void close_next_step(ThreadState& ts) noexcept {
+  if (!ts.next_step.active || ts.ring == nullptr) return;
+  close_step(ts, ts.next_step, read_ticks());
+}
+
+}  // namespace stepscope::detail

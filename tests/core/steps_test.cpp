@@ -1,0 +1,274 @@
+// stepscope::steps() and next_step() in this process: which steps and data
+// phases a loop records (STL containers, a temporary, an input iterator, a
+// lazy iterator, break, an exception, an empty range, threads), read back
+// through snapshot(). Timing-free: only counts and the scope bookkeeping.
+#include <stepscope/stepscope.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <list>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace stepscope;
+
+namespace {
+
+// Before the first scope reads the environment: no warm-up (every step
+// counts), no report or summary at exit.
+const bool g_environment = [] {
+  ::setenv("STEPSCOPE_WARMUP", "0", 1);
+  ::setenv("STEPSCOPE_QUIET", "1", 1);
+  ::setenv("STEPSCOPE_OUT", "/dev/null", 1);
+  return true;
+}();
+
+struct Counts {
+  std::uint64_t steps = 0;
+  std::uint64_t data_in_step = 0;
+  std::uint64_t data_outside = 0;
+};
+
+Counts counts() {
+  const Report r = snapshot();
+  Counts c;
+  c.steps = r.steps.count + r.steps.warmup_excluded;
+  for (const auto& p : r.phases) {
+    if (p.name != "data") continue;
+    if (p.thread_role == ThreadRole::step) c.data_in_step += p.count;
+    if (p.thread_role == ThreadRole::outside_step) c.data_outside += p.count;
+  }
+  return c;
+}
+
+Counts delta(const Counts& before) {
+  const Counts now = counts();
+  return Counts{now.steps - before.steps, now.data_in_step - before.data_in_step,
+                now.data_outside - before.data_outside};
+}
+
+// The thread's scope bookkeeping is back where it was.
+void require_balanced() {
+  CHECK(detail::t_thread_state.depth == 0);
+  CHECK(detail::t_thread_state.step_depth == 0);
+}
+
+// An input iterator whose work happens in operator* (like a lazy transform):
+// counts the dereferences so the test can see each batch was fetched once.
+struct LazyRange {
+  int n;
+  int* dereferences;
+  struct iterator {
+    int i;
+    int* dereferences;
+    int operator*() const {
+      ++*dereferences;
+      return i * 10;
+    }
+    iterator& operator++() {
+      ++i;
+      return *this;
+    }
+    bool operator!=(const iterator& o) const { return i != o.i; }
+  };
+  iterator begin() const { return {0, dereferences}; }
+  iterator end() const { return {n, dereferences}; }
+};
+
+// A range over an istream: begin() reads the first value (a fetch in begin()).
+struct IntStream {
+  std::istringstream in;
+  explicit IntStream(const std::string& text) : in(text) {}
+  std::istream_iterator<int> begin() { return std::istream_iterator<int>(in); }
+  std::istream_iterator<int> end() { return {}; }
+};
+
+}  // namespace
+
+TEST_CASE("steps() over a vector: one step and one data phase per element", "[steps]") {
+  REQUIRE(g_environment);
+  (void)counts();  // starts the run time
+  REQUIRE(enabled());
+  std::vector<int> v{1, 2, 3, 4, 5, 6, 7};
+  const Counts before = counts();
+  int sum = 0;
+  for (auto& x : stepscope::steps(v)) {
+    STEPSCOPE_PHASE("forward");
+    x += 1;
+    sum += x;
+  }
+  require_balanced();
+  CHECK(sum == 35);
+  CHECK(v[0] == 2);  // auto& referred to the elements themselves
+  const Counts d = delta(before);
+  CHECK(d.steps == 7);
+  CHECK(d.data_in_step == 7);
+  CHECK(d.data_outside == 1);  // the last fetch found the end: outside any step
+}
+
+TEST_CASE("steps() compiles with auto&, const auto&, auto&& and by value, and owns a temporary", "[steps]") {
+  const std::vector<int> v{1, 2, 3};
+  const Counts before = counts();
+  int sum = 0;
+  for (const auto& x : stepscope::steps(v)) sum += x;
+  for (auto&& x : stepscope::steps(v)) sum += x;
+  for (auto x : stepscope::steps(v)) sum += x;
+  // A temporary is moved into the adaptor and lives as long as the loop.
+  for (auto& s : stepscope::steps(std::vector<std::string>{"a", "bb", "ccc"})) sum += static_cast<int>(s.size());
+  std::map<std::string, int> m{{"x", 1}, {"y", 2}};
+  for (auto& [key, value] : stepscope::steps(m)) sum += value + static_cast<int>(key.size());
+  std::list<int> l{4, 5};
+  for (auto& x : stepscope::steps(l)) sum += x;
+  require_balanced();
+  CHECK(sum == 6 * 3 + 6 + 5 + 9);
+  CHECK(delta(before).steps == 3 * 3 + 3 + 2 + 2);
+}
+
+TEST_CASE("steps() over input iterators: begin() and operator* may do the fetch", "[steps]") {
+  const Counts before = counts();
+  IntStream numbers("3 1 4 1 5");
+  int sum = 0;
+  for (int x : stepscope::steps(numbers)) sum += x;
+  CHECK(sum == 14);
+  int dereferences = 0;
+  int lazy_sum = 0;
+  for (int x : stepscope::steps(LazyRange{4, &dereferences})) lazy_sum += x;
+  CHECK(lazy_sum == 60);
+  CHECK(dereferences == 4);
+  require_balanced();
+  const Counts d = delta(before);
+  CHECK(d.steps == 5 + 4);
+  CHECK(d.data_in_step == 5 + 4);
+}
+
+TEST_CASE("steps(): break and return close the step in progress", "[steps]") {
+  std::vector<int> v(10, 1);
+  const Counts before = counts();
+  int seen = 0;
+  for (auto& x : stepscope::steps(v)) {
+    seen += x;
+    if (seen == 3) break;
+  }
+  require_balanced();
+  auto first_even = [](const std::vector<int>& w) {
+    for (auto& x : stepscope::steps(w))
+      if (x % 2 == 0) return x;
+    return -1;
+  };
+  CHECK(first_even({1, 3, 6, 7}) == 6);
+  require_balanced();
+  const Counts d = delta(before);
+  CHECK(d.steps == 3 + 3);
+  CHECK(d.data_in_step == 3 + 3);
+  CHECK(d.data_outside == 0);  // no fetch found the end
+}
+
+TEST_CASE("steps(): an exception in the body or in the fetch closes the step", "[steps]") {
+  std::vector<int> v{1, 2, 3, 4};
+  const Counts before = counts();
+  try {
+    for (auto& x : stepscope::steps(v)) {
+      STEPSCOPE_PHASE("forward");
+      if (x == 2) throw std::runtime_error("body");
+    }
+  } catch (const std::runtime_error&) {
+  }
+  require_balanced();
+  // A fetch that throws (operator++ of the wrapped iterator).
+  struct Throwing {
+    struct iterator {
+      int i;
+      int operator*() const { return i; }
+      iterator& operator++() {
+        if (++i == 3) throw std::runtime_error("fetch");
+        return *this;
+      }
+      bool operator!=(const iterator& o) const { return i != o.i; }
+    };
+    iterator begin() const { return {0}; }
+    iterator end() const { return {10}; }
+  };
+  int body_runs = 0;
+  try {
+    for (int x : stepscope::steps(Throwing{})) body_runs += x >= 0 ? 1 : 0;
+  } catch (const std::runtime_error&) {
+  }
+  require_balanced();
+  CHECK(body_runs == 3);
+  const Counts d = delta(before);
+  CHECK(d.steps == 2 + 3);
+  CHECK(d.data_in_step == 2 + 3);
+  CHECK(d.data_outside == 1);  // the fetch that threw
+}
+
+TEST_CASE("steps() over an empty range records no step", "[steps]") {
+  const Counts before = counts();
+  std::vector<int> empty;
+  int runs = 0;
+  for (auto& x : stepscope::steps(empty)) runs += x;
+  require_balanced();
+  CHECK(runs == 0);
+  const Counts d = delta(before);
+  CHECK(d.steps == 0);
+  CHECK(d.data_outside == 1);
+}
+
+TEST_CASE("steps() nested in a STEPSCOPE_PHASE keeps the phases inside its steps", "[steps]") {
+  std::vector<int> v{1, 2, 3};
+  const Report before = snapshot();
+  {
+    STEPSCOPE_PHASE("epoch");
+    for (auto& x : stepscope::steps(v)) {
+      STEPSCOPE_PHASE("optimizer");
+      (void)x;
+    }
+  }
+  require_balanced();
+  const Report after = snapshot();
+  auto count_of = [](const Report& r, const char* name, ThreadRole role) {
+    for (const auto& p : r.phases)
+      if (p.name == name && p.thread_role == role) return p.count;
+    return std::uint64_t{0};
+  };
+  CHECK(count_of(after, "optimizer", ThreadRole::step) - count_of(before, "optimizer", ThreadRole::step) == 3);
+  CHECK(count_of(after, "epoch", ThreadRole::outside_step) - count_of(before, "epoch", ThreadRole::outside_step) == 1);
+}
+
+TEST_CASE("next_step() ends the previous step and opens the next; the last closes at thread exit", "[steps]") {
+  Counts before = counts();
+  for (int i = 0; i < 5; ++i) {
+    stepscope::next_step();
+    STEPSCOPE_PHASE("forward");
+  }
+  CHECK(detail::t_thread_state.next_step.active);
+  CHECK(delta(before).steps == 4);                  // the fifth is still open
+  detail::close_next_step(detail::t_thread_state);  // what finish() does on this thread
+  CHECK_FALSE(detail::t_thread_state.next_step.active);
+  require_balanced();
+  CHECK(delta(before).steps == 5);
+
+  before = counts();
+  std::thread worker([] {
+    for (int i = 0; i < 3; ++i) stepscope::next_step();
+  });
+  worker.join();
+  CHECK(delta(before).steps == 3);
+}
+
+TEST_CASE("steps() call sites are told apart by file:line and reused", "[steps]") {
+  const detail::StepCallSite* a = detail::step_call_site(__FILE__, 1001);
+  const detail::StepCallSite* b = detail::step_call_site(__FILE__, 1002);
+  CHECK(a != b);
+  CHECK(detail::step_call_site(__FILE__, 1001) == a);
+  // The same place spelled by another pointer (another translation unit).
+  const std::string copy = __FILE__;
+  CHECK(detail::step_call_site_slow(copy.c_str(), 1001) == a);
+  CHECK(a->step.is_step);
+  CHECK(a->data.kind == PhaseKind::input);
+  CHECK(a->data.line == 1001);
+}
