@@ -9,7 +9,7 @@
 // moves. With the series cut into B batches, the mean's standard error is
 // sd(batch means)/sqrt(B). Phase noise (no per-phase series) is the combined
 // standard error sqrt(sd_base²/n_base + sd_new²/n_new). A delta is
-// significant when it is larger than 3 × noise and than 1% of the base mean.
+// significant when it is larger than 3 × noise and than 5% of the base mean (between-run drift: thresholds.hpp).
 //
 // Two runs on differently loaded machines do not compare the code: when the
 // runqueue wait, other processes' CPU, preemptions or load differ beyond

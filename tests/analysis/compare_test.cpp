@@ -50,19 +50,22 @@ TEST_CASE("compare: noise is the combined standard error of the means", "[analys
   CHECK(c.step.significant);
 }
 
-TEST_CASE("compare: significance needs > 3 noise and > 1%", "[analysis][compare]") {
-  // Base: mean 100, sd 10, n 100 -> se 1; candidate identical spread: noise sqrt(2).
-  const double noise = std::sqrt(2.0);
+TEST_CASE("compare: significance needs > 3 noise and > the between-run drift floor", "[analysis][compare]") {
+  // Base: mean 100, sd 20, n 100 -> se 2; candidate identical spread: noise 2 sqrt(2),
+  // so 3 noise (8.5) lies above the relative floor (5% of 100).
+  const double noise = 2 * std::sqrt(2.0);
   const double sigmas = stepscope::detail::kThresholds.noise_sigmas;
+  const double floor = 100 * stepscope::detail::kThresholds.min_relative_change;
+  REQUIRE(sigmas * noise > floor);
   struct Row {
     const char* name;
     double delta, sd;
     bool significant;
   };
-  for (const Row& row : {Row{"just below 3 noise", sigmas * noise * 0.99, 10, false},
-                         Row{"just above 3 noise", sigmas * noise * 1.01, 10, true},
-                         Row{"above noise but under 1%", 0.9, 0.1, false},
-                         Row{"above noise and 1%", 1.1, 0.1, true}}) {
+  for (const Row& row : {Row{"just below 3 noise", sigmas * noise * 0.99, 20, false},
+                         Row{"just above 3 noise", sigmas * noise * 1.01, 20, true},
+                         Row{"above noise but under the floor", floor * 0.98, 0.1, false},
+                         Row{"above noise and the floor", floor * 1.02, 0.1, true}}) {
     const Report a = run(100, row.sd, 100);
     const Report b = run(100 + row.delta, row.sd, 100);
     const Comparison c = compare_reports(a, b);

@@ -177,13 +177,12 @@ TEST_CASE("valid JSON of the wrong shape is refused naming the field", "[tools][
     }
   }
 
-  // Fields this stepscope does not know are accepted (forward compatible):
-  // other versions add run.complete, run.ended_by, steps.coverage, device.hta.
+  // Fields this stepscope does not know are accepted (forward compatible),
+  // at every level of the report.
   nlohmann::json j = good_json(dir);
-  j["run"]["complete"] = false;
-  j["run"]["ended_by"] = "SIGTERM";
-  j["steps"]["coverage"] = {{"between_steps_ms", 1.5}};
-  j["device"]["hta"] = {{"idle", {{"fraction", 0.5}}}};
+  j["run"]["a_future_run_field"] = false;
+  j["steps"]["a_future_steps_field"] = {{"between", 1.5}};
+  j["device"]["a_future_table"] = {{"idle", {{"fraction", 0.5}}}};
   j["a_future_field"] = {1, 2, 3};
   spit(dir / "future-fields.json", j.dump());
   const auto r = run(dir, tool() + " show future-fields.json");
