@@ -129,18 +129,23 @@ options:
 )";
 
 constexpr const char* kDiffHelp = R"(usage: stepscope diff BASE NEW [--json]
+       stepscope diff BASE... --vs NEW... [--json]
 
 Compares two reports: the step and each phase (mean ms, delta, noise and
 whether the delta is significant), the verdicts, and which set_config() values
 changed. Warns when more than one value changed: change one variable at a time.
-The step's noise comes from batch means over each run's step series (steps are
-autocorrelated); when the machine conditions of the two runs differ (CPU wait,
-other processes' CPU, load), a line says so before any verdict.
-Exit code 0 whenever both reports could be read.
+One run each: the step's noise comes from batch means over each run's step
+series (steps are autocorrelated), and a change below 8% (or below a run's own
+drift between its halves) is within noise, since separate runs of the same
+binary differ by that much. With repeats (--vs) the noise is the spread between
+runs and smaller changes can be told. When the machine conditions of the runs
+differ (CPU wait, other processes' CPU, load), a line says so before any verdict.
+Exit code 0 whenever the reports could be read.
 
 options:
-  --json   print the comparison as JSON (step.verdict: faster, slower or
-           within_noise; conditions.differ and conditions.reasons)
+  --vs NEW...  the new side's repeats; the reports before it are the base's
+  --json       print the comparison as JSON (step.verdict: faster, slower or
+               within_noise; conditions.differ and conditions.reasons)
 )";
 
 constexpr const char* kMergeHelp = R"(usage: stepscope merge REPORT... [-o OUT] [--html FILE]
@@ -208,6 +213,7 @@ struct Options {
   bool json = false, reanalyze = false, merge = false, quiet = false, any_producer = false, hta = false;
   bool help = false;
   std::vector<std::string> extras;  // what CLI11 did not recognise (unknown options, stray words)
+  std::vector<std::string> vs;      // diff: the new side's repeats (after --vs)
 };
 
 // Loads a report or explains why not (exit code kInputError).
@@ -254,15 +260,31 @@ int cmd_show(const Options& o) {
 }
 
 int cmd_diff(const Options& o) {
-  if (o.inputs.size() != 2) throw UsageError("diff takes two reports: BASE NEW");
-  stepscope::Report base, candidate;
-  if (!load(o.inputs[0], base) || !load(o.inputs[1], candidate)) return kInputError;
-  const stepscope::Comparison comparison = stepscope::compare_reports(base, candidate);
+  // "diff BASE NEW", or repeats: "diff BASE... --vs NEW...".
+  std::vector<std::string> base_paths = o.inputs, new_paths = o.vs;
+  if (new_paths.empty()) {
+    if (o.inputs.size() != 2) throw UsageError("diff takes two reports: BASE NEW (or repeats: BASE... --vs NEW...)");
+    base_paths = {o.inputs[0]};
+    new_paths = {o.inputs[1]};
+  } else if (base_paths.empty()) {
+    throw UsageError("diff --vs needs the base reports before it: BASE... --vs NEW...");
+  }
+  std::vector<stepscope::Report> base(base_paths.size()), candidate(new_paths.size());
+  for (std::size_t i = 0; i < base_paths.size(); ++i)
+    if (!load(base_paths[i], base[i])) return kInputError;
+  for (std::size_t i = 0; i < new_paths.size(); ++i)
+    if (!load(new_paths[i], candidate[i])) return kInputError;
+  const stepscope::Comparison comparison = stepscope::compare_runs(base, candidate);
   if (o.json) {
     out_json(stepscope::comparison_to_json(comparison) + "\n");
     return kOk;
   }
-  out(fmt::format("base: {}\nnew:  {}\n", o.inputs[0], o.inputs[1]));
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& p : v) s += (s.empty() ? "" : " ") + p;
+    return s;
+  };
+  out(fmt::format("base: {}\nnew:  {}\n", join(base_paths), join(new_paths)));
   out(stepscope::format_comparison(comparison));
   return kOk;
 }
@@ -410,6 +432,7 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   show->add_flag("--hta", o.hta);
   CLI::App* diff = sub(app, "diff", "BASE_NEW");
   diff->add_flag("--json", o.json);
+  diff->add_option("--vs", o.vs)->expected(1, -1);
   CLI::App* merge = sub(app, "merge", "REPORT");
   merge->add_option("-o,--out", o.out);
   merge->add_option("--html", o.html);

@@ -50,6 +50,14 @@ struct Delta {
   // load); otherwise sd/sqrt(n) from the stored distributions ("standard_error").
   double noise_ms = 0;
   std::string noise_method = "standard_error";
+  // Step only: the larger of the two runs' own drift, |mean of the first half
+  // - mean of the second half| / mean. A delta below it (or below
+  // min_relative_change) is within noise: one run already moved that much.
+  double drift = 0;
+  // Significant when |delta| > noise_factor * noise (and above the relative
+  // floor): noise_sigmas (3) for one run each, a Student t value (99%) for
+  // the between-run noise of repeats.
+  double noise_factor = 3.0;
   bool significant = false; // |delta| well above noise
   // Phases: the thread role in each run; they differ when a phase moved
   // between the step thread and a background thread (then the means measure
@@ -74,6 +82,10 @@ struct RunConditions {
 };
 
 struct Comparison {
+  // Runs on each side: 1 for compare_reports; compare_runs takes repeats, and
+  // then the step's and phases' noise is the spread between runs
+  // (noise_method "between_runs").
+  std::size_t base_runs = 1, new_runs = 1;
   Delta step;
   std::vector<Delta> phases;  // phases present in either run
   std::vector<std::string> only_in_base, only_in_new;
@@ -84,7 +96,18 @@ struct Comparison {
   RunConditions conditions;
 };
 
+// One run each. A single pair cannot measure how much separate processes of
+// the same binary differ, so a change is only significant above
+// min_relative_change (8%, docs/classification.md); repeat the runs and use
+// compare_runs to resolve smaller changes.
 STEPSCOPE_API Comparison compare_reports(const Report& base, const Report& candidate);
+// Repeated runs of each side (each vector non-empty; with one report each it
+// is compare_reports). Means of the per-run means are compared; the noise is
+// the between-run standard error (a Student t factor for few runs), so
+// drift between processes is measured instead of assumed. Phases, verdicts,
+// config and conditions come from every run: a config that differs within
+// one side, or conditions that differ between any base and new run, warn.
+STEPSCOPE_API Comparison compare_runs(const std::vector<Report>& base, const std::vector<Report>& candidate);
 // Text form; a line about differing machine conditions comes before any verdict.
 STEPSCOPE_API std::string format_comparison(const Comparison& comparison);
 // JSON form (what `stepscope diff --json` prints): step and phases with

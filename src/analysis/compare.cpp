@@ -9,7 +9,8 @@
 // moves. With the series cut into B batches, the mean's standard error is
 // sd(batch means)/sqrt(B). Phase noise (no per-phase series) is the combined
 // standard error sqrt(sd_base²/n_base + sd_new²/n_new). A delta is
-// significant when it is larger than 3 × noise and than 5% of the base mean (between-run drift: thresholds.hpp).
+// significant when it is larger than 3 × noise and than 5% of the base mean (between-run drift: thresholds.hpp),
+// and, for the step, than either run's own drift between its two halves.
 //
 // Two runs on differently loaded machines do not compare the code: when the
 // runqueue wait, other processes' CPU, preemptions or load differ beyond
@@ -59,14 +60,31 @@ double batch_means_error(const StepSeries& s) {
   return sd / std::sqrt(static_cast<double>(batches));
 }
 
+// A run's own drift: how far the means of its first and second halves lie
+// apart, relative to its mean. Two halves of one run are two back-to-back runs
+// of the same code on the same machine; when they differ by 4%, two separate
+// runs can too, whatever the standard error says. 0 when the series is short.
+double half_drift(const StepSeries& s) {
+  const std::size_t n = s.wall_ms.size();
+  if (n < 2 * static_cast<std::size_t>(kThresholds.batch_means_min_batches)) return 0;
+  double first = 0, second = 0;
+  for (std::size_t i = 0; i < n / 2; ++i) first += s.wall_ms[i];
+  for (std::size_t i = n / 2; i < n; ++i) second += s.wall_ms[i];
+  first /= static_cast<double>(n / 2);
+  second /= static_cast<double>(n - n / 2);
+  const double mean = 0.5 * (first + second);
+  return mean > 0 ? std::fabs(first - second) / mean : 0;
+}
+
 void finish_delta(Delta& d) {
+  d.noise_factor = kThresholds.noise_sigmas;
   d.delta_ms = d.new_ms - d.base_ms;
   d.delta_pct = d.base_ms != 0 ? 100.0 * d.delta_ms / d.base_ms : 0.0;
 }
 
 bool significant(const Delta& d) {
-  return std::fabs(d.delta_ms) > kThresholds.noise_sigmas * d.noise_ms &&
-         std::fabs(d.delta_ms) > kThresholds.min_relative_change * std::fabs(d.base_ms);
+  return std::fabs(d.delta_ms) > d.noise_factor * d.noise_ms &&
+         std::fabs(d.delta_ms) > std::max(kThresholds.min_relative_change, d.drift) * std::fabs(d.base_ms);
 }
 
 Delta phase_delta(const PhaseSummary& a, const PhaseSummary& b) {
@@ -93,6 +111,7 @@ Delta step_delta(const Report& a, const Report& b) {
     // Never below the plain standard error: batches cannot make a run quieter than its steps.
     d.noise_ms = std::max(std::hypot(ea, eb), std::hypot(standard_error(a.steps.wall_ms), standard_error(b.steps.wall_ms)));
     d.noise_method = "batch_means";
+    d.drift = std::max(half_drift(a.steps.series), half_drift(b.steps.series));
   } else {
     d.noise_ms = std::hypot(standard_error(a.steps.wall_ms), standard_error(b.steps.wall_ms));
   }
@@ -180,6 +199,109 @@ const PhaseSummary* match(const PhaseSummary& a, const Report& candidate) {
   return any;
 }
 
+// ---- repeated runs ----------------------------------------------------------
+
+// Two-sided 99% Student t critical value for `df` degrees of freedom
+// (tabulated to 30, then towards the normal 2.576).
+double t99(double df) {
+  static constexpr double kTable[] = {63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169,
+                                      3.106,  3.055, 3.012, 2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845,
+                                      2.831,  2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750};
+  if (!(df >= 1)) return kTable[0];
+  if (df >= 30) return 2.576 + (kTable[29] - 2.576) * 30.0 / df;
+  const auto lo = static_cast<std::size_t>(df);
+  const double frac = df - static_cast<double>(lo);
+  return lo >= 30 ? kTable[29] : kTable[lo - 1] + frac * (kTable[std::min<std::size_t>(lo, 29)] - kTable[lo - 1]);
+}
+
+struct RunSample {
+  double mean = 0, var = 0;  // of the per-run values (sample variance)
+  std::size_t n = 0;
+};
+
+RunSample sample_of(const std::vector<double>& v) {
+  RunSample s;
+  s.n = v.size();
+  if (s.n == 0) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(s.n);
+  if (s.n >= 2) {
+    for (double x : v) s.var += (x - s.mean) * (x - s.mean);
+    s.var /= static_cast<double>(s.n - 1);
+  }
+  return s;
+}
+
+// Delta between the means of per-run values; noise from their spread. With
+// one run on a side, the other side's spread stands for both (same machine,
+// same binary). `within` is the runs' own noise, a lower bound.
+void between_runs_delta(Delta& d, const std::vector<double>& a, const std::vector<double>& b, double within) {
+  const RunSample sa = sample_of(a), sb = sample_of(b);
+  d.base_ms = sa.mean;
+  d.new_ms = sb.mean;
+  finish_delta(d);
+  d.significant = false;
+  if (sa.n == 0 || sb.n == 0) return;
+  double se = 0, df = 1;
+  if (sa.n >= 2 && sb.n >= 2) {
+    const double va = sa.var / static_cast<double>(sa.n), vb = sb.var / static_cast<double>(sb.n);
+    se = std::sqrt(va + vb);
+    const double denom = va * va / static_cast<double>(sa.n - 1) + vb * vb / static_cast<double>(sb.n - 1);
+    df = denom > 0 ? (va + vb) * (va + vb) / denom : static_cast<double>(sa.n + sb.n - 2);
+  } else if (sa.n >= 2 || sb.n >= 2) {
+    const RunSample& m = sa.n >= 2 ? sa : sb;
+    se = std::sqrt(m.var * (1.0 / static_cast<double>(sa.n) + 1.0 / static_cast<double>(sb.n)));
+    df = static_cast<double>(m.n - 1);
+  }
+  d.noise_ms = std::max(se, within);
+  d.noise_method = "between_runs";
+  d.noise_factor = t99(df);
+  d.significant = std::fabs(d.delta_ms) > d.noise_factor * d.noise_ms &&
+                  std::fabs(d.delta_ms) > kThresholds.min_relative_change_repeated * std::fabs(d.base_ms);
+}
+
+// The runs' own noise of their mean step (batch means when the series
+// allows), averaged over the runs and scaled to the mean of n runs.
+double within_step_noise(const std::vector<Report>& runs) {
+  double sum = 0;
+  for (const Report& r : runs) {
+    const double e = batch_means_error(r.steps.series);
+    sum += std::max(e, standard_error(r.steps.wall_ms));
+  }
+  const double n = static_cast<double>(runs.size());
+  return sum / n / std::sqrt(n);
+}
+
+// Differences between runs of one side (config, verdict) that make the side
+// not one experiment.
+void check_side(const std::vector<Report>& runs, const char* side, std::vector<std::string>& warnings) {
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    if (runs[i].run.config != runs[0].run.config)
+      warnings.push_back(fmt::format("{} run {} has another config than {} run 1: repeats must be the same "
+                                     "experiment",
+                                     side, i + 1, side));
+    if (verdict_of(runs[i]) != verdict_of(runs[0]))
+      warnings.push_back(fmt::format("{} runs disagree on the bottleneck ({} in run 1, {} in run {})", side,
+                                     verdict_of(runs[0]), verdict_of(runs[i]), i + 1));
+  }
+}
+
+// Warnings that depend on the step's significance (recomputed by compare_runs).
+void add_step_warnings(Comparison& c) {
+  if (c.config_changes.empty() && c.step.significant)
+    c.warnings.push_back(c.conditions.differ
+                             ? "no config key changed and the machine conditions differ: the step time "
+                               "difference is likely the machine's, not the code's"
+                             : "no config key changed but the step time did: record what changed with set_config()");
+  if (c.base_runs == 1 && c.new_runs == 1 && !c.step.significant &&
+      std::fabs(c.step.delta_pct) > 100.0 * kThresholds.min_relative_change_repeated &&
+      std::fabs(c.step.delta_ms) > kThresholds.noise_sigmas * c.step.noise_ms)
+    c.warnings.push_back(fmt::format(
+        "one run each: a {:+.1f}% step change is above the runs' own noise but below what separate runs of the "
+        "same binary differ by ({:.0f}%); repeat each run (stepscope diff BASE... --vs NEW...) to tell",
+        c.step.delta_pct, 100.0 * std::max(kThresholds.min_relative_change, c.step.drift)));
+}
+
 }  // namespace
 
 const char* delta_verdict(const Delta& d) noexcept {
@@ -233,11 +355,7 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
         "more than one config key changed ({}): the difference cannot be attributed to any one of "
         "them — change one variable at a time",
         c.config_changes.size()));
-  if (c.config_changes.empty() && c.step.significant)
-    c.warnings.push_back(c.conditions.differ
-                             ? "no config key changed and the machine conditions differ: the step time "
-                               "difference is likely the machine's, not the code's"
-                             : "no config key changed but the step time did: record what changed with set_config()");
+  add_step_warnings(c);
   const std::uint64_t min_steps = kThresholds.min_measured_steps;
   if (base.steps.wall_ms.count < min_steps || candidate.steps.wall_ms.count < min_steps)
     c.warnings.push_back(fmt::format(
@@ -249,6 +367,67 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
   if (base.run.source != candidate.run.source)
     c.warnings.push_back(fmt::format("reports come from different sources ({} vs {})",
                                      base.run.source, candidate.run.source));
+  return c;
+}
+
+Comparison compare_runs(const std::vector<Report>& base, const std::vector<Report>& candidate) {
+  if (base.empty() || candidate.empty()) {
+    Comparison c;
+    c.base_runs = base.size();
+    c.new_runs = candidate.size();
+    c.warnings.push_back("compare_runs needs at least one report on each side");
+    return c;
+  }
+  Comparison c = compare_reports(base.front(), candidate.front());
+  if (base.size() == 1 && candidate.size() == 1) return c;
+  c.base_runs = base.size();
+  c.new_runs = candidate.size();
+  // The step: means of the runs' mean step times.
+  std::vector<double> a, b;
+  for (const Report& r : base) a.push_back(r.steps.wall_ms.mean);
+  for (const Report& r : candidate) b.push_back(r.steps.wall_ms.mean);
+  between_runs_delta(c.step, a, b, std::hypot(within_step_noise(base), within_step_noise(candidate)));
+  c.step.drift = 0;  // the spread between runs already holds it
+  // Phases: the rows of the first pair, each from every run that has it.
+  for (Delta& d : c.phases) {
+    std::vector<double> pa, pb;
+    double wa = 0, wb = 0;
+    auto collect = [&](const std::vector<Report>& runs, const std::string& role, std::vector<double>& out,
+                       double& within) {
+      for (const Report& r : runs) {
+        for (const PhaseSummary& p : r.phases) {
+          if (p.name != d.name || to_string(p.thread_role) != role || p.host_ms.count == 0) continue;
+          out.push_back(p.host_ms.mean);
+          within += standard_error(p.host_ms);
+          break;
+        }
+      }
+      if (!out.empty()) within /= static_cast<double>(out.size()) * std::sqrt(static_cast<double>(out.size()));
+    };
+    collect(base, d.base_role, pa, wa);
+    collect(candidate, d.new_role, pb, wb);
+    between_runs_delta(d, pa, pb, std::hypot(wa, wb));
+  }
+  // Conditions: any base run against any new run.
+  for (std::size_t i = 0; i < base.size() && !c.conditions.differ; ++i) {
+    for (std::size_t j = 0; j < candidate.size(); ++j) {
+      if (i == 0 && j == 0) continue;
+      RunConditions k = conditions_of(base[i], candidate[j]);
+      if (!k.differ) continue;
+      for (std::string& r : k.reasons) r = fmt::format("base run {} vs new run {}: {}", i + 1, j + 1, r);
+      c.conditions = std::move(k);
+      break;
+    }
+  }
+  // Warnings: drop the pair's step warnings, then the repeats' own.
+  c.warnings.erase(std::remove_if(c.warnings.begin(), c.warnings.end(),
+                                  [](const std::string& w) {
+                                    return w.rfind("no config key changed", 0) == 0 || w.rfind("one run each", 0) == 0;
+                                  }),
+                   c.warnings.end());
+  check_side(base, "base", c.warnings);
+  check_side(candidate, "new", c.warnings);
+  add_step_warnings(c);
   return c;
 }
 
@@ -277,9 +456,21 @@ std::string format_comparison(const Comparison& c) {
   // Names, config values and warnings come from the reports: printed escaped (report/text.hpp).
   for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", detail::printable(n));
   for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", detail::printable(n));
-  out += fmt::format("(step noise: {})\n", c.step.noise_method == "batch_means"
-                                                ? "batch means over each run's step series"
-                                                : "standard error of the step times");
+  if (c.step.noise_method == "between_runs") {
+    out += fmt::format("(noise: spread between {} base and {} new runs; significant above {:.2f} x noise and "
+                       "{:.0f}% of the base)\n",
+                       c.base_runs, c.new_runs, c.step.noise_factor,
+                       100.0 * kThresholds.min_relative_change_repeated);
+  } else {
+    out += fmt::format("(step noise: {}", c.step.noise_method == "batch_means"
+                                             ? "batch means over each run's step series"
+                                             : "standard error of the step times");
+    out += fmt::format("; one run each: a step change below {:.1f}% of the base is within noise{})\n",
+                       100.0 * std::max(kThresholds.min_relative_change, c.step.drift),
+                       c.step.drift > kThresholds.min_relative_change
+                           ? fmt::format(", a run's own halves differ by {:.1f}%", 100.0 * c.step.drift)
+                           : std::string());
+  }
   out += "\n";
   out += c.verdict_changed
              ? fmt::format("bottleneck: {} -> {}\n", c.base_verdict, c.new_verdict)
@@ -307,6 +498,8 @@ std::string comparison_to_json(const Comparison& c) {
                   {"delta_pct", num(d.delta_pct)},
                   {"noise_ms", num(d.noise_ms)},
                   {"noise_method", d.noise_method},
+                  {"noise_factor", num(d.noise_factor)},
+                  {"drift", num(d.drift)},
                   {"significant", d.significant},
                   {"verdict", delta_verdict(d)},
                   {"base_role", d.base_role},
@@ -325,7 +518,8 @@ std::string comparison_to_json(const Comparison& c) {
                              {"other_cpu_cores", signal(k.new_other_cpu_cores)},
                              {"involuntary_per_s", signal(k.new_involuntary_per_s)},
                              {"load_per_core", signal(k.new_load_per_core)}}}};
-    json out{{"step", delta(c.step)},
+    json out{{"runs", {{"base", c.base_runs}, {"new", c.new_runs}}},
+             {"step", delta(c.step)},
              {"phases", phases},
              {"only_in_base", c.only_in_base},
              {"only_in_new", c.only_in_new},

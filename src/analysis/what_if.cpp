@@ -20,6 +20,18 @@
 //                                                     they are the feed)
 //
 // and the note says which bound applies.
+//
+// In a merged multi-rank job the step is synchronous: no rank finishes a step
+// before the slowest has reached the collective. For a change made on every
+// rank, the step is bounded by the slowest rank's time outside communication
+// after the change, plus the collective itself:
+//
+//   projected = max(Amdahl, max over ranks(busy_r − part_r · saved) + collective)
+//
+// where part_r is the rank's own time in the target kind (0 for
+// communication: a faster network removes none of the waiting for the
+// slowest rank, only the collective's own time shrinks). Phase targets have
+// no per-rank split and keep the Amdahl projection.
 #include "analysis/facts.hpp"
 #include "analysis/thresholds.hpp"
 
@@ -88,6 +100,51 @@ void bound_by_loader(WhatIf& w, double loader_ms) {
   w.note = w.note.empty() ? bound : bound + "; " + w.note;
 }
 
+// A rank's time per step in a kind target; <0 when the target has no per-rank split.
+double rank_part_ms(const RankSummary& r, const std::string& target) {
+  if (target == "kind:input") return r.input_ms;
+  if (target == "kind:compute") return r.compute_ms;
+  if (target == "kind:memory") return r.memory_ms;
+  if (target == "kind:other") return r.other_ms;
+  if (target == "unattributed") return r.unattributed_ms;
+  if (target == "kind:communication") return 0;
+  return -1;
+}
+
+// Applies the slowest rank's pace to a projection of a merged job.
+void bound_by_ranks(WhatIf& w, const MultiRank& m) {
+  if (m.ranks.size() < 2 || w.share <= 0) return;
+  const double saved = w.speedup == 0 ? 1.0 : 1.0 - 1.0 / w.speedup;
+  const bool communication = w.target == "kind:communication";
+  double pace = -1;
+  int slowest = -1;
+  for (const RankSummary& r : m.ranks) {
+    const double part = rank_part_ms(r, w.target);
+    if (part < 0) return;
+    const double busy = std::max(0.0, r.busy_ms - part * saved);
+    if (busy > pace) {
+      pace = busy;
+      slowest = r.rank;
+    }
+  }
+  const double collective = m.comm_collective_ms * (communication ? 1.0 - saved : 1.0);
+  const double bound = pace + collective;
+  const std::string change =
+      w.speedup == 0 ? w.target + " free" : fmt::format("{} {:g}x faster", w.target, w.speedup);
+  std::string note;
+  if (w.step_ms_projected < bound) {
+    w.step_ms_projected = bound;
+    w.step_change_pct = w.step_ms_now > 0 ? 100.0 * (bound - w.step_ms_now) / w.step_ms_now : 0.0;
+    note = fmt::format("{} on every rank: {:.2f} -> {:.2f} ms, then bound by the slowest rank: rank {} needs "
+                       "{:.2f} ms per step outside communication, the collective {:.2f} ms",
+                       change, w.step_ms_now, bound, slowest, pace, collective);
+  } else {
+    note = fmt::format("{} on every rank: the slowest rank (rank {}, {:.2f} ms outside communication) keeps pace",
+                       change, slowest, pace);
+  }
+  w.note = w.note.empty() ? note : note + "; " + w.note;
+}
+
 }  // namespace
 
 std::vector<WhatIf> project_what_if(const Report& facts) {
@@ -140,6 +197,9 @@ std::vector<WhatIf> project_what_if(const Report& facts) {
   if (loader_ms > 0)
     for (WhatIf& w : out)
       if (w.share > 0 && !is_input_target(w.target, facts)) bound_by_loader(w, loader_ms);
+  // A synchronous job goes at its slowest rank's pace.
+  if (facts.ranks)
+    for (WhatIf& w : out) bound_by_ranks(w, *facts.ranks);
 
   // Largest possible gain first; stable so phases precede kinds on ties.
   std::stable_sort(out.begin(), out.end(), [](const WhatIf& a, const WhatIf& b) {

@@ -177,3 +177,51 @@ TEST_CASE("what-if: the feed itself is not bounded by the feed", "[analysis][wha
   CHECK(v.category == "io");
   CHECK(v.summary.find("runner-up") != std::string::npos);
 }
+
+TEST_CASE("what-if: a merged job goes at its slowest rank's pace", "[analysis][whatif]") {
+  // Four ranks, synchronous: rank 3 computes 14 ms, the others 8 ms; every
+  // rank spends 2 ms in other work, the collective takes 1 ms, so the step is
+  // 17 ms everywhere and ranks 0-2 wait 6 ms per step for rank 3.
+  Shares s;
+  s.compute = 9.5 / 17;  // mean over ranks
+  s.communication = 5.5 / 17;
+  s.other = 2.0 / 17;
+  Report r = host_report(s, 100, 17);
+  MultiRank m;
+  m.world_size = m.ranks_merged = 4;
+  for (int i = 0; i < 4; ++i) {
+    RankSummary k;
+    k.rank = i;
+    k.step_ms = 17;
+    k.compute_ms = i == 3 ? 14 : 8;
+    k.other_ms = 2;
+    k.busy_ms = k.compute_ms + k.other_ms;
+    k.communication_ms = 17 - k.busy_ms;
+    m.ranks.push_back(k);
+  }
+  m.comm_collective_ms = 1;
+  r.ranks = m;
+  const std::vector<WhatIf> all = project_what_if(r);
+  // Communication free: Amdahl promises 17 -> 11.5 ms, but rank 3 still needs
+  // 16 ms outside communication, so the step cannot drop below that.
+  const WhatIf* free = find(all, "kind:communication", 0);
+  REQUIRE(free != nullptr);
+  CHECK(free->step_ms_projected == Approx(16.0));
+  CHECK(free->note.find("bound by the slowest rank: rank 3") != std::string::npos);
+  // A network twice as fast halves only the collective itself: 16 + 0.5.
+  const WhatIf* twice = find(all, "kind:communication", 2);
+  REQUIRE(twice != nullptr);
+  CHECK(twice->step_ms_projected == Approx(16.5));
+  // Compute 2x faster on every rank: rank 3 then needs 9 ms; the Amdahl
+  // projection (12.25 ms) stays above that bound and is kept.
+  const WhatIf* compute = find(all, "kind:compute", 2);
+  REQUIRE(compute != nullptr);
+  CHECK(compute->step_ms_projected == Approx(17 - 9.5 / 2));
+  CHECK(compute->note.find("keeps pace") != std::string::npos);
+  // Without the ranks, communication free is plain Amdahl.
+  r.ranks.reset();
+  const std::vector<WhatIf> single = project_what_if(r);
+  const WhatIf* alone = find(single, "kind:communication", 0);
+  REQUIRE(alone != nullptr);
+  CHECK(alone->step_ms_projected == Approx(11.5));
+}

@@ -427,8 +427,8 @@ TEST_CASE("diff: two identical runs on the same machine conditions are within no
   // tried again, and the case is skipped if the machine never holds still).
   Comparison quiet;
   for (int attempt = 1;; ++attempt) {
-    const Report base = run_scenario(dir, "compute", 200, not_starved);
-    const Report same = run_scenario(dir, "compute", 200, not_starved);
+    const Report base = run_scenario(dir, "compute", 400, not_starved);
+    const Report same = run_scenario(dir, "compute", 400, not_starved);
     quiet = compare_reports(base, same);
     if (!quiet.conditions.differ) break;
     if (attempt == kAttempts) skip_starved(dir, "diff (the machine's load kept changing)", same);
