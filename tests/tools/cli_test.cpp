@@ -202,9 +202,14 @@ TEST_CASE("diff --json: the comparison as JSON, same run twice is within noise",
   CHECK(same["conditions"]["differ"] == false);
   CHECK(same["conditions"]["reasons"].empty());
   // A run whose step thread waited for a CPU far more: conditions differ, named.
-  stepscope::Report busy = load(dir / "base.json");
+  // (The probe's own wait is set to 0 first: on a busy machine it may already
+  // have waited for half of its run.)
+  stepscope::Report quiet = load(dir / "base.json");
+  quiet.system.runqueue_wait_s = 0;
+  stepscope::Report busy = quiet;
   busy.system.runqueue_wait_s = busy.system.wall_s * 0.6;
   std::string error;
+  REQUIRE(stepscope::write_report_file(quiet, dir / "base.json", error));
   REQUIRE(stepscope::write_report_file(busy, dir / "busy.json", error));
   r = run(dir, tool() + " diff --json base.json busy.json");
   REQUIRE(r.status == kOk);
@@ -215,6 +220,24 @@ TEST_CASE("diff --json: the comparison as JSON, same run twice is within noise",
   r = run(dir, tool() + " diff base.json busy.json");
   CHECK(contains(r.out, "machine conditions differ"));
   CHECK(r.out.find("machine conditions differ") < r.out.find("bottleneck"));
+  // Repeats: BASE... --vs NEW...; the noise is the spread between runs.
+  stepscope::Report slower = quiet;
+  slower.steps.wall_ms.mean *= 1.5;
+  REQUIRE(stepscope::write_report_file(slower, dir / "slower.json", error));
+  r = run(dir, tool() + " diff --json base.json base.json --vs slower.json slower.json slower.json");
+  INFO(r.err);
+  REQUIRE(r.status == kOk);
+  const auto reps = nlohmann::json::parse(r.out);
+  CHECK(reps["runs"]["base"] == 2);
+  CHECK(reps["runs"]["new"] == 3);
+  CHECK(reps["step"]["noise_method"] == "between_runs");
+  CHECK(reps["step"]["verdict"] == "slower");
+  r = run(dir, tool() + " diff base.json base.json --vs slower.json");
+  CHECK(contains(r.out, "base: base.json base.json"));
+  CHECK(contains(r.out, "spread between 2 base and 1 new runs"));
+  // --vs without a base, or a lone report: usage errors.
+  CHECK(run(dir, tool() + " diff --vs slower.json").status == kUsage);
+  CHECK(run(dir, tool() + " diff base.json").status == kUsage);
 }
 
 TEST_CASE("analyze --hta prints HTA's tables with HTA's numbers", "[tools][cli][import]") {
