@@ -641,6 +641,16 @@ Verdict Classifier::run() {
         fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
                     explained ? " (time outside phases is explained by scheduling signals)"
                               : " with no scheduling signal to explain it"));
+    // Mostly between steps: the loop's own structure, not missing phases
+    // (the fetch in a range-for's header runs outside the step it feeds).
+    if (unexplained >= t.mostly_unexplained && shares_.between_steps >= 0.5 * unexplained)
+      return finish_unknown(
+          fmt::format("Unknown: {:.0f}% of the loop's time falls between steps, where nothing was measured "
+                      "(the fetch in the loop header, most likely); the per-step numbers cover only the "
+                      "rest.",
+                      pct(shares_.between_steps)),
+          "Iterate stepscope::steps(loader) so each fetch is its step's data phase, or call "
+          "stepscope::next_step() at the top of the loop body instead of STEPSCOPE_STEP().");
     if (unexplained >= t.mostly_unexplained)
       return finish_unknown(
           fmt::format("Unknown: {:.0f}% of the step is outside any classified phase and no scheduling "

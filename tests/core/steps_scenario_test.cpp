@@ -110,6 +110,13 @@ TEST_CASE("the idiomatic loop with STEPSCOPE_STEP in the body: coverage finding,
   // confident than the coverage, and compute is not the answer.
   CHECK(r.bottleneck.category != "compute");
   CHECK(r.bottleneck.confidence <= *r.steps.coverage + 1e-9);
+  // When the verdict is unknown, it says where the time went and how to fix
+  // the loop (not "wrap more of the step in phases": the step is covered).
+  if (r.bottleneck.category == "unknown") {
+    CHECK(r.bottleneck.summary.find("between steps") != std::string::npos);
+    REQUIRE_FALSE(r.bottleneck.recommendations.empty());
+    CHECK(r.bottleneck.recommendations.front().find("stepscope::steps") != std::string::npos);
+  }
   // The breakdown shows the gap, and its parts still add up.
   const StepBreakdown& b = r.steps.breakdown;
   CHECK(b.between_steps_ms > 0.5 * b.wall_ms);
