@@ -7,7 +7,7 @@
 //   stepscope html stepscope-report.json -o report.html
 #include "trace_check.hpp"
 
-#include "report/text.hpp"
+#include "text/printable.hpp"
 
 #include <stepscope/analysis.hpp>
 #include <stepscope/html.hpp>

@@ -115,4 +115,9 @@ STEPSCOPE_API std::string format_comparison(const Comparison& comparison);
 // per-run signals}, verdicts, config changes and warnings. Never throws.
 STEPSCOPE_API std::string comparison_to_json(const Comparison& comparison);
 
+// For a report of an imported trace (run.source "kineto-import"): the
+// analyzer's advice in the trace's language (also declared in import.hpp).
+// analyze() calls it last. No-op for other sources.
+STEPSCOPE_API void reword_advice_for_trace(Report& report);
+
 }  // namespace stepscope

@@ -267,6 +267,7 @@ struct DeviceInfo {
   double memory_peak_mb = 0;
   std::map<std::string, double> facts;  // device timeline facts (busy fraction, ...)
   HtaTables hta;                         // imported traces: HTA's tables (JSON device.hta)
+  std::vector<HtaTables> hta_ranks;      // merged reports: each rank's HTA tables, by rank (device.hta_ranks)
 };
 
 struct RunInfo {

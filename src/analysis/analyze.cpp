@@ -6,7 +6,6 @@
 #include "analysis/facts.hpp"
 
 #include <stepscope/analysis.hpp>
-#include <stepscope/import.hpp>  // reword_advice_for_trace
 
 namespace stepscope {
 
@@ -17,7 +16,7 @@ void analyze(Report& report) {
   report.bottleneck = classify(report);
   report.findings = find_issues(report);
   report.what_if = project_what_if(report);
-  // Imported traces: advice in the trace's language (src/import/trace_report.cpp).
+  // Imported traces: advice in the trace's language (advice_wording.cpp).
   reword_advice_for_trace(report);
 }
 

@@ -17,7 +17,7 @@
 // their thresholds (kThresholds.conditions_*), the comparison says so first.
 #include "analysis/facts.hpp"
 #include "analysis/thresholds.hpp"
-#include "report/text.hpp"
+#include "text/printable.hpp"
 
 #include <stepscope/analysis.hpp>
 
@@ -453,7 +453,7 @@ std::string format_comparison(const Comparison& c) {
   out += std::string(24 + 12 * 3 + 10 + 11 + 15, '-') + "\n";
   row(c.step);
   for (const Delta& d : c.phases) row(d);
-  // Names, config values and warnings come from the reports: printed escaped (report/text.hpp).
+  // Names, config values and warnings come from the reports: printed escaped (text/printable.hpp).
   for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", detail::printable(n));
   for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", detail::printable(n));
   if (c.step.noise_method == "between_runs") {

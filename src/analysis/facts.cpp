@@ -17,18 +17,6 @@ double safe_div(double a, double b) {
   return a / b;
 }
 
-const char* kind_name(PhaseKind kind) {
-  // Local copy of the names so the analyzer does not depend on the report
-  // serialisation code being linked.
-  switch (kind) {
-    case PhaseKind::input: return "input";
-    case PhaseKind::compute: return "compute";
-    case PhaseKind::memory: return "memory";
-    case PhaseKind::communication: return "communication";
-    case PhaseKind::other: return "other";
-  }
-  return "other";
-}
 
 double mean_step_ms(const Report& report) {
   if (report.steps.breakdown.wall_ms > 0) return report.steps.breakdown.wall_ms;
@@ -97,17 +85,19 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   const double stored_wait = b.cpu_wait_ms, stored_faults = b.page_fault_ms;
   b.cpu_wait_ms = b.page_fault_ms = 0;
   if (stored_wait > 0 || (sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
-    double* phases[] = {&b.input_ms, &b.compute_ms, &b.memory_ms, &b.communication_ms, &b.other_ms};
-    const double runnable[] = {sys.input_on_cpu_fraction >= 0 ? clamp01(sys.input_on_cpu_fraction) : 1.0,
-                               sys.compute_on_cpu_fraction >= 0 ? clamp01(sys.compute_on_cpu_fraction) : 1.0, 1.0,
-                               1.0, 1.0};
+    const KindArray<double*> phases = kind_fields(b);
+    // The share of each kind's time its threads were on or waiting for a CPU
+    // (sampled for input and compute; the others are assumed runnable).
+    KindArray<double> runnable{{1.0, 1.0, 1.0, 1.0, 1.0}};
+    if (sys.input_on_cpu_fraction >= 0) runnable[PhaseKind::input] = clamp01(sys.input_on_cpu_fraction);
+    if (sys.compute_on_cpu_fraction >= 0) runnable[PhaseKind::compute] = clamp01(sys.compute_on_cpu_fraction);
     double exposed = 0;  // phase time in which waiting for a CPU was possible
-    for (std::size_t i = 0; i < 5; ++i) exposed += std::max(0.0, *phases[i]) * runnable[i];
+    for (PhaseKind k : kPhaseKinds) exposed += std::max(0.0, *phases[k]) * runnable[k];
     const double wait = std::min(
         stored_wait > 0 ? stored_wait : clamp01(safe_div(sys.runqueue_wait_s, sys.wall_s)) * b.wall_ms, exposed);
     if (wait > 0 && exposed > 0) {
-      for (std::size_t i = 0; i < 5; ++i)
-        *phases[i] = std::max(0.0, *phases[i]) - wait * std::max(0.0, *phases[i]) * runnable[i] / exposed;
+      for (PhaseKind k : kPhaseKinds)
+        *phases[k] = std::max(0.0, *phases[k]) - wait * std::max(0.0, *phases[k]) * runnable[k] / exposed;
       b.cpu_wait_ms = wait;
     }
   }

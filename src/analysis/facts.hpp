@@ -5,6 +5,8 @@
 // facts with their documented meaning, and a least-squares line fit.
 #pragma once
 
+#include "stats/phase_kind.hpp"  // the kinds' names and KindArray
+
 #include <stepscope/report.hpp>
 
 #include <optional>
@@ -88,7 +90,5 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
 
 double clamp01(double v);
 double safe_div(double a, double b);
-
-const char* kind_name(PhaseKind kind);
 
 }  // namespace stepscope::detail

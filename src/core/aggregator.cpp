@@ -22,10 +22,9 @@ inline void add_kinds(std::array<std::uint64_t, kKindCount>& to, const std::arra
 Aggregator::Aggregator(AggregatorOptions options, const TickConverter* clock) : options_(options), clock_(clock) {
   if (options_.series_capacity < 2) options_.series_capacity = 2;
   series_.reserve(options_.series_capacity);
-  // A power of two, so keeping a step is a mask and a store.
+  // A power of two, so a slot of the step union is a mask away.
   std::size_t kept = 1;
   while (kept < options_.step_intervals_kept) kept *= 2;
-  step_intervals_.resize(kept);
   step_intervals_mask_ = kept - 1;
   step_union_.resize(kept);
 }
@@ -174,7 +173,6 @@ void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::
 }
 
 inline void Aggregator::add_step_interval(const PhaseRecord& r) {
-  step_intervals_[steps_recorded_++ & step_intervals_mask_] = {r.start_ticks, r.end_ticks};
   add_to_step_union(r.start_ticks, r.end_ticks);
   if (r.end_ticks > last_step_end_) {
     last_step_end_ = r.end_ticks;

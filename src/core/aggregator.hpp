@@ -5,11 +5,12 @@
 //   ThreadId t = agg.add_thread(tid);
 //   agg.consume(t, records, count);  // drained records, in push order
 //   agg.consume(t, record);          // or one at a time
-//   Report facts = agg.build_report();
+//   Report facts;
+//   agg.fill_report(facts);          // per-phase stats, steps, breakdown
 #pragma once
 
-#include "core/clock.hpp"
-#include "core/histogram.hpp"
+#include "stats/clock.hpp"
+#include "stats/histogram.hpp"
 
 #include <stepscope/report.hpp>
 #include <stepscope/ring.hpp>
@@ -266,18 +267,15 @@ class Aggregator {
 
   // Steps.
   DurationStats step_wall_, step_warmup_wall_;
-  // The last steps (ticks), a circular buffer in completion order: step n
-  // is at n % size (a power of two).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> step_intervals_;
-  std::uint64_t step_intervals_mask_ = 0;  // size - 1
-  std::uint64_t steps_recorded_ = 0;
   std::uint64_t last_step_end_ = 0;
   // The union of the steps' intervals (ticks) as disjoint intervals sorted
-  // by start, a circular buffer as large as step_intervals_: logical
+  // by start, a circular buffer of options.step_intervals_kept (rounded up
+  // to a power of two, size - 1 in step_intervals_mask_): logical
   // positions [step_union_begin_, step_union_end_), slot = position & mask.
   // overlap_with_steps binary-searches it: O(log n + intervals it overlaps)
   // per background record, where scanning the steps was O(steps kept).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> step_union_;
+  std::uint64_t step_intervals_mask_ = 0;
   std::uint64_t step_union_begin_ = 0, step_union_end_ = 0;
   void add_to_step_union(std::uint64_t start, std::uint64_t end);
   // Coverage: outermost steps' wall time, and the gaps between consecutive

@@ -19,17 +19,24 @@ namespace stepscope::detail {
 
 Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device, ThreadRegistry* registry)
     : options_(options),
-      device_(std::move(device)),
       own_registry_(registry == nullptr ? std::make_unique<ThreadRegistry>(options.ring_capacity) : nullptr),
       registry_(registry == nullptr ? own_registry_.get() : registry),
+      device_(std::move(device)),
       aggregator_(options.aggregator, &clock_),
       trace_(options.trace, options.trace_max_events, &clock_) {
   clock_.start();
+  // The settings reach the backend here, before its first poll: it may have
+  // been built before they were read (DeviceBackend::configure).
+  if (device_) {
+    DeviceBackendSettings device_settings;
+    device_settings.warmup_steps = options_.aggregator.warmup_steps;
+    device_->configure(device_settings);
+  }
   start_ns_ = static_cast<std::int64_t>(monotonic_ns());
   if (options_.sample_system) sampler_.start(start_ns_);
   if (options_.live_interval_s > 0) {
     live_terminal_ = ::isatty(STDERR_FILENO) == 1;
-    live_active_ = live_terminal_ || options_.live_forced;
+    live_active_ = (live_terminal_ || options_.live_forced) && options_.live_line;
     live_next_ns_ = start_ns_ + static_cast<std::int64_t>(options_.live_interval_s * 1e9);
   }
   if (options_.start_thread) thread_ = std::thread([this] { run_loop(); });
@@ -192,14 +199,13 @@ void Collector::maybe_print_live() noexcept {
     // facts() + classify cost well under a millisecond for a few dozen
     // phases, once per interval, on this thread: never on the hot path.
     const Report snapshot = facts();
-    const LiveStatus status = live_.update(snapshot, static_cast<double>(now - start_ns_) * 1e-9);
     std::size_t width = 0;
     if (live_terminal_) {
       winsize size{};
       // One column less than the terminal: a line that fills it exactly wraps on some terminals.
       if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 20) width = size.ws_col - 1;
     }
-    const std::string line = format_live_line(status, width);
+    const std::string line = options_.live_line(snapshot, static_cast<double>(now - start_ns_) * 1e-9, width);
     if (live_terminal_)
       std::fprintf(stderr, "\r%s\x1b[K", line.c_str());  // rewrite in place, clear the rest of the old line
     else

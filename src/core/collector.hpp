@@ -1,16 +1,17 @@
-// The collector: owns every thread's ring and all aggregation state. One
-// background thread wakes on a timer (it never spins), drains the rings in
-// batches, feeds the aggregator, the system sampler and the device backend.
+// The collector: the only consumer of the threads' rings (which the
+// ThreadRegistry holds) and the owner of all aggregation state. Its loop
+// (its own thread, or the run time's collector thread: start_thread = false)
+// wakes on a timer (it never spins), drains the rings in batches and feeds
+// the aggregator, the system sampler and the device backend.
 #pragma once
 
 #include "core/aggregator.hpp"
-#include "core/clock.hpp"
 #include "core/device_backend.hpp"
 #include "core/registry.hpp"
 #include "core/system_sampler.hpp"
 #include "core/trace_recorder.hpp"
+#include "stats/clock.hpp"
 
-#include <stepscope/live.hpp>
 #include <stepscope/report.hpp>
 #include <stepscope/ring.hpp>
 
@@ -21,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,6 +43,11 @@ struct CollectorOptions {
   std::size_t trace_max_events = 200000;
   double live_interval_s = 0;  // STEPSCOPE_LIVE: seconds between progress lines on stderr (0 = off)
   bool live_forced = false;    // STEPSCOPE_LIVE_FORCE: print even when stderr is not a terminal
+  // The progress line's text for the facts so far, `elapsed_s` seconds into
+  // the run, at most `max_width` characters (0 = no limit). The run time
+  // supplies it (the report layer's LiveTracker + format_live_line): core
+  // never calls a writer. No line is printed without it.
+  std::function<std::string(const Report& facts, double elapsed_s, std::size_t max_width)> live_line;
   // Flight recorder (STEPSCOPE_SNAPSHOT_S): every snapshot_interval_s seconds
   // (0 = never) the loop thread calls on_snapshot() after its drain. The run
   // time's callback writes the report marked incomplete.
@@ -97,26 +104,30 @@ class Collector {
   // Loop thread: records its CPU time so far.
   void note_loop_cpu() noexcept;
 
+  // Written by the constructor, read-only after: any thread.
   CollectorOptions options_;
   TickConverter clock_;
+  std::unique_ptr<ThreadRegistry> own_registry_;
+  ThreadRegistry* registry_;  // the registry synchronises itself (registry.hpp)
+
+  // Aggregation state: guarded by state_mutex_, held while draining (the
+  // loop thread, or the thread calling stop() or facts()). The device
+  // backend and the sampler are only called with it held.
+  std::mutex state_mutex_;
   SystemSampler sampler_;
   std::unique_ptr<DeviceBackend> device_;
-  DeviceInfo device_info_;
+  DeviceInfo device_info_;        // written once, by the final drain (stop())
   bool device_finished_ = false;
-
-  std::unique_ptr<ThreadRegistry> own_registry_;
-  ThreadRegistry* registry_;
-
-  // Aggregation state: guarded by state_mutex_, held while draining.
-  std::mutex state_mutex_;
   Aggregator aggregator_;
   TraceRecorder trace_;
   std::vector<RingEntry*> drain_list_;
   std::vector<SystemSampler::ThreadSample> sample_list_;
-  std::int64_t start_ns_ = 0;
-  SystemSignals final_system_;
+  std::int64_t start_ns_ = 0;  // set by the constructor, read-only after
+  SystemSignals final_system_;  // written once, by the final drain
   bool stopped_ = false;
 
+  // Atomics: written by the loop thread (collector_errors_, loop_cpu_ns_,
+  // last_fill_), read by any thread without a lock.
   std::atomic<std::uint64_t> collector_errors_{0};
   // CPU time of the thread running the loop, updated every tick (its own clock).
   std::atomic<std::uint64_t> loop_cpu_ns_{0};
@@ -128,7 +139,7 @@ class Collector {
   // can wake it from a signal handler. Any thread writes both.
   std::atomic<std::uint32_t> wake_word_{0};
   std::atomic<bool> stop_requested_{false};
-  std::thread thread_;
+  std::thread thread_;  // started by the constructor, joined by stop() (the owner's thread)
   // CPU time (ns) the thread calling stop() spent in the final drain: part
   // of the collector's cost (system.collector_cpu_ms). Written once, by stop().
   std::atomic<std::uint64_t> final_drain_cpu_ns_{0};
@@ -139,7 +150,6 @@ class Collector {
   bool live_terminal_ = false;  // rewrite one line in place with \r
   bool live_printed_ = false;
   std::int64_t live_next_ns_ = 0;  // monotonic ns of the next line
-  LiveTracker live_;
 };
 
 }  // namespace stepscope::detail

@@ -4,13 +4,20 @@
 #pragma once
 
 #include "core/aggregator.hpp"
+#include "core/env.hpp"
 
 #include <stepscope/report.hpp>
 #include <stepscope/ring.hpp>
 
+#include <cstdint>
 #include <memory>
 
 namespace stepscope::detail {
+
+// What a device backend takes from the run's settings (core/env.hpp).
+struct DeviceBackendSettings {
+  std::uint64_t warmup_steps = kDefaultWarmupSteps;  // STEPSCOPE_WARMUP: steps left out of per-step device counters
+};
 
 class DeviceBackend {
  public:
@@ -23,6 +30,12 @@ class DeviceBackend {
   // At finish: last resolution (may wait briefly for outstanding events) and
   // what the report says about the device.
   virtual void finish(Aggregator& aggregator, DeviceInfo& info) = 0;
+  // Once, by the Collector's constructor (the run time builds the collector
+  // after it read the settings), before the first on_record() or poll(). The
+  // backend may be built before that (on the first scope's thread, see
+  // device_in_use), so it must not read settings when built: they arrive
+  // here. Default: nothing to configure.
+  virtual void configure(const DeviceBackendSettings& settings) noexcept { (void)settings; }
 };
 
 // Called once at start-up. Never throws; never returns null. Installs the

@@ -1,6 +1,5 @@
+// Settings from the environment (env.hpp), and the paths the run writes to.
 #include "core/env.hpp"
-
-#include "core/runtime.hpp"
 
 #include <unistd.h>
 
@@ -123,6 +122,7 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
     else
       bad("STEPSCOPE_QUIET", v, "0 or 1", "0");
   }
+  if (const char* v = getenv_fn("STEPSCOPE_MERGED_OUT"); v != nullptr && *v != '\0') s.merged_out = v;
   if (const char* v = getenv_fn("STEPSCOPE_TRACE"); v != nullptr && *v != '\0') s.trace = v;
   if (const char* v = getenv_fn("STEPSCOPE_TRACE_OUT"); v != nullptr && *v != '\0') s.trace_out = v;
   if (const char* v = getenv_fn("STEPSCOPE_TRACE_MAX_EVENTS"); v != nullptr && *v != '\0') {
@@ -257,20 +257,6 @@ std::string fallback_report_path(int rank, long pid) {
   if (rank >= 0) name += ".rank" + std::to_string(rank);
   name += "." + std::to_string(pid) + ".json";
   return dir + "/" + name;
-}
-
-std::string write_report_with_fallback(Report& report, const std::string& path, int rank) {
-  std::string error;
-  if (write_report_file(report, path, error)) return path;
-  const std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));
-  const std::string message = "cannot write the report to '" + path + "' (" + error + "); writing it to '" + fallback + "' instead";
-  std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
-  report.warnings.push_back(message);
-  std::string error2;
-  if (write_report_file(report, fallback, error2)) return fallback;
-  std::fprintf(stderr, "stepscope: error: cannot write the report to '%s' either (%s); here it is:\n%s\n", fallback.c_str(),
-               error2.c_str(), report_to_json(report).c_str());
-  return "<stderr>";
 }
 
 }  // namespace stepscope::detail

@@ -47,6 +47,7 @@ struct Settings {
   double snapshot_interval_s = kDefaultSnapshotSeconds;
   bool signals = true;    // STEPSCOPE_SIGNALS=0: leave SIGINT/SIGTERM/SIGHUP alone
   bool children = false;  // STEPSCOPE_CHILDREN=1: forked children write their own reports
+  std::string merged_out;  // STEPSCOPE_MERGED_OUT: stepscope::mpi's merged report ("" = its default name)
 };
 
 // getenv_fn lets tests supply their own environment.

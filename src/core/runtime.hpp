@@ -1,37 +1,14 @@
-// Internals shared by the run time (src/core/runtime.cpp) and its tests.
+// The run's settings, as the run time (src/run/runtime.cpp, which defines
+// this) read them on the collector thread. Kept for the CUDA backend until it
+// takes its settings through DeviceBackend::configure(); nothing else in core
+// or below may read them this way: settings are passed down.
 #pragma once
 
 #include "core/env.hpp"
 
-#include <stepscope/report.hpp>
-
-#include <string>
-
 namespace stepscope::detail {
 
-class Collector;
-
-// Builds the report from the collector's facts plus run information and the
-// analyzer's verdict. final_report stops the collector first.
-Report build_report(bool final_report);
+// Defaults until the collector thread has read the environment.
 const Settings& settings();
-
-// Writes the report to `path`; when that fails, says so on stderr, notes it
-// in the report and writes to the fallback path; as a last resort prints the
-// JSON on stderr. Returns the path written ("<stderr>" for the last resort).
-std::string write_report_with_fallback(Report& report, const std::string& path, int rank);
-// STEPSCOPE_TRACE: writes the captured window as a gzipped Chrome trace,
-// beside the report (report_path's directory) unless STEPSCOPE_TRACE_OUT
-// says where. A failure's reason goes to stderr and to report.warnings.
-void write_trace_if_enabled(Collector& collector, Report& report, const Settings& settings,
-                            const std::string& report_path, long child_pid);
-
-// Ends the run: stops the collector and writes the final report (once; later
-// calls return the same path). ended_by: "exit" (the exit handler) or
-// "finish" (stepscope::finish()).
-std::string finish_run(const char* ended_by) noexcept;
-
-// Name of a termination signal the run time handles ("SIGTERM"), else "".
-const char* termination_signal_name(int sig) noexcept;
 
 }  // namespace stepscope::detail

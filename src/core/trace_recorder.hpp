@@ -2,7 +2,7 @@
 // Collector thread only.
 #pragma once
 
-#include "core/clock.hpp"
+#include "stats/clock.hpp"
 
 #include <stepscope/ring.hpp>
 #include <stepscope/trace.hpp>

@@ -7,7 +7,7 @@
 // No synchronisation, no lock, no allocation after the thread's first timed
 // phase. Collector thread: cudaEventQuery on the pending pairs (never
 // cudaEventSynchronize), cudaEventElapsedTime, slot back to its block.
-#include "core/clock.hpp"
+#include "stats/clock.hpp"
 #include "core/device_backend.hpp"
 #include "core/runtime.hpp"
 #include "cuda/cupti_activity.hpp"

@@ -29,7 +29,7 @@
 #include "import/kineto_reader_internal.hpp"
 #include "import/kineto_semantics.hpp"
 #include "stepscope/import.hpp"
-#include "timeline/classify.hpp"
+#include "timeline/name_rules.hpp"
 #include "timeline/correlation_map.hpp"
 
 namespace stepscope::detail {

@@ -5,7 +5,7 @@
 #include <stepscope/phase.hpp>
 #include <stepscope/version.hpp>
 
-#include "core/histogram.hpp"
+#include "stats/histogram.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -80,35 +80,6 @@ void add_framework_phases(const std::vector<timeline::StepFrameworkPhases>& step
 }
 
 }  // namespace
-
-// The analyzer words its advice for code that links stepscope
-// (STEPSCOPE_PHASE); an imported trace came from a Python training loop, where
-// the same advice is a torch.profiler.record_function range. Rewrites every
-// piece of text the user reads, in place.
-void reword_advice_for_trace(Report& r) {
-  if (r.run.source != "kineto-import") return;
-  static const std::pair<const char*, const char*> kPhrases[] = {
-      {"STEPSCOPE_PHASE scopes with a kind (input, compute, memory, communication)",
-       "torch.profiler.record_function(\"...\") ranges named after what they do (data, forward, backward, "
-       "optimizer, h2d, allreduce)"},
-      {"STEPSCOPE_PHASE scopes", "torch.profiler.record_function(\"...\") ranges"},
-      {"STEPSCOPE_PHASE", "torch.profiler.record_function"},
-      {"Run more steps (past the warm-up)",
-       "Profile more steps (torch.profiler.schedule(wait=1, warmup=1, active=N) and prof.step() every iteration)"},
-  };
-  auto rewrite = [](std::string& text) {
-    for (const auto& [from, to] : kPhrases) {
-      const std::string needle = from;
-      for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + std::strlen(to)))
-        text.replace(at, needle.size(), to);
-    }
-  };
-  rewrite(r.bottleneck.summary);
-  for (auto& e : r.bottleneck.evidence) rewrite(e.sentence);
-  for (auto& advice : r.bottleneck.recommendations) rewrite(advice);
-  for (auto& f : r.findings) rewrite(f.message);
-  for (auto& w : r.warnings) rewrite(w);
-}
 
 std::string nothing_to_time(const Timeline& tl) {
   std::size_t annotations = 0;
@@ -298,7 +269,7 @@ Report report_from_timeline(const Timeline& tl, const std::string& source) noexc
         r.warnings.push_back("the trace has no ProfilerStep#N annotations: analysed as one window");
       }
     }
-    analyze(r);  // ends with reword_advice_for_trace: advice in the trace's language
+    analyze(r);  // ends with reword_advice_for_trace (src/analysis/advice_wording.cpp): the trace's language
   } catch (const std::exception& e) {
     r.warnings.push_back(std::string("analysis incomplete: ") + e.what());
   } catch (...) {

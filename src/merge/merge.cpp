@@ -21,8 +21,9 @@
 //    itself; each rank's excess over it is waiting for slower ranks.
 // Cost: O(ranks x (phases + points)) time, O(ranks x points) memory with
 // points capped at kMaxStepPoints.
-#include "core/histogram.hpp"
-#include "report/text.hpp"
+#include "stats/histogram.hpp"
+#include "stats/utc_time.hpp"
+#include "text/printable.hpp"
 
 #include <stepscope/analysis.hpp>
 #include <stepscope/merge.hpp>
@@ -350,15 +351,6 @@ void resample(const std::vector<std::uint64_t>& grid, const std::vector<std::uin
   for (std::size_t k = 0; k < grid.size(); ++k) out[k] = counts[k] > 0 ? out[k] / counts[k] : kNaN;
 }
 
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
   for (std::size_t i = 0; i < ranks.size() && i < kMaxListedRanksPerFinding; ++i)
@@ -399,15 +391,75 @@ void warn_on_world_size(const std::vector<Report>& inputs, std::vector<std::stri
     warnings.push_back(fmt::format("rank(s) {} are not below their own report's world_size", rank_list(outside)));
 }
 
-Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
-  Report job;
-  if (inputs.empty()) {
-    error = "no reports to merge";
-    return Report{};
+// The job's time outside steps (issue 12's steps.coverage and between_steps_*):
+// the breakdown's between-steps parts are means per step over the ranks,
+// like its other parts, so they still add up to the job's breakdown wall
+// time; the run totals add up over the ranks' step threads; the coverage is
+// the worst rank's, so the steps_coverage finding fires when any rank's loop
+// runs outside its steps (a mean would hide one rank's uninstrumented fetch).
+void merge_between_steps(const std::vector<RankFacts>& ranks, StepStats& job) {
+  const double n = static_cast<double>(ranks.size());
+  for (const RankFacts& f : ranks) {
+    const StepStats& s = f.report->steps;
+    // A rank without a breakdown (hand-built report) adds nothing to its parts.
+    if (s.breakdown.wall_ms > 0) {
+      job.breakdown.between_steps_input_ms += s.breakdown.between_steps_input_ms / n;
+      job.breakdown.between_steps_ms += s.breakdown.between_steps_ms / n;
+    }
+    job.between_steps_ms += s.between_steps_ms;
+    job.between_steps_input_ms += s.between_steps_input_ms;
+    if (s.coverage) job.coverage = job.coverage ? std::min(*job.coverage, *s.coverage) : *s.coverage;
   }
-  // ---- 1. validate and order the ranks ----------------------------------
+}
+
+// Each rank's HTA tables (device.hta of an imported trace), in rank order:
+// HTA's numbers are per rank and do not average (device.hta_ranks).
+std::vector<HtaTables> hta_by_rank(const std::vector<RankFacts>& ranks) {
+  std::vector<HtaTables> tables;
+  for (const RankFacts& f : ranks) {
+    if (!f.report->device.hta.present) continue;
+    tables.push_back(f.report->device.hta);
+  }
+  return tables;
+}
+
+// ---- the merge, step by step (merge_impl lists the steps) ----------------
+
+// What one merge passes from step to step. The steps run in merge_impl's
+// order; each reads what the steps before it filled.
+struct JobMerge {
+  // order_ranks: the usable ranks in rank order, their ids, the job's size.
   std::vector<std::string> warnings;
-  std::vector<std::pair<int, const Report*>> ordered;
+  std::vector<std::pair<int, const Report*>> ordered;  // every input, by rank (duplicates included)
+  std::vector<RankFacts> ranks;
+  std::vector<int> rank_ids;
+  std::size_t n = 0;
+  int world = 0;
+  // compare_rank_means: each rank's mean per step, across ranks.
+  RankSample step_sample, busy_sample, compute_sample, comm_sample;
+  double median_step = 0;
+  double material_ms = 0;  // kMaterialShare of the median step: what "matters" means here
+  // merge_phases
+  std::map<PhaseKey, PhaseAccumulator> phases;
+  // align_series / summarise_step_points: per rank per aligned point (NaN: no value there).
+  AlignedSeries grid;
+  std::vector<std::vector<double>> busy_series, comm_series;
+  std::vector<RankSample> point_busy;
+  double collective_sum = 0, expected_wait_sum = 0;
+  int collective_points = 0;
+  // find_stragglers
+  std::vector<bool> is_straggler;
+  // the result
+  MultiRank m;
+  Report job;
+};
+
+// Validates the inputs and orders them by rank; duplicates and ranks without
+// steps are left out with a warning. False (and `error`) when nothing is left.
+bool order_ranks(const std::vector<Report>& inputs, JobMerge& jm, std::string& error) {
+
+  std::vector<std::string>& warnings = jm.warnings;
+  std::vector<std::pair<int, const Report*>>& ordered = jm.ordered;
   ordered.reserve(inputs.size());
   int declared_world = 0;
   bool any_unranked = false;
@@ -416,11 +468,11 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     if (r.schema_version != kReportSchemaVersion) {
       error = fmt::format("report {} has schema_version {} (this stepscope merges {})", i, r.schema_version,
                           kReportSchemaVersion);
-      return Report{};
+      return false;
     }
     if (r.run.source == "merge" || r.ranks) {
       error = fmt::format("report {} is already a merged job report; merge the per-rank reports instead", i);
-      return Report{};
+      return false;
     }
     declared_world = std::max(declared_world, r.run.world_size);
     int rank = r.run.rank;
@@ -435,8 +487,8 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   warn_on_world_size(inputs, warnings);
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<RankFacts> ranks;
-  std::vector<int> rank_ids;
+  std::vector<RankFacts>& ranks = jm.ranks;
+  std::vector<int>& rank_ids = jm.rank_ids;
   std::vector<int> duplicates, empty_ranks;
   for (std::size_t i = 0; i < ordered.size(); ++i) {
     if (i > 0 && ordered[i].first == ordered[i - 1].first) {
@@ -457,14 +509,23 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
         fmt::format("rank(s) {} measured no steps and were left out of the statistics", rank_list(empty_ranks)));
   if (ranks.empty()) {
     error = "none of the reports has measured steps";
-    return Report{};
+    return false;
   }
-  const std::size_t n = ranks.size();
-  const int world = std::max({declared_world, rank_ids.back() + 1, static_cast<int>(n)});
+  jm.n = ranks.size();
+  jm.world = std::max({declared_world, rank_ids.back() + 1, static_cast<int>(jm.n)});
+  return true;
 
-  MultiRank m;
+}
+
+// Ranks in [0, world) without a report.
+void note_missing_ranks(JobMerge& jm) {
+  const int world = jm.world;
+  const std::vector<std::pair<int, const Report*>>& ordered = jm.ordered;
+  std::vector<std::string>& warnings = jm.warnings;
+  MultiRank& m = jm.m;
+
   m.world_size = world;
-  m.ranks_merged = static_cast<int>(n);
+  m.ranks_merged = static_cast<int>(jm.n);
   {
     std::set<int> present;
     for (const auto& [rank, report] : ordered) present.insert(rank);
@@ -478,26 +539,40 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
       warnings.push_back(fmt::format("{} of {} ranks have no report (e.g. rank {}): the job facts cover the others",
                                      missing, world, m.missing_ranks.front()));
   }
+}
 
-  // ---- 2. per-rank means across ranks -----------------------------------
+// Each rank's means per step (wall, busy, compute, communication) across ranks.
+void compare_rank_means(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::vector<int>& rank_ids = jm.rank_ids;
+  const std::size_t n = jm.n;
+  MultiRank& m = jm.m;
+
   auto across = [&](auto getter) {
     std::vector<double> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = getter(ranks[i]);
     return RankSample(v, rank_ids);
   };
-  const RankSample step_sample = across([](const RankFacts& f) { return f.wall; });
-  const RankSample busy_sample = across([](const RankFacts& f) { return f.busy; });
-  const RankSample compute_sample = across([](const RankFacts& f) { return f.compute; });
-  const RankSample comm_sample = across([](const RankFacts& f) { return f.comm; });
-  m.step_ms = step_sample.summary();
-  m.busy_ms = busy_sample.summary();
-  m.compute_ms = compute_sample.summary();
-  m.communication_ms = comm_sample.summary();
-  const double median_step = step_sample.summary().median;
-  const double material_ms = kMaterialShare * median_step;
+  jm.step_sample = across([](const RankFacts& f) { return f.wall; });
+  jm.busy_sample = across([](const RankFacts& f) { return f.busy; });
+  jm.compute_sample = across([](const RankFacts& f) { return f.compute; });
+  jm.comm_sample = across([](const RankFacts& f) { return f.comm; });
+  m.step_ms = jm.step_sample.summary();
+  m.busy_ms = jm.busy_sample.summary();
+  m.compute_ms = jm.compute_sample.summary();
+  m.communication_ms = jm.comm_sample.summary();
+  jm.median_step = jm.step_sample.summary().median;
+  jm.material_ms = kMaterialShare * jm.median_step;
+}
 
-  // ---- 3. phases: merged distributions and per-rank per-step values -----
-  std::map<PhaseKey, PhaseAccumulator> phases;
+// The job's phases: merged distributions, and each rank's per-step value of
+// its step-thread phases (for the straggler tests).
+void merge_phases(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
+  std::map<PhaseKey, PhaseAccumulator>& phases = jm.phases;
+  Report& job = jm.job;
+
   for (std::size_t i = 0; i < n; ++i) {
     const Report& r = *ranks[i].report;
     for (const PhaseSummary& p : r.phases) {
@@ -543,13 +618,23 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   }
   std::stable_sort(job.phases.begin(), job.phases.end(),
                    [](const PhaseSummary& a, const PhaseSummary& b) { return a.self_ms.total > b.self_ms.total; });
+}
 
-  // ---- 4. aligned per-step series ----------------------------------------
-  const AlignedSeries grid = choose_grid(ranks);
+// The ranks' per-step series on one grid: the job's series (means over the
+// ranks) and each rank's busy / communication time per point.
+void align_series(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
+
+  jm.grid = choose_grid(ranks);
+  const AlignedSeries& grid = jm.grid;
   const std::size_t points = grid.grid.size();
   // busy / comm / wall per rank per point (NaN: the rank has no value there).
-  std::vector<std::vector<double>> busy_series(n), comm_series(n);
-  StepSeries job_series;
+  std::vector<std::vector<double>>& busy_series = jm.busy_series;
+  std::vector<std::vector<double>>& comm_series = jm.comm_series;
+  busy_series.assign(n, {});
+  comm_series.assign(n, {});
+  StepSeries& job_series = jm.job.steps.series;
   if (points > 0) {
     job_series.stride = grid.stride;
     job_series.first_step = grid.grid;
@@ -594,11 +679,20 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     if (sum_n[7].empty() || std::all_of(sum_n[7].begin(), sum_n[7].end(), [](int x) { return x == 0; }))
       job_series.rss_mb.clear();
   }
+}
 
-  // Per point: across-ranks summaries, the collective estimate, waiting.
-  std::vector<RankSample> point_busy(points);  // kept for the per-step straggler pass
-  double collective_sum = 0, expected_wait_sum = 0;
-  int collective_points = 0;
+// Per aligned point: across-ranks summaries, the collective estimate, waiting.
+void summarise_step_points(JobMerge& jm) {
+  const std::vector<int>& rank_ids = jm.rank_ids;
+  const std::size_t n = jm.n;
+  const AlignedSeries& grid = jm.grid;
+  const std::size_t points = grid.grid.size();
+  const std::vector<std::vector<double>>& busy_series = jm.busy_series;
+  const std::vector<std::vector<double>>& comm_series = jm.comm_series;
+  MultiRank& m = jm.m;
+
+  std::vector<RankSample>& point_busy = jm.point_busy;  // kept for the per-step straggler pass
+  point_busy.assign(points, RankSample{});
   m.step_stride = grid.stride;
   {
     std::vector<double> column(n);
@@ -617,55 +711,50 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
         column[i] = std::isfinite(busy_series[i][k]) ? busy_series[i][k] + comm_series[i][k] : kNaN;
       point.wall_ms = RankSample(column, rank_ids).summary();
       if (comm.size() > 0) {
-        collective_sum += comm.summary().min;
-        expected_wait_sum += busy.summary().max - busy.summary().mean;
-        ++collective_points;
+        jm.collective_sum += comm.summary().min;
+        jm.expected_wait_sum += busy.summary().max - busy.summary().mean;
+        ++jm.collective_points;
       }
       m.steps.push_back(std::move(point));
     }
   }
+}
 
-  // ---- 5. communication: collective vs waiting ---------------------------
-  m.comm_ms = comm_sample.summary().mean;
-  m.comm_collective_ms = collective_points > 0 ? collective_sum / collective_points : comm_sample.summary().min;
-  m.comm_collective_ms = std::min(m.comm_collective_ms, comm_sample.summary().min);
+// Communication: the collective itself vs waiting for slower ranks.
+void split_communication(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
+  MultiRank& m = jm.m;
+
+  m.comm_ms = jm.comm_sample.summary().mean;
+  m.comm_collective_ms = jm.collective_points > 0 ? jm.collective_sum / jm.collective_points : jm.comm_sample.summary().min;
+  m.comm_collective_ms = std::min(m.comm_collective_ms, jm.comm_sample.summary().min);
   m.expected_wait_from_imbalance_ms =
-      collective_points > 0 ? expected_wait_sum / collective_points
-                            : busy_sample.summary().max - busy_sample.summary().mean;
+      jm.collective_points > 0 ? jm.expected_wait_sum / jm.collective_points
+                            : jm.busy_sample.summary().max - jm.busy_sample.summary().mean;
   double wait_sum = 0;
   for (std::size_t i = 0; i < n; ++i) wait_sum += std::max(0.0, ranks[i].comm - m.comm_collective_ms);
   m.comm_wait_ms = wait_sum / static_cast<double>(n);
   m.comm_wait_fraction = m.comm_ms > 0 ? std::min(1.0, m.comm_wait_ms / m.comm_ms) : 0.0;
+}
 
-  // ---- 6. stragglers -------------------------------------------------------
-  // Robust z of rank i's value against the median of the other ranks.
-  auto test = [&](const RankSample& sample, std::size_t i, double value, double se, double median_se,
-                  Candidate& out) {
-    if (!sample.has(i) || sample.size() < 2) return false;
-    const double reference = sample.median_without(i);
-    // With two ranks the MAD is half their difference by construction and
-    // says nothing: only the measurement noise of the means counts.
-    const double spread = sample.size() >= 3 ? kMadToSigma * sample.mad_for(i) : 0.0;
-    const double noise = std::sqrt(se * se + median_se * median_se);
-    const double scale =
-        std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
-    out.rank_ms = value;
-    out.median_ms = reference;
-    out.excess = value - reference;
-    out.z = out.excess / scale;
-    return out.z >= kStragglerZ && out.excess >= material_ms;
-  };
-  std::vector<double> se_scratch(n);
-  for (std::size_t i = 0; i < n; ++i) se_scratch[i] = ranks[i].busy_se;
-  const double busy_median_se = median_inplace(se_scratch);
+// A step-thread phase (not communication) to test each rank in.
+struct PhaseTest {
+  const PhaseKey* key;
+  RankSample sample;
+  double median_se;
+  const std::vector<PhaseValue>* values;
+};
 
-  struct PhaseTest {
-    const PhaseKey* key;
-    RankSample sample;
-    double median_se;
-    const std::vector<PhaseValue>* values;
-  };
+// The step-thread phases across ranks (m.phases), and the ones a straggler
+// may be found in.
+std::vector<PhaseTest> phases_across_ranks(JobMerge& jm) {
+  const std::vector<int>& rank_ids = jm.rank_ids;
+  const std::size_t n = jm.n;
+  const std::map<PhaseKey, PhaseAccumulator>& phases = jm.phases;
+  MultiRank& m = jm.m;
   std::vector<PhaseTest> phase_tests;
+
   for (const auto& [key, acc] : phases) {
     if (key.role != ThreadRole::step || acc.per_rank.empty()) continue;
     std::vector<double> values(n), ses;
@@ -688,6 +777,28 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   std::stable_sort(m.phases.begin(), m.phases.end(), [](const PhaseAcrossRanks& a, const PhaseAcrossRanks& b) {
     return a.per_step_ms.mean > b.per_step_ms.mean;
   });
+  return phase_tests;
+}
+
+// The per-step pass for rank i: at each aligned point, its time outside
+// communication against the other ranks' median there. `slow` collects the
+// materially slower points; `outlier_excess_per_step` sums the excess of
+// points that are also outliers (z >= 3.5), per step of the run.
+struct PointPass {
+  int valid_points = 0;
+  std::vector<std::pair<double, std::uint64_t>> slow;  // (excess ms, first step)
+  double outlier_excess_per_step = 0;
+  double max_z = 0;
+};
+
+// The per-step pass for every rank.
+std::vector<PointPass> step_point_passes(const JobMerge& jm) {
+  const std::size_t n = jm.n;
+  const AlignedSeries& grid = jm.grid;
+  const std::size_t points = grid.grid.size();
+  const std::vector<std::vector<double>>& busy_series = jm.busy_series;
+  const std::vector<RankSample>& point_busy = jm.point_busy;
+  const double material_ms = jm.material_ms;
 
   // Per-rank noise of one step point: 1.4826 x MAD of its own busy series
   // over the points (robust to the stall we are looking for).
@@ -705,17 +816,6 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   }
   std::vector<double> noise_scratch = point_noise;
   const double median_point_noise = median_inplace(noise_scratch);
-
-  // The per-step pass for rank i: at each aligned point, its time outside
-  // communication against the other ranks' median there. `slow` collects the
-  // materially slower points; `outlier_excess_per_step` sums the excess of
-  // points that are also outliers (z >= 3.5), per step of the run.
-  struct PointPass {
-    int valid_points = 0;
-    std::vector<std::pair<double, std::uint64_t>> slow;  // (excess ms, first step)
-    double outlier_excess_per_step = 0;
-    double max_z = 0;
-  };
   auto point_pass = [&](std::size_t i) {
     PointPass pass;
     double outlier_sum = 0;
@@ -738,19 +838,53 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     if (pass.valid_points > 0) pass.outlier_excess_per_step = outlier_sum / pass.valid_points;
     return pass;
   };
+  std::vector<PointPass> passes(n);
+  for (std::size_t i = 0; i < n; ++i) passes[i] = point_pass(i);
+  return passes;
+}
+
+// Stragglers: chronic (a rank's means against the other ranks' medians) or
+// one-off (a few outlier step points that cost the run a material share).
+void find_stragglers(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::vector<int>& rank_ids = jm.rank_ids;
+  const std::size_t n = jm.n;
+  const double material_ms = jm.material_ms;
+  const RankSample& busy_sample = jm.busy_sample;
+  MultiRank& m = jm.m;
+
+  // Robust z of rank i's value against the median of the other ranks.
+  auto test = [&](const RankSample& sample, std::size_t i, double value, double se, double median_se,
+                  Candidate& out) {
+    if (!sample.has(i) || sample.size() < 2) return false;
+    const double reference = sample.median_without(i);
+    // With two ranks the MAD is half their difference by construction and
+    // says nothing: only the measurement noise of the means counts.
+    const double spread = sample.size() >= 3 ? kMadToSigma * sample.mad_for(i) : 0.0;
+    const double noise = std::sqrt(se * se + median_se * median_se);
+    const double scale =
+        std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
+    out.rank_ms = value;
+    out.median_ms = reference;
+    out.excess = value - reference;
+    out.z = out.excess / scale;
+    return out.z >= kStragglerZ && out.excess >= material_ms;
+  };
+  std::vector<double> se_scratch(n);
+  for (std::size_t i = 0; i < n; ++i) se_scratch[i] = ranks[i].busy_se;
+  const double busy_median_se = median_inplace(se_scratch);
+  const std::vector<PhaseTest> phase_tests = phases_across_ranks(jm);
+  std::vector<PointPass> passes = step_point_passes(jm);
 
   // The per-step pass for every rank, and how much outlier time the other
   // ranks have too: on a busy host every rank is preempted now and then, and
   // that shared heavy tail is not one rank holding the others back.
-  std::vector<PointPass> passes(n);
   std::vector<double> outlier_per_step(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    passes[i] = point_pass(i);
-    outlier_per_step[i] = passes[i].outlier_excess_per_step;
-  }
+  for (std::size_t i = 0; i < n; ++i) outlier_per_step[i] = passes[i].outlier_excess_per_step;
   const RankSample outlier_sample(outlier_per_step, rank_ids);
 
-  std::vector<bool> is_straggler(n, false);
+  std::vector<bool>& is_straggler = jm.is_straggler;
+  is_straggler.assign(n, false);
   for (std::size_t i = 0; i < n; ++i) {
     // (a) chronic: the rank's means against the other ranks' medians.
     Candidate best;
@@ -829,8 +963,14 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   }
   std::stable_sort(m.stragglers.begin(), m.stragglers.end(),
                    [](const Straggler& a, const Straggler& b) { return a.excess_ms > b.excess_ms; });
+}
 
-  // ---- 7. per-rank rows ----------------------------------------------------
+// One row per rank, and how stragglers and waiting were estimated.
+void add_rank_rows(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
+  MultiRank& m = jm.m;
+
   m.ranks.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const RankFacts& f = ranks[i];
@@ -848,7 +988,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     r.unattributed_ms = f.unattributed;
     r.comm_wait_ms = std::max(0.0, f.comm - m.comm_collective_ms);
     r.verdict = f.report->bottleneck.category;
-    r.straggler = is_straggler[i];
+    r.straggler = jm.is_straggler[i];
     m.ranks.push_back(std::move(r));
   }
   m.method =
@@ -859,10 +999,17 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
       "excess alone is >= 5% of the median step on average. Below 8 ranks the MAD is the other ranks'. Chronic: materially slower in >= 50% of the aligned step points, else one-off. "
       "Collective: the smallest communication time across ranks at each step point (the last rank to arrive "
       "does not wait); waiting: each rank's communication time above it.";
+}
 
-  // ---- 8. job facts ------------------------------------------------------
+// The job's run information: what the ranks agree on.
+void fill_job_run(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const int world = jm.world;
+  std::vector<std::string>& warnings = jm.warnings;
+  Report& job = jm.job;
+
   job.run.library_version = ranks.front().report->run.library_version;
-  job.run.time_utc = now_utc();
+  job.run.time_utc = detail::utc_now_iso();
   {
     std::set<std::string> hosts;
     for (const RankFacts& f : ranks) hosts.insert(f.report->run.host);
@@ -905,6 +1052,13 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
       warnings.push_back("ranks differ in config key(s) " + keys + ": left out of the job's run.config");
     }
   }
+}
+
+// The job's step statistics: merged distributions, the mean breakdown.
+void fill_job_steps(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
+  Report& job = jm.job;
 
   DistributionMerger wall, warmup_wall;
   HistogramMerger wall_histogram;
@@ -931,6 +1085,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   for (double* x : {&b.wall_ms, &b.input_ms, &b.compute_ms, &b.memory_ms, &b.communication_ms, &b.other_ms,
                     &b.unattributed_ms})
     *x /= nd;
+  merge_between_steps(ranks, job.steps);
   // Steps every rank measured (they step together in a synchronous job); the
   // distributions hold every rank's steps.
   job.steps.count = min_steps;
@@ -939,7 +1094,13 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   wall_histogram.apply(job.steps.wall_ms);
   if (wall_histogram.usable()) job.steps.histogram = wall_histogram.histogram.to_data();
   job.steps.warmup_wall_ms = warmup_wall.result();
-  job.steps.series = std::move(job_series);
+
+}
+
+// System and device facts that mean the same for the job.
+void fill_job_system_and_device(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  Report& job = jm.job;
 
   // System signals are per host and do not add up across ranks; keep the
   // ones that mean the same for the job (extremes), mark the rest unknown.
@@ -968,12 +1129,17 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     }
     for (const auto& [k, sum_count] : facts) job.device.facts[k] = sum_count.first / sum_count.second;
     job.device.enabled = enabled > 0;
+    job.device.hta_ranks = hta_by_rank(ranks);
     job.device.status = ranks.front().report->device.status;
     job.device.reason = ranks.front().report->device.reason;
     job.device.name = ranks.front().report->device.name;
   }
+}
 
-  // ---- 9. verdict: the analyzer on the job facts + straggler evidence ----
+// The rank with the median time outside communication (of two, the faster).
+std::size_t typical_rank(const JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
   // The verdict is the analyzer's on the typical rank: the rank with the
   // median time outside communication (of two, the faster). In a
   // synchronous job that is what most ranks live through — compute, then
@@ -987,6 +1153,18 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     std::sort(by_busy.begin(), by_busy.end());
     typical = by_busy[(n - 1) / 2].second;
   }
+  return typical;
+}
+
+// The job's verdict, findings and what-if: the analyzer on the typical rank's
+// breakdown with the job's counts, plus the evidence across ranks.
+void judge_job(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
+  const MultiRank& m = jm.m;
+  Report& job = jm.job;
+  const std::size_t typical = typical_rank(jm);
+
   {
     Report facts = job;  // job-level counts, series and device facts
     const Report& t = *ranks[typical].report;
@@ -1062,6 +1240,21 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
     }
     v.evidence.push_back(std::move(e));
   }
+}
+
+// A straggler becomes the verdict's first word, first recommendation, first
+// what-if and first finding; without one, a communication verdict says the
+// collective itself is the cost.
+void explain_stragglers(JobMerge& jm) {
+  const std::size_t n = jm.n;
+  const double median_step = jm.median_step;
+  const MultiRank& m = jm.m;
+  Report& job = jm.job;
+  Verdict& v = job.bottleneck;
+  const StepBreakdown& b = job.steps.breakdown;
+  const double nd = static_cast<double>(n);
+  const bool straggling = !m.stragglers.empty();
+
   if (straggling) {
     const Straggler& s = m.stragglers.front();
     std::string straggler_host;
@@ -1116,7 +1309,15 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
         "rather than waiting ({:.2f} ms/step).",
         m.comm_collective_ms, m.comm_wait_ms);
   }
-  // Findings every rank reported, once per kind with the ranks named.
+}
+
+// Findings and warnings of the ranks, once per kind with the ranks named.
+void gather_rank_findings(JobMerge& jm) {
+  const std::vector<RankFacts>& ranks = jm.ranks;
+  const std::size_t n = jm.n;
+  std::vector<std::string>& warnings = jm.warnings;
+  Report& job = jm.job;
+
   {
     std::map<std::string, std::vector<int>> by_kind;
     for (const RankFacts& f : ranks)
@@ -1137,9 +1338,32 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
       for (const std::string& w : f.report->warnings) warned[w].push_back(f.rank);
     for (const auto& [w, ids] : warned) warnings.push_back(fmt::format("rank(s) {}: {}", rank_list(ids), w));
   }
-  job.warnings = std::move(warnings);
-  job.ranks = std::move(m);
-  return job;
+}
+
+Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
+  if (inputs.empty()) {
+    error = "no reports to merge";
+    return Report{};
+  }
+  JobMerge jm;
+  if (!order_ranks(inputs, jm, error)) return Report{};
+  note_missing_ranks(jm);
+  compare_rank_means(jm);
+  merge_phases(jm);
+  align_series(jm);
+  summarise_step_points(jm);
+  split_communication(jm);
+  find_stragglers(jm);
+  add_rank_rows(jm);
+  fill_job_run(jm);
+  fill_job_steps(jm);
+  fill_job_system_and_device(jm);
+  judge_job(jm);
+  explain_stragglers(jm);
+  gather_rank_findings(jm);
+  jm.job.warnings = std::move(jm.warnings);
+  jm.job.ranks = std::move(jm.m);
+  return std::move(jm.job);
 }
 
 }  // namespace

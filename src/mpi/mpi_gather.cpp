@@ -3,19 +3,15 @@
 #include <stepscope/mpi.hpp>
 #include <stepscope/stepscope.hpp>
 
+#include "run/runtime.hpp"  // run_settings(): the environment as the run time read it
+
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 namespace stepscope::mpi {
 namespace {
-
-bool quiet() {
-  const char* q = std::getenv("STEPSCOPE_QUIET");
-  return q != nullptr && q[0] != '\0' && q[0] != '0';
-}
 
 // This rank's final report: the one finish() wrote (exactly what is on
 // disk), or a snapshot when nothing was written (disabled, unwritable path).
@@ -95,17 +91,15 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
       std::fprintf(stderr, "stepscope: warning: cannot merge the ranks' reports: %s\n", error.c_str());
       return "";
     }
+    const detail::Settings settings = detail::run_settings();
     std::string path = merged_path;
-    if (path.empty()) {
-      const char* env = std::getenv("STEPSCOPE_MERGED_OUT");
-      path = env != nullptr && env[0] != '\0' ? env : "stepscope-report.merged.json";
-    }
+    if (path.empty()) path = settings.merged_out.empty() ? "stepscope-report.merged.json" : settings.merged_out;
     if (!write_report_file(job, path, error)) {
       std::fprintf(stderr, "stepscope: warning: cannot write the merged report to '%s': %s\n", path.c_str(),
                    error.c_str());
       return "";
     }
-    if (!quiet()) {
+    if (!settings.quiet) {
       std::string text = format_multi_rank(job);
       text += "job verdict: " + job.bottleneck.summary + "\n";
       text += "stepscope: merged job report written to " + path + "\n";

@@ -3,6 +3,7 @@
 #include <stepscope/html.hpp>
 
 #include "core/atomic_file.hpp"
+#include "stats/phase_kind.hpp"
 #include <stepscope/analysis.hpp>
 
 #include <fmt/format.h>
@@ -91,13 +92,16 @@ struct KindStyle {
   const char* meaning;
 };
 
-// Order is the stacking order (bottom to top) in every chart.
-constexpr KindStyle kKinds[] = {
-    {"input", "#f28e2b", "waiting for the input pipeline"},
-    {"compute", "#4e79a7", "forward / backward / optimizer math"},
-    {"memory", "#b07aa1", "copies and memory management"},
-    {"communication", "#59a14f", "collectives and other ranks"},
-    {"other", "#9c9c9c", "phases of kind other"},
+// The parts of a step's breakdown: the phase kinds (detail::kPhaseKinds, whose
+// order is the stacking order, bottom to top, in every chart), then the step
+// time in no phase.
+constexpr std::size_t kBreakdownPartCount = detail::kPhaseKindCount + 1;
+constexpr KindStyle kKinds[kBreakdownPartCount] = {
+    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::input)], "#f28e2b", "waiting for the input pipeline"},
+    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::compute)], "#4e79a7", "forward / backward / optimizer math"},
+    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::memory)], "#b07aa1", "copies and memory management"},
+    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::communication)], "#59a14f", "collectives and other ranks"},
+    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::other)], "#9c9c9c", "phases of kind other"},
     {"unattributed", "#e15759", "in the step, in no phase (framework, launch, scheduling)"},
 };
 
@@ -119,25 +123,17 @@ const char* category_color(const std::string& category) {
   return "#7a7a7a";
 }
 
+// The breakdown's parts in kKinds order (ms per step).
 std::vector<double> breakdown_parts(const StepBreakdown& b) {
-  return {b.input_ms, b.compute_ms, b.memory_ms, b.communication_ms, b.other_ms, b.unattributed_ms};
+  const detail::KindArray<double> kinds = detail::kind_parts(b);
+  std::vector<double> parts(kinds.begin(), kinds.end());
+  parts.push_back(b.unattributed_ms);
+  return parts;
 }
 
-const std::vector<double>& series_of(const StepSeries& s, int kind) {
-  switch (kind) {
-    case 0:
-      return s.input_ms;
-    case 1:
-      return s.compute_ms;
-    case 2:
-      return s.memory_ms;
-    case 3:
-      return s.communication_ms;
-    case 4:
-      return s.other_ms;
-    default:
-      return s.unattributed_ms;
-  }
+// The series of breakdown part `part` (kKinds order).
+const std::vector<double>& series_of(const StepSeries& s, std::size_t part) {
+  return part < detail::kPhaseKindCount ? detail::kind_series(s, detail::kPhaseKinds[part]) : s.unattributed_ms;
 }
 
 // A "nice" axis maximum and tick step (1, 2, 5 × 10^k) for [0, max].
@@ -291,8 +287,8 @@ void breakdown_section(std::string& o, const Report& r) {
         "<svg id=\"breakdown-chart\" class=\"chart\" viewBox=\"0 0 1000 46\" preserveAspectRatio=\"none\" role=\"img\" "
         "aria-label=\"mean step breakdown\">";
     double x = 0;
-    for (int k = 0; k < 6; ++k) {
-      const double part = std::max(0.0, parts[static_cast<std::size_t>(k)]);
+    for (std::size_t k = 0; k < kBreakdownPartCount; ++k) {
+      const double part = std::max(0.0, parts[k]);
       if (total <= 0 || part <= 0) continue;
       const double width = part / total * 1000;
       o += fmt::format(
@@ -318,8 +314,8 @@ void breakdown_section(std::string& o, const Report& r) {
     legend(o);
     o += "<table "
          "class=\"kinds\"><thead><tr><th>kind</th><th>ms/step</th><th>share</th><th>meaning</th></tr></thead><tbody>";
-    for (int k = 0; k < 6; ++k) {
-      const double part = parts[static_cast<std::size_t>(k)];
+    for (std::size_t k = 0; k < kBreakdownPartCount; ++k) {
+      const double part = parts[k];
       o += fmt::format(
           "<tr><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td class=\"n\">{}</td><td "
           "class=\"n\">{}</td><td>{}</td></tr>",
@@ -366,7 +362,7 @@ void series_section(std::string& o, const Report& r) {
   double top = 0;
   for (std::size_t i = 0; i < n; ++i) {
     double sum = 0;
-    for (int k = 0; k < 6; ++k) sum += at(series_of(s, k), i);
+    for (std::size_t k = 0; k < kBreakdownPartCount; ++k) sum += at(series_of(s, k), i);
     top = std::max({top, sum, at(s.wall_ms, i)});
   }
   const auto axis = nice_axis(top, 5);
@@ -397,7 +393,7 @@ void series_section(std::string& o, const Report& r) {
     const std::uint64_t last = first + s.stride - 1;
     std::string info = s.stride == 1 ? fmt::format("step {}", first) : fmt::format("steps {}–{}", first, last);
     info += ": wall " + ms(at(s.wall_ms, i)) + " ms";
-    for (int k = 0; k < 6; ++k) info += fmt::format(", {} {}", kKinds[k].name, ms(at(series_of(s, k), i)));
+    for (std::size_t k = 0; k < kBreakdownPartCount; ++k) info += fmt::format(", {} {}", kKinds[k].name, ms(at(series_of(s, k), i)));
     if (i < s.rss_mb.size() && s.rss_mb[i] > 0) info += fmt::format(", RSS {:.0f} MB", s.rss_mb[i]);
     o += fmt::format("<g class=\"col\" data-info=\"{}\"><title>{}</title>", esc(info), esc(info));
     double base = 0;
@@ -405,7 +401,7 @@ void series_section(std::string& o, const Report& r) {
     // few wide columns are capped at 60 units so one step is not a wall.
     const double w = std::min(std::max(col_w * (n > 60 ? 1.0 : 0.86), 0.5) + (n > 60 ? 0.3 : 0), 60.0);
     const double x = left + col_w * static_cast<double>(i) + std::max(0.0, (col_w - w) / 2);
-    for (int k = 0; k < 6; ++k) {
+    for (std::size_t k = 0; k < kBreakdownPartCount; ++k) {
       const double v = at(series_of(s, k), i);
       if (v <= 0) continue;
       o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)),
@@ -452,7 +448,7 @@ void series_section(std::string& o, const Report& r) {
   o += "</section>\n";
 }
 
-// Histogram bucket bounds in ns for the log-linear layout of src/core/histogram.hpp.
+// Histogram bucket bounds in ns for the log-linear layout of src/stats/histogram.hpp.
 std::pair<double, double> bucket_range_ns(std::uint32_t index, int sub_bits) {
   const std::uint64_t sub_count = 1ull << sub_bits;
   if (index < sub_count) return {static_cast<double>(index), static_cast<double>(index) + 1};
@@ -560,7 +556,7 @@ void phases_section(std::string& o, const Report& r) {
         "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
         "class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td class=\"n\" data-sort=\"{}\">{}</td><td class=\"n\">{}</td>",
-        esc(p.name), kKinds[static_cast<int>(p.kind) < 5 ? static_cast<int>(p.kind) : 4].color, to_string(p.kind),
+        esc(p.name), kKinds[detail::kind_index(p.kind)].color, to_string(p.kind),
         to_string(p.thread_role), p.count, ms(d.mean), ms(d.p50), ms(d.p99), ms(d.max), ms(p.self_ms.mean),
         num(share_sort), share, p.device_ms ? ms(p.device_ms->mean) : "–");
     if (p.count > 0) {
@@ -723,9 +719,8 @@ std::string across(const AcrossRanks& a) {
 }
 
 // Merged multi-rank jobs: who is slow, by how much, and what the others wait.
-void ranks_section(std::string& o, const Report& r) {
-  if (!r.ranks) return;
-  const MultiRank& m = *r.ranks;
+// The job across ranks: reports merged, ranks missing, the summary table.
+void ranks_summary(std::string& o, const MultiRank& m) {
   o += "<section id=\"ranks\" class=\"card\"><h2>Ranks</h2>";
   o += fmt::format("<p><b>{}</b> rank reports merged of a job of <b>{}</b>.", m.ranks_merged, m.world_size);
   const int missing = std::max(0, m.world_size - m.ranks_merged);
@@ -756,7 +751,9 @@ void ranks_section(std::string& o, const Report& r) {
   };
   kv_table(o, rows, "rank-summary");
   if (!m.method.empty()) o += "<p class=\"note\">" + esc(m.method) + "</p>";
+}
 
+void straggler_table(std::string& o, const MultiRank& m) {
   if (!m.stragglers.empty()) {
     o += "<h3>Stragglers</h3><table id=\"straggler-table\" "
          "class=\"sortable\"><thead><tr><th>rank</th><th>where</th><th>rank ms</th>"
@@ -775,125 +772,146 @@ void ranks_section(std::string& o, const Report& r) {
   } else {
     o += "<p class=\"note\">No straggler: no rank is materially slower than the others.</p>";
   }
+}
 
-  // Per-rank stacked columns (same kinds and colours as the step chart).
-  if (!m.ranks.empty()) {
-    double top = 0;
-    for (const auto& k : m.ranks) top = std::max(top, k.step_ms);
-    const auto axis = nice_axis(top, 4);
-    const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
-    const double left = 64, right = 990, plot_top = 10, bottom = 200;
-    const double col_w = (right - left) / static_cast<double>(m.ranks.size());
-    auto y_of = [&](double v) { return bottom - v / axis_max * (bottom - plot_top); };
-    o += "<h3>Step breakdown per rank</h3><svg id=\"rank-chart\" class=\"chart\" viewBox=\"0 0 1000 230\" role=\"img\" "
-         "aria-label=\"step breakdown per rank\">";
-    for (double t = 0; t <= axis_max * 1.0001; t += tick)
-      o += fmt::format(
-          "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
-          "text-anchor=\"end\">{}</text>",
-          xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
-    for (std::size_t i = 0; i < m.ranks.size(); ++i) {
-      const RankSummary& k = m.ranks[i];
-      const double parts[] = {k.input_ms, k.compute_ms, k.memory_ms, k.communication_ms, k.other_ms, k.unattributed_ms};
-      const std::string info =
-          fmt::format("rank {}{}: step {} ms, busy {} ms, communication {} ms (waiting {} ms), verdict {}", k.rank,
-                      k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms), ms(k.communication_ms),
-                      ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
-      o += "<g class=\"col\"><title>" + esc(info) + "</title>";
-      double base = 0;
-      const double w = std::min(std::max(col_w * 0.86, 0.5), 60.0);
-      const double x = left + col_w * static_cast<double>(i) + (col_w - w) / 2;
-      for (int c = 0; c < 6; ++c) {
-        const double v = std::isfinite(parts[c]) ? std::max(0.0, parts[c]) : 0;
-        if (v <= 0) continue;
-        o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)),
-                         xy(w), xy(v / axis_max * (bottom - plot_top)), kKinds[c].color);
-        base += v;
-      }
-      if (k.straggler)
-        o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"strag\">&#9650;</text>", xy(x + w / 2),
-                         xy(y_of(base) - 3));
-      o += "</g>";
-    }
-    const std::size_t label_every = std::max<std::size_t>(1, m.ranks.size() / 16);
-    for (std::size_t i = 0; i < m.ranks.size(); i += label_every)
-      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                       xy(left + col_w * (static_cast<double>(i) + 0.5)), xy(bottom + 15), m.ranks[i].rank);
+// Per-rank stacked columns (same kinds and colours as the step chart).
+void rank_breakdown_chart(std::string& o, const MultiRank& m) {
+  double top = 0;
+  for (const auto& k : m.ranks) top = std::max(top, k.step_ms);
+  const auto axis = nice_axis(top, 4);
+  const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
+  const double left = 64, right = 990, plot_top = 10, bottom = 200;
+  const double col_w = (right - left) / static_cast<double>(m.ranks.size());
+  auto y_of = [&](double v) { return bottom - v / axis_max * (bottom - plot_top); };
+  o += "<h3>Step breakdown per rank</h3><svg id=\"rank-chart\" class=\"chart\" viewBox=\"0 0 1000 230\" role=\"img\" "
+       "aria-label=\"step breakdown per rank\">";
+  for (double t = 0; t <= axis_max * 1.0001; t += tick)
     o += fmt::format(
-        "<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>",
-        xy((left + right) / 2));
-    legend(o);
-
-    o += m.ranks.size() > 32 ? "<details><summary>Per-rank table</summary>" : "";
-    o += "<table id=\"rank-table\" class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>steps</th><th>step "
-         "ms</th><th>busy ms</th>"
-         "<th>input</th><th>compute</th><th>memory</th><th>comm.</th><th>comm. "
-         "wait</th><th>unattributed</th><th>verdict</th>"
-         "<th>straggler</th></tr></thead><tbody>";
-    for (const auto& k : m.ranks)
-      o += fmt::format(
-          "<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-          "class=\"n\">{}</td>"
-          "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-          "class=\"n\">{}</td>"
-          "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
-          k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms),
-          ms(k.input_ms), ms(k.compute_ms), ms(k.memory_ms), ms(k.communication_ms), ms(k.comm_wait_ms),
-          ms(k.unattributed_ms), esc(k.verdict), k.straggler ? "yes" : "");
-    o += "</tbody></table>";
-    o += m.ranks.size() > 32 ? "</details>" : "";
-  }
-
-  if (!m.phases.empty()) {
-    o += "<h3>Phases across ranks (self ms per step)</h3><table id=\"rank-phase-table\" "
-         "class=\"sortable\"><thead><tr><th>phase</th>"
-         "<th>kind</th><th>ranks</th><th>min</th><th>median</th><th>max</th><th>slowest</th><th>imbalance</th></tr></"
-         "thead><tbody>";
-    for (const auto& p : m.phases)
-      o += fmt::format(
-          "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-          "class=\"n\">{}</td>"
-          "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
-          esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median),
-          ms(p.per_step_ms.max), rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance),
-          pct(p.per_step_ms.imbalance));
-    o += "</tbody></table>";
-  }
-
-  // Aligned steps: the band between the fastest and the slowest rank.
-  if (m.steps.size() >= 2) {
-    double top = 0;
-    for (const auto& s : m.steps) top = std::max(top, s.wall_ms.max);
-    const auto axis = nice_axis(top, 4);
-    const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
-    const double left = 64, right = 990, plot_top = 10, bottom = 170;
-    const double dx = (right - left) / static_cast<double>(m.steps.size() - 1);
-    auto y_of = [&](double v) { return bottom - (std::isfinite(v) ? v : 0) / axis_max * (bottom - plot_top); };
-    std::string band_top, band_bottom, median;
-    for (std::size_t i = 0; i < m.steps.size(); ++i) {
-      const double x = left + dx * static_cast<double>(i);
-      band_top += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.max)) + " ";
-      median += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.median)) + " ";
+        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
+        "text-anchor=\"end\">{}</text>",
+        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+  for (std::size_t i = 0; i < m.ranks.size(); ++i) {
+    const RankSummary& k = m.ranks[i];
+    const double parts[kBreakdownPartCount] = {k.input_ms,         k.compute_ms, k.memory_ms,
+                                               k.communication_ms, k.other_ms,   k.unattributed_ms};
+    const std::string info =
+        fmt::format("rank {}{}: step {} ms, busy {} ms, communication {} ms (waiting {} ms), verdict {}", k.rank,
+                    k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms), ms(k.communication_ms),
+                    ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
+    o += "<g class=\"col\"><title>" + esc(info) + "</title>";
+    double base = 0;
+    const double w = std::min(std::max(col_w * 0.86, 0.5), 60.0);
+    const double x = left + col_w * static_cast<double>(i) + (col_w - w) / 2;
+    for (std::size_t c = 0; c < kBreakdownPartCount; ++c) {
+      const double v = std::isfinite(parts[c]) ? std::max(0.0, parts[c]) : 0;
+      if (v <= 0) continue;
+      o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)),
+                       xy(w), xy(v / axis_max * (bottom - plot_top)), kKinds[c].color);
+      base += v;
     }
-    for (std::size_t i = m.steps.size(); i-- > 0;)
-      band_bottom += xy(left + dx * static_cast<double>(i)) + "," + xy(y_of(m.steps[i].wall_ms.min)) + " ";
-    o += fmt::format("<h3>Step time across ranks (min–max band, median line; {} step{} per point)</h3>", m.step_stride,
-                     m.step_stride == 1 ? "" : "s");
-    o += "<svg id=\"rank-steps-chart\" class=\"chart\" viewBox=\"0 0 1000 195\" role=\"img\" aria-label=\"step time "
-         "across ranks\">";
-    for (double t = 0; t <= axis_max * 1.0001; t += tick)
-      o += fmt::format(
-          "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
-          "text-anchor=\"end\">{}</text>",
-          xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
-    o += "<polygon class=\"band\" points=\"" + band_top + band_bottom + "\"/><polyline class=\"wall\" points=\"" +
-         median + "\"/>";
-    const std::size_t label_every = std::max<std::size_t>(1, m.steps.size() / 8);
-    for (std::size_t i = 0; i < m.steps.size(); i += label_every)
-      o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                       xy(left + dx * static_cast<double>(i)), xy(bottom + 15), m.steps[i].first_step);
-    o += "</svg>";
+    if (k.straggler)
+      o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"strag\">&#9650;</text>", xy(x + w / 2),
+                       xy(y_of(base) - 3));
+    o += "</g>";
   }
+  const std::size_t label_every = std::max<std::size_t>(1, m.ranks.size() / 16);
+  for (std::size_t i = 0; i < m.ranks.size(); i += label_every)
+    o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                     xy(left + col_w * (static_cast<double>(i) + 0.5)), xy(bottom + 15), m.ranks[i].rank);
+  o += fmt::format(
+      "<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>",
+      xy((left + right) / 2));
+  legend(o);
+}
+
+void rank_table(std::string& o, const MultiRank& m) {
+  o += m.ranks.size() > 32 ? "<details><summary>Per-rank table</summary>" : "";
+  o += "<table id=\"rank-table\" class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>steps</th><th>step "
+       "ms</th><th>busy ms</th>"
+       "<th>input</th><th>compute</th><th>memory</th><th>comm.</th><th>comm. "
+       "wait</th><th>unattributed</th><th>verdict</th>"
+       "<th>straggler</th></tr></thead><tbody>";
+  for (const auto& k : m.ranks)
+    o += fmt::format(
+        "<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+        k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms),
+        ms(k.input_ms), ms(k.compute_ms), ms(k.memory_ms), ms(k.communication_ms), ms(k.comm_wait_ms),
+        ms(k.unattributed_ms), esc(k.verdict), k.straggler ? "yes" : "");
+  o += "</tbody></table>";
+  o += m.ranks.size() > 32 ? "</details>" : "";
+}
+
+void phases_across_ranks_table(std::string& o, const MultiRank& m) {
+  if (m.phases.empty()) return;
+  o += "<h3>Phases across ranks (self ms per step)</h3><table id=\"rank-phase-table\" "
+       "class=\"sortable\"><thead><tr><th>phase</th>"
+       "<th>kind</th><th>ranks</th><th>min</th><th>median</th><th>max</th><th>slowest</th><th>imbalance</th></tr></"
+       "thead><tbody>";
+  for (const auto& p : m.phases)
+    o += fmt::format(
+        "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
+        esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median),
+        ms(p.per_step_ms.max), rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance),
+        pct(p.per_step_ms.imbalance));
+  o += "</tbody></table>";
+}
+
+// Aligned steps: the band between the fastest and the slowest rank.
+void rank_steps_chart(std::string& o, const MultiRank& m) {
+  if (m.steps.size() < 2) return;
+  double top = 0;
+  for (const auto& s : m.steps) top = std::max(top, s.wall_ms.max);
+  const auto axis = nice_axis(top, 4);
+  const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
+  const double left = 64, right = 990, plot_top = 10, bottom = 170;
+  const double dx = (right - left) / static_cast<double>(m.steps.size() - 1);
+  auto y_of = [&](double v) { return bottom - (std::isfinite(v) ? v : 0) / axis_max * (bottom - plot_top); };
+  std::string band_top, band_bottom, median;
+  for (std::size_t i = 0; i < m.steps.size(); ++i) {
+    const double x = left + dx * static_cast<double>(i);
+    band_top += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.max)) + " ";
+    median += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.median)) + " ";
+  }
+  for (std::size_t i = m.steps.size(); i-- > 0;)
+    band_bottom += xy(left + dx * static_cast<double>(i)) + "," + xy(y_of(m.steps[i].wall_ms.min)) + " ";
+  o += fmt::format("<h3>Step time across ranks (min–max band, median line; {} step{} per point)</h3>", m.step_stride,
+                   m.step_stride == 1 ? "" : "s");
+  o += "<svg id=\"rank-steps-chart\" class=\"chart\" viewBox=\"0 0 1000 195\" role=\"img\" aria-label=\"step time "
+       "across ranks\">";
+  for (double t = 0; t <= axis_max * 1.0001; t += tick)
+    o += fmt::format(
+        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
+        "text-anchor=\"end\">{}</text>",
+        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+  o += "<polygon class=\"band\" points=\"" + band_top + band_bottom + "\"/><polyline class=\"wall\" points=\"" +
+       median + "\"/>";
+  const std::size_t label_every = std::max<std::size_t>(1, m.steps.size() / 8);
+  for (std::size_t i = 0; i < m.steps.size(); i += label_every)
+    o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                     xy(left + dx * static_cast<double>(i)), xy(bottom + 15), m.steps[i].first_step);
+  o += "</svg>";
+}
+
+// The ranks card of a merged report: the job's summary across ranks, the
+// stragglers, the per-rank breakdown (chart and table), the phases across
+// ranks and the step time across ranks.
+void ranks_section(std::string& o, const Report& r) {
+  if (!r.ranks) return;
+  const MultiRank& m = *r.ranks;
+  ranks_summary(o, m);
+  straggler_table(o, m);
+  if (!m.ranks.empty()) {
+    rank_breakdown_chart(o, m);
+    rank_table(o, m);
+  }
+  phases_across_ranks_table(o, m);
+  rank_steps_chart(o, m);
   o += "</section>\n";
 }
 

@@ -1,7 +1,7 @@
 // Bounded, stack-safe reading of untrusted JSON inputs (see json_guard.hpp).
 #include "report/json_guard.hpp"
 
-#include "report/text.hpp"
+#include "text/printable.hpp"
 
 #include <fmt/format.h>
 #include <zlib.h>

@@ -3,8 +3,9 @@
 #include <stepscope/report.hpp>
 
 #include "core/atomic_file.hpp"
+#include "stats/phase_kind.hpp"
 #include "report/json_guard.hpp"
-#include "report/text.hpp"
+#include "text/printable.hpp"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
@@ -26,16 +27,7 @@ namespace stepscope {
 
 using nlohmann::json;
 
-const char* to_string(PhaseKind kind) noexcept {
-  switch (kind) {
-    case PhaseKind::input: return "input";
-    case PhaseKind::compute: return "compute";
-    case PhaseKind::memory: return "memory";
-    case PhaseKind::communication: return "communication";
-    case PhaseKind::other: return "other";
-  }
-  return "other";
-}
+const char* to_string(PhaseKind kind) noexcept { return detail::phase_kind_name(kind); }
 
 const char* to_string(ThreadRole role) noexcept {
   switch (role) {
@@ -47,8 +39,8 @@ const char* to_string(ThreadRole role) noexcept {
 }
 
 bool parse_phase_kind(const std::string& text, PhaseKind& out) noexcept {
-  for (PhaseKind k : {PhaseKind::input, PhaseKind::compute, PhaseKind::memory, PhaseKind::communication, PhaseKind::other})
-    if (text == to_string(k)) return out = k, true;
+  for (PhaseKind k : detail::kPhaseKinds)
+    if (text == detail::phase_kind_name(k)) return out = k, true;
   return false;
 }
 
@@ -734,6 +726,11 @@ json to_j(const Report& r) {
   for (const auto& [k, v] : r.device.facts) facts[k] = num(v);
   device["facts"] = facts;
   if (r.device.hta.present) device["hta"] = hta_to_j(r.device.hta);
+  if (!r.device.hta_ranks.empty()) {
+    json per_rank = json::array();
+    for (const HtaTables& h : r.device.hta_ranks) per_rank.push_back(hta_to_j(h));
+    device["hta_ranks"] = std::move(per_rank);
+  }
 
   json out{{"schema_version", r.schema_version},
            {"run", run},
@@ -822,6 +819,7 @@ Report report_from(const json& document) {
   r.device.memory_peak_mb = get_num(device, "memory_peak_mb");
   r.device.facts = get_numbers(device, "facts");
   if (device.find("hta") != nullptr) r.device.hta = hta_from(get_obj(device, "hta"));
+  for (const Field& h : get_arr(device, "hta_ranks")) r.device.hta_ranks.push_back(hta_from(h));
   r.bottleneck = verdict_from(required_obj(j, "bottleneck"));
   for (const Field& f : get_arr(j, "findings")) {
     Finding finding;

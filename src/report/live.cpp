@@ -2,7 +2,7 @@
 #include <stepscope/analysis.hpp>
 #include <stepscope/live.hpp>
 
-#include "report/text.hpp"
+#include "text/printable.hpp"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@ namespace {
 
 // User-chosen phase names go on a terminal line: a control character (\r,
 // \n, ESC) would break the in-place update or inject terminal commands. The
-// one escaping helper of the project (report/text.hpp) makes them visible.
+// one escaping helper of the project (text/printable.hpp) makes them visible.
 using detail::printable;
 
 // Cuts at `width` bytes without splitting a UTF-8 sequence.

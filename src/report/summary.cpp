@@ -2,7 +2,7 @@
 #include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
-#include "report/text.hpp"
+#include "text/printable.hpp"
 
 #include <fmt/format.h>
 

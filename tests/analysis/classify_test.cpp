@@ -1,4 +1,4 @@
-// Tests of src/analysis/classify.cpp: each rule just below, at and just above
+// Tests of src/analysis/verdict.cpp: each rule just below, at and just above
 // its threshold; the unknown cases; background work; pipeline A vs B; GPU
 // timeline facts.
 #include "analysis/report_builder.hpp"

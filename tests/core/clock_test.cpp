@@ -1,7 +1,7 @@
 // Fixed-point tick conversion: exact to the nearest ns for the calibrated
 // slope, over the tick rates clocks really have, and never more than 1 ns from
 // the double formula it replaced.
-#include "core/clock.hpp"
+#include "stats/clock.hpp"
 
 #include <stepscope/clock.hpp>
 

@@ -107,3 +107,39 @@ TEST_CASE("the collector's timer adapts to how full the rings get", "[collector]
   REQUIRE(Collector::next_interval(ms{5}, 1024, ms{5}, ms{5}) == ms{5});
   REQUIRE(Collector::next_interval(ms{5}, 0, ms{5}, ms{5}) == ms{5});
 }
+
+namespace {
+// A device backend that records what the collector hands it.
+struct RecordingBackend final : DeviceBackend {
+  int configured = 0;
+  std::uint64_t warmup_steps = 0;
+  bool polled_before_configure = false;
+  void on_record(const PhaseRecord&) override {}
+  void poll(Aggregator&) override { polled_before_configure = polled_before_configure || configured == 0; }
+  void finish(Aggregator&, DeviceInfo&) override {}
+  void configure(const DeviceBackendSettings& settings) noexcept override {
+    ++configured;
+    warmup_steps = settings.warmup_steps;
+  }
+};
+}  // namespace
+
+// The backend may exist before the settings are read (a program that already
+// uses the GPU gets it on its first scope's thread): the warm-up reaches it
+// through the interface, once, before its first poll (issue 17: it used to
+// read the settings while they were still the defaults).
+TEST_CASE("the collector hands the warm-up to the device backend before its first poll", "[collector]") {
+  auto backend = std::make_unique<RecordingBackend>();
+  RecordingBackend* seen = backend.get();
+  CollectorOptions options;
+  options.start_thread = false;
+  options.sample_system = false;
+  options.aggregator.warmup_steps = 17;  // not the default (5)
+  Collector collector(options, std::move(backend));
+  CHECK(seen->configured == 1);
+  CHECK(seen->warmup_steps == 17);
+  collector.drain_all();  // polls the backend
+  CHECK_FALSE(seen->polled_before_configure);
+  collector.stop();
+  CHECK(seen->configured == 1);
+}

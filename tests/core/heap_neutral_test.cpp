@@ -14,7 +14,7 @@
 // themselves.
 #include <stepscope/stepscope.hpp>
 
-#include "core/clock.hpp"
+#include "stats/clock.hpp"
 #include "core/env.hpp"
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // Histogram accuracy against exact order statistics, and bounded memory.
-#include "core/histogram.hpp"
+#include "stats/histogram.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -410,3 +410,78 @@ TEST_CASE("few ranks: measured against the other ranks' spread, no false alarms"
   REQUIRE(job.ranks->stragglers.size() == 1);
   CHECK(job.ranks->stragglers[0].rank == 1);
 }
+
+TEST_CASE("time outside steps: breakdown parts averaged, run totals summed, coverage the worst rank's", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 4;
+  spec.noise = 0;
+  std::vector<Report> ranks = make_job(spec);
+  const double coverage[] = {0.99, 0.72, 0.95, 0.9};
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    StepStats& s = ranks[r].steps;
+    s.coverage = coverage[r];
+    s.between_steps_ms = 100.0 * static_cast<double>(r + 1);  // 100, 200, 300, 400 over the run
+    s.between_steps_input_ms = 10.0 * static_cast<double>(r + 1);
+    s.breakdown.between_steps_ms = 1.0 * static_cast<double>(r + 1);  // 1, 2, 3, 4 per step
+    s.breakdown.between_steps_input_ms = 0.5;
+  }
+  const Report job = merge_ok(ranks);
+  REQUIRE(job.steps.coverage.has_value());
+  CHECK(*job.steps.coverage == Approx(0.72));
+  CHECK(job.steps.between_steps_ms == Approx(1000));
+  CHECK(job.steps.between_steps_input_ms == Approx(100));
+  CHECK(job.steps.breakdown.between_steps_ms == Approx(2.5));
+  CHECK(job.steps.breakdown.between_steps_input_ms == Approx(0.5));
+
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(report_to_json(job), back, error));
+  REQUIRE(back.steps.coverage.has_value());
+  CHECK(*back.steps.coverage == Approx(0.72));
+  CHECK(back.steps.between_steps_ms == Approx(1000));
+  CHECK(back.steps.breakdown.between_steps_ms == Approx(2.5));
+
+  // Ranks that measured no coverage (no thread completed two steps): none for the job.
+  for (auto& r : ranks) r.steps.coverage.reset();
+  CHECK(!merge_ok(ranks).steps.coverage.has_value());
+}
+
+TEST_CASE("each rank's HTA tables are carried, by rank, and survive JSON", "[merge][json]") {
+  JobSpec spec;
+  spec.ranks = 3;
+  std::vector<Report> ranks = make_job(spec);
+  // Inputs out of order: the tables come out in rank order all the same.
+  std::swap(ranks[0], ranks[2]);
+  for (Report& r : ranks) {
+    HtaTables& h = r.device.hta;
+    h.present = true;
+    h.rank = r.run.rank;
+    h.temporal_breakdown.idle_us = 1000.0 * (r.run.rank + 1);
+    h.temporal_breakdown.idle_pctg = 10.0 * (r.run.rank + 1);
+    h.kernel_type_breakdown.push_back({"COMPUTATION", 500.0 + r.run.rank, 90});
+    h.steps_kept = {1, 2, 3};
+  }
+  const Report job = merge_ok(ranks);
+  REQUIRE(job.device.hta_ranks.size() == 3);
+  for (int r = 0; r < 3; ++r) {
+    const HtaTables& h = job.device.hta_ranks[static_cast<std::size_t>(r)];
+    CHECK(h.rank == r);
+    CHECK(h.temporal_breakdown.idle_us == Approx(1000.0 * (r + 1)));
+    REQUIRE(h.kernel_type_breakdown.size() == 1);
+    CHECK(h.kernel_type_breakdown[0].sum_us == Approx(500.0 + r));
+  }
+  CHECK(!job.device.hta.present);  // HTA's tables are per rank: no job-wide table is made up
+
+  const std::string text = report_to_json(job);
+  CHECK(text.find("\"hta_ranks\"") != std::string::npos);
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(text, back, error));
+  REQUIRE(back.device.hta_ranks.size() == 3);
+  CHECK(back.device.hta_ranks[2].temporal_breakdown.idle_pctg == Approx(30));
+  CHECK(report_to_json(back) == text);
+
+  // Ranks without HTA tables (live runs): no device.hta_ranks at all.
+  const std::string plain = report_to_json(merge_ok(make_job(spec)));
+  CHECK(plain.find("\"hta_ranks\"") == std::string::npos);
+}

@@ -6,7 +6,7 @@
 #include "tools/tool_runner.hpp"
 
 #include "report/json_guard.hpp"
-#include "report/text.hpp"
+#include "text/printable.hpp"
 
 #include <stepscope/report.hpp>
 

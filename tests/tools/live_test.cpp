@@ -85,7 +85,7 @@ TEST_CASE("format_live_line: warm-up, stalls, hostile names, width", "[live]") {
   hostile.largest_phase_share = 0.5;
   const std::string line = format_live_line(hostile);
   CHECK(line.find_first_of("\r\n\x1b") == std::string::npos);
-  CHECK(contains(line, "top: evil\\r\\x1b[2Jname\\n 50%"));  // escaped visibly (report/text.hpp)
+  CHECK(contains(line, "top: evil\\r\\x1b[2Jname\\n 50%"));  // escaped visibly (text/printable.hpp)
 
   // Truncation never splits a UTF-8 sequence.
   LiveStatus wide = stalled;

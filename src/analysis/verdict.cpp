@@ -1,4 +1,4 @@
-// src/analysis/classify.cpp — the five-way bottleneck verdict.
+// src/analysis/verdict.cpp — the five-way bottleneck verdict (classify()).
 //
 // Categories are ranked by what they cost the *step*: the fraction of the
 // mean step time the step thread (or, with a device timeline, the GPU) lost
@@ -174,10 +174,10 @@ void Classifier::collect_background_phases() {
             ? fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s), "
                           "{:.0f}% overlapped with steps; the step does not wait for it, so it is "
                           "not counted as waiting.",
-                          p.name, detail::kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
+                          p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
             : fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s); "
                           "the step does not wait for it, so it is not counted as waiting.",
-                          p.name, detail::kind_name(p.kind), per_step_ms, p.threads));
+                          p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads));
   }
 }
 

@@ -8,7 +8,7 @@
 // increment: cheap enough for the collector's >100 M records/s budget.
 #pragma once
 
-#include "core/int128.hpp"
+#include "stats/int128.hpp"
 
 #include <stepscope/report.hpp>
 

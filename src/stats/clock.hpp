@@ -2,7 +2,7 @@
 // raw ticks, see include/stepscope/clock.hpp).
 #pragma once
 
-#include "core/int128.hpp"
+#include "stats/int128.hpp"
 
 #include <cmath>
 #include <cstdint>

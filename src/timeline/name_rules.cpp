@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "stepscope/timeline.hpp"
-#include "timeline/classify.hpp"
+#include "timeline/name_rules.hpp"
 
 namespace stepscope::timeline {
 namespace {

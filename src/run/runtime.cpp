@@ -3,15 +3,18 @@
 // and every other ending: flight-recorder snapshots (the report rewritten,
 // incomplete, every STEPSCOPE_SNAPSHOT_S) and SIGINT/SIGTERM/SIGHUP (final
 // report from the collector thread, then the signal's default action).
-#include "core/runtime.hpp"
+#include "run/runtime.hpp"
 
 #include "core/atomic_file.hpp"
-#include "core/clock.hpp"
 #include "core/collector.hpp"
 #include "core/env.hpp"
 #include "core/registry.hpp"
+#include "core/runtime.hpp"
+#include "stats/clock.hpp"
+#include "stats/utc_time.hpp"
 
 #include <stepscope/analysis.hpp>
+#include <stepscope/live.hpp>
 #include <stepscope/stepscope.hpp>
 #include <stepscope/trace.hpp>
 
@@ -57,40 +60,60 @@ namespace {
 // thread: that thread then reads the full settings, probes the device and
 // builds the collector, all in its own malloc arena. Why it matters:
 // docs/benchmarks-libtorch.md (glibc's trim decisions in a libtorch loop).
+//
+// Who writes what: "mutex" below is Runtime::mutex; a member marked so is
+// read and written only with it held. Lock order: mutex, then the
+// collector's own state_mutex_ (Collector::facts()); never the reverse.
 struct Runtime {
-  std::mutex mutex;  // initialisation, configuration, finish
-  std::condition_variable ready_cv;  // the collector thread has started (or failed to)
+  std::mutex mutex;  // initialisation, configuration, finish; see each member
+  std::condition_variable ready_cv;  // with mutex: the collector thread has started (or failed to)
+  // Written by the collector thread (start_collector), mutex held, before
+  // `ready`; read with mutex held. settings() reads it without the lock: the
+  // CUDA backend until it takes DeviceBackend::configure() (defaults before).
   Settings settings;
+  // set_config (any thread), mutex held; read by build_report, mutex held.
   std::map<std::string, std::string> config, config_types;
+  // set_rank (any thread) or start_collector (from the environment), mutex held.
   int rank = -1, world_size = 1;
-  // Set on the first record's thread, before the mode becomes enabled.
+  // Set on the first record's thread (initialise_runtime, mutex held), before
+  // the mode becomes enabled (release); read lock-free after an acquire load
+  // of g_mode (register_thread, on_thread_exit).
   ThreadRegistry* registry = nullptr;
-  ClockChoice clock;
+  ClockChoice clock;  // initialise_runtime, mutex held; read-only after
   // Built on the first scope's thread when the program already used the
-  // device (see device_in_use); otherwise by the collector thread.
+  // device (see device_in_use); otherwise by the collector thread. Both
+  // mutex held; the collector thread takes it (moves it out).
   std::unique_ptr<DeviceBackend> early_device;
   std::string early_device_notice;
+  // The collector thread's handle: initialise_runtime starts it, finish_run
+  // (or write_final_after_signal, on that very thread) marks it joined; mutex held.
   bool thread_started = false;
   bool thread_joined = false;
   pthread_t thread{};
-  // Set by the collector thread when it has started.
+  // Set by the collector thread when it has started (mutex held; ready_cv).
   bool ready = false;
+  // Published by the collector thread with `ready` (mutex held); the
+  // Collector synchronises its own state. Destroyed never (static storage).
   std::unique_ptr<Collector> collector;
-  bool finished = false;
+  bool finished = false;  // the final report is written or being written; mutex held
+  // Set in the child by after_fork_child (the forking thread, which holds
+  // mutex from before_fork), cleared by adopt_forked_child (mutex held).
+  // on_thread_exit reads it without the lock (a thread exits in the child
+  // only after the fork returned).
   bool forked_child = false;
   // In a forked child that records (STEPSCOPE_CHILDREN=1): its pid, which
-  // names its report; 0 otherwise. Written by the child's first scope.
+  // names its report; 0 otherwise. Written by the child's first scope (mutex held).
   long child_pid = 0;
-  // The "no {rank} in STEPSCOPE_OUT" note was given (under mutex).
+  // The "no {rank} in STEPSCOPE_OUT" note was given (mutex held).
   bool path_note_given = false;
-  std::string written_path;
-  std::vector<std::string> warnings;
-  std::string device_notice;
+  std::string written_path;           // the final report's path; mutex held
+  std::vector<std::string> warnings;  // warn(), mutex held; copied into each report
+  std::string device_notice;          // collector thread, mutex held
   // Records that could not be kept: thread past its exit handler, or no ring
-  // (allocation failed). Counted as dropped in the report.
+  // (allocation failed). Counted as dropped in the report. Any thread, atomic.
   std::atomic<std::uint64_t> lost_records{0};
   // Flight recorder: off after the first failed snapshot or when the report
-  // goes to a FIFO or device. Collector thread only.
+  // goes to a FIFO or device. Collector thread only (no lock).
   bool snapshots_off = false;
 };
 
@@ -323,15 +346,6 @@ std::string report_path(Runtime& rt) {
   return path;
 }
 
-std::string utc_now_iso() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string host_name() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
@@ -379,6 +393,10 @@ Collector* start_collector(Runtime& rt) {
   options.trace_max_events = settings.trace_max_events;
   options.live_interval_s = settings.live_interval_s;
   options.live_forced = settings.live_forced;
+  options.live_line = [tracker = LiveTracker{}](const Report& facts, double elapsed_s,
+                                                std::size_t max_width) mutable {
+    return format_live_line(tracker.update(facts, elapsed_s), max_width);
+  };
   options.start_thread = false;  // this thread runs the loop
   options.snapshot_interval_s = settings.snapshot_interval_s;
   options.on_snapshot = [&rt] { write_snapshot(rt); };
@@ -430,9 +448,11 @@ void* collector_thread_main(void*) {
   // Termination signals go to the application's threads: this thread writes
   // the final report a handler asks for, so it must not be the one waiting.
   block_termination_signals(nullptr);
+  // This thread never blocks on rt.mutex while it runs the loop: finish()
+  // holds it while it joins this thread (start_collector takes it only
+  // briefly, before the loop; snapshots and the signal path only try_lock).
   Collector* collector = nullptr;
   try {
-    // Not under rt.mutex from here on: finish() holds it while it joins this thread.
     collector = start_collector(rt);
   } catch (...) {
     // Out of memory while starting: stay out of the way for the rest of the run.
@@ -546,6 +566,22 @@ Report build_report(bool final_report) {
 }
 
 const Settings& settings() { return runtime().settings; }
+
+Settings run_settings() noexcept {
+  try {
+    Runtime& rt = runtime();
+    {
+      std::lock_guard<std::mutex> lock(rt.mutex);
+      if (rt.ready && rt.collector) return rt.settings;
+    }
+    // Recording never started (STEPSCOPE=0, nothing recorded yet): read now;
+    // the run time words the warnings when it starts.
+    std::vector<std::string> ignored;
+    return read_settings(ignored);
+  } catch (...) {
+    return Settings{};
+  }
+}
 
 const char* termination_signal_name(int sig) noexcept {
   switch (sig) {

@@ -1,4 +1,5 @@
-// Internal helpers shared by the importer and the analyses.
+// Name rules (name_rules.cpp) the importer shares with the analyses: what a
+// Kineto event's name says about it.
 #pragma once
 
 #include <string_view>

@@ -1,5 +1,5 @@
-// Safe printing of untrusted text (see text.hpp for why).
-#include "report/text.hpp"
+// Safe printing of untrusted text (see printable.hpp for why).
+#include "text/printable.hpp"
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-#include "core/clock.hpp"
+#include "stats/clock.hpp"
 
 #include <stepscope/clock.hpp>
 

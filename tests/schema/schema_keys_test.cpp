@@ -1,0 +1,245 @@
+// The report's keys pinned to docs/report-schema.md (as google/benchmark pins
+// its JSON output): real reports — a live run's final report, an imported
+// PyTorch trace's, a merged job's — are written to JSON, and
+//   - every key they hold is documented: at the top level and in each section
+//     (`run`, `steps`, `phases[]`, ...) by name in that section, deeper keys by
+//     name somewhere in the schema;
+//   - every key a section's table documents appears in one of those reports
+//     (the few that only some runs produce are listed below, with why).
+// A field added to the writer without its line in the schema fails here, and
+// so does a documented field the writer no longer writes.
+#include <stepscope/import.hpp>
+#include <stepscope/merge.hpp>
+#include <stepscope/stepscope.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using nlohmann::json;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The schema document, read as the reader does: sections named by the first
+// backticked key of their heading, every backticked name in each section, and
+// the first column of each section's table.
+struct Schema {
+  std::map<std::string, std::set<std::string>> names;       // section -> names mentioned in it
+  std::map<std::string, std::set<std::string>> table_keys;  // section -> direct children its table lists
+  std::set<std::string> all_names;
+};
+
+// Identifier-like words of a backticked span: "`clock.source`" -> clock, source;
+// "`{file, line, host_ms}`" -> file, line, host_ms.
+void words(const std::string& span, std::set<std::string>& out) {
+  std::string word;
+  for (char c : span + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') {
+      word += c;
+    } else {
+      if (!word.empty()) out.insert(word);
+      word.clear();
+    }
+  }
+}
+
+std::vector<std::string> backticked(const std::string& line) {
+  std::vector<std::string> spans;
+  for (std::size_t at = line.find('`'); at != std::string::npos;) {
+    const std::size_t end = line.find('`', at + 1);
+    if (end == std::string::npos) break;
+    spans.push_back(line.substr(at + 1, end - at - 1));
+    at = line.find('`', end + 1);
+  }
+  return spans;
+}
+
+Schema read_schema(const std::string& path) {
+  Schema schema;
+  std::istringstream in(slurp(path));
+  std::vector<std::string> current{"(top)"};
+  bool in_report = true;  // false in the sections that are not the report ("Comparison JSON")
+  std::string text;       // the section's text: a backticked span may run over two lines
+  auto end_section = [&] {
+    if (in_report)
+      for (const auto& span : backticked(text)) {
+        words(span, schema.all_names);
+        for (const auto& section : current) words(span, schema.names[section]);
+      }
+    text.clear();
+  };
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0 || line.rfind("### ", 0) == 0) {
+      end_section();
+      current.clear();
+      // The keys a heading names come before any remark in parentheses.
+      for (const auto& span : backticked(line.substr(0, line.find('(')))) {
+        current.push_back(span);
+        // "### `device.hta`" documents the key hta of section device.
+        const std::size_t dot = span.rfind('.');
+        if (dot != std::string::npos) words(span.substr(dot + 1), schema.names[span.substr(0, dot)]);
+      }
+      in_report = line.find("Comparison") == std::string::npos;
+      if (line == "## Top level") current.push_back("(top)");
+      continue;
+    }
+    if (!in_report) continue;
+    text += line + "\n";
+    // A table row: "| `a`, `b.c` | ..." lists a, b as children of the section.
+    if (line.rfind("| `", 0) == 0) {
+      const std::string first_cell = line.substr(1, line.find('|', 1) - 1);
+      for (const auto& span : backticked(first_cell)) {
+        std::string child = span.substr(0, span.find_first_of(".["));
+        for (const auto& section : current) schema.table_keys[section].insert(child);
+      }
+    }
+  }
+  end_section();
+  return schema;
+}
+
+// The object(s) at a section path in a report: "run", "phases[]", "device.hta".
+std::vector<const json*> at_path(const json& report, const std::string& section) {
+  std::vector<const json*> nodes{&report};
+  std::string rest = section;
+  while (!rest.empty()) {
+    const std::size_t dot = rest.find('.');
+    std::string part = rest.substr(0, dot);
+    rest = dot == std::string::npos ? "" : rest.substr(dot + 1);
+    const bool each = part.size() > 2 && part.compare(part.size() - 2, 2, "[]") == 0;
+    if (each) part.resize(part.size() - 2);
+    std::vector<const json*> next;
+    for (const json* n : nodes) {
+      if (!n->is_object() || !n->contains(part)) continue;
+      const json& child = (*n)[part];
+      if (each && child.is_array()) {
+        for (const auto& e : child) next.push_back(&e);
+      } else if (!each) {
+        next.push_back(&child);
+      }
+    }
+    nodes = std::move(next);
+  }
+  return nodes;
+}
+
+// Maps whose keys are data, not schema: the user's set_config keys, a
+// finding's values, the per-rank view (docs/multi-rank.md documents it).
+bool free_form(const std::string& path) {
+  return path == "run.config" || path == "run.config_types" || path.find(".values") != std::string::npos ||
+         path == "ranks";
+}
+
+// Every key below `node`, with its path ("steps.wall_ms.mean"; array elements add nothing).
+void collect_keys(const json& node, const std::string& path, std::map<std::string, std::string>& out) {
+  if (free_form(path)) return;
+  if (node.is_object()) {
+    for (const auto& [key, value] : node.items()) {
+      const std::string child = path.empty() ? key : path + "." + key;
+      out.emplace(child, key);
+      collect_keys(value, child, out);
+    }
+  } else if (node.is_array()) {
+    for (const auto& e : node) collect_keys(e, path, out);
+  }
+}
+
+// A live run's final report: two phases in a few steps, written by finish().
+json live_report(const std::string& dir) {
+  ::setenv("STEPSCOPE_OUT", (dir + "/live.json").c_str(), 1);
+  ::setenv("STEPSCOPE_QUIET", "1", 1);
+  ::setenv("STEPSCOPE_WARMUP", "1", 1);
+  stepscope::set_config("batch_size", 32.0);
+  for (int step = 0; step < 8; ++step) {
+    STEPSCOPE_STEP();
+    { STEPSCOPE_PHASE("data"); }
+    { STEPSCOPE_PHASE("forward"); }
+  }
+  const std::string path = stepscope::finish();
+  REQUIRE(!path.empty());
+  return json::parse(slurp(path));
+}
+
+stepscope::Report imported(const std::string& name) {
+  const auto result = stepscope::import_kineto_trace(std::string(STEPSCOPE_TEST_DATA_DIR) + "/traces/" + name);
+  INFO(name << ": " << result.error);
+  REQUIRE(result.ok);
+  return stepscope::report_from_timeline(result.trace, name);
+}
+
+// Documented keys that only some runs write; each says why none of the
+// reports above has it.
+const std::set<std::string> kNotInTheseReports = {
+    "phases[].sites",         // a phase at more than one call site
+    "phases[].sites_merged",  // with sites
+};
+
+}  // namespace
+
+TEST_CASE("report keys match docs/report-schema.md", "[schema]") {
+  const Schema schema = read_schema(std::string(STEPSCOPE_SOURCE_DIR) + "/docs/report-schema.md");
+  REQUIRE(schema.table_keys.count("(top)"));
+  REQUIRE(schema.table_keys.count("run"));
+
+  char tmpl[] = "/tmp/stepscope-schema-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  std::vector<json> reports;
+  reports.push_back(live_report(dir));
+  const stepscope::Report trace = imported("v100_single_rank_compute.json.gz");
+  reports.push_back(json::parse(stepscope::report_to_json(trace)));
+  std::string error;
+  const stepscope::Report job = stepscope::merge_reports(
+      {imported("sampled_128rank_rank0.json.gz"), imported("sampled_128rank_rank1.json.gz")}, error);
+  INFO(error);
+  REQUIRE(job.ranks);
+  reports.push_back(json::parse(stepscope::report_to_json(job)));
+  std::system(("rm -rf '" + dir + "'").c_str());
+
+  const std::vector<std::string> sections = {"(top)",  "run",        "steps",      "phases[]",   "system",
+                                             "device", "device.hta", "bottleneck", "findings[]", "what_if[]"};
+  std::map<std::string, std::set<std::string>> present;  // section -> direct children seen
+  for (const json& report : reports) {
+    for (const auto& section : sections) {
+      const auto nodes = section == "(top)" ? std::vector<const json*>{&report} : at_path(report, section);
+      for (const json* node : nodes) {
+        if (!node->is_object()) continue;
+        for (const auto& [key, value] : node->items()) {
+          present[section].insert(key);
+          INFO("section " << section << ", key " << key);
+          CHECK(schema.names.at(section).count(key) == 1);  // written but not documented there
+        }
+      }
+    }
+    std::map<std::string, std::string> keys;
+    collect_keys(report, "", keys);
+    for (const auto& [path, key] : keys) {
+      INFO("key " << path);
+      CHECK(schema.all_names.count(key) == 1);  // written but documented nowhere
+    }
+  }
+  for (const auto& section : sections) {
+    if (!schema.table_keys.count(section)) continue;
+    for (const auto& key : schema.table_keys.at(section)) {
+      if (kNotInTheseReports.count(section + "." + key)) continue;
+      INFO("section " << section << ", documented key " << key);
+      CHECK(present[section].count(key) == 1);  // documented but written by none of the reports
+    }
+  }
+}
