@@ -157,7 +157,7 @@ void Collector::drain_locked() {
     const std::size_t drained = e->ring.drain_batches([&](const PhaseRecord* records, std::size_t count) {
       if (device_)
         for (std::size_t i = 0; i < count; ++i)
-          if (records[i].device_slot != 0) device_->on_record(records[i]);
+          device_->on_record(records[i]);  // slot or not: CUPTI needs every step window
       aggregator_.consume(thread, records, count);
       if (tracing)
         for (std::size_t i = 0; i < count; ++i) trace_.on_record(e->os_tid, e->ran_steps, records[i], median_step_ms);

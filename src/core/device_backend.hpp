@@ -8,14 +8,26 @@
 #include <stepscope/report.hpp>
 #include <stepscope/ring.hpp>
 
+#include <cstdint>
 #include <memory>
 
 namespace stepscope::detail {
 
+// The run's settings a device backend needs, handed over by the start-up
+// (configure) so that src/cuda never reads the core's run-time state.
+struct DeviceSettings {
+  std::uint64_t warmup_steps = 5;  // steps left out of the measured statistics
+  bool quiet = false;              // STEPSCOPE_QUIET: no stderr lines
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
-  // Collector thread: a drained record that carries a device slot.
+  // Collector thread, once, before the first record is drained (the backend
+  // may already be timing phases: it is built early when the device is in use).
+  virtual void configure(const DeviceSettings&) {}
+  // Collector thread: every drained record (device_slot 0 when the phase
+  // has no device events: the CUPTI timeline still needs its step windows).
   virtual void on_record(const PhaseRecord& record) = 0;
   // Collector thread, every tick: resolve completed device work without
   // blocking and hand the device times to the aggregator.

@@ -224,6 +224,11 @@ void after_fork_child() {
   Runtime& rt = runtime();
   rt.forked_child = true;
   if (rt.registry != nullptr) rt.registry->unlock_after_fork();
+  // CUDA must not be used in a forked child before exec: scopes open across
+  // the fork close without their device hooks (they load them at close).
+  g_device_begin.store(nullptr, std::memory_order_relaxed);
+  g_device_end.store(nullptr, std::memory_order_relaxed);
+  g_device_abandon.store(nullptr, std::memory_order_relaxed);
   // The next scope decides (initialise_runtime): recording was on, or not
   // started yet. Off (STEPSCOPE=0, finished) stays off.
   if (g_mode.load(std::memory_order_relaxed) == kModeEnabled) {
@@ -390,6 +395,7 @@ Collector* start_collector(Runtime& rt) {
     device_notice = rt.early_device_notice;
   }
   if (!device) device = make_device_backend(device_notice);
+  if (device) device->configure(DeviceSettings{settings.warmup_steps, settings.quiet});
   auto collector = std::make_unique<Collector>(options, std::move(device), rt.registry);
   Collector* published = collector.get();
   // Exit handlers run in reverse order of registration: registered after the
