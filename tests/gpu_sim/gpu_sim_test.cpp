@@ -308,6 +308,12 @@ TEST_CASE("cudaDeviceReset before exit: no use of destroyed events (C6)", "[gpu-
   CHECK(run.counter("contexts_created_device0") == 1);  // not re-created at exit
 }
 
+TEST_CASE("a phase closed in a forked child makes no CUDA call there (C16)", "[gpu-sim]") {
+  Run run;
+  probe(run, "fork 5", "STEPSCOPE_CHILDREN=0");
+  CHECK(run.value("child_cuda_calls") == "0");
+}
+
 #ifdef STEPSCOPE_GPU_PROBE
 TEST_CASE("the nvcc-built probe (<<<>>> launches) runs on the simulator", "[gpu-sim]") {
   Run run;

@@ -13,6 +13,9 @@
 #include <cuda_runtime_api.h>
 #include <cupti.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -299,6 +302,32 @@ int second_client(int steps) {
   return 0;
 }
 
+// fork() inside a timed phase; the child closes the phase and exits
+// (CUDA may not be used in a forked child before exec: C16).
+int fork_in_phase(int steps) {
+  async_forward(steps, true);
+  cudaStream_t stream = non_blocking_stream();
+  stepscope::set_stream(stream);
+  pid_t child = -1;
+  {
+    STEPSCOPE_STEP();
+    STEPSCOPE_PHASE_KIND("forked", stepscope::PhaseKind::compute);
+    launch(forward_kernel, stream);
+    child = fork();
+    if (child == 0) {
+      // The scopes close here, in the child.
+    }
+  }
+  if (child == 0) {
+    std::printf("child_cuda_calls=%llu\n", static_cast<unsigned long long>(simcuda::counter("calls_in_forked_child")));
+    std::fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  (void)waitpid(child, &status, 0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -325,6 +354,7 @@ int main(int argc, char** argv) {
   if (mode == "reset") return reset(steps);
   if (mode == "running-at-exit") return running_at_exit(steps);
   if (mode == "second-client") return second_client(steps);
+  if (mode == "fork") return fork_in_phase(steps);
   std::fprintf(stderr, "sim_probe: unknown mode %s\n", mode.c_str());
   return 64;
 }
