@@ -396,7 +396,7 @@ class CudaBackend final : public DeviceBackend {
     if (memory_samples_ > 0) m["memory_in_use_mb_last"] = memory_last_mb_;
     const std::uint64_t steps = aggregator.steps_completed();
     const std::uint64_t measured = steps > warmup_steps_ ? steps - warmup_steps_ : 0;
-    cupti_.finish(info, warmup_steps_, measured);
+    cupti_.finish(info, warmup_steps_, measured, device_.load(std::memory_order_relaxed));
   }
 
  private:

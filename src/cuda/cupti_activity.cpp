@@ -474,7 +474,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
   }
 }
 
-void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps) noexcept {
+void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps, int device) noexcept {
   auto& m = info.facts;
   // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
   if (subscriber_ == nullptr) return;
@@ -527,6 +527,13 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
       for (const auto& d : timeline_.device_ops) last = std::max(last, d.end_ns);
       auto& st = timeline_.steps;
       st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }), st.end());
+    }
+    if (device >= 0) {
+      auto& ops = timeline_.device_ops;
+      const std::size_t before = ops.size();
+      ops.erase(std::remove_if(ops.begin(), ops.end(), [device](const timeline::DeviceInterval& d) { return d.device != device; }),
+                ops.end());
+      m["cupti_other_device_ops"] = static_cast<double>(before - ops.size());
     }
     if (timeline_.device_ops.empty()) return;
     timeline::AttributionOptions options;

@@ -38,8 +38,10 @@ class CuptiActivity {
   void add_phase(const char* name, bool input_kind, std::int64_t start_ns, std::int64_t end_ns) noexcept;
 
   // Flushes, stops collection and writes the timeline facts and counters
-  // into info.facts. Only steps numbered above `warmup_steps` are analysed.
-  void finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps) noexcept;
+  // into info.facts. Only steps numbered above `warmup_steps` are analysed,
+  // and only the activity of `device` (the one the phases are timed on; -1:
+  // all), so a process's other GPUs do not count as this one being busy.
+  void finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps, int device = -1) noexcept;
 
   // Called from CUPTI's buffer-completed callback (any thread).
   void consume_buffer(std::uint8_t* buffer, std::size_t valid_size) noexcept;

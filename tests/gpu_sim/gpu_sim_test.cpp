@@ -261,6 +261,13 @@ TEST_CASE("a rank on GPU 1 creates no context on GPU 0 (C1, C8, S5)", "[gpu-sim]
   CHECK(prefetch->device_ms.has_value());
 }
 
+TEST_CASE("two GPUs in one process: the facts describe the timed device (C14)", "[gpu-sim]") {
+  Run run;
+  probe(run, "two-gpus 20", "STEPSCOPE_SIM_DEVICES=2");
+  CHECK(run.fact("cupti_other_device_ops") > 0);
+  CHECK(run.fact("device_busy_fraction") < 0.6);  // device 1 computes ~1 ms of each ~5 ms step; device 0 is always busy
+}
+
 TEST_CASE("a context created inside step 1 is timed from step 2 (C12)", "[gpu-sim]") {
   Run run;
   probe(run, "late-context 40", "STEPSCOPE_WARMUP=0");

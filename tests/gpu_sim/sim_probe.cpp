@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -257,6 +258,35 @@ int rank_on_device1(int steps) {
   return 0;
 }
 
+// One process, two GPUs: the steps run on device 1 (busy ~20%), another
+// thread keeps device 0 busy with work stepscope does not time (C14).
+int two_gpus(int steps) {
+  simcuda::set_kernel_ns("forward", 1 * kMs);
+  simcuda::set_kernel_ns("long", 10 * kMs);
+  std::atomic<bool> stop{false};
+  std::thread other([&stop] {
+    if (cudaSetDevice(0) != cudaSuccess) return;
+    cudaStream_t s = non_blocking_stream();
+    while (!stop.load()) {
+      launch(long_kernel, s);
+      (void)cudaStreamSynchronize(s);
+    }
+  });
+  if (cudaSetDevice(1) != cudaSuccess) return 2;
+  cudaStream_t stream = non_blocking_stream();
+  stepscope::set_stream(stream);
+  for (int i = 0; i < steps; ++i) {
+    STEPSCOPE_STEP();
+    STEPSCOPE_PHASE_KIND("forward", stepscope::PhaseKind::compute);
+    launch(forward_kernel, stream);
+    (void)cudaStreamSynchronize(stream);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  }
+  stop.store(true);
+  other.join();
+  return 0;
+}
+
 // Context created inside step 1, no set_stream (review C12).
 int late_context(int steps) {
   int n = 0;
@@ -350,6 +380,7 @@ int main(int argc, char** argv) {
   if (mode == "lost") return lost(steps);
   if (mode == "cpu") return cpu_only(steps);
   if (mode == "device1") return rank_on_device1(steps);
+  if (mode == "two-gpus") return two_gpus(steps);
   if (mode == "late-context") return late_context(steps);
   if (mode == "reset") return reset(steps);
   if (mode == "running-at-exit") return running_at_exit(steps);
