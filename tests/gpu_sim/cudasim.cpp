@@ -23,12 +23,15 @@
 //   (kernel, memcpy, memset, runtime, synchronisation, external correlation)
 //   written into the client's buffers on flush in their real layouts, a
 //   bounded record queue whose overflow is reported by
-//   cuptiActivityGetNumDroppedRecords.
+//   cuptiActivityGetNumDroppedRecords;
+// - NVTX: an injection library (NVTX_INJECTION64_PATH = this library) that
+//   counts domain range pushes and pops per thread.
 // Counters (simcuda_counter, or the file named by STEPSCOPE_SIM_COUNTERS,
 // written at exit) let tests check what the backend did to the device.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cupti.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -1418,4 +1421,41 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     complete(nullptr, 0, buffer, size, used);
   }
   return CUPTI_SUCCESS;
+}
+
+// ---- NVTX (injection: NVTX_INJECTION64_PATH names this library) -----------------
+
+namespace {
+thread_local int t_nvtx_depth = 0;
+int NVTX_API sim_nvtx_push(nvtxDomainHandle_t, const nvtxEventAttributes_t* attributes) {
+  std::lock_guard<std::mutex> lock(sim().mu);
+  sim().count("nvtx_pushes");
+  if (attributes == nullptr || attributes->version != NVTX_VERSION) sim().count("nvtx_bad_attributes");
+  return t_nvtx_depth++;
+}
+int NVTX_API sim_nvtx_pop(nvtxDomainHandle_t) {
+  std::lock_guard<std::mutex> lock(sim().mu);
+  sim().count("nvtx_pops");
+  if (t_nvtx_depth == 0) {
+    sim().count("nvtx_unbalanced_pops");
+    return -1;
+  }
+  return --t_nvtx_depth;
+}
+nvtxDomainHandle_t NVTX_API sim_nvtx_domain_create(const char*) {
+  static int domain;
+  return reinterpret_cast<nvtxDomainHandle_t>(&domain);
+}
+}  // namespace
+
+SIM_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
+  const auto* callbacks = static_cast<const NvtxExportTableCallbacks*>(get_export_table(NVTX_ETID_CALLBACKS));
+  if (callbacks == nullptr) return 0;
+  NvtxFunctionTable table = nullptr;
+  unsigned int size = 0;
+  if (!callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) || table == nullptr) return 0;
+  if (size > NVTX_CBID_CORE2_DomainRangePushEx) *table[NVTX_CBID_CORE2_DomainRangePushEx] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_push);
+  if (size > NVTX_CBID_CORE2_DomainRangePop) *table[NVTX_CBID_CORE2_DomainRangePop] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_pop);
+  if (size > NVTX_CBID_CORE2_DomainCreateA) *table[NVTX_CBID_CORE2_DomainCreateA] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_domain_create);
+  return 1;
 }

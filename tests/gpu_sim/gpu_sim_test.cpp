@@ -243,6 +243,16 @@ TEST_CASE("device lost mid-run: host timing goes on, one warning", "[gpu-sim]") 
   CHECK(fwd->count == 15);  // host timing of all measured steps (20 - 5 warm-up)
 }
 
+TEST_CASE("STEPSCOPE_NVTX=1: one balanced NVTX range per timed scope", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 10", "STEPSCOPE_NVTX=1 NVTX_INJECTION64_PATH='" STEPSCOPE_SIM_LIBRARY "'");
+  CHECK(run.fact("nvtx") == 1);
+  CHECK(run.counter("nvtx_pushes") == 20);  // 10 steps + 10 forward phases
+  CHECK(run.counter("nvtx_pops") == 20);
+  CHECK(run.counter("nvtx_unbalanced_pops") == 0);
+  CHECK(run.counter("nvtx_bad_attributes") == 0);
+}
+
 TEST_CASE("a CPU-only program gets no CUDA context (C1)", "[gpu-sim]") {
   Run run;
   probe(run, "cpu 30");
