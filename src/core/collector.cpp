@@ -155,9 +155,11 @@ void Collector::drain_locked() {
     // collector's hot path. The device backend and the trace only look at
     // each record (device times are resolved by poll(), after the drain).
     const std::size_t drained = e->ring.drain_batches([&](const PhaseRecord* records, std::size_t count) {
-      if (device_)
+      if (device_) {
+        const bool every = device_->wants_every_record();
         for (std::size_t i = 0; i < count; ++i)
-          device_->on_record(records[i]);  // slot or not: CUPTI needs every step window
+          if (every || records[i].device_slot != 0) device_->on_record(records[i]);
+      }
       aggregator_.consume(thread, records, count);
       if (tracing)
         for (std::size_t i = 0; i < count; ++i) trace_.on_record(e->os_tid, e->ran_steps, records[i], median_step_ms);

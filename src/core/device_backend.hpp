@@ -26,9 +26,11 @@ class DeviceBackend {
   // Collector thread, once, before the first record is drained (the backend
   // may already be timing phases: it is built early when the device is in use).
   virtual void configure(const DeviceSettings&) {}
-  // Collector thread: every drained record (device_slot 0 when the phase
-  // has no device events: the CUPTI timeline still needs its step windows).
+  // Collector thread: a drained record that carries a device slot, or every
+  // drained record when wants_every_record() (a device timeline needs every
+  // step window, also those whose phase got no device events).
   virtual void on_record(const PhaseRecord& record) = 0;
+  virtual bool wants_every_record() const { return false; }
   // Collector thread, every tick: resolve completed device work without
   // blocking and hand the device times to the aggregator.
   virtual void poll(Aggregator& aggregator) = 0;

@@ -224,12 +224,20 @@ class CudaBackend final : public DeviceBackend {
 
   // CUPTI resource callback, on the thread calling cudaDeviceReset (or
   // destroying the context), before the context goes: from then on no
-  // stepscope code touches its events. Waits for a poll in progress.
+  // stepscope code touches its events. Waits for a poll in progress, for a
+  // bounded time only: the driver may hold a lock that the poll's current
+  // call needs, and a hang in the user's teardown is worse than the race.
   static void on_context_destroy() noexcept {
     if (g_backend == nullptr) return;
-    std::lock_guard<std::mutex> lock(g_backend->device_calls_);
     g_backend->context_destroyed_ = true;
-    g_device_gone.store(true, std::memory_order_relaxed);
+    g_device_gone.store(true, std::memory_order_relaxed);  // resolve() stops at its next pair
+    for (int i = 0; i < 100; ++i) {
+      if (g_backend->device_calls_.try_lock()) {
+        g_backend->device_calls_.unlock();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   // ---- hot path -------------------------------------------------------------
@@ -320,6 +328,8 @@ class CudaBackend final : public DeviceBackend {
       pending_.push_back(Pending{r.site, r.step, r.device_slot, (r.flags & kRecordInStep) != 0});
     }
   }
+
+  bool wants_every_record() const override { return cupti_.active(); }
 
   // Collector thread every tick, or a user thread in snapshot(). No CUDA
   // call before a thread has attached to a device (a CPU-only program gets
@@ -434,8 +444,9 @@ class CudaBackend final : public DeviceBackend {
   // Any thread: the first fatal error stops all device calls; the collector
   // prints the one warning.
   void device_gone(cudaError_t e) noexcept {
-    bool expected = false;
-    if (g_device_gone.compare_exchange_strong(expected, true, std::memory_order_relaxed)) gone_error_.store(e);
+    cudaError_t none = cudaSuccess;
+    (void)gone_error_.compare_exchange_strong(none, e);  // the first error is the one reported
+    g_device_gone.store(true, std::memory_order_relaxed);
   }
 
   void warn_if_device_gone() noexcept {

@@ -52,7 +52,8 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *max_records = 0;  // as many as fit
 }
 
-void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uint8_t* buffer, std::size_t, std::size_t valid_size) {
+void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uint8_t* buffer, std::size_t,
+                               std::size_t valid_size) {
   if (g_activity != nullptr && buffer != nullptr) g_activity->consume_buffer(buffer, valid_size);
   std::free(buffer);
   // act: "The number of dropped records can be read using cuptiActivityGetNumDroppedRecords" (C10).
@@ -216,7 +217,8 @@ bool incomplete(const CUpti_Activity* record) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
       return m->start == 0 || m->end == 0;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -474,7 +476,8 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
   }
 }
 
-void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps, int device) noexcept {
+void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
+                           int device) noexcept {
   auto& m = info.facts;
   // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
   if (subscriber_ == nullptr) return;
@@ -531,7 +534,8 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     if (device >= 0) {
       auto& ops = timeline_.device_ops;
       const std::size_t before = ops.size();
-      ops.erase(std::remove_if(ops.begin(), ops.end(), [device](const timeline::DeviceInterval& d) { return d.device != device; }),
+      ops.erase(std::remove_if(ops.begin(), ops.end(),
+                               [device](const timeline::DeviceInterval& d) { return d.device != device; }),
                 ops.end());
       m["cupti_other_device_ops"] = static_cast<double>(before - ops.size());
     }

@@ -61,7 +61,7 @@ namespace {
 
 constexpr int kMaxDevices = 8;
 constexpr std::int64_t kContextBytes = 512ll << 20;        // what a primary context costs on the device
-constexpr std::size_t kDeviceBytes = 80ull << 30;         // simulated device memory
+constexpr std::size_t kDeviceBytes = 80ull << 30;          // simulated device memory
 constexpr std::uint64_t kDefaultQueueCapacity = 1u << 20;  // CUPTI records held before a flush
 
 std::int64_t now_ns() {
@@ -74,7 +74,9 @@ std::int64_t realtime_ns() {
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
-std::uint32_t thread_id() { return static_cast<std::uint32_t>(syscall(SYS_gettid)); }
+std::uint32_t thread_id() {
+  return static_cast<std::uint32_t>(syscall(SYS_gettid));
+}
 
 std::int64_t env_int(const char* name, std::int64_t fallback) {
   const char* v = std::getenv(name);
@@ -138,7 +140,7 @@ struct Sim {
   int device_count = 1;
   Device devices[kMaxDevices];
   std::unordered_set<const void*> live_streams, live_events;
-  std::unordered_map<const void*, std::string> kernel_names;        // host function -> device symbol
+  std::unordered_map<const void*, std::string> kernel_names;       // host function -> device symbol
   std::vector<std::pair<std::string, std::int64_t>> kernel_times;  // name part -> ns
   std::vector<std::string> time_from_argument;                     // name parts: device time = first argument (ns)
   std::int64_t default_kernel_ns = 10'000;
@@ -173,7 +175,8 @@ struct Sim {
     device_count = static_cast<int>(std::clamp<std::int64_t>(env_int("STEPSCOPE_SIM_DEVICES", 1), 0, kMaxDevices));
     default_kernel_ns = env_int("STEPSCOPE_SIM_DEFAULT_KERNEL_NS", default_kernel_ns);
     lose_after_launches = env_int("STEPSCOPE_SIM_LOSE_DEVICE_AFTER_LAUNCHES", -1);
-    queue_capacity = static_cast<std::uint64_t>(env_int("STEPSCOPE_SIM_CUPTI_CAPACITY", static_cast<std::int64_t>(kDefaultQueueCapacity)));
+    queue_capacity = static_cast<std::uint64_t>(
+        env_int("STEPSCOPE_SIM_CUPTI_CAPACITY", static_cast<std::int64_t>(kDefaultQueueCapacity)));
     if (const char* gbps = std::getenv("STEPSCOPE_SIM_PAGEABLE_GBPS")) pageable_gbps = std::max(0.001, std::atof(gbps));
     for (int d = 0; d < kMaxDevices; ++d) {
       devices[d].legacy.device = d;
@@ -222,7 +225,9 @@ struct Sim {
 
   void count(const char* name, std::uint64_t n = 1) { counters[name] += n; }
 
-  std::int64_t cupti_time(std::int64_t mono) const { return timestamp_callback != nullptr ? mono : mono + realtime_offset; }
+  std::int64_t cupti_time(std::int64_t mono) const {
+    return timestamp_callback != nullptr ? mono : mono + realtime_offset;
+  }
 };
 
 Sim& sim() {
@@ -261,28 +266,49 @@ struct CallName {
   std::uint32_t cbid;
   const char* name;
 };
-#define SIM_CB(fn) {CUPTI_RUNTIME_TRACE_CBID_##fn, #fn}
+#define SIM_CB(fn) \
+  { CUPTI_RUNTIME_TRACE_CBID_##fn, #fn }
 const CallName kCallNames[] = {
-    SIM_CB(cudaGetDeviceCount_v3020),        SIM_CB(cudaGetDevice_v3020),
-    SIM_CB(cudaSetDevice_v3020),             SIM_CB(cudaGetDeviceProperties_v12000),
-    SIM_CB(cudaMemGetInfo_v3020),            SIM_CB(cudaGetLastError_v3020),
-    SIM_CB(cudaStreamCreate_v3020),          SIM_CB(cudaStreamCreateWithFlags_v5000),
-    SIM_CB(cudaStreamDestroy_v5050),         SIM_CB(cudaStreamSynchronize_v3020),
-    SIM_CB(cudaStreamQuery_v3020),           SIM_CB(cudaStreamIsCapturing_v10000),
-    SIM_CB(cudaStreamBeginCapture_v10000),   SIM_CB(cudaStreamEndCapture_v10000),
-    SIM_CB(cudaThreadExchangeStreamCaptureMode_v10010), SIM_CB(cudaStreamWaitEvent_v3020),
-    SIM_CB(cudaEventCreate_v3020),           SIM_CB(cudaEventCreateWithFlags_v3020),
-    SIM_CB(cudaEventDestroy_v3020),          SIM_CB(cudaEventRecord_v3020),
-    SIM_CB(cudaEventQuery_v3020),            SIM_CB(cudaEventSynchronize_v3020),
-    SIM_CB(cudaEventElapsedTime_v3020),      SIM_CB(cudaDeviceSynchronize_v3020),
-    SIM_CB(cudaDeviceReset_v3020),           SIM_CB(cudaMalloc_v3020),
-    SIM_CB(cudaFree_v3020),                  SIM_CB(cudaMallocHost_v3020),
-    SIM_CB(cudaFreeHost_v3020),              SIM_CB(cudaMemcpy_v3020),
-    SIM_CB(cudaMemcpyAsync_v3020),           SIM_CB(cudaMemset_v3020),
-    SIM_CB(cudaMemsetAsync_v3020),           SIM_CB(cudaLaunchKernel_v7000),
-    SIM_CB(__cudaLaunchKernel_v13000),       SIM_CB(__cudaLaunchKernel_ptsz_v13000),
-    SIM_CB(cudaGraphInstantiate_v10000),     SIM_CB(cudaGraphLaunch_v10000),
-    SIM_CB(cudaStreamGetDevice_v12080),      SIM_CB(cudaStreamGetFlags_v5050),
+    SIM_CB(cudaGetDeviceCount_v3020),
+    SIM_CB(cudaGetDevice_v3020),
+    SIM_CB(cudaSetDevice_v3020),
+    SIM_CB(cudaGetDeviceProperties_v12000),
+    SIM_CB(cudaMemGetInfo_v3020),
+    SIM_CB(cudaGetLastError_v3020),
+    SIM_CB(cudaStreamCreate_v3020),
+    SIM_CB(cudaStreamCreateWithFlags_v5000),
+    SIM_CB(cudaStreamDestroy_v5050),
+    SIM_CB(cudaStreamSynchronize_v3020),
+    SIM_CB(cudaStreamQuery_v3020),
+    SIM_CB(cudaStreamIsCapturing_v10000),
+    SIM_CB(cudaStreamBeginCapture_v10000),
+    SIM_CB(cudaStreamEndCapture_v10000),
+    SIM_CB(cudaThreadExchangeStreamCaptureMode_v10010),
+    SIM_CB(cudaStreamWaitEvent_v3020),
+    SIM_CB(cudaEventCreate_v3020),
+    SIM_CB(cudaEventCreateWithFlags_v3020),
+    SIM_CB(cudaEventDestroy_v3020),
+    SIM_CB(cudaEventRecord_v3020),
+    SIM_CB(cudaEventQuery_v3020),
+    SIM_CB(cudaEventSynchronize_v3020),
+    SIM_CB(cudaEventElapsedTime_v3020),
+    SIM_CB(cudaDeviceSynchronize_v3020),
+    SIM_CB(cudaDeviceReset_v3020),
+    SIM_CB(cudaMalloc_v3020),
+    SIM_CB(cudaFree_v3020),
+    SIM_CB(cudaMallocHost_v3020),
+    SIM_CB(cudaFreeHost_v3020),
+    SIM_CB(cudaMemcpy_v3020),
+    SIM_CB(cudaMemcpyAsync_v3020),
+    SIM_CB(cudaMemset_v3020),
+    SIM_CB(cudaMemsetAsync_v3020),
+    SIM_CB(cudaLaunchKernel_v7000),
+    SIM_CB(__cudaLaunchKernel_v13000),
+    SIM_CB(__cudaLaunchKernel_ptsz_v13000),
+    SIM_CB(cudaGraphInstantiate_v10000),
+    SIM_CB(cudaGraphLaunch_v10000),
+    SIM_CB(cudaStreamGetDevice_v12080),
+    SIM_CB(cudaStreamGetFlags_v5050),
 };
 #undef SIM_CB
 
@@ -403,6 +429,14 @@ Stream* resolve_stream(Sim& s, cudaStream_t handle, bool per_thread_default) {
   return st;
 }
 
+// With the lock held: the context (created if needed) and the stream, or
+// the error the call returns.
+cudaError_t context_stream(Sim& s, cudaStream_t handle, Stream*& out) {
+  if (cudaError_t e = need_context(s); e != cudaSuccess) return e;
+  out = resolve_stream(s, handle, false);
+  return out != nullptr ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
 std::vector<Stream*> blocking_streams(Sim& s, int device) {
   std::vector<Stream*> out;
   for (const void* p : s.live_streams) {
@@ -505,19 +539,21 @@ cudaError_t enqueue(Sim& s, Stream& st, const Op& op, std::uint32_t correlation)
       s.count("memsets");
       break;
   }
-  if (s.enabled_kinds.count(r.kind) || (r.kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && s.enabled_kinds.count(CUPTI_ACTIVITY_KIND_KERNEL)))
+  if (s.enabled_kinds.count(r.kind) ||
+      (r.kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && s.enabled_kinds.count(CUPTI_ACTIVITY_KIND_KERNEL)))
     ApiCall::push_record(s, r);
   return cudaSuccess;
 }
 
 void sleep_until(std::int64_t t) {
-  for (std::int64_t n = now_ns(); n < t; n = now_ns()) std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::int64_t>(t - n, 1'000'000)));
+  for (std::int64_t n = now_ns(); n < t; n = now_ns())
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::int64_t>(t - n, 1'000'000)));
 }
 
 // Synchronising call: waits (without the lock) for device time `until`,
 // counted and recorded as CUPTI SYNCHRONIZATION activity.
-void host_wait(std::unique_lock<std::mutex>& lock, Sim& s, std::int64_t until, std::uint32_t type, std::uint32_t correlation,
-               std::uint32_t stream) {
+void host_wait(std::unique_lock<std::mutex>& lock, Sim& s, std::int64_t until, std::uint32_t type,
+               std::uint32_t correlation, std::uint32_t stream) {
   s.count("sync_calls");
   const std::int64_t start = now_ns();
   lock.unlock();
@@ -550,13 +586,14 @@ Op copy_op(Sim& s, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind
   op.bytes = bytes;
   const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  op.copy_kind = kind == cudaMemcpyHostToDevice   ? CUPTI_ACTIVITY_MEMCPY_KIND_HTOD
-                 : kind == cudaMemcpyDeviceToHost ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
+  op.copy_kind = kind == cudaMemcpyHostToDevice     ? CUPTI_ACTIVITY_MEMCPY_KIND_HTOD
+                 : kind == cudaMemcpyDeviceToHost   ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
                  : kind == cudaMemcpyDeviceToDevice ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOD
                                                     : CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
   op.src_kind = memory_kind(s, src, src_dev);
   op.dst_kind = memory_kind(s, dst, dst_dev);
-  const bool pageable = op.src_kind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE || op.dst_kind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+  const bool pageable =
+      op.src_kind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE || op.dst_kind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
   const double gbps = (src_dev && dst_dev) ? s.device_gbps : pageable ? s.pageable_gbps : s.pinned_gbps;
   op.duration_ns = static_cast<std::int64_t>(static_cast<double>(bytes) / gbps);  // GB/s = bytes/ns
   if (s.next_ns >= 0) {
@@ -566,7 +603,8 @@ Op copy_op(Sim& s, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind
   return op;
 }
 
-cudaError_t launch(std::uint32_t correlation, const void* func, void** args, cudaStream_t stream, bool per_thread_default) {
+cudaError_t launch(std::uint32_t correlation, const void* func, void** args, cudaStream_t stream,
+                   bool per_thread_default) {
   Sim& s = sim();
   std::lock_guard<std::mutex> lock(s.mu);
   if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
@@ -590,16 +628,39 @@ cudaError_t launch(std::uint32_t correlation, const void* func, void** args, cud
 std::size_t record_size(CUpti_ActivityKind kind) {
   switch (kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
-    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
-    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
-    case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
-    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return sizeof(CUpti_ActivityExternalCorrelation);
-    default: return 0;
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+      return sizeof(CUpti_ActivitySynchronization2);
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+      return sizeof(CUpti_ActivityAPI);
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+      return sizeof(CUpti_ActivityExternalCorrelation);
+    default:
+      return 0;
   }
 }
-std::size_t aligned(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
+std::size_t aligned(std::size_t n) {
+  return (n + 7) & ~std::size_t{7};
+}
+
+// The fields kernel, memcpy and memset records share.
+template <typename T>
+T* device_record(std::uint8_t* out, const Record& r, std::uint64_t start, std::uint64_t end) {
+  auto* x = new (out) T{};
+  x->kind = r.kind;
+  x->start = start;
+  x->end = end;
+  x->deviceId = r.device;
+  x->contextId = r.context;
+  x->streamId = r.stream;
+  x->correlationId = r.correlation;
+  return x;
+}
 
 // Writes `r` as its real CUPTI struct; a kernel still running at a forced
 // flush gets end = 0 (as CUPTI hands incomplete records back).
@@ -609,43 +670,22 @@ void write_record(const Sim& s, const Record& r, std::uint8_t* out, bool incompl
   switch (r.kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-      auto* k = new (out) CUpti_ActivityKernel10{};
-      k->kind = r.kind;
-      k->start = start;
-      k->end = end;
-      k->deviceId = r.device;
-      k->contextId = r.context;
-      k->streamId = r.stream;
-      k->correlationId = r.correlation;
+      auto* k = device_record<CUpti_ActivityKernel10>(out, r, start, end);
       k->name = r.name;
       k->gridX = k->gridY = k->gridZ = k->blockX = k->blockY = k->blockZ = 1;
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      auto* m = new (out) CUpti_ActivityMemcpy6{};
-      m->kind = r.kind;
+      auto* m = device_record<CUpti_ActivityMemcpy6>(out, r, start, end);
       m->copyKind = r.copy_kind;
       m->srcKind = r.src_kind;
       m->dstKind = r.dst_kind;
       m->bytes = r.bytes;
-      m->start = start;
-      m->end = end;
-      m->deviceId = r.device;
-      m->contextId = r.context;
-      m->streamId = r.stream;
-      m->correlationId = r.correlation;
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
-      auto* m = new (out) CUpti_ActivityMemset4{};
-      m->kind = r.kind;
+      auto* m = device_record<CUpti_ActivityMemset4>(out, r, start, end);
       m->bytes = r.bytes;
-      m->start = start;
-      m->end = end;
-      m->deviceId = r.device;
-      m->contextId = r.context;
-      m->streamId = r.stream;
-      m->correlationId = r.correlation;
       m->memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
       break;
     }
@@ -679,13 +719,14 @@ void write_record(const Sim& s, const Record& r, std::uint8_t* out, bool incompl
       x->correlationId = r.correlation;
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
 bool is_device_record(CUpti_ActivityKind k) {
-  return k == CUPTI_ACTIVITY_KIND_KERNEL || k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || k == CUPTI_ACTIVITY_KIND_MEMCPY ||
-         k == CUPTI_ACTIVITY_KIND_MEMSET;
+  return k == CUPTI_ACTIVITY_KIND_KERNEL || k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+         k == CUPTI_ACTIVITY_KIND_MEMCPY || k == CUPTI_ACTIVITY_KIND_MEMSET;
 }
 
 }  // namespace
@@ -791,25 +832,39 @@ SIM_EXPORT cudaError_t cudaGetLastError() {
   if (sim().sticky != cudaSuccess) return sim().sticky;
   return e;
 }
-SIM_EXPORT cudaError_t cudaPeekAtLastError() { return sim().sticky != cudaSuccess ? sim().sticky : t_last_error; }
+SIM_EXPORT cudaError_t cudaPeekAtLastError() {
+  return sim().sticky != cudaSuccess ? sim().sticky : t_last_error;
+}
 SIM_EXPORT const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
-    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
-    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
-    default: return "cudaErrorSimulated";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    default:
+      return "cudaErrorSimulated";
   }
 }
-SIM_EXPORT const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "simulated CUDA error"; }
+SIM_EXPORT const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error" : "simulated CUDA error";
+}
 SIM_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int, unsigned long long,
-                                                       cudaDriverEntryPointQueryResult* status) {
+                                                        cudaDriverEntryPointQueryResult* status) {
   *fn = nullptr;
-  if (std::strcmp(symbol, "cuDevicePrimaryCtxGetState") == 0) *fn = reinterpret_cast<void*>(&sim_cuDevicePrimaryCtxGetState);
+  if (std::strcmp(symbol, "cuDevicePrimaryCtxGetState") == 0)
+    *fn = reinterpret_cast<void*>(&sim_cuDevicePrimaryCtxGetState);
   if (std::strcmp(symbol, "cuDeviceGet") == 0) *fn = reinterpret_cast<void*>(&sim_cuDeviceGet);
   if (status != nullptr) *status = *fn != nullptr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return *fn != nullptr ? cudaSuccess : fail(cudaErrorSymbolNotFound);
@@ -830,7 +885,9 @@ SIM_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* out, unsigned int
   *out = reinterpret_cast<cudaStream_t>(st);
   return cudaSuccess;
 }
-SIM_EXPORT cudaError_t cudaStreamCreate(cudaStream_t* out) { return cudaStreamCreateWithFlags(out, cudaStreamDefault); }
+SIM_EXPORT cudaError_t cudaStreamCreate(cudaStream_t* out) {
+  return cudaStreamCreateWithFlags(out, cudaStreamDefault);
+}
 SIM_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   SIM_API(cudaStreamDestroy_v5050);
   std::lock_guard<std::mutex> lock(sim().mu);
@@ -871,18 +928,16 @@ SIM_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
   SIM_API(cudaStreamQuery_v3020);
   Sim& s = sim();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
-  Stream* st = resolve_stream(s, stream, false);
-  if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  Stream* st = nullptr;
+  if (cudaError_t e = context_stream(s, stream, st); e != cudaSuccess) return fail(e);
   return now_ns() >= st->tail_ns ? cudaSuccess : cudaErrorNotReady;
 }
 SIM_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
   SIM_API(cudaStreamIsCapturing_v10000);
   Sim& s = sim();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
-  Stream* st = resolve_stream(s, stream, false);
-  if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  Stream* st = nullptr;
+  if (cudaError_t e = context_stream(s, stream, st); e != cudaSuccess) return fail(e);
   if (st->legacy) {
     // The legacy stream while a blocking stream captures (rt: cudaStreamIsCapturing).
     for (Stream* b : blocking_streams(s, st->device))
@@ -944,8 +999,12 @@ SIM_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream
   s.count("graph_launches");
   return cudaSuccess;
 }
-SIM_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
-SIM_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
+SIM_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t) {
+  return cudaSuccess;
+}
+SIM_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) {
+  return cudaSuccess;
+}
 
 // Events
 SIM_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* out, unsigned int flags) {
@@ -961,7 +1020,9 @@ SIM_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* out, unsigned int f
   *out = reinterpret_cast<cudaEvent_t>(ev);
   return cudaSuccess;
 }
-SIM_EXPORT cudaError_t cudaEventCreate(cudaEvent_t* out) { return cudaEventCreateWithFlags(out, cudaEventDefault); }
+SIM_EXPORT cudaError_t cudaEventCreate(cudaEvent_t* out) {
+  return cudaEventCreateWithFlags(out, cudaEventDefault);
+}
 SIM_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
   SIM_API(cudaEventDestroy_v3020);
   std::lock_guard<std::mutex> lock(sim().mu);
@@ -1031,7 +1092,8 @@ SIM_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
   Event* ev = live_event(s, event);
   if (ev == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  host_wait(lock, s, ev->recorded ? ev->ts_ns : 0, CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE, api_call_.correlation(), 0);
+  host_wait(lock, s, ev->recorded ? ev->ts_ns : 0, CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE,
+            api_call_.correlation(), 0);
   return cudaSuccess;
 }
 SIM_EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -1086,7 +1148,8 @@ SIM_EXPORT cudaError_t cudaDeviceReset() {
     std::lock_guard<std::mutex> lock(s.mu);
     Device& d = s.devices[t_device];
     if (!d.context_active) return cudaSuccess;
-    if (s.subscribed && s.enabled_callbacks.count({CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING})) {
+    if (s.subscribed &&
+        s.enabled_callbacks.count({CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING})) {
       fn = s.callback;
       user = s.callback_userdata;
     }
@@ -1156,13 +1219,13 @@ SIM_EXPORT cudaError_t cudaFreeHost(void* p) {
   std::free(p);
   return cudaSuccess;
 }
-SIM_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+SIM_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                                       cudaStream_t stream) {
   SIM_API(cudaMemcpyAsync_v3020);
   Sim& s = sim();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
-  Stream* st = resolve_stream(s, stream, false);
-  if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  Stream* st = nullptr;
+  if (cudaError_t e = context_stream(s, stream, st); e != cudaSuccess) return fail(e);
   return fail(enqueue(s, *st, copy_op(s, dst, src, bytes, kind), api_call_.correlation()));
 }
 SIM_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
@@ -1171,7 +1234,8 @@ SIM_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes,
   std::unique_lock<std::mutex> lock(s.mu);
   if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
   Stream& st = s.devices[t_device].legacy;
-  if (cudaError_t e = enqueue(s, st, copy_op(s, dst, src, bytes, kind), api_call_.correlation()); e != cudaSuccess) return fail(e);
+  if (cudaError_t e = enqueue(s, st, copy_op(s, dst, src, bytes, kind), api_call_.correlation()); e != cudaSuccess)
+    return fail(e);
   // Synchronous with respect to the host: returns when the copy is done.
   s.count("implicit_sync_calls");
   const std::int64_t until = st.tail_ns;
@@ -1183,9 +1247,8 @@ SIM_EXPORT cudaError_t cudaMemsetAsync(void*, int, std::size_t bytes, cudaStream
   SIM_API(cudaMemsetAsync_v3020);
   Sim& s = sim();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
-  Stream* st = resolve_stream(s, stream, false);
-  if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  Stream* st = nullptr;
+  if (cudaError_t e = context_stream(s, stream, st); e != cudaSuccess) return fail(e);
   Op op;
   op.kind = Op::memset;
   op.bytes = bytes;
@@ -1196,18 +1259,22 @@ SIM_EXPORT cudaError_t cudaMemsetAsync(void*, int, std::size_t bytes, cudaStream
   }
   return fail(enqueue(s, *st, op, api_call_.correlation()));
 }
-SIM_EXPORT cudaError_t cudaMemset(void* p, int v, std::size_t bytes) { return cudaMemsetAsync(p, v, bytes, nullptr); }
+SIM_EXPORT cudaError_t cudaMemset(void* p, int v, std::size_t bytes) {
+  return cudaMemsetAsync(p, v, bytes, nullptr);
+}
 
 // Kernels: cudaLaunchKernel, and what nvcc 13 emits for <<<>>>.
 SIM_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3, dim3, void** args, std::size_t, cudaStream_t stream) {
   SIM_API(cudaLaunchKernel_v7000);
   return launch(api_call_.correlation(), func, args, stream, false);
 }
-SIM_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void** args, std::size_t, cudaStream_t stream) {
+SIM_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void** args, std::size_t,
+                                          cudaStream_t stream) {
   SIM_API(__cudaLaunchKernel_v13000);
   return launch(api_call_.correlation(), kernel, args, stream, false);
 }
-SIM_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3, dim3, void** args, std::size_t, cudaStream_t stream) {
+SIM_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3, dim3, void** args, std::size_t,
+                                               cudaStream_t stream) {
   SIM_API(__cudaLaunchKernel_ptsz_v13000);
   return launch(api_call_.correlation(), kernel, args, stream, true);
 }
@@ -1246,8 +1313,8 @@ SIM_EXPORT void** __cudaRegisterFatBinary(void* fatbin) {
 }
 SIM_EXPORT void __cudaRegisterFatBinaryEnd(void**) {}
 SIM_EXPORT void __cudaUnregisterFatBinary(void**) {}
-SIM_EXPORT void __cudaRegisterFunction(void**, const char* host_fun, char*, const char* device_name, int, uint3*, uint3*, dim3*,
-                                       dim3*, int*) {
+SIM_EXPORT void __cudaRegisterFunction(void**, const char* host_fun, char*, const char* device_name, int, uint3*,
+                                       uint3*, dim3*, dim3*, int*) {
   std::lock_guard<std::mutex> lock(sim().mu);
   sim().kernel_names[host_fun] = device_name;  // mangled device symbol, e.g. _Z11spin_kernely
 }
@@ -1277,16 +1344,21 @@ SIM_EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
   s.count("cupti_unsubscribe_calls");
   return CUPTI_SUCCESS;
 }
-SIM_EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+SIM_EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain domain,
+                                           CUpti_CallbackId cbid) {
   std::lock_guard<std::mutex> lock(sim().mu);
-  if (enable) sim().enabled_callbacks.insert({domain, cbid});
-  else sim().enabled_callbacks.erase({domain, cbid});
+  if (enable)
+    sim().enabled_callbacks.insert({domain, cbid});
+  else
+    sim().enabled_callbacks.erase({domain, cbid});
   return CUPTI_SUCCESS;
 }
 SIM_EXPORT CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain domain) {
   std::lock_guard<std::mutex> lock(sim().mu);
-  if (enable) sim().enabled_domains.insert(domain);
-  else sim().enabled_domains.erase(domain);
+  if (enable)
+    sim().enabled_domains.insert(domain);
+  else
+    sim().enabled_domains.erase(domain);
   return CUPTI_SUCCESS;
 }
 SIM_EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
@@ -1302,12 +1374,16 @@ SIM_EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
 }
 SIM_EXPORT CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
   std::lock_guard<std::mutex> lock(sim().mu);
-  if (!sim().enabled_kinds.count(CUPTI_ACTIVITY_KIND_RUNTIME)) return CUPTI_ERROR_INVALID_OPERATION;  // act: enable RUNTIME first
-  if (enable) sim().runtime_records_off.erase(cbid);
-  else sim().runtime_records_off.insert(cbid);
+  if (!sim().enabled_kinds.count(CUPTI_ACTIVITY_KIND_RUNTIME))
+    return CUPTI_ERROR_INVALID_OPERATION;  // act: enable RUNTIME first
+  if (enable)
+    sim().runtime_records_off.erase(cbid);
+  else
+    sim().runtime_records_off.insert(cbid);
   return CUPTI_SUCCESS;
 }
-SIM_EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request, CUpti_BuffersCallbackCompleteFunc complete) {
+SIM_EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
+                                                      CUpti_BuffersCallbackCompleteFunc complete) {
   if (request == nullptr || complete == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
   std::lock_guard<std::mutex> lock(sim().mu);
   sim().buffer_request = request;
@@ -1351,9 +1427,9 @@ SIM_EXPORT CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_
   return CUPTI_ERROR_INVALID_PARAMETER;
 }
 SIM_EXPORT CUptiResult cuptiGetResultString(CUptiResult result, const char** str) {
-  *str = result == CUPTI_SUCCESS ? "CUPTI_SUCCESS"
+  *str = result == CUPTI_SUCCESS                                    ? "CUPTI_SUCCESS"
          : result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
-                                                                     : "CUPTI_ERROR (simulated)";
+                                                                    : "CUPTI_ERROR (simulated)";
   return CUPTI_SUCCESS;
 }
 SIM_EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, CUpti_Activity** record) {
@@ -1386,8 +1462,10 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     std::deque<Record> kept;
     for (const Record& r : s.queue) {
       const bool running = is_device_record(r.kind) && r.end > now;
-      if (running && !forced) kept.push_back(r);
-      else out.emplace_back(r, running);
+      if (running && !forced)
+        kept.push_back(r);
+      else
+        out.emplace_back(r, running);
     }
     s.queue.swap(kept);
     s.count("cupti_flushes");
@@ -1454,8 +1532,11 @@ SIM_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_tabl
   NvtxFunctionTable table = nullptr;
   unsigned int size = 0;
   if (!callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) || table == nullptr) return 0;
-  if (size > NVTX_CBID_CORE2_DomainRangePushEx) *table[NVTX_CBID_CORE2_DomainRangePushEx] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_push);
-  if (size > NVTX_CBID_CORE2_DomainRangePop) *table[NVTX_CBID_CORE2_DomainRangePop] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_pop);
-  if (size > NVTX_CBID_CORE2_DomainCreateA) *table[NVTX_CBID_CORE2_DomainCreateA] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_domain_create);
+  if (size > NVTX_CBID_CORE2_DomainRangePushEx)
+    *table[NVTX_CBID_CORE2_DomainRangePushEx] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_push);
+  if (size > NVTX_CBID_CORE2_DomainRangePop)
+    *table[NVTX_CBID_CORE2_DomainRangePop] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_pop);
+  if (size > NVTX_CBID_CORE2_DomainCreateA)
+    *table[NVTX_CBID_CORE2_DomainCreateA] = reinterpret_cast<NvtxFunctionPointer>(&sim_nvtx_domain_create);
   return 1;
 }

@@ -18,16 +18,20 @@
 #include <vector>
 
 using namespace stepscope;
-
 namespace {
 
+// (tests/tools/tool_runner.hpp has the same two, but needs the CLI tool's
+// build definitions.)
 struct TempDir {
   std::string path;
   TempDir() {
     char tmpl[] = "/tmp/stepscope-gpusim-XXXXXX";
-    path = mkdtemp(tmpl);
+    const char* made = mkdtemp(tmpl);
+    path = made != nullptr ? made : "/tmp";
   }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  ~TempDir() {
+    if (path != "/tmp") std::system(("rm -rf '" + path + "'").c_str());
+  }
 };
 
 std::string slurp(const std::string& p) {
@@ -73,8 +77,8 @@ struct Run {
 void run_on_sim(Run& run, const std::string& program, const std::string& args, const std::string& env = "") {
   const std::string& d = run.dir.path;
   const std::string cmd = "cd '" + d + "' && env STEPSCOPE_OUT='" + d + "/report.json' STEPSCOPE_SIM_COUNTERS='" + d +
-                          "/counters.txt' LD_PRELOAD='" STEPSCOPE_SIM_LIBRARY "' " + env + " timeout 120 '" + program + "' " +
-                          args + " >'" + d + "/stdout.txt' 2>'" + d + "/stderr.txt'";
+                          "/counters.txt' LD_PRELOAD='" STEPSCOPE_SIM_LIBRARY "' " + env + " timeout 120 '" + program +
+                          "' " + args + " >'" + d + "/stdout.txt' 2>'" + d + "/stderr.txt'";
   const int status = std::system(cmd.c_str());
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.out = slurp(d + "/stdout.txt");
@@ -126,8 +130,8 @@ TEST_CASE("async correctness: host-timed 0.05 ms forward, 5 ms on the device", "
   REQUIRE(fwd != nullptr);
   REQUIRE(fwd->device_ms.has_value());
   CHECK(fwd->device_ms->count == fwd->count);
-  CHECK(fwd->device_ms->mean == Approx(5.0).epsilon(0.01));  // programmed device time
-  CHECK(fwd->host_ms.mean < 0.1 * fwd->device_ms->mean);      // the launch returns long before the work ends
+  CHECK(fwd->device_ms->mean == Approx(5.0).epsilon(0.01));    // programmed device time
+  CHECK(fwd->host_ms.mean < 0.1 * fwd->device_ms->mean);       // the launch returns long before the work ends
   CHECK(std::stod(run.value("host_timer_forward_ms")) < 0.5);  // what the tutorial's host timer reports
   CHECK(has_finding(run.report, "host_device_mismatch"));
 }

@@ -70,7 +70,8 @@ int async_forward(int steps, bool bind) {
     launch(forward_kernel, stream);
     host_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  std::printf("sync_calls_during_steps=%llu\n", static_cast<unsigned long long>(simcuda::counter("sync_calls") - syncs_before));
+  std::printf("sync_calls_during_steps=%llu\n",
+              static_cast<unsigned long long>(simcuda::counter("sync_calls") - syncs_before));
   std::printf("host_timer_forward_ms=%.4f\n", host_ms / steps);
   (void)cudaStreamSynchronize(stream);  // outside the steps
   return 0;
@@ -326,7 +327,8 @@ int second_client(int steps) {
   async_forward(steps, true);
   (void)stepscope::finish();
   CUpti_SubscriberHandle handle = nullptr;
-  const CUptiResult r = cuptiSubscribe(&handle, [](void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}, nullptr);
+  const CUptiResult r = cuptiSubscribe(
+      &handle, [](void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}, nullptr);
   std::printf("second_subscribe=%d\n", static_cast<int>(r));
   if (r == CUPTI_SUCCESS) (void)cuptiUnsubscribe(handle);
   return 0;

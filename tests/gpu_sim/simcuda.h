@@ -15,10 +15,14 @@
 
 namespace simcuda {
 
-inline void* symbol(const char* name) noexcept { return dlsym(RTLD_DEFAULT, name); }
+inline void* symbol(const char* name) noexcept {
+  return dlsym(RTLD_DEFAULT, name);
+}
 
 // True when the program runs on the simulator.
-inline bool active() noexcept { return symbol("simcuda_counter") != nullptr; }
+inline bool active() noexcept {
+  return symbol("simcuda_counter") != nullptr;
+}
 
 inline bool set_kernel_ns(const char* name_part, std::int64_t ns) noexcept {
   auto fn = reinterpret_cast<void (*)(const char*, std::int64_t)>(symbol("simcuda_set_kernel_ns"));
