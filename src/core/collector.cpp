@@ -28,8 +28,9 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> de
   // The settings reach the backend here, before its first poll: it may have
   // been built before they were read (DeviceBackend::configure).
   if (device_) {
-    DeviceBackendSettings device_settings;
+    DeviceSettings device_settings;
     device_settings.warmup_steps = options_.aggregator.warmup_steps;
+    device_settings.quiet = options_.quiet;
     device_->configure(device_settings);
   }
   start_ns_ = static_cast<std::int64_t>(monotonic_ns());
@@ -162,9 +163,11 @@ void Collector::drain_locked() {
     // collector's hot path. The device backend and the trace only look at
     // each record (device times are resolved by poll(), after the drain).
     const std::size_t drained = e->ring.drain_batches([&](const PhaseRecord* records, std::size_t count) {
-      if (device_)
+      if (device_) {
+        const bool every = device_->wants_every_record();
         for (std::size_t i = 0; i < count; ++i)
-          if (records[i].device_slot != 0) device_->on_record(records[i]);
+          if (every || records[i].device_slot != 0) device_->on_record(records[i]);
+      }
       aggregator_.consume(thread, records, count);
       if (tracing)
         for (std::size_t i = 0; i < count; ++i) trace_.on_record(e->os_tid, e->ran_steps, records[i], median_step_ms);

@@ -37,6 +37,7 @@ struct CollectorOptions {
   std::chrono::milliseconds interval{5};
   std::chrono::milliseconds min_interval{5};
   AggregatorOptions aggregator;
+  bool quiet = false;  // STEPSCOPE_QUIET: handed to the device backend (no stderr lines)
   bool sample_system = true;
   bool start_thread = true;  // false: the owner calls drain_all() or run_loop() itself
   TraceWindow trace;                    // STEPSCOPE_TRACE

@@ -14,16 +14,21 @@
 
 namespace stepscope::detail {
 
-// What a device backend takes from the run's settings (core/env.hpp).
-struct DeviceBackendSettings {
+// The run's settings a device backend needs, handed over by the start-up
+// (configure) so that src/cuda never reads the core's run-time state.
+struct DeviceSettings {
   std::uint64_t warmup_steps = kDefaultWarmupSteps;  // STEPSCOPE_WARMUP: steps left out of per-step device counters
+  bool quiet = false;                                // STEPSCOPE_QUIET: no stderr lines
 };
 
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
-  // Collector thread: a drained record that carries a device slot.
+  // Collector thread: a drained record that carries a device slot, or every
+  // drained record when wants_every_record() (a device timeline needs every
+  // step window, also those whose phase got no device events).
   virtual void on_record(const PhaseRecord& record) = 0;
+  virtual bool wants_every_record() const { return false; }
   // Collector thread, every tick: resolve completed device work without
   // blocking and hand the device times to the aggregator.
   virtual void poll(Aggregator& aggregator) = 0;
@@ -35,7 +40,7 @@ class DeviceBackend {
   // backend may be built before that (on the first scope's thread, see
   // device_in_use), so it must not read settings when built: they arrive
   // here. Default: nothing to configure.
-  virtual void configure(const DeviceBackendSettings& settings) noexcept { (void)settings; }
+  virtual void configure(const DeviceSettings& settings) noexcept { (void)settings; }
 };
 
 // Called once at start-up. Never throws; never returns null. Installs the

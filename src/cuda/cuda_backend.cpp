@@ -9,7 +9,6 @@
 // cudaEventSynchronize), cudaEventElapsedTime, slot back to its block.
 #include "stats/clock.hpp"
 #include "core/device_backend.hpp"
-#include "core/runtime.hpp"
 #include "cuda/cupti_activity.hpp"
 #include "cuda/event_pool.hpp"
 
@@ -25,6 +24,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,12 +46,14 @@ namespace {
 // before reporting them unresolved (the run is ending; never a hang).
 constexpr auto kFinishWait = std::chrono::milliseconds(2000);
 // A thread that cannot get a block yet (no CUDA context, pool full) retries
-// after this many timed scopes, so the cold path stays rare.
-constexpr std::uint32_t kAttachRetryScopes = 1024;
+// after this many timed scopes. The retry is a driver query of the primary
+// context's state (no allocation), so a context created inside step 1 is
+// timed a few steps later (a step is a few scopes).
+constexpr std::uint32_t kAttachRetryScopes = 8;
 
 // Hot-path per-thread state. Trivial, so the thread_local needs no guard.
 struct ThreadDevice {
-  void* stream;  // cudaStream_t, nullptr = legacy default stream
+  void* stream;  // cudaStream_t, nullptr = legacy default stream (when bound)
   SlotBlock* block;
   std::uint32_t attach_countdown;
   bool bound;   // set_stream() was called
@@ -93,10 +95,69 @@ bool create_pair(void*, int, void** begin, void** end) noexcept {
   return true;
 }
 
+// Set when the device can no longer be used (a sticky error, or the
+// application's cudaDeviceReset destroyed the events): from then on no
+// stepscope code makes a CUDA call.
+std::atomic<bool> g_device_gone{false};
+
 void destroy_pair(void*, void* begin, void* end) noexcept {
+  if (g_device_gone.load(std::memory_order_relaxed)) return;  // destroyed with their context
   (void)cudaEventDestroy(static_cast<cudaEvent_t>(begin));
   (void)cudaEventDestroy(static_cast<cudaEvent_t>(end));
 }
+
+// Errors after which the context is unusable: every later call returns them
+// (sticky errors), or the device has gone away.
+bool device_failed(cudaError_t e) noexcept {
+  switch (e) {
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorCudartUnloading:
+    case cudaErrorUnknown: return true;
+    default: return false;
+  }
+}
+
+// PyTorch's MaybeSetDevice: make `device` current on this thread for the
+// scope, and switch back only when the previous device's primary context is
+// active. Restoring to a device without a context (a fresh thread's device 0)
+// would create one there: ~0.5 GiB on another rank's GPU (review C1).
+class DeviceScope {
+ public:
+  template <typename ContextActive>
+  DeviceScope(int device, ContextActive&& context_active) noexcept {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ == device) {
+      ok_ = true;
+      return;
+    }
+    ok_ = cudaSetDevice(device) == cudaSuccess;
+    if (!ok_) (void)cudaGetLastError();
+    restore_ = ok_ && previous_ >= 0 && context_active(previous_);
+  }
+  ~DeviceScope() {
+    if (restore_) (void)cudaSetDevice(previous_);
+  }
+  bool ok() const noexcept { return ok_; }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false, restore_ = false;
+};
 
 // The collector's CUDA calls must not invalidate a user's CUDA-graph capture
 // in global mode (cudaEventQuery and cudaMemGetInfo count as "unsafe" there):
@@ -130,7 +191,6 @@ class CudaBackend final : public DeviceBackend {
  public:
   CudaBackend(bool nvtx, bool cupti_wanted) : pool_(create_pair, destroy_pair, nullptr), nvtx_(nvtx) {
     clock_.start();
-    warmup_steps_ = settings().warmup_steps;
     set_callback_warmup(warmup_steps_);
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -153,6 +213,31 @@ class CudaBackend final : public DeviceBackend {
     } else if (!cupti_.start(cupti_status_, cupti_reason_)) {
       // status/reason set by start()
     }
+    set_context_destroy_handler(&on_context_destroy);
+  }
+
+  void configure(const DeviceSettings& settings) noexcept override {
+    warmup_steps_ = settings.warmup_steps;
+    quiet_ = settings.quiet;
+    set_callback_warmup(warmup_steps_);
+  }
+
+  // CUPTI resource callback, on the thread calling cudaDeviceReset (or
+  // destroying the context), before the context goes: from then on no
+  // stepscope code touches its events. Waits for a poll in progress, for a
+  // bounded time only: the driver may hold a lock that the poll's current
+  // call needs, and a hang in the user's teardown is worse than the race.
+  static void on_context_destroy() noexcept {
+    if (g_backend == nullptr) return;
+    g_backend->context_destroyed_ = true;
+    g_device_gone.store(true, std::memory_order_relaxed);  // resolve() stops at its next pair
+    for (int i = 0; i < 100; ++i) {
+      if (g_backend->device_calls_.try_lock()) {
+        g_backend->device_calls_.unlock();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   // ---- hot path -------------------------------------------------------------
@@ -160,6 +245,7 @@ class CudaBackend final : public DeviceBackend {
     ThreadDevice& td = t_device;
     const ThreadState& ts = t_thread_state;
     if (!td.bound && ts.step_depth == 0) return nvtx_ ? nvtx_only(site) : 0;
+    if (g_device_gone.load(std::memory_order_relaxed)) return nvtx_ ? nvtx_only(site) : 0;
     SlotBlock* block = td.block;
     if (STEPSCOPE_DETAIL_UNLIKELY(block == nullptr)) {
       block = attach(td);
@@ -168,26 +254,19 @@ class CudaBackend final : public DeviceBackend {
     const std::uint16_t id = block->take();
     if (id == 0) return nvtx_ ? nvtx_only(site) : 0;
     Slot& s = block->slots[(id - 1u) % kBlockSlots];
-    s.stream = td.stream;
+    // Unbound phases are timed on this thread's per-thread default stream,
+    // not the legacy stream: no device-wide barrier at every phase edge, and
+    // never caught by another thread's capture of a blocking stream (C3, S1).
+    s.stream = td.bound ? td.stream : cudaStreamPerThread;
     s.state = 0;
     if (nvtx_) {
       nvtx_push(site);
       s.state |= kSlotNvtxOpen;
     }
-    const auto stream = static_cast<cudaStream_t>(td.stream);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    const cudaError_t qe = cudaStreamIsCapturing(stream, &capture);
-    if (qe != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-      // Recording into a capturing stream would add a node to (or break) the
-      // user's graph. cudaErrorStreamCaptureImplicit: the legacy stream while
-      // another blocking stream captures.
-      if (qe != cudaSuccess) (void)cudaGetLastError();
-      s.state |= (qe == cudaSuccess || qe == cudaErrorStreamCaptureImplicit) ? kSlotCaptured : kSlotRecordFailed;
-      return id;
-    }
-    if (cudaEventRecord(static_cast<cudaEvent_t>(s.begin_event), stream) != cudaSuccess) {
-      (void)cudaGetLastError();
-      s.state |= kSlotRecordFailed;
+    const auto stream = static_cast<cudaStream_t>(s.stream);
+    if (!capture_allows_record(stream, s)) return id;
+    if (const cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(s.begin_event), stream); e != cudaSuccess) {
+      record_failed(e, s);
       return id;
     }
     s.state |= kSlotBeginRecorded;
@@ -203,17 +282,11 @@ class CudaBackend final : public DeviceBackend {
     if (s == nullptr) return;
     if (s->state & kSlotNvtxOpen) nvtxDomainRangePop(domain_);
     if (!(s->state & kSlotBeginRecorded)) return;
+    if (g_device_gone.load(std::memory_order_relaxed)) return;
     const auto stream = static_cast<cudaStream_t>(s->stream);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    const cudaError_t qe = cudaStreamIsCapturing(stream, &capture);
-    if (qe != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-      if (qe != cudaSuccess) (void)cudaGetLastError();
-      s->state |= kSlotCaptured;  // capture began inside the phase
-      return;
-    }
-    if (cudaEventRecord(static_cast<cudaEvent_t>(s->end_event), stream) != cudaSuccess) {
-      (void)cudaGetLastError();
-      s->state |= kSlotRecordFailed;
+    if (!capture_allows_record(stream, *s)) return;  // capture began inside the phase
+    if (const cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(s->end_event), stream); e != cudaSuccess) {
+      record_failed(e, *s);
       return;
     }
     s->state |= kSlotEndRecorded;
@@ -228,18 +301,24 @@ class CudaBackend final : public DeviceBackend {
 
   // ---- collector --------------------------------------------------------------
   void on_record(const PhaseRecord& r) override {
-    if (r.device_slot == kSlotNvtxOnly) return;
-    Slot* s = pool_.slot(r.device_slot);
-    if (s == nullptr) return;
+    // Every step and phase reaches the CUPTI timeline, whether or not it got
+    // an event slot (pool exhausted, thread not attached, NVTX only): C7.
     if (cupti_.active()) {
       const std::int64_t start = clock_.to_ns(r.start_ticks), stop = clock_.to_ns(r.end_ticks);
       if (r.flags & kRecordIsStep)
         cupti_.add_step(r.step, start, stop);
-      else if (r.flags & kRecordInStep)
+      else if ((r.flags & kRecordInStep) && r.site != nullptr)
         cupti_.add_phase(r.site->name, r.site->kind == PhaseKind::input, start, stop);
     }
+    if (r.device_slot == 0 || r.device_slot == kSlotNvtxOnly) return;
+    Slot* s = pool_.slot(r.device_slot);
+    if (s == nullptr) return;
     const std::uint8_t state = s->state;
-    if (state & kSlotCaptured) {
+    if ((state & kSlotBeginRecorded) && s->stream == cudaStreamPerThread) ++unbound_;
+    if (g_device_gone.load(std::memory_order_relaxed) && !(state & kSlotCaptured)) {
+      ++after_device_gone_;  // never resolved: the events are unusable
+      pool_.give_back(r.device_slot);
+    } else if (state & kSlotCaptured) {
       ++captured_;
       pool_.give_back(r.device_slot);
     } else if ((state & kSlotRecordFailed) || !(state & kSlotBeginRecorded) || !(state & kSlotEndRecorded)) {
@@ -250,35 +329,64 @@ class CudaBackend final : public DeviceBackend {
     }
   }
 
+  bool wants_every_record() const override { return cupti_.active(); }
+
+  // Collector thread every tick, or a user thread in snapshot(). No CUDA
+  // call before a thread has attached to a device (a CPU-only program gets
+  // no context), and then only with that device current (C1, S5).
   void poll(Aggregator& aggregator) override {
-    RelaxedCaptureMode relaxed;
     clock_.recalibrate();
-    resolve(aggregator);
-    pool_.reclaim();
-    const std::uint64_t steps = aggregator.steps_completed();
-    if (steps != sampled_steps_) {
-      sampled_steps_ = steps;
-      sample_memory();
+    {
+      std::lock_guard<std::mutex> lock(device_calls_);
+      const int device = device_.load(std::memory_order_relaxed);
+      if (device >= 0 && !g_device_gone.load(std::memory_order_relaxed)) {
+        DeviceScope on_device(device, [this](int d) { return context_active(d); });
+        if (on_device.ok()) {
+          RelaxedCaptureMode relaxed;
+          resolve(aggregator);
+          const std::uint64_t steps = aggregator.steps_completed();
+          if (steps != sampled_steps_) {
+            sampled_steps_ = steps;
+            sample_memory();
+          }
+        }
+      }
     }
+    pool_.reclaim();
+    warn_if_device_gone();
     cupti_.poll(monotonic_now_ns());
   }
 
   void finish(Aggregator& aggregator, DeviceInfo& info) override {
-    RelaxedCaptureMode relaxed;
-    // Bounded wait: the last phases' events complete when the device gets
-    // there; poll them (cudaEventQuery) for at most kFinishWait.
-    const auto deadline = std::chrono::steady_clock::now() + kFinishWait;
-    resolve(aggregator);
-    while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      resolve(aggregator);
+    {
+      std::lock_guard<std::mutex> lock(device_calls_);
+      const int device = device_.load(std::memory_order_relaxed);
+      if (device >= 0 && !g_device_gone.load(std::memory_order_relaxed)) {
+        DeviceScope on_device(device, [this](int d) { return context_active(d); });
+        RelaxedCaptureMode relaxed;
+        // Bounded wait: the last phases' events complete when the device gets
+        // there; poll them (cudaEventQuery) for at most kFinishWait.
+        const auto deadline = std::chrono::steady_clock::now() + kFinishWait;
+        resolve(aggregator);
+        while (!pending_.empty() && std::chrono::steady_clock::now() < deadline &&
+               !g_device_gone.load(std::memory_order_relaxed)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          resolve(aggregator);
+        }
+        sample_memory();
+      }
     }
-    sample_memory();
+    warn_if_device_gone();
     info.enabled = true;
     info.status = cupti_status_.empty() ? "ok" : cupti_status_;
     info.reason = cupti_status_.empty() ? "phase device times from CUDA events; device timeline from CUPTI activity"
                                         : cupti_reason_;
-    fill_device_properties(info);
+    if (g_device_gone.load(std::memory_order_relaxed) && !context_destroyed_) {
+      info.status = "device_lost";
+      info.reason = std::string("the CUDA device failed during the run (") + cudaGetErrorName(gone_error_.load()) +
+                    "); device times stop there, host timing is complete";
+    }
+    if (!context_destroyed_) fill_device_properties(info);
     info.memory_peak_mb = memory_peak_mb_;
     auto& m = info.facts;
     m["device_times_resolved"] = static_cast<double>(resolved_);
@@ -291,11 +399,14 @@ class CudaBackend final : public DeviceBackend {
     m["event_pool_threads"] = static_cast<double>(pool_.blocks());
     m["phases_in_graph_capture"] = static_cast<double>(captured_);
     m["event_record_failed"] = static_cast<double>(record_failed_ + query_failed_);
+    m["device_times_unbound_stream"] = static_cast<double>(unbound_);
+    if (g_device_gone.load(std::memory_order_relaxed)) m["phases_after_device_gone"] = static_cast<double>(after_device_gone_ + pending_.size());
+    if (context_destroyed_) m["device_reset_by_application"] = 1.0;
     m["nvtx"] = nvtx_ ? 1.0 : 0.0;
     if (memory_samples_ > 0) m["memory_in_use_mb_last"] = memory_last_mb_;
     const std::uint64_t steps = aggregator.steps_completed();
     const std::uint64_t measured = steps > warmup_steps_ ? steps - warmup_steps_ : 0;
-    cupti_.finish(info, warmup_steps_, measured);
+    cupti_.finish(info, warmup_steps_, measured, device_.load(std::memory_order_relaxed));
   }
 
  private:
@@ -305,6 +416,47 @@ class CudaBackend final : public DeviceBackend {
     std::uint16_t slot;
     bool in_step;
   };
+
+  // False when `s`'s events must not be recorded into `stream` now: it is
+  // capturing a CUDA graph (a record would become a node of the user's
+  // graph), or the check failed. cudaErrorStreamCaptureImplicit: the legacy
+  // stream while a blocking stream captures. Any other error is a failure,
+  // not a capture (C13).
+  bool capture_allows_record(cudaStream_t stream, Slot& s) noexcept {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const cudaError_t qe = cudaStreamIsCapturing(stream, &capture);
+    if (qe == cudaSuccess && capture == cudaStreamCaptureStatusNone) return true;
+    if (qe == cudaSuccess || qe == cudaErrorStreamCaptureImplicit) {
+      if (qe != cudaSuccess) (void)cudaGetLastError();
+      s.state |= kSlotCaptured;
+      return false;
+    }
+    record_failed(qe, s);
+    return false;
+  }
+
+  void record_failed(cudaError_t e, Slot& s) noexcept {
+    (void)cudaGetLastError();
+    s.state |= kSlotRecordFailed;
+    if (device_failed(e)) device_gone(e);
+  }
+
+  // Any thread: the first fatal error stops all device calls; the collector
+  // prints the one warning.
+  void device_gone(cudaError_t e) noexcept {
+    cudaError_t none = cudaSuccess;
+    (void)gone_error_.compare_exchange_strong(none, e);  // the first error is the one reported
+    g_device_gone.store(true, std::memory_order_relaxed);
+  }
+
+  void warn_if_device_gone() noexcept {
+    if (!g_device_gone.load(std::memory_order_relaxed) || context_destroyed_ || gone_warned_) return;
+    gone_warned_ = true;
+    if (!quiet_)
+      std::fprintf(stderr,
+                   "stepscope: warning: the CUDA device failed (%s); device timing stopped, host timing goes on\n",
+                   cudaGetErrorName(gone_error_.load()));
+  }
 
   std::uint16_t nvtx_only(const PhaseSite* site) noexcept {
     nvtx_push(site);
@@ -341,11 +493,27 @@ class CudaBackend final : public DeviceBackend {
       (void)cudaGetLastError();
       return nullptr;
     }
+    // A bound stream's events live on the stream's device, which need not be
+    // this thread's current one (a loader thread that never called
+    // cudaSetDevice): C8.
+    const auto stream = static_cast<cudaStream_t>(td.stream);
+    if (td.bound && stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread) {
+      int stream_device = -1;
+      if (cudaStreamGetDevice(stream, &stream_device) == cudaSuccess && stream_device >= 0)
+        device = stream_device;
+      else
+        (void)cudaGetLastError();
+    }
     // A thread that never bound a stream and whose device has no context
     // yet: creating events would create the context (hundreds of MB of
     // device memory) for a program that may not use CUDA at all.
     if (!td.bound && !context_active(device)) return nullptr;
-    SlotBlock* block = pool_.acquire_block(device);
+    SlotBlock* block = nullptr;
+    {
+      DeviceScope on_device(device, [this](int d) { return context_active(d); });
+      if (!on_device.ok()) return nullptr;
+      block = pool_.acquire_block(device);
+    }
     if (block == nullptr) return nullptr;
     try {
       static thread_local ExitGuard guard;
@@ -383,11 +551,16 @@ class CudaBackend final : public DeviceBackend {
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       const Pending p = pending_[i];
       Slot* s = pool_.slot(p.slot);
+      if (g_device_gone.load(std::memory_order_relaxed)) {
+        pending_[kept++] = p;  // never queried again; counted at finish
+        continue;
+      }
       const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(s->end_event));
       if (q == cudaErrorNotReady) {
         pending_[kept++] = p;
         continue;
       }
+      if (device_failed(q)) device_gone(q);
       float ms = 0;
       if (q == cudaSuccess &&
           cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(s->begin_event), static_cast<cudaEvent_t>(s->end_event)) ==
@@ -403,17 +576,9 @@ class CudaBackend final : public DeviceBackend {
     pending_.resize(kept);
   }
 
-  // Device memory in use (all processes on the device) and capacity, from the
-  // collector, once per completed step at most.
+  // Device memory in use (all processes on the device) and capacity, once
+  // per completed step at most. The caller made the attached device current.
   void sample_memory() noexcept {
-    const int device = device_.load(std::memory_order_relaxed);
-    if (device < 0) return;
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    if (previous != device && cudaSetDevice(device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && total_bytes > 0) {
       memory_last_mb_ = static_cast<double>(total_bytes - free_bytes) / (1024.0 * 1024.0);
@@ -423,7 +588,6 @@ class CudaBackend final : public DeviceBackend {
     } else {
       (void)cudaGetLastError();
     }
-    if (previous >= 0 && previous != device) (void)cudaSetDevice(previous);
   }
 
   void fill_device_properties(DeviceInfo& info) noexcept {
@@ -448,12 +612,20 @@ class CudaBackend final : public DeviceBackend {
   PrimaryCtxGetState ctx_state_ = nullptr;
   DeviceGet device_get_ = nullptr;
   std::string cupti_status_, cupti_reason_;
-  std::uint64_t warmup_steps_ = 0;
+  std::uint64_t warmup_steps_ = 5;  // until configure() (kDefaultWarmupSteps)
+  bool quiet_ = false;
   std::atomic<int> device_{-1};
+  // Held by the collector (or a snapshot) around its CUDA calls, and by the
+  // context-destroy callback: a reset never overlaps a poll.
+  std::mutex device_calls_;
+  std::atomic<bool> context_destroyed_{false};  // set under device_calls_, once
+  std::atomic<cudaError_t> gone_error_{cudaSuccess};
+  bool gone_warned_ = false;  // collector
 
   // Collector-only state.
   std::vector<Pending> pending_;
   std::uint64_t resolved_ = 0, captured_ = 0, record_failed_ = 0, query_failed_ = 0;
+  std::uint64_t unbound_ = 0, after_device_gone_ = 0;
   std::atomic<std::uint64_t> abandon_foreign_{0};  // recording threads
   std::uint64_t sampled_steps_ = ~std::uint64_t{0};
   double memory_last_mb_ = 0, memory_peak_mb_ = 0, memory_capacity_mb_ = 0;

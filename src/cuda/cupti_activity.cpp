@@ -27,6 +27,9 @@ constexpr std::size_t kBufferBytes = 4u << 20;
 constexpr std::int64_t kFlushIntervalNs = 100'000'000;
 
 CuptiActivity* g_activity = nullptr;  // set once in start(), before any callback is enabled
+std::atomic<void (*)() noexcept> g_context_destroy_handler{nullptr};
+// Records CUPTI dropped for want of buffer space (cuptiActivityGetNumDroppedRecords).
+std::atomic<std::uint64_t> g_cupti_dropped{0};
 
 struct Counters {
   std::atomic<std::uint64_t> sync_calls{0}, sync_calls_in_steps{0};
@@ -49,14 +52,24 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *max_records = 0;  // as many as fit
 }
 
-void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t, std::size_t valid_size) {
+void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uint8_t* buffer, std::size_t,
+                               std::size_t valid_size) {
   if (g_activity != nullptr && buffer != nullptr) g_activity->consume_buffer(buffer, valid_size);
   std::free(buffer);
+  // act: "The number of dropped records can be read using cuptiActivityGetNumDroppedRecords" (C10).
+  std::size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0)
+    g_cupti_dropped.fetch_add(dropped, std::memory_order_relaxed);
 }
 
 void relaxed_add(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
 void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
+      if (auto handler = g_context_destroy_handler.load(std::memory_order_acquire)) handler();
+    return;
+  }
   if (domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
   const auto* info = static_cast<const CUpti_CallbackData*>(data);
   if (info->callbackSite != CUPTI_API_ENTER) return;
@@ -121,6 +134,29 @@ constexpr CUpti_CallbackId kCountedCallbacks[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,          CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
 };
 
+// stepscope's own runtime calls (event records and queries, capture checks,
+// device and memory queries): left out of the RUNTIME activity, or the
+// collector's polling would fill the host-op budget and count as host work
+// in the idle attribution (C9). The application's own calls of these go too.
+constexpr CUpti_CallbackId kOwnRuntimeCalls[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventQuery_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventElapsedTime_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventElapsedTime_v12080,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventCreateWithFlags_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventDestroy_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamIsCapturing_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamIsCapturing_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaThreadExchangeStreamCaptureMode_v10010,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamGetDevice_v12080,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemGetInfo_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaSetDevice_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGetDeviceProperties_v12000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020,
+};
+
 constexpr CUpti_ActivityKind kActivityKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,  // not KIND_KERNEL: that one serialises kernels
     CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -136,8 +172,10 @@ std::string cupti_error(CUptiResult result) {
 }
 
 // "cudaLaunchKernel_v7000" -> "cudaLaunchKernel" (the names the timeline's
-// classify_runtime_call matches exactly).
+// classify_runtime_call matches exactly); CUDA 13's <<<>>> entry point
+// "__cudaLaunchKernel_v13000" -> "cudaLaunchKernel" too.
 std::string_view strip_version(std::string_view name) {
+  if (name.substr(0, 2) == "__") name.remove_prefix(2);
   const std::size_t v = name.rfind("_v");
   if (v != std::string_view::npos && v + 2 < name.size() &&
       std::all_of(name.begin() + static_cast<std::ptrdiff_t>(v + 2), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -159,6 +197,28 @@ timeline::MemcpyDirection direction_of(std::uint8_t copy_kind) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return timeline::MemcpyDirection::peer_to_peer;
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return timeline::MemcpyDirection::host_to_host;
     default: return timeline::MemcpyDirection::unknown;
+  }
+}
+
+// A device record with a zero timestamp: work still running when a forced
+// flush handed it back, or an invalid record.
+bool incomplete(const CUpti_Activity* record) {
+  switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      return k->start == 0 || k->end == 0;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      return m->start == 0 || m->end == 0;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      return m->start == 0 || m->end == 0;
+    }
+    default:
+      return false;
   }
 }
 
@@ -196,6 +256,18 @@ void set_callback_warmup(std::uint64_t warmup_steps) noexcept {
   g_counters.warmup_steps.store(warmup_steps, std::memory_order_relaxed);
 }
 
+void set_context_destroy_handler(void (*handler)() noexcept) noexcept {
+  g_context_destroy_handler.store(handler, std::memory_order_release);
+}
+
+// Releases CUPTI for the next client (torch.profiler, Nsight, the user's own
+// tool): cb: "Only a single subscriber can be registered at a time" (C5).
+void CuptiActivity::stop_callbacks() noexcept {
+  if (subscriber_ == nullptr) return;
+  (void)cuptiUnsubscribe(static_cast<CUpti_SubscriberHandle>(subscriber_));
+  subscriber_ = nullptr;
+}
+
 bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
   try {
     g_activity = this;
@@ -209,7 +281,9 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
                    : "cuptiSubscribe failed (" + cupti_error(r) + "); phase device times are still measured with CUDA events";
       return false;
     }
+    subscriber_ = subscriber;
     for (CUpti_CallbackId cbid : kCountedCallbacks) (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
+    (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     // Same clock as the host records (CLOCK_MONOTONIC ns). Without the
     // timestamp callback, CUPTI uses CLOCK_REALTIME: convert with an offset.
     if (cuptiActivityRegisterTimestampCallback(monotonic_timestamp) != CUPTI_SUCCESS) {
@@ -221,6 +295,7 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
     if (r != CUPTI_SUCCESS) {
       status = "cupti_unavailable";
       reason = "cuptiActivityRegisterCallbacks failed (" + cupti_error(r) + ")";
+      stop_callbacks();
       return false;
     }
     for (CUpti_ActivityKind kind : kActivityKinds) {
@@ -229,14 +304,17 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
         for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
         status = "cupti_unavailable";
         reason = "cuptiActivityEnable failed (" + cupti_error(r) + ")";
+        stop_callbacks();
         return false;
       }
     }
+    for (CUpti_CallbackId cbid : kOwnRuntimeCalls) (void)cuptiActivityEnableRuntimeApi(cbid, 0);
     active_ = true;
     return true;
   } catch (...) {
     status = "cupti_unavailable";
     reason = "out of memory while starting CUPTI";
+    stop_callbacks();
     return false;
   }
 }
@@ -274,7 +352,19 @@ void CuptiActivity::add_phase(const char* name, bool input_kind, std::int64_t st
     if (timeline_.phases.size() >= kMaxPhases) return;
     // Input phases are marked so the attribution finds them whatever the user named them.
     const std::string label = input_kind ? std::string("[stepscope-input] ") + name : std::string(name);
-    timeline_.phases.push_back(timeline::Phase{timeline_.intern(label), start_ns, end_ns, -1, false});
+    const timeline::NameId id = timeline_.intern(label);
+    timeline_.phases.push_back(timeline::Phase{id, start_ns, end_ns, -1, false});
+    // The attribution reads host annotations (as the Kineto reader gives
+    // them): without this a live run's input phases never explain idle
+    // device time and no live run can be io-bound (C2).
+    if (timeline_.host_ops.size() < kMaxHostOps) {
+      timeline::HostInterval h;
+      h.start_ns = start_ns;
+      h.end_ns = end_ns;
+      h.name = id;
+      h.kind = timeline::HostOpKind::annotation;
+      timeline_.host_ops.push_back(h);
+    }
   } catch (...) {
   }
 }
@@ -289,6 +379,10 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
       if (timeline_.device_ops.size() >= kMaxDeviceOps || timeline_.host_ops.size() >= kMaxHostOps) {
         over_limit_ = true;
         ++dropped_records_;
+        continue;
+      }
+      if (incomplete(record)) {
+        ++incomplete_records_;  // act: records "may contain invalid (0) timestamps" (C10)
         continue;
       }
       switch (record->kind) {
@@ -382,8 +476,12 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
   }
 }
 
-void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps) noexcept {
+void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
+                           int device) noexcept {
   auto& m = info.facts;
+  // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
+  if (subscriber_ == nullptr) return;
+  m["cupti_callbacks"] = 1.0;
   const ApiCounts c = api_counts();
   m["sync_calls"] = static_cast<double>(c.sync_calls);
   m["sync_calls_in_steps"] = static_cast<double>(c.sync_calls_in_steps);
@@ -395,13 +493,17 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
   }
   m["kernel_launch_calls"] = static_cast<double>(c.launch_calls);
   m["graph_launch_calls"] = static_cast<double>(c.graph_launch_calls);
-  if (!active_) return;
+  if (!active_) {
+    stop_callbacks();
+    return;
+  }
   try {
     // Everything recorded so far, including buffers not yet full.
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     finished_ = true;
+    stop_callbacks();
     std::lock_guard<std::mutex> lock(mutex_);
     m["cupti_kernels"] = static_cast<double>(kernels_);
     m["cupti_nccl_kernels"] = static_cast<double>(nccl_kernels_);
@@ -413,18 +515,29 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     m["cupti_runtime_records"] = static_cast<double>(api_records_);
     m["cupti_over_limit"] = over_limit_ ? 1.0 : 0.0;
     m["cupti_records_not_kept"] = static_cast<double>(dropped_records_);
+    m["cupti_records_dropped"] = static_cast<double>(g_cupti_dropped.load(std::memory_order_relaxed));
+    m["cupti_records_incomplete"] = static_cast<double>(incomplete_records_);
 
     // Analyse the measured steps only (warm-up steps are left out, as on the host side).
     std::sort(steps_.begin(), steps_.end(), [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
     timeline_.steps.clear();
     for (const auto& s : steps_)
       if (s.number > static_cast<std::int64_t>(warmup_steps)) timeline_.steps.push_back(s);
+    m["cupti_steps"] = static_cast<double>(timeline_.steps.size());
     // Steps whose activity was not collected (over the limit) would read as idle.
     if (over_limit_ && !timeline_.device_ops.empty()) {
       std::int64_t last = 0;
       for (const auto& d : timeline_.device_ops) last = std::max(last, d.end_ns);
       auto& st = timeline_.steps;
       st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }), st.end());
+    }
+    if (device >= 0) {
+      auto& ops = timeline_.device_ops;
+      const std::size_t before = ops.size();
+      ops.erase(std::remove_if(ops.begin(), ops.end(),
+                               [device](const timeline::DeviceInterval& d) { return d.device != device; }),
+                ops.end());
+      m["cupti_other_device_ops"] = static_cast<double>(before - ops.size());
     }
     if (timeline_.device_ops.empty()) return;
     timeline::AttributionOptions options;

@@ -38,15 +38,20 @@ class CuptiActivity {
   void add_phase(const char* name, bool input_kind, std::int64_t start_ns, std::int64_t end_ns) noexcept;
 
   // Flushes, stops collection and writes the timeline facts and counters
-  // into info.facts. Only steps numbered above `warmup_steps` are analysed.
-  void finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps) noexcept;
+  // into info.facts. Only steps numbered above `warmup_steps` are analysed,
+  // and only the activity of `device` (the one the phases are timed on; -1:
+  // all), so a process's other GPUs do not count as this one being busy.
+  void finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps, int device = -1) noexcept;
 
   // Called from CUPTI's buffer-completed callback (any thread).
   void consume_buffer(std::uint8_t* buffer, std::size_t valid_size) noexcept;
 
  private:
+  void stop_callbacks() noexcept;
+
   bool active_ = false;
   bool finished_ = false;
+  void* subscriber_ = nullptr;  // CUpti_SubscriberHandle while subscribed; released at finish (C5)
   std::int64_t last_flush_ns_ = 0;
   std::int64_t clock_offset_ns_ = 0;  // added to CUPTI timestamps when no timestamp callback
 
@@ -57,7 +62,8 @@ class CuptiActivity {
   std::uint64_t kernels_ = 0, memcpys_ = 0, memsets_ = 0, syncs_ = 0, api_records_ = 0;
   std::uint64_t pageable_memcpys_ = 0, nccl_kernels_ = 0;
   std::int64_t sync_ns_ = 0;
-  std::uint64_t dropped_records_ = 0;
+  std::uint64_t dropped_records_ = 0;     // not kept: over the limits above
+  std::uint64_t incomplete_records_ = 0;  // zero start or end (work still running at a forced flush)
 };
 
 // Runtime-API call counts from the CUPTI callback (relaxed atomics; the
@@ -71,5 +77,8 @@ struct ApiCounts {
 };
 ApiCounts api_counts() noexcept;
 void set_callback_warmup(std::uint64_t warmup_steps) noexcept;
+// Called (on the destroying thread) when CUPTI reports that a CUDA context is
+// about to be destroyed (cudaDeviceReset): the backend stops using its events.
+void set_context_destroy_handler(void (*handler)() noexcept) noexcept;
 
 }  // namespace stepscope::detail::cuda

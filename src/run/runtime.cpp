@@ -247,6 +247,11 @@ void after_fork_child() {
   Runtime& rt = runtime();
   rt.forked_child = true;
   if (rt.registry != nullptr) rt.registry->unlock_after_fork();
+  // CUDA must not be used in a forked child before exec: scopes open across
+  // the fork close without their device hooks (they load them at close).
+  g_device_begin.store(nullptr, std::memory_order_relaxed);
+  g_device_end.store(nullptr, std::memory_order_relaxed);
+  g_device_abandon.store(nullptr, std::memory_order_relaxed);
   // The next scope decides (initialise_runtime): recording was on, or not
   // started yet. Off (STEPSCOPE=0, finished) stays off.
   if (g_mode.load(std::memory_order_relaxed) == kModeEnabled) {
@@ -399,6 +404,7 @@ Collector* start_collector(Runtime& rt) {
   };
   options.start_thread = false;  // this thread runs the loop
   options.snapshot_interval_s = settings.snapshot_interval_s;
+  options.quiet = settings.quiet;
   options.on_snapshot = [&rt] { write_snapshot(rt); };
   std::string device_notice;
   std::unique_ptr<DeviceBackend> device;

@@ -117,7 +117,7 @@ struct RecordingBackend final : DeviceBackend {
   void on_record(const PhaseRecord&) override {}
   void poll(Aggregator&) override { polled_before_configure = polled_before_configure || configured == 0; }
   void finish(Aggregator&, DeviceInfo&) override {}
-  void configure(const DeviceBackendSettings& settings) noexcept override {
+  void configure(const DeviceSettings& settings) noexcept override {
     ++configured;
     warmup_steps = settings.warmup_steps;
   }

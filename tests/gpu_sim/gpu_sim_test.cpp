@@ -1,0 +1,362 @@
+// The CUDA backend end to end on the simulated device (label gpu-sim): each
+// case runs tests/gpu_sim/sim_probe.cpp (or the nvcc-built probe/example) as
+// its own process with libstepscope_cudasim.so preloaded, then reads the
+// report, the simulator's counters (STEPSCOPE_SIM_COUNTERS) and the output.
+// Device times are programmed, so the checks are exact where the model is;
+// no host wall-clock time is asserted.
+#include <stepscope/report.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace stepscope;
+namespace {
+
+// (tests/tools/tool_runner.hpp has the same two, but needs the CLI tool's
+// build definitions.)
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/stepscope-gpusim-XXXXXX";
+    const char* made = mkdtemp(tmpl);
+    path = made != nullptr ? made : "/tmp";
+  }
+  ~TempDir() {
+    if (path != "/tmp") std::system(("rm -rf '" + path + "'").c_str());
+  }
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Run {
+  TempDir dir;
+  int exit_code = -1;
+  std::string out, err;
+  std::map<std::string, double> counters;
+  Report report;
+  bool has_report = false;
+
+  double counter(const std::string& k) const {
+    auto it = counters.find(k);
+    return it != counters.end() ? it->second : 0;
+  }
+  double fact(const std::string& k) const {
+    auto it = report.device.facts.find(k);
+    return it != report.device.facts.end() ? it->second : -1;
+  }
+  bool has_fact(const std::string& k) const { return report.device.facts.count(k) != 0; }
+  const PhaseSummary* phase(const std::string& name) const {
+    for (const auto& p : report.phases)
+      if (p.name == name) return &p;
+    return nullptr;
+  }
+  // stdout "key=value" lines.
+  std::string value(const std::string& key) const {
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind(key + "=", 0) == 0) return l.substr(key.size() + 1);
+    return "";
+  }
+};
+
+// Runs `program args` on the simulator under `timeout` (a hang fails the
+// test instead of blocking CI).
+void run_on_sim(Run& run, const std::string& program, const std::string& args, const std::string& env = "") {
+  const std::string& d = run.dir.path;
+  const std::string cmd = "cd '" + d + "' && env STEPSCOPE_OUT='" + d + "/report.json' STEPSCOPE_SIM_COUNTERS='" + d +
+                          "/counters.txt' LD_PRELOAD='" STEPSCOPE_SIM_LIBRARY "' " + env + " timeout 120 '" + program +
+                          "' " + args + " >'" + d + "/stdout.txt' 2>'" + d + "/stderr.txt'";
+  const int status = std::system(cmd.c_str());
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = slurp(d + "/stdout.txt");
+  run.err = slurp(d + "/stderr.txt");
+  std::istringstream in(slurp(d + "/counters.txt"));
+  std::string k;
+  double v = 0;
+  while (in >> k >> v) run.counters[k] = v;
+  std::string error;
+  run.has_report = load_report(d + "/report.json", run.report, error);
+  INFO("stderr: " << run.err << "\nstdout: " << run.out << "\nreport error: " << error);
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.has_report);
+}
+
+void probe(Run& run, const std::string& args, const std::string& env = "") {
+  run_on_sim(run, STEPSCOPE_SIM_PROBE, args, "STEPSCOPE_QUIET=1 " + env);
+}
+
+bool has_finding(const Report& r, const std::string& kind) {
+  for (const auto& f : r.findings)
+    if (f.kind == kind) return true;
+  return false;
+}
+
+int count_lines_with(const std::string& text, const std::string& needle) {
+  int n = 0;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l.find(needle) != std::string::npos) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("simulator: the backend runs on the simulated device", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 20");
+  CHECK(run.report.device.enabled);
+  CHECK(run.report.device.name.find("simulated") != std::string::npos);
+  CHECK(run.counter("events_created") > 0);
+  CHECK(run.counter("invalid_handle_uses") == 0);
+}
+
+TEST_CASE("async correctness: host-timed 0.05 ms forward, 5 ms on the device", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 20", "STEPSCOPE_WARMUP=2");
+  const PhaseSummary* fwd = run.phase("forward");
+  REQUIRE(fwd != nullptr);
+  REQUIRE(fwd->device_ms.has_value());
+  CHECK(fwd->device_ms->count == fwd->count);
+  CHECK(fwd->device_ms->mean == Approx(5.0).epsilon(0.01));    // programmed device time
+  CHECK(fwd->host_ms.mean < 0.1 * fwd->device_ms->mean);       // the launch returns long before the work ends
+  CHECK(std::stod(run.value("host_timer_forward_ms")) < 0.5);  // what the tutorial's host timer reports
+  CHECK(has_finding(run.report, "host_device_mismatch"));
+}
+
+TEST_CASE("no synchronising call on the hot path", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 30");
+  CHECK(run.value("sync_calls_during_steps") == "0");
+  CHECK(run.fact("sync_calls_in_steps") == 0);
+  CHECK(run.counter("sync_calls") == 1);  // the program's own, after the loop
+}
+
+TEST_CASE("event-pool pressure: a slow device, every slot returned", "[gpu-sim]") {
+  Run run;
+  probe(run, "pressure 20", "STEPSCOPE_WARMUP=0");  // 800 phases of 1 ms queued in ~ms
+  CHECK(run.fact("event_pool_exhausted") > 0);
+  CHECK(run.fact("event_slots_leaked") == 0);
+  CHECK(run.fact("device_times_unresolved") == 0);
+  const PhaseSummary* layer = run.phase("layer");
+  REQUIRE(layer != nullptr);
+  REQUIRE(layer->device_ms.has_value());
+  // Every phase is either timed or counted as not timed (pool empty): none lost.
+  CHECK(layer->device_ms->count + run.fact("event_pool_exhausted") >= layer->count);
+  // The CUPTI timeline has every step, not only those that held an event slot (C7).
+  CHECK(run.fact("cupti_steps") == 20);
+  CHECK(run.counter("invalid_handle_uses") == 0);
+}
+
+TEST_CASE("graph capture: phases inside a capture are not recorded into it", "[gpu-sim]") {
+  Run run;
+  probe(run, "capture 10", "STEPSCOPE_WARMUP=0");
+  CHECK(run.value("capture") == "ok");
+  CHECK(run.counter("event_records_in_capture") == 0);
+  CHECK(run.counter("capture_invalidations") == 0);  // the collector's queries run in relaxed mode
+  CHECK(run.fact("phases_in_graph_capture") == 4);
+  const PhaseSummary* captured = run.phase("captured");
+  REQUIRE(captured != nullptr);
+  CHECK_FALSE(captured->device_ms.has_value());
+  const PhaseSummary* graph = run.phase("graph");
+  REQUIRE(graph != nullptr);
+  REQUIRE(graph->device_ms.has_value());
+  CHECK(graph->device_ms->mean == Approx(4.0).epsilon(0.01));  // 4 x 1 ms nodes per replay
+}
+
+TEST_CASE("a phase on a user stream (STEPSCOPE_PHASE_STREAM)", "[gpu-sim]") {
+  Run run;
+  probe(run, "user-stream 10", "STEPSCOPE_WARMUP=0");
+  const PhaseSummary* h2d = run.phase("h2d");
+  REQUIRE(h2d != nullptr);
+  REQUIRE(h2d->device_ms.has_value());
+  CHECK(h2d->device_ms->mean == Approx(3.0).epsilon(0.01));
+}
+
+TEST_CASE("unbound phases are not timed on the legacy default stream (C3)", "[gpu-sim]") {
+  Run run;
+  probe(run, "unbound 10");
+  CHECK(run.counter("event_records_legacy_stream") == 0);
+  CHECK(run.fact("device_times_unbound_stream") > 0);  // the report says these times are of the thread's default stream
+}
+
+TEST_CASE("CUPTI verdicts: GPU waiting on host launches -> scheduling", "[gpu-sim]") {
+  Run run;
+  probe(run, "scheduling 20");
+  CHECK(run.fact("cupti_kernels") == 800);
+  CHECK(run.fact("kernel_launch_calls") == 800);
+  CHECK(run.fact("device_busy_fraction") < 0.2);
+  CHECK(run.report.bottleneck.category == "scheduling");
+}
+
+TEST_CASE("CUPTI verdicts: long kernels -> compute", "[gpu-sim]") {
+  Run run;
+  probe(run, "compute 15");
+  CHECK(run.fact("device_busy_fraction") > 0.8);
+  CHECK(run.report.bottleneck.category == "compute");
+}
+
+TEST_CASE("CUPTI verdicts: copies dominating -> memory", "[gpu-sim]") {
+  Run run;
+  probe(run, "memory 15");
+  CHECK(run.fact("cupti_pageable_memcpys") == 15);
+  CHECK(run.report.bottleneck.category == "memory");
+}
+
+TEST_CASE("live phases reach the attribution: an input-bound GPU run gets io (C2)", "[gpu-sim]") {
+  Run run;
+  probe(run, "input 15");
+  CHECK(run.fact("idle_host_input_fraction") > 0.5);
+  CHECK(run.report.bottleneck.category == "io");
+}
+
+TEST_CASE("CUPTI buffer overflow is counted as dropped (C10)", "[gpu-sim]") {
+  Run run;
+  probe(run, "scheduling 10", "STEPSCOPE_SIM_CUPTI_CAPACITY=50");
+  REQUIRE(run.counter("cupti_records_dropped") > 0);
+  CHECK(run.fact("cupti_records_dropped") == run.counter("cupti_records_dropped"));
+}
+
+TEST_CASE("a kernel still running at exit is not counted as a kernel (C10)", "[gpu-sim]") {
+  Run run;
+  probe(run, "running-at-exit 10");
+  CHECK(run.fact("cupti_records_incomplete") == 1);
+  CHECK(run.fact("cupti_kernels") == 10);
+}
+
+TEST_CASE("device lost mid-run: host timing goes on, one warning", "[gpu-sim]") {
+  Run run;
+  run_on_sim(run, STEPSCOPE_SIM_PROBE, "lost 20");
+  CHECK(run.report.device.status == "device_lost");
+  CHECK(count_lines_with(run.err, "stepscope: warning: the CUDA device") == 1);
+  CHECK(run.fact("phases_in_graph_capture") == 0);  // a sticky error is not a capture (C13)
+  const PhaseSummary* fwd = run.phase("forward");
+  REQUIRE(fwd != nullptr);
+  CHECK(fwd->count == 15);  // host timing of all measured steps (20 - 5 warm-up)
+}
+
+TEST_CASE("STEPSCOPE_NVTX=1: one balanced NVTX range per timed scope", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 10", "STEPSCOPE_NVTX=1 NVTX_INJECTION64_PATH='" STEPSCOPE_SIM_LIBRARY "'");
+  CHECK(run.fact("nvtx") == 1);
+  CHECK(run.counter("nvtx_pushes") == 20);  // 10 steps + 10 forward phases
+  CHECK(run.counter("nvtx_pops") == 20);
+  CHECK(run.counter("nvtx_unbalanced_pops") == 0);
+  CHECK(run.counter("nvtx_bad_attributes") == 0);
+}
+
+TEST_CASE("a CPU-only program gets no CUDA context (C1)", "[gpu-sim]") {
+  Run run;
+  probe(run, "cpu 30");
+  CHECK(run.counter("contexts_created_device0") == 0);
+}
+
+TEST_CASE("a rank on GPU 1 creates no context on GPU 0 (C1, C8, S5)", "[gpu-sim]") {
+  Run run;
+  probe(run, "device1 20", "STEPSCOPE_SIM_DEVICES=2 STEPSCOPE_WARMUP=0");
+  CHECK(run.counter("contexts_created_device0") == 0);
+  CHECK(run.counter("contexts_created_device1") == 1);
+  CHECK(run.counter("event_record_wrong_device") == 0);
+  CHECK(run.fact("event_record_failed") == 0);
+  const PhaseSummary* prefetch = run.phase("prefetch");
+  REQUIRE(prefetch != nullptr);
+  CHECK(prefetch->device_ms.has_value());
+}
+
+TEST_CASE("two GPUs in one process: the facts describe the timed device (C14)", "[gpu-sim]") {
+  Run run;
+  probe(run, "two-gpus 20", "STEPSCOPE_SIM_DEVICES=2");
+  CHECK(run.fact("cupti_other_device_ops") > 0);
+  CHECK(run.fact("device_busy_fraction") < 0.6);  // device 1 computes ~1 ms of each ~5 ms step; device 0 is always busy
+}
+
+TEST_CASE("a context created inside step 1 is timed from step 2 (C12)", "[gpu-sim]") {
+  Run run;
+  probe(run, "late-context 40", "STEPSCOPE_WARMUP=0");
+  const PhaseSummary* fwd = run.phase("forward");
+  REQUIRE(fwd != nullptr);
+  REQUIRE(fwd->device_ms.has_value());
+  CHECK(fwd->device_ms->count >= 34);  // timed from step 6 at the latest (was: never, within 1024 scopes)
+}
+
+TEST_CASE("STEPSCOPE_WARMUP reaches the CUPTI side (C4)", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 4", "STEPSCOPE_WARMUP=0");
+  CHECK(run.report.run.warmup_steps == 0);
+  CHECK(run.fact("cupti_steps") == 4);
+}
+
+TEST_CASE("the CUPTI subscriber is released at finish (C5)", "[gpu-sim]") {
+  Run run;
+  probe(run, "second-client 5");
+  CHECK(run.value("second_subscribe") == "0");  // CUPTI_SUCCESS: torch.profiler would get its events
+  CHECK(run.counter("cupti_subscribed_at_exit") == 0);
+}
+
+TEST_CASE("STEPSCOPE_CUPTI=0: call counts are absent, not zero (C11)", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 10", "STEPSCOPE_CUPTI=0");
+  CHECK(run.report.device.status == "cupti_disabled");
+  CHECK_FALSE(run.has_fact("sync_calls_in_steps"));
+  CHECK_FALSE(run.has_fact("kernel_launch_calls"));
+  CHECK(run.counter("cupti_subscribe_calls") == 0);
+}
+
+TEST_CASE("the collector's own calls stay out of the CUPTI runtime timeline (C9)", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 40");
+  // The program makes ~45 runtime calls (40 launches, stream create, sync);
+  // stepscope's event records, queries and capture checks must not add to them.
+  CHECK(run.fact("cupti_runtime_records") < 60);
+}
+
+TEST_CASE("cudaDeviceReset before exit: no use of destroyed events (C6)", "[gpu-sim]") {
+  Run run;
+  probe(run, "reset 10");
+  CHECK(run.counter("invalid_handle_uses") == 0);
+  CHECK(run.counter("contexts_created_device0") == 1);  // not re-created at exit
+}
+
+TEST_CASE("a phase closed in a forked child makes no CUDA call there (C16)", "[gpu-sim]") {
+  Run run;
+  probe(run, "fork 5", "STEPSCOPE_CHILDREN=0");
+  CHECK(run.value("child_cuda_calls") == "0");
+}
+
+#ifdef STEPSCOPE_GPU_PROBE
+TEST_CASE("the nvcc-built probe (<<<>>> launches) runs on the simulator", "[gpu-sim]") {
+  Run run;
+  run_on_sim(run, STEPSCOPE_GPU_PROBE, "spin 2000 30", "STEPSCOPE_QUIET=1 STEPSCOPE_SIM_KERNEL_NS=spin_kernel=2000000");
+  const PhaseSummary* spin = run.phase("spin");
+  REQUIRE(spin != nullptr);
+  REQUIRE(spin->device_ms.has_value());
+  CHECK(spin->device_ms->mean == Approx(2.0).epsilon(0.01));
+  CHECK(run.fact("cupti_kernels") == 30);
+  CHECK(run.fact("kernel_launch_calls") == 30);
+  CHECK(run.fact("sync_calls_in_steps") == 0);
+}
+#endif
+
+#ifdef STEPSCOPE_HOST_TIMER_TRAP
+TEST_CASE("examples/cuda/host_timer_trap on the simulator prints host vs device", "[gpu-sim]") {
+  Run run;
+  run_on_sim(run, STEPSCOPE_GPU_SIM_SCRIPT, std::string("'") + STEPSCOPE_HOST_TIMER_TRAP + "'", "STEPSCOPE_QUIET=1");
+  CHECK(run.out.find("host timer") != std::string::npos);
+  const PhaseSummary* fwd = run.phase("forward");
+  REQUIRE(fwd != nullptr);
+  REQUIRE(fwd->device_ms.has_value());
+  CHECK(fwd->device_ms->mean > 10 * fwd->host_ms.mean);
+}
+#endif
