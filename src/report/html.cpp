@@ -149,6 +149,17 @@ std::pair<double, double> nice_axis(double max_value, int ticks) {
   return {std::ceil(max_value / step) * step, step};
 }
 
+// A chart's horizontal grid lines from 0 to axis_max every `tick`, each
+// labelled at the left edge; y_of maps a value to its SVG y.
+template <class YOf>
+void y_axis_grid(std::string& o, double left, double right, double axis_max, double tick, const YOf& y_of) {
+  for (double t = 0; t <= axis_max * 1.0001; t += tick)
+    o += fmt::format(
+        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
+        "text-anchor=\"end\">{}</text>",
+        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+}
+
 // ---- sections ---------------------------------------------------------------
 
 void header(std::string& o, const Report& r) {
@@ -379,12 +390,7 @@ void series_section(std::string& o, const Report& r) {
   o += "<div class=\"readout\" id=\"series-readout\">&#160;</div>";
   o += "<svg id=\"series-chart\" class=\"chart\" viewBox=\"0 0 1000 320\" role=\"img\" aria-label=\"step breakdown "
        "over steps\">";
-  for (double t = 0; t <= axis_max * 1.0001; t += tick) {
-    o += fmt::format(
-        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
-        "text-anchor=\"end\">{}</text>",
-        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
-  }
+  y_axis_grid(o, left, right, axis_max, tick, y_of);
   o += fmt::format(
       "<text class=\"ax\" x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">ms / step</text>",
       xy((plot_top + bottom) / 2), xy((plot_top + bottom) / 2));
@@ -785,11 +791,7 @@ void rank_breakdown_chart(std::string& o, const MultiRank& m) {
   auto y_of = [&](double v) { return bottom - v / axis_max * (bottom - plot_top); };
   o += "<h3>Step breakdown per rank</h3><svg id=\"rank-chart\" class=\"chart\" viewBox=\"0 0 1000 230\" role=\"img\" "
        "aria-label=\"step breakdown per rank\">";
-  for (double t = 0; t <= axis_max * 1.0001; t += tick)
-    o += fmt::format(
-        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
-        "text-anchor=\"end\">{}</text>",
-        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+  y_axis_grid(o, left, right, axis_max, tick, y_of);
   for (std::size_t i = 0; i < m.ranks.size(); ++i) {
     const RankSummary& k = m.ranks[i];
     const double parts[kBreakdownPartCount] = {k.input_ms,         k.compute_ms, k.memory_ms,
@@ -884,11 +886,7 @@ void rank_steps_chart(std::string& o, const MultiRank& m) {
                    m.step_stride == 1 ? "" : "s");
   o += "<svg id=\"rank-steps-chart\" class=\"chart\" viewBox=\"0 0 1000 195\" role=\"img\" aria-label=\"step time "
        "across ranks\">";
-  for (double t = 0; t <= axis_max * 1.0001; t += tick)
-    o += fmt::format(
-        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
-        "text-anchor=\"end\">{}</text>",
-        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
+  y_axis_grid(o, left, right, axis_max, tick, y_of);
   o += "<polygon class=\"band\" points=\"" + band_top + band_bottom + "\"/><polyline class=\"wall\" points=\"" +
        median + "\"/>";
   const std::size_t label_every = std::max<std::size_t>(1, m.steps.size() / 8);
