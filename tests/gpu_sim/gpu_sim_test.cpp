@@ -288,7 +288,7 @@ TEST_CASE("two GPUs in one process: the facts describe the timed device (C14)", 
   CHECK(run.fact("device_busy_fraction") < 0.6);  // device 1 computes ~1 ms of each ~5 ms step; device 0 is always busy
 }
 
-TEST_CASE("a context created inside step 1 is timed from step 2 (C12)", "[gpu-sim]") {
+TEST_CASE("a context created inside step 1 is timed a few steps later (C12)", "[gpu-sim]") {
   Run run;
   probe(run, "late-context 40", "STEPSCOPE_WARMUP=0");
   const PhaseSummary* fwd = run.phase("forward");
