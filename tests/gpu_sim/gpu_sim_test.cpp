@@ -130,7 +130,10 @@ TEST_CASE("async correctness: host-timed 0.05 ms forward, 5 ms on the device", "
   REQUIRE(fwd != nullptr);
   REQUIRE(fwd->device_ms.has_value());
   CHECK(fwd->device_ms->count == fwd->count);
-  CHECK(fwd->device_ms->mean == Approx(5.0).epsilon(0.01));    // programmed device time
+  // The programmed device time. min and p50, not the mean: a host stall that
+  // lets the device drain adds a real gap to one phase on a busy machine.
+  CHECK(fwd->device_ms->min == Approx(5.0).epsilon(0.001));
+  CHECK(fwd->device_ms->p50 == Approx(5.0).epsilon(0.03));
   CHECK(fwd->host_ms.mean < 0.1 * fwd->device_ms->mean);       // the launch returns long before the work ends
   CHECK(std::stod(run.value("host_timer_forward_ms")) < 0.5);  // what the tutorial's host timer reports
   CHECK(has_finding(run.report, "host_device_mismatch"));
@@ -173,7 +176,9 @@ TEST_CASE("graph capture: phases inside a capture are not recorded into it", "[g
   const PhaseSummary* graph = run.phase("graph");
   REQUIRE(graph != nullptr);
   REQUIRE(graph->device_ms.has_value());
-  CHECK(graph->device_ms->mean == Approx(4.0).epsilon(0.01));  // 4 x 1 ms nodes per replay
+  // 4 x 1 ms nodes per replay
+  CHECK(graph->device_ms->min == Approx(4.0).epsilon(0.001));
+  CHECK(graph->device_ms->p50 == Approx(4.0).epsilon(0.03));
 }
 
 TEST_CASE("a phase on a user stream (STEPSCOPE_PHASE_STREAM)", "[gpu-sim]") {
@@ -182,7 +187,8 @@ TEST_CASE("a phase on a user stream (STEPSCOPE_PHASE_STREAM)", "[gpu-sim]") {
   const PhaseSummary* h2d = run.phase("h2d");
   REQUIRE(h2d != nullptr);
   REQUIRE(h2d->device_ms.has_value());
-  CHECK(h2d->device_ms->mean == Approx(3.0).epsilon(0.01));
+  CHECK(h2d->device_ms->min == Approx(3.0).epsilon(0.001));
+  CHECK(h2d->device_ms->p50 == Approx(3.0).epsilon(0.03));
 }
 
 TEST_CASE("unbound phases are not timed on the legacy default stream (C3)", "[gpu-sim]") {
@@ -282,7 +288,7 @@ TEST_CASE("two GPUs in one process: the facts describe the timed device (C14)", 
   CHECK(run.fact("device_busy_fraction") < 0.6);  // device 1 computes ~1 ms of each ~5 ms step; device 0 is always busy
 }
 
-TEST_CASE("a context created inside step 1 is timed from step 2 (C12)", "[gpu-sim]") {
+TEST_CASE("a context created inside step 1 is timed a few steps later (C12)", "[gpu-sim]") {
   Run run;
   probe(run, "late-context 40", "STEPSCOPE_WARMUP=0");
   const PhaseSummary* fwd = run.phase("forward");
@@ -342,7 +348,8 @@ TEST_CASE("the nvcc-built probe (<<<>>> launches) runs on the simulator", "[gpu-
   const PhaseSummary* spin = run.phase("spin");
   REQUIRE(spin != nullptr);
   REQUIRE(spin->device_ms.has_value());
-  CHECK(spin->device_ms->mean == Approx(2.0).epsilon(0.01));
+  CHECK(spin->device_ms->min == Approx(2.0).epsilon(0.001));
+  CHECK(spin->device_ms->p50 == Approx(2.0).epsilon(0.03));
   CHECK(run.fact("cupti_kernels") == 30);
   CHECK(run.fact("kernel_launch_calls") == 30);
   CHECK(run.fact("sync_calls_in_steps") == 0);

@@ -154,7 +154,7 @@ int scheduling(int steps) {  // tiny kernels, the host busy between launches
   return 0;
 }
 int compute(int steps) {  // long kernels, one sync per step (loss.item())
-  simcuda::set_kernel_ns("long", 8 * kMs);
+  simcuda::set_kernel_ns("long", 15 * kMs);
   cudaStream_t stream = non_blocking_stream();
   stepscope::set_stream(stream);
   for (int i = 0; i < steps; ++i) {
