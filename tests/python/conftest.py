@@ -53,6 +53,8 @@ def run_loop(tmp_path, name, *args, env=None, check=True):
     if check:
         assert proc.returncode == 0, "loops.py %s failed (%d):\n%s" % (" ".join(args), proc.returncode, proc.stderr)
     report = json.loads(out.read_text()) if out.exists() else None
+    if report is not None:
+        report["_path"] = str(out)  # where it was read from (not a report field)
     return report, proc.stdout, proc
 
 

@@ -48,9 +48,9 @@ def train(model, optimizer, loader, epochs=1):
 
 
 def compute_mode():
-    model = mlp(512, 1024)
+    model = mlp(256, 512)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = torch.utils.data.TensorDataset(torch.randn(64 * 40, 512), torch.randint(0, 10, (64 * 40,)))
+    data = torch.utils.data.TensorDataset(torch.randn(64 * 40, 256), torch.randint(0, 10, (64 * 40,)))
     loader = torch.utils.data.DataLoader(data, batch_size=64)
     stepscope.torch.instrument(model, optimizer)
     stepscope.set_config("loop", "compute")
@@ -73,12 +73,14 @@ class SlowDataset(torch.utils.data.Dataset):
 
 
 def slow_data_mode(workers):
-    # 16 samples x 0.5 ms = 8 ms of waiting per batch, against a step of
-    # about as much compute: with 0 workers the step waits for all of it;
-    # with 4 workers each batch is ready long before the step asks for it.
-    model = mlp(512, 1024)
+    # 32 samples x 0.25 ms = 8 ms (more with sleep's overshoot) of waiting per
+    # batch, against about 5 ms of compute on an idle core: with 0 workers
+    # the step waits for all of it; 4 workers make a batch every ~2.5 ms,
+    # ahead of the step (and further ahead on a loaded machine, where the
+    # compute slows down and the sleeps do not).
+    model = mlp(256, 512)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = torch.utils.data.DataLoader(SlowDataset(16 * 50, 512, 0.0005), batch_size=16, num_workers=workers)
+    loader = torch.utils.data.DataLoader(SlowDataset(32 * 50, 256, 0.00025), batch_size=32, num_workers=workers)
     stepscope.torch.instrument(model, optimizer)
     stepscope.set_config("loop", "slow-data")
     train(model, optimizer, loader)
