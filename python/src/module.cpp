@@ -237,6 +237,46 @@ void set_config(const std::string& key, const py::object& value) {
   }
 }
 
+// __enter__ and __exit__ as plain CPython methods (METH_NOARGS, METH_FASTCALL)
+// on the pybind11 type: pybind11's general dispatch (argument conversion,
+// overload resolution) was most of a phase's cost from Python.
+PyObject* phase_enter(PyObject* self, PyObject*) noexcept {
+  try {
+    py::handle(self).cast<Phase&>().enter();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_INCREF(self);
+  return self;
+}
+
+PyObject* phase_exit(PyObject* self, PyObject* const*, Py_ssize_t) noexcept {
+  try {
+    py::handle(self).cast<Phase&>().exit();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_FALSE;  // never swallows the exception of the with block
+}
+
+PyMethodDef g_phase_enter_def{"__enter__", reinterpret_cast<PyCFunction>(phase_enter), METH_NOARGS,
+                              "Opens the phase on this thread"};
+PyMethodDef g_phase_exit_def{"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(phase_exit)),
+                             METH_FASTCALL, "Closes the newest scope this thread opened on the phase"};
+
+void add_fast_method(py::handle type, PyMethodDef* def) {
+  PyObject* descriptor = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(type.ptr()), def);
+  if (descriptor == nullptr) throw py::error_already_set();
+  const int rc = PyObject_SetAttrString(type.ptr(), def->ml_name, descriptor);
+  Py_DECREF(descriptor);
+  if (rc != 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -244,22 +284,10 @@ PYBIND11_MODULE(_core, m) {
   m.attr("__version__") = STEPSCOPE_VERSION_STRING;
   m.attr("with_cuda") = static_cast<bool>(STEPSCOPE_WITH_CUDA);
 
-  py::class_<Phase>(m, "Phase")
-      .def(
-          "__enter__",
-          [](py::object self) {
-            self.cast<Phase&>().enter();
-            return self;
-          },
-          "Opens the phase on this thread")
-      .def(
-          "__exit__",
-          [](Phase& p, py::args) {
-            p.exit();
-            return false;  // never swallows the exception of the with block
-          },
-          "Closes the newest scope this thread opened on the phase")
-      .def_property_readonly("name", [](const Phase& p) { return std::string(p.site()->name); })
+  py::class_<Phase> phase_type(m, "Phase");
+  add_fast_method(phase_type, &g_phase_enter_def);
+  add_fast_method(phase_type, &g_phase_exit_def);
+  phase_type.def_property_readonly("name", [](const Phase& p) { return std::string(p.site()->name); })
       .def_property_readonly("kind", [](const Phase& p) { return std::string(stepscope::to_string(p.site()->kind)); })
       .def_property_readonly("is_step", [](const Phase& p) { return p.site()->is_step; })
       .def_property_readonly("open_scopes", &Phase::open, "Scopes of this phase open now, on every thread");
