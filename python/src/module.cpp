@@ -47,11 +47,13 @@ bool g_finished = false;  // finish() was called from Python (under the GIL)
 
 // A phase opened after finish() records nothing: say so (Python's warnings
 // registry shows it once per calling line).
-void warn_if_finished(const PhaseSite* site) {
+void warn_after_finish(const std::string& what) {
   if (!g_finished) return;
-  const std::string message = std::string("stepscope.finish() was called: phase '") + site->name +
-                              "' is not recorded (phases after finish() are ignored)";
+  const std::string message = "stepscope.finish() was called: " + what + " is not recorded (after finish() nothing is)";
   if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 2) != 0) throw py::error_already_set();
+}
+void warn_if_finished(const PhaseSite* site) {
+  if (g_finished) warn_after_finish(std::string("phase '") + site->name + "'");
 }
 
 // One open scope: constructed in place at __enter__, destroyed at __exit__.
@@ -135,7 +137,9 @@ class StepIterator {
   explicit StepIterator(py::object iterable)
       : iterable_(std::move(iterable)),
         loop_(std::make_unique<stepscope::detail::StepLoop>(stepscope::detail::step_call_site(kPythonCallSite, 0))),
-        owner_(&stepscope::detail::t_thread_state) {}
+        owner_(&stepscope::detail::t_thread_state) {
+    warn_after_finish("the steps() loop");
+  }
   ~StepIterator() { close(); }
 
   py::object next() {
@@ -310,7 +314,11 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &StepIterator::close, "Ends the loop's open step now");
 
   m.def(
-      "next_step", [] { stepscope::next_step(kPythonCallSite, 0); },
+      "next_step",
+      [] {
+        warn_after_finish("next_step()");
+        stepscope::next_step(kPythonCallSite, 0);
+      },
       "Ends the step the previous call opened on this thread and opens the next");
   m.def("set_config", &set_config, py::arg("key"), py::arg("value"));
   m.def("enabled", &stepscope::enabled);

@@ -205,6 +205,8 @@ def test_finish_returns_the_report_path_and_the_cli_reads_it(tmp_path):
     # Phases, steps and next_step after finish(): recorded nowhere, each warned about.
     assert any("finish() was called" in w and "'forward'" in w for w in seen["warnings"])
     assert any("'step'" in w for w in seen["warnings"])
+    assert any("next_step()" in w for w in seen["warnings"])
+    assert any("steps() loop" in w for w in seen["warnings"])
     assert seen["depth_after"] == 0
     assert report["complete"] is True and report["ended_by"] == "finish"
     assert report["steps"]["count"] == 12
