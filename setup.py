@@ -71,5 +71,7 @@ setup(
     packages=["stepscope"],
     ext_modules=[Extension("stepscope._core", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
+    # Not build/: that is where the project's own CMake build usually lives.
+    options={"build": {"build_base": "build-python"}},
     zip_safe=False,
 )

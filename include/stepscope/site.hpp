@@ -54,9 +54,9 @@ STEPSCOPE_API const char* intern_text(std::string_view text) noexcept;
 
 // Counts for the report (runtime_sites).
 struct RuntimeSiteCounts {
-  std::uint64_t sites = 0;     // distinct sites interned
-  std::uint64_t overflow = 0;  // site() calls answered with an overflow site
-  std::uint64_t truncated = 0; // names cut to kMaxRuntimeSiteNameLength
+  std::uint64_t sites = 0;      // distinct sites interned
+  std::uint64_t overflow = 0;   // site() calls answered with an overflow site
+  std::uint64_t truncated = 0;  // names cut to kMaxRuntimeSiteNameLength
 };
 STEPSCOPE_API RuntimeSiteCounts runtime_site_counts() noexcept;
 
@@ -68,7 +68,8 @@ STEPSCOPE_API RuntimeSiteCounts runtime_site_counts() noexcept;
 class Site {
  public:
   constexpr Site() noexcept = default;
-  constexpr explicit Site(const detail::PhaseSite* site) noexcept : site_(site != nullptr ? site : &detail::kUnnamedRuntimeSite) {}
+  constexpr explicit Site(const detail::PhaseSite* site) noexcept
+      : site_(site != nullptr ? site : &detail::kUnnamedRuntimeSite) {}
   constexpr operator const detail::PhaseSite*() const noexcept { return site_; }
   constexpr const detail::PhaseSite* get() const noexcept { return site_; }
   const char* name() const noexcept { return site_->name; }

@@ -176,8 +176,10 @@ class StepIterator {
   // Ends the loop's open step (break, an exception, the iterator dropped).
   void close() {
     if (loop_ == nullptr) return;
-    if (owner_ == &stepscope::detail::t_thread_state) loop_->end_loop();
-    else (void)loop_.release();  // its state belongs to another thread: dropped, not closed (a small leak, once)
+    if (owner_ == &stepscope::detail::t_thread_state)
+      loop_->end_loop();
+    else
+      (void)loop_.release();  // its state belongs to another thread: dropped, not closed (a small leak, once)
     loop_.reset();
   }
 
@@ -343,8 +345,9 @@ PYBIND11_MODULE(_core, m) {
     d["truncated"] = c.truncated;
     return d;
   });
-  m.def("thread_depth", [] { return static_cast<int>(stepscope::detail::t_thread_state.depth); },
-        "Open scopes on this thread (tests: the bookkeeping is balanced)");
+  m.def(
+      "thread_depth", [] { return static_cast<int>(stepscope::detail::t_thread_state.depth); },
+      "Open scopes on this thread (tests: the bookkeeping is balanced)");
 #if STEPSCOPE_WITH_CUDA
   m.def(
       "set_stream", [](std::uintptr_t stream) { stepscope::set_stream(reinterpret_cast<void*>(stream)); },

@@ -122,8 +122,8 @@ const PhaseSite* intern_site(std::string_view name, PhaseKind kind, bool is_step
     // Names are interned first, so a site is found by the name's address.
     const char* interned = intern_text_locked(s, name);
     if (interned == nullptr) return overflow_site(kind, is_step);
-    const std::uint64_t key = reinterpret_cast<std::uintptr_t>(interned) * 31u + static_cast<unsigned>(kind) * 2u +
-                              (is_step ? 1u : 0u);
+    const std::uint64_t key =
+        reinterpret_cast<std::uintptr_t>(interned) * 31u + static_cast<unsigned>(kind) * 2u + (is_step ? 1u : 0u);
     std::size_t slot = hash_bytes(std::string_view(reinterpret_cast<const char*>(&key), sizeof key)) & (kSiteSlots - 1);
     for (std::size_t probes = 0; probes < kSiteSlots; ++probes, slot = (slot + 1) & (kSiteSlots - 1)) {
       const std::uint32_t entry = s.site_slots[slot];
@@ -160,7 +160,8 @@ Site site(std::string_view name) noexcept {
   // default_phase_kind reads a NUL-terminated name; names longer than a site
   // name may be are cut anyway.
   char buffer[detail::kMaxRuntimeSiteNameLength + 1];
-  const std::size_t n = name.size() < detail::kMaxRuntimeSiteNameLength ? name.size() : detail::kMaxRuntimeSiteNameLength;
+  const std::size_t n =
+      name.size() < detail::kMaxRuntimeSiteNameLength ? name.size() : detail::kMaxRuntimeSiteNameLength;
   std::memcpy(buffer, name.data(), n);
   buffer[n] = '\0';
   return Site(detail::intern_site(name, default_phase_kind(buffer), false));
