@@ -7,6 +7,11 @@
 //                      (the least any timer that keeps its records can do)
 // - BM_PhaseEnabled:   one STEPSCOPE_PHASE scope, recording, collector draining
 // - BM_PhaseDisabled:  the same scope with stepscope disabled at run time (STEPSCOPE=0 path)
+// - BM_RuntimeSitePhase: ScopedPhase on a run-time-named site (stepscope::site(), interned
+//                      once before the loop): the hot path of a literal site, so the ratio
+//                      to BM_PhaseEnabled should be 1 within noise (docs/python.md)
+// - BM_RuntimeSiteLookup: stepscope::site(name, kind) of a name already interned (the cold
+//                      call: a lock and a hash probe), for scale
 // - BM_CollectorDrain: records/s through drain + aggregation (collector thread work)
 #include <stepscope/stepscope.hpp>
 
@@ -69,6 +74,27 @@ void BM_PhaseDisabled(benchmark::State& state) {
   g_mode.store(mode);
 }
 BENCHMARK(BM_PhaseDisabled);
+
+void BM_RuntimeSitePhase(benchmark::State& state) {
+  if (!stepscope::enabled()) {
+    state.SkipWithError("stepscope is disabled (STEPSCOPE=0?)");
+    return;
+  }
+  const Site bench_site = stepscope::site("bench_runtime", PhaseKind::compute);
+  const std::uint64_t dropped_before = stepscope::snapshot().dropped_records;
+  for (auto _ : state) {
+    ScopedPhase scope{bench_site};
+    benchmark::ClobberMemory();
+  }
+  state.counters["dropped"] = static_cast<double>(stepscope::snapshot().dropped_records - dropped_before);
+}
+BENCHMARK(BM_RuntimeSitePhase);
+
+void BM_RuntimeSiteLookup(benchmark::State& state) {
+  (void)stepscope::site("bench_lookup.layer.17", PhaseKind::compute);
+  for (auto _ : state) benchmark::DoNotOptimize(stepscope::site("bench_lookup.layer.17", PhaseKind::compute).get());
+}
+BENCHMARK(BM_RuntimeSiteLookup);
 
 // A realistic record mix: a step with four phases, one of them nested.
 void BM_CollectorDrain(benchmark::State& state) {

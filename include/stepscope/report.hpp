@@ -385,6 +385,14 @@ struct Report {
   bool complete = true;
   std::string ended_by;           // "" in a snapshot (and in reports that are not live)
   std::string snapshot_time_utc;  // ISO 8601; "" unless a snapshot
+  // Phases named at run time (stepscope::site(), the Python module): distinct
+  // sites interned, site() calls past the bound folded into "(other run-time
+  // names)" (overflow), names cut to the length bound (truncated).
+  struct RuntimeSites {
+    std::uint64_t sites = 0;
+    std::uint64_t overflow = 0;
+    std::uint64_t truncated = 0;
+  } runtime_sites;
 };
 
 // Serialisation (src/report/json_report.cpp). Never throw.

@@ -43,6 +43,8 @@
 #include <stepscope/phase.hpp>
 // steps(range) and next_step(): step boundaries the way loops are written.
 #include <stepscope/steps.hpp>
+// site(name): phases named at run time (stepscope::ScopedPhase p{site}).
+#include <stepscope/site.hpp>
 
 namespace stepscope {
 

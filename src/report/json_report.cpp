@@ -748,6 +748,9 @@ json to_j(const Report& r) {
   out["complete"] = r.complete;
   out["ended_by"] = r.ended_by.empty() ? json(nullptr) : json(r.ended_by);
   out["snapshot_time_utc"] = r.snapshot_time_utc.empty() ? json(nullptr) : json(r.snapshot_time_utc);
+  out["runtime_sites"] = json{{"sites", r.runtime_sites.sites},
+                              {"overflow", r.runtime_sites.overflow},
+                              {"truncated", r.runtime_sites.truncated}};
   return out;
 }
 
@@ -849,6 +852,12 @@ Report report_from(const json& document) {
   r.complete = get_bool(j, "complete", true);
   r.ended_by = get_str(j, "ended_by");
   r.snapshot_time_utc = get_str(j, "snapshot_time_utc");
+  if (j.find("runtime_sites") != nullptr) {  // absent before run-time-named sites
+    const Field sites = get_obj(j, "runtime_sites");
+    r.runtime_sites.sites = get_u64(sites, "sites");
+    r.runtime_sites.overflow = get_u64(sites, "overflow");
+    r.runtime_sites.truncated = get_u64(sites, "truncated");
+  }
   return r;
 }
 

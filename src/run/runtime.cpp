@@ -540,6 +540,19 @@ ThreadRing* register_thread(ThreadState& state) noexcept {
   return ring;
 }
 
+// Run-time-named sites (<stepscope/site.hpp>): their counts, and a warning
+// when the bound folded names together.
+static void add_runtime_site_counts(Report& report) {
+  const RuntimeSiteCounts counts = runtime_site_counts();
+  report.runtime_sites.sites = counts.sites;
+  report.runtime_sites.overflow = counts.overflow;
+  report.runtime_sites.truncated = counts.truncated;
+  if (counts.overflow != 0)
+    report.warnings.push_back(std::to_string(counts.overflow) + " run-time phase name lookups found the table full (" +
+                              std::to_string(kMaxRuntimeSites) +
+                              " sites): their phases are merged under \"(other run-time names)\"");
+}
+
 Report build_report(bool final_report) {
   Runtime& rt = runtime();
   Report report;
@@ -563,6 +576,7 @@ Report build_report(bool final_report) {
   report.run.warmup_steps = rt.settings.warmup_steps;
   report.run.warmup_source = rt.settings.warmup_from_env ? "env" : "default";
   for (const auto& w : rt.warnings) report.warnings.push_back(w);
+  add_runtime_site_counts(report);
   if (report.device.status.empty()) {
     report.device.status = "unknown";
     report.device.reason = "no device backend reported";

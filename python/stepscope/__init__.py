@@ -1,0 +1,162 @@
+"""stepscope — what holds your training step back, measured from Python.
+
+    import stepscope
+
+    stepscope.set_config("batch_size", 64)
+    for batch in stepscope.torch.steps(loader):   # one step per batch; the fetch is its "data" phase
+        with stepscope.phase("forward"):
+            loss = model(batch)
+        with stepscope.phase("backward"):
+            loss.backward()
+        with stepscope.phase("optimizer"):
+            opt.step()
+    # at exit: stepscope-report.json and the summary with the verdict on stderr
+
+The same C++ run time as the library's STEPSCOPE_PHASE: the same rings,
+collector, analyzer, report, environment variables (STEPSCOPE=0,
+STEPSCOPE_OUT, STEPSCOPE_WARMUP, ...) and the `stepscope` command line
+afterwards (show, diff, ...). A phase costs a few hundred nanoseconds from
+Python (bench/python_bench.py; docs/python.md).
+
+Phases: ``with stepscope.phase(name):``, ``stepscope.phase(name, kind="memory")``,
+``@stepscope.phase(name)`` on a function. Steps: ``with stepscope.step():``,
+``stepscope.next_step()`` (ends the step it opened last on this thread and
+opens the next, like ``torch.profiler``'s ``prof.step()``), or
+``stepscope.torch.steps(iterable)``. The kind of a phase, when not given,
+comes from its name as in C++: data → input; forward, backward, optimizer →
+compute; h2d, d2h, copy → memory; comm, allreduce → communication; else other.
+
+Wrong types raise TypeError / ValueError at the call; a phase used after
+``finish()`` records nothing and warns (RuntimeWarning). Nothing here raises
+into the training loop once a phase is open.
+"""
+
+import functools as _functools
+import json as _json
+
+from . import _core
+
+__all__ = [
+    "phase",
+    "step",
+    "next_step",
+    "steps",
+    "set_config",
+    "finish",
+    "snapshot",
+    "enabled",
+    "KINDS",
+]
+
+__version__ = _core.__version__
+
+KINDS = ("input", "compute", "memory", "communication", "other")
+
+# One native Phase per (name, kind), for the whole process: a `with` reuses
+# it, so a phase costs a dict lookup and two native calls, no allocation. The
+# number of distinct names is bounded by the native site table (4096; past
+# it, names share "(other run-time names)" and the report counts them).
+_by_name = {}
+_by_name_and_kind = {}
+
+
+def _make(name, kind):
+    p = _core.make_phase(name, kind)
+    if kind is None:
+        _by_name[name] = p
+    else:
+        _by_name_and_kind[(name, kind)] = p
+    return p
+
+
+def phase(name, kind=None):
+    """The phase called `name`: a context manager (``with``) and a decorator.
+
+    `kind` is one of KINDS; None takes it from the name (see the module's
+    help). Raises TypeError for a name that is not a str or a kind that is not
+    a str, ValueError for an empty name or an unknown kind.
+    """
+    try:
+        if kind is None:
+            return _by_name[name]
+        return _by_name_and_kind[(name, kind)]
+    except KeyError:
+        return _make(name, kind)
+    except TypeError:  # unhashable: make_phase says what was wrong
+        return _core.make_phase(name, kind)
+
+
+def _decorate(self, fn):
+    """``@stepscope.phase("forward")``: each call of fn is one occurrence."""
+    if not callable(fn):
+        raise TypeError(
+            "stepscope.phase(...) used as a decorator needs a function, got " + type(fn).__name__
+        )
+
+    @_functools.wraps(fn)
+    def timed(*args, **kwargs):
+        with self:
+            return fn(*args, **kwargs)
+
+    return timed
+
+
+_core.Phase.__call__ = _decorate
+
+_step = None
+
+
+def step():
+    """``with stepscope.step():`` — one training step (its phases are its critical path)."""
+    global _step
+    if _step is None:
+        _step = _core.make_phase("step", None, True)
+    return _step
+
+
+def next_step():
+    """Ends the step the previous call opened on this thread and opens the next."""
+    _core.next_step()
+
+
+def steps(iterable):
+    """``for item in stepscope.steps(iterable):`` — each iteration one step, each
+    fetch (``iter()`` for the first item, ``next()`` after) that step's ``data``
+    phase. A fetch that ends the iteration is a data phase outside any step;
+    the last step closes when the loop ends (break and exceptions included:
+    when the iterator is dropped or its ``close()`` is called). The same
+    semantics as the C++ ``stepscope::steps``."""
+    return _core.StepIterator(iterable)
+
+
+def set_config(key, value):
+    """Records one setting of the run in the report's run.config (str, int, float or bool)."""
+    if not isinstance(key, str):
+        raise TypeError("stepscope.set_config: the key must be a str, got " + type(key).__name__)
+    _core.set_config(key, value)
+
+
+def finish():
+    """Stops recording, writes the report and prints the summary. Returns the
+    report's path ("" when disabled). Idempotent; also done at exit."""
+    return _core.finish()
+
+
+def snapshot():
+    """The report as it stands now, as a dict (the JSON report's structure,
+    docs/report-schema.md); the run goes on."""
+    return _json.loads(_core.snapshot_json())
+
+
+def enabled():
+    """True while stepscope records (not STEPSCOPE=0, not finished, not in a forked child)."""
+    return _core.enabled()
+
+
+# stepscope.torch is imported on first use (it imports torch).
+def __getattr__(name):
+    if name == "torch":
+        from . import torch as _torch_module
+
+        return _torch_module
+    raise AttributeError("module 'stepscope' has no attribute " + repr(name))

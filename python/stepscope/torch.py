@@ -1,0 +1,232 @@
+"""stepscope.torch — the PyTorch idioms (torch >= 1.13), without editing the loop body.
+
+    import stepscope.torch
+
+    stepscope.torch.instrument(model, optimizer)        # forward, backward, optimizer phases
+    for x, y in stepscope.torch.steps(loader):          # one step per batch, the fetch its "data" phase
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+steps(loader): each iteration is one step; each fetch (``iter(loader)`` for
+the first batch — a DataLoader starts its workers there — and ``next()``
+after) is that step's ``data`` phase (kind input). A fetch that finds the end
+is a data phase outside any step; the last step ends with the loop (break and
+exceptions included). For a DataLoader it also records its num_workers,
+batch_size and pin_memory with set_config, so ``stepscope diff`` names the
+change between two runs.
+
+instrument(model, optimizer): phases from the model's own hooks, as a
+hand-instrumented loop would have them:
+  forward    each call of the model's forward (wrapped, not hooked: in
+             torch 1.13 an exception in forward skips the forward hook and
+             would leave the phase open); ``submodules=True`` adds one phase
+             per named submodule, "forward.<name>" (kind compute), from its
+             forward pre-hook and forward hook, nested in it;
+  backward   each ``torch.autograd.backward`` (``loss.backward()``) made
+             while instrumented after a forward of the model, on the calling
+             thread;
+  optimizer  each ``optimizer.step()``.
+Returns a handle; ``handle.remove()`` takes everything back out.
+
+DataLoader workers: with num_workers > 0 the batches are produced in worker
+processes (forked or spawned); their time is not in this process's report.
+What the step waits for — the main thread's fetch — is the data phase, and
+that is what decides the verdict. STEPSCOPE_CHILDREN=1 lets forked workers
+write their own reports (docs/report-schema.md).
+
+GPU: when the model's parameters are on a CUDA device and the native module
+was built with CUDA, the forward pre-hook binds torch's current stream to
+this thread's phases (stepscope::set_stream), so phases get device times from
+CUDA events on that stream; nothing synchronises. Not yet run on a GPU
+(docs/python.md).
+"""
+
+import threading as _threading
+
+import torch as _torch
+
+import stepscope as _stepscope
+from stepscope import _core
+
+__all__ = ["steps", "instrument"]
+
+
+def _record_loader_config(loader):
+    if not isinstance(loader, _torch.utils.data.DataLoader):
+        return
+    _stepscope.set_config("num_workers", int(loader.num_workers))
+    if loader.batch_size is not None:
+        _stepscope.set_config("batch_size", int(loader.batch_size))
+    _stepscope.set_config("pin_memory", bool(loader.pin_memory))
+
+
+def steps(loader):
+    """``for batch in stepscope.torch.steps(loader):`` — see the module's help."""
+    _record_loader_config(loader)
+    return _core.StepIterator(loader)
+
+
+class _Instrumentation:
+    """What instrument() installed; remove() takes it back out."""
+
+    def __init__(self):
+        self._hooks = []
+        self._restore = []
+        self.removed = False
+
+    def remove(self):
+        if self.removed:
+            return
+        self.removed = True
+        for h in self._hooks:
+            h.remove()
+        for restore in reversed(self._restore):
+            restore()
+        self._hooks.clear()
+        self._restore.clear()
+
+
+# Per thread: the submodule phases open now (a stack), and whether a forward
+# of an instrumented model ran since the last backward.
+_local = _threading.local()
+
+
+def _open_stack():
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def _close_to(stack, mark):
+    while len(stack) > mark:
+        stack.pop().__exit__(None, None, None)
+
+
+def _hook_submodule(module, phase, handle):
+    # Module hooks: in torch 1.13 an exception in forward skips the forward
+    # hook, so the top model's wrapper closes what its submodules left open.
+    def pre_hook(mod, args):
+        phase.__enter__()
+        _open_stack().append(phase)
+
+    def post_hook(mod, args, output):
+        stack = _open_stack()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is phase:
+                _close_to(stack, i)
+                return
+
+    handle._hooks.append(module.register_forward_pre_hook(pre_hook))
+    handle._hooks.append(module.register_forward_hook(post_hook))
+
+
+def _cuda_stream_binder(model):
+    if not _core.with_cuda or not _torch.cuda.is_available():
+        return None
+    try:
+        device = next(model.parameters()).device
+    except StopIteration:
+        return None
+    if device.type != "cuda":
+        return None
+    last = [None]
+
+    def bind():
+        stream = _torch.cuda.current_stream(device).cuda_stream
+        if stream != last[0]:
+            _core.set_stream(stream)
+            last[0] = stream
+
+    return bind
+
+
+def _replace_attribute(obj, name, replacement, handle):
+    """Sets obj.name (an instance attribute) and records how to undo it."""
+    had_own = name in vars(obj)
+    original = vars(obj)[name] if had_own else None
+    setattr(obj, name, replacement)
+
+    def restore():
+        if vars(obj).get(name) is not replacement:
+            return  # replaced again since: leave it
+        if had_own:
+            setattr(obj, name, original)
+        else:
+            delattr(obj, name)
+
+    handle._restore.append(restore)
+
+
+def instrument(model, optimizer=None, submodules=False):
+    """Times the model's forward, the backward pass and optimizer.step() as
+    the phases forward, backward and optimizer. See the module's help."""
+    if not isinstance(model, _torch.nn.Module):
+        raise TypeError("stepscope.torch.instrument: model must be a torch.nn.Module, got " + type(model).__name__)
+    if optimizer is not None and not callable(getattr(optimizer, "step", None)):
+        raise TypeError(
+            "stepscope.torch.instrument: optimizer must have a step() method (a torch.optim.Optimizer), got "
+            + type(optimizer).__name__
+        )
+    handle = _Instrumentation()
+    forward = _stepscope.phase("forward")
+    backward = _stepscope.phase("backward")
+    bind_stream = _cuda_stream_binder(model)
+
+    # The model's forward, wrapped rather than hooked so that an exception in
+    # it still closes the phase (and whatever its submodules left open).
+    original_forward = model.forward
+
+    def timed_forward(*args, **kwargs):
+        if bind_stream is not None:
+            bind_stream()
+        stack = _open_stack()
+        mark = len(stack)
+        forward.__enter__()
+        try:
+            return original_forward(*args, **kwargs)
+        finally:
+            _close_to(stack, mark)
+            forward.__exit__(None, None, None)
+            _local.forward_seen = True
+
+    _replace_attribute(model, "forward", timed_forward, handle)
+
+    if submodules:
+        for name, child in model.named_modules():
+            if child is model or not name:
+                continue
+            _hook_submodule(child, _stepscope.phase("forward." + name, "compute"), handle)
+
+    # The backward pass: torch.Tensor.backward calls torch.autograd.backward,
+    # so wrapping that one function times loss.backward() whole, on the
+    # calling thread (autograd's own threads never open a scope).
+    original_backward = _torch.autograd.backward
+
+    def timed_backward(*args, **kwargs):
+        if handle.removed or not getattr(_local, "forward_seen", False):
+            return original_backward(*args, **kwargs)
+        _local.forward_seen = False
+        with backward:
+            return original_backward(*args, **kwargs)
+
+    _torch.autograd.backward = timed_backward
+
+    def restore_backward():
+        if _torch.autograd.backward is timed_backward:
+            _torch.autograd.backward = original_backward
+
+    handle._restore.append(restore_backward)
+
+    if optimizer is not None:
+        optimizer_phase = _stepscope.phase("optimizer")
+        original_step = optimizer.step
+
+        def timed_step(*args, **kwargs):
+            with optimizer_phase:
+                return original_step(*args, **kwargs)
+
+        _replace_attribute(optimizer, "step", timed_step, handle)
+    return handle

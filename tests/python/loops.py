@@ -1,0 +1,164 @@
+"""Real torch CPU training loops, one per mode, each run in its own process by
+the tests (a process has one stepscope run and one report):
+
+    python loops.py compute          # an MLP on in-memory batches: compute-bound
+    python loops.py slow-data W      # the same kind of step fed by a Dataset that sleeps
+                                     # per sample, W DataLoader workers (0: in the step)
+    python loops.py compare          # instrument() and hand-instrumented phases, alternating
+    python loops.py contract         # the API and report contract (finish(), then misuse)
+    python loops.py at-exit          # no finish(): the report is written at exit
+
+The report goes to STEPSCOPE_OUT (the tests set it); some modes print one
+JSON line of their own observations on stdout.
+"""
+
+import json
+import sys
+import time
+import warnings
+
+import torch
+
+import stepscope
+import stepscope.torch
+
+torch.manual_seed(0)
+# One intra-op thread: the tests run on a busy 2-core machine, and the loops
+# are built around one core's speed.
+torch.set_num_threads(1)
+
+
+def mlp(width_in, hidden, classes=10):
+    return torch.nn.Sequential(
+        torch.nn.Linear(width_in, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, classes),
+    )
+
+
+def train(model, optimizer, loader, epochs=1):
+    for _ in range(epochs):
+        for x, y in stepscope.torch.steps(loader):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def compute_mode():
+    model = mlp(256, 512)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(64 * 40, 256), torch.randint(0, 10, (64 * 40,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=64)
+    stepscope.torch.instrument(model, optimizer)
+    stepscope.set_config("loop", "compute")
+    train(model, optimizer, loader)
+
+
+class SlowDataset(torch.utils.data.Dataset):
+    """Each sample waits (a slow disk or decoder, off CPU) before it is built."""
+
+    def __init__(self, n, width, delay_s):
+        self.n, self.width, self.delay_s = n, width, delay_s
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.delay_s)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(self.width, generator=g), i % 10
+
+
+def slow_data_mode(workers):
+    # 32 samples x 0.25 ms = 8 ms (more with sleep's overshoot) of waiting per
+    # batch, against about 5 ms of compute on an idle core: with 0 workers
+    # the step waits for all of it; 4 workers make a batch every ~2.5 ms,
+    # ahead of the step (and further ahead on a loaded machine, where the
+    # compute slows down and the sleeps do not).
+    model = mlp(256, 512)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowDataset(32 * 50, 256, 0.00025), batch_size=32, num_workers=workers)
+    stepscope.torch.instrument(model, optimizer)
+    stepscope.set_config("loop", "slow-data")
+    train(model, optimizer, loader)
+
+
+def compare_mode():
+    """instrument() against the same loop instrumented by hand, epochs
+    alternating in one process (so machine drift hits both alike); the hand
+    phases are named hand.* so the two stay apart in the report."""
+    model = mlp(256, 512)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(32 * 20, 256), torch.randint(0, 10, (32 * 20,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=32)
+    hand_forward = stepscope.phase("hand.forward", "compute")
+    hand_backward = stepscope.phase("hand.backward", "compute")
+    hand_optimizer = stepscope.phase("hand.optimizer", "compute")
+    for epoch in range(8):
+        if epoch % 2 == 0:
+            handle = stepscope.torch.instrument(model, optimizer)
+            train(model, optimizer, loader)
+            handle.remove()
+        else:
+            for x, y in stepscope.torch.steps(loader):
+                with hand_forward:
+                    out = model(x)
+                loss = torch.nn.functional.cross_entropy(out, y)
+                optimizer.zero_grad()
+                with hand_backward:
+                    loss.backward()
+                with hand_optimizer:
+                    optimizer.step()
+
+
+def contract_mode():
+    seen = {}
+    stepscope.set_config("batch_size", 32)
+    stepscope.set_config("precision", "fp32")
+    stepscope.set_config("compiled", False)
+    for _ in stepscope.steps(range(12)):
+        with stepscope.phase("forward"):
+            pass
+        with stepscope.phase("h2d", kind="memory"):
+            pass
+    path = stepscope.finish()
+    seen["finish"] = path
+    seen["finish_again"] = stepscope.finish()
+    seen["enabled_after"] = stepscope.enabled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with stepscope.phase("forward"):
+            pass
+        with stepscope.step():
+            pass
+        stepscope.next_step()
+        for _ in stepscope.steps(range(3)):
+            pass
+    seen["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    seen["depth_after"] = stepscope._core.thread_depth()
+    print(json.dumps(seen))
+
+
+def at_exit_mode():
+    for _ in stepscope.steps(range(7)):
+        with stepscope.phase("forward"):
+            pass
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "compute":
+        compute_mode()
+    elif mode == "slow-data":
+        slow_data_mode(int(sys.argv[2]))
+    elif mode == "compare":
+        compare_mode()
+    elif mode == "contract":
+        contract_mode()
+    elif mode == "at-exit":
+        at_exit_mode()
+    else:
+        sys.exit("unknown mode " + mode)

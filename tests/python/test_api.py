@@ -1,0 +1,227 @@
+"""The stepscope module's API: phases (with, kind=, decorator, nesting, threads),
+step() and next_step(), set_config, snapshot(), bad input; and, in their own
+processes, the report contract: finish() returns the report's path, the report
+is the C++ run time's (same schema, read by the CLI), a phase after finish()
+warns and records nothing, and without finish() the report is written at exit."""
+
+import subprocess
+import threading
+
+import pytest
+
+import stepscope
+from conftest import cli, run_loop
+
+
+def counts():
+    """(phase name, kind, role) -> count, and the steps so far (warm-up is 0)."""
+    report = stepscope.snapshot()
+    table = {}
+    for p in report["phases"]:
+        key = (p["name"], p["kind"], p["thread_role"])
+        table[key] = table.get(key, 0) + p["count"]
+    return table, report["steps"]["count"]
+
+
+def delta(before, after):
+    keys = set(before[0]) | set(after[0])
+    return {k: after[0].get(k, 0) - before[0].get(k, 0) for k in keys if after[0].get(k, 0) != before[0].get(k, 0)}, (
+        after[1] - before[1]
+    )
+
+
+def test_phase_with_kind_and_decorator_are_recorded_under_their_names():
+    @stepscope.phase("api.decorated")
+    def work(x):
+        """doc"""
+        return x + 1
+
+    before = counts()
+    with stepscope.step():
+        with stepscope.phase("api.load"):
+            pass
+        with stepscope.phase("api.copy", kind="memory"):
+            pass
+        assert work(1) == 2
+        assert work(2) == 3
+    changed, steps = delta(before, counts())
+    assert steps == 1
+    assert changed == {
+        ("api.load", "other", "step"): 1,
+        ("api.copy", "memory", "step"): 1,
+        ("api.decorated", "other", "step"): 2,
+    }
+    assert work.__name__ == "work" and work.__doc__ == "doc"  # functools.wraps
+    assert stepscope._core.thread_depth() == 0
+
+
+def test_kind_comes_from_the_name_as_in_cpp():
+    assert stepscope.phase("data").kind == "input"
+    assert stepscope.phase("forward").kind == "compute"
+    assert stepscope.phase("h2d").kind == "memory"
+    assert stepscope.phase("allreduce").kind == "communication"
+    assert stepscope.phase("api.anything").kind == "other"
+    assert stepscope.phase("api.anything", kind="compute").kind == "compute"
+    # One native object per (name, kind): a with costs no allocation.
+    assert stepscope.phase("api.same") is stepscope.phase("api.same")
+
+
+def test_nested_and_recursive_uses_of_one_phase_each_count():
+    p = stepscope.phase("api.nested")
+
+    @stepscope.phase("api.recursive")
+    def recurse(n):
+        return 0 if n == 0 else 1 + recurse(n - 1)
+
+    before = counts()
+    with stepscope.step():
+        with p:
+            with p:
+                with p:
+                    pass
+        assert recurse(9) == 9  # 10 open at once: past the object's inline slots
+    changed, _ = delta(before, counts())
+    assert changed[("api.nested", "other", "step")] == 3
+    assert changed[("api.recursive", "other", "step")] == 10
+    assert p.open_scopes == 0
+    assert stepscope._core.thread_depth() == 0
+
+
+def test_an_exception_in_the_block_closes_the_phase_and_propagates():
+    before = counts()
+    with pytest.raises(KeyError):
+        with stepscope.step():
+            with stepscope.phase("api.raises"):
+                raise KeyError("x")
+    changed, steps = delta(before, counts())
+    assert steps == 1
+    assert changed[("api.raises", "other", "step")] == 1
+    assert stepscope._core.thread_depth() == 0
+
+
+def test_threads_share_a_phase_object_and_each_closes_its_own():
+    p = stepscope.phase("api.threads")
+    barrier = threading.Barrier(4)
+
+    def worker():
+        for _ in range(50):
+            with p:
+                barrier.wait() if _ == 0 else None
+        assert stepscope._core.thread_depth() == 0
+
+    before = counts()
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    changed, _ = delta(before, counts())
+    # Threads that never run steps: background phases.
+    assert changed[("api.threads", "other", "background")] == 200
+    assert p.open_scopes == 0
+
+
+def test_next_step_ends_the_step_it_opened_and_opens_the_next():
+    def body():
+        before = counts()
+        for _ in range(5):
+            stepscope.next_step()
+            with stepscope.phase("api.marked"):
+                pass
+        mid = delta(before, counts())
+        stepscope.next_step()  # closes the fifth
+        return mid, delta(before, counts())
+
+    # On its own thread: its last step stays open until the next call (the
+    # thread's exit would close it too).
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", body()))
+    t.start()
+    t.join()
+    (changed_mid, steps_mid), (changed, steps) = result["r"]
+    assert steps_mid == 4  # the fifth is still open
+    assert steps == 5  # five closed; the sixth, just opened, is still open
+    assert changed[("api.marked", "other", "step")] == 5
+
+
+def test_set_config_values_reach_run_config():
+    stepscope.set_config("api.batch_size", 64)
+    stepscope.set_config("api.lr", 0.5)
+    stepscope.set_config("api.precision", "bf16")
+    stepscope.set_config("api.compiled", True)
+    run = stepscope.snapshot()["run"]
+    assert run["config"]["api.batch_size"] == 64  # numbers stay numbers
+    assert run["config"]["api.lr"] == 0.5
+    assert run["config"]["api.precision"] == "bf16"
+    assert run["config"]["api.compiled"] == "true"
+
+
+def test_snapshot_is_the_report_structure():
+    report = stepscope.snapshot()
+    for key in ("schema_version", "run", "steps", "phases", "bottleneck", "system", "runtime_sites", "warnings"):
+        assert key in report
+    assert report["run"]["source"] == "live"
+    assert report["runtime_sites"]["sites"] >= 1
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda: stepscope.phase(3), TypeError),
+        (lambda: stepscope.phase(None), TypeError),
+        (lambda: stepscope.phase(["a"]), TypeError),
+        (lambda: stepscope.phase(""), ValueError),
+        (lambda: stepscope.phase("x", kind=1), TypeError),
+        (lambda: stepscope.phase("x", kind="gpu"), ValueError),
+        (lambda: stepscope.phase("x")(42), TypeError),
+        (lambda: stepscope.set_config(1, 2), TypeError),
+        (lambda: stepscope.set_config("k", None), TypeError),
+        (lambda: stepscope.set_config("k", [1]), TypeError),
+        (lambda: stepscope.set_config("", 1), ValueError),
+        (lambda: list(stepscope.steps(5)), TypeError),
+    ],
+)
+def test_bad_input_raises_a_clear_python_exception(call, error):
+    with pytest.raises(error) as info:
+        call()
+    assert "stepscope" in str(info.value) or error is TypeError
+    assert stepscope._core.thread_depth() == 0
+
+
+def test_exit_without_enter_is_harmless():
+    p = stepscope.phase("api.unbalanced")
+    assert p.__exit__(None, None, None) is False
+    assert stepscope._core.thread_depth() == 0
+
+
+def test_finish_returns_the_report_path_and_the_cli_reads_it(tmp_path):
+    report, stdout, _ = run_loop(tmp_path, "contract", "contract", env={"STEPSCOPE_WARMUP": "0"})
+    import json
+
+    seen = json.loads(stdout)
+    assert seen["finish"] == str(tmp_path / "contract.json")
+    assert seen["finish_again"] == seen["finish"]  # idempotent
+    assert seen["enabled_after"] is False
+    # Phases, steps and next_step after finish(): recorded nowhere, each warned about.
+    assert any("finish() was called" in w and "'forward'" in w for w in seen["warnings"])
+    assert any("'step'" in w for w in seen["warnings"])
+    assert any("next_step()" in w for w in seen["warnings"])
+    assert any("steps() loop" in w for w in seen["warnings"])
+    assert seen["depth_after"] == 0
+    assert report["complete"] is True and report["ended_by"] == "finish"
+    assert report["steps"]["count"] == 12
+    counts_by_name = {(p["name"], p["thread_role"]): p["count"] for p in report["phases"]}
+    assert counts_by_name[("forward", "step")] == 12
+    assert counts_by_name[("h2d", "step")] == 12
+    assert counts_by_name[("data", "step")] == 12
+    assert report["run"]["config"]["precision"] == "fp32"
+    shown = subprocess.run([cli(), "show", seen["finish"]], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "forward" in shown.stdout and "h2d" in shown.stdout
+
+
+def test_without_finish_the_report_is_written_at_exit(tmp_path):
+    report, _, _ = run_loop(tmp_path, "at-exit", "at-exit", env={"STEPSCOPE_WARMUP": "0"})
+    assert report is not None
+    assert report["complete"] is True and report["ended_by"] == "exit"
+    assert report["steps"]["count"] == 7

@@ -1,0 +1,144 @@
+"""steps(iterable): the semantics of the C++ stepscope::steps adaptor — one step
+per item, each fetch (iter() for the first item, next() after) that step's
+data phase, a fetch that ends the iteration a data phase outside any step,
+and the last step closed by the end of the loop (break, an exception, the
+iterator dropped). Counts only, read back through snapshot()."""
+
+import gc
+import threading
+
+import pytest
+
+import stepscope
+import stepscope.torch
+
+
+def counts():
+    report = stepscope.snapshot()
+    data_in = sum(p["count"] for p in report["phases"] if p["name"] == "data" and p["thread_role"] == "step")
+    data_out = sum(p["count"] for p in report["phases"] if p["name"] == "data" and p["thread_role"] == "outside_step")
+    return report["steps"]["count"], data_in, data_out
+
+
+def delta(before):
+    now = counts()
+    return tuple(n - b for n, b in zip(now, before))
+
+
+def balanced():
+    return stepscope._core.thread_depth() == 0
+
+
+def test_each_item_is_a_step_and_the_final_fetch_is_outside_any_step():
+    before = counts()
+    items = list(stepscope.steps([10, 20, 30, 40]))
+    assert items == [10, 20, 30, 40]
+    assert delta(before) == (4, 4, 1)
+    assert balanced()
+
+
+def test_an_empty_iterable_records_one_fetch_and_no_step():
+    before = counts()
+    assert list(stepscope.steps([])) == []
+    assert delta(before) == (0, 0, 1)
+    assert balanced()
+
+
+def test_a_generator_is_fetched_once_per_item():
+    pulled = []
+
+    def gen():
+        for i in range(6):
+            pulled.append(i)
+            yield i
+
+    before = counts()
+    for _ in stepscope.steps(gen()):
+        pass
+    assert pulled == list(range(6))
+    assert delta(before) == (6, 6, 1)
+
+
+def test_break_closes_the_open_step_when_the_iterator_is_dropped():
+    before = counts()
+    for i in stepscope.steps(range(100)):
+        if i == 2:
+            break
+    gc.collect()  # CPython drops the loop's iterator at once; be sure
+    assert delta(before) == (3, 3, 0)
+    assert balanced()
+
+
+def test_close_ends_the_step_now():
+    before = counts()
+    it = stepscope.steps(range(100))
+    next(it)
+    next(it)
+    it.close()
+    assert delta(before) == (2, 2, 0)
+    assert balanced()
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_an_exception_in_the_body_closes_the_step_and_propagates():
+    before = counts()
+    with pytest.raises(RuntimeError):
+        for i in stepscope.steps(range(10)):
+            if i == 1:
+                raise RuntimeError("in the body")
+    gc.collect()
+    assert delta(before) == (2, 2, 0)
+    assert balanced()
+
+
+def test_an_exception_in_the_fetch_is_a_data_phase_outside_steps_and_propagates():
+    def gen():
+        yield 1
+        raise OSError("disk gone")
+
+    before = counts()
+    with pytest.raises(OSError):
+        for _ in stepscope.steps(gen()):
+            pass
+    assert delta(before) == (1, 1, 1)
+    assert balanced()
+
+
+def test_phases_in_the_body_belong_to_the_step():
+    before = stepscope.snapshot()
+    for _ in stepscope.steps(range(5)):
+        with stepscope.phase("steps.body"):
+            pass
+    after = stepscope.snapshot()
+    rows = [p for p in after["phases"] if p["name"] == "steps.body"]
+    assert [(p["thread_role"], p["count"]) for p in rows] == [("step", 5)]
+    assert after["steps"]["count"] - before["steps"]["count"] == 5
+
+
+def test_torch_steps_over_a_dataloader_records_its_settings():
+    import torch
+
+    data = torch.utils.data.TensorDataset(torch.arange(20.0))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    before = counts()
+    batches = [b[0].tolist() for b in stepscope.torch.steps(loader)]
+    assert len(batches) == 5 and batches[0] == [0.0, 1.0, 2.0, 3.0]
+    assert delta(before) == (5, 5, 1)
+    config = stepscope.snapshot()["run"]["config"]
+    assert config["num_workers"] == 0 and config["batch_size"] == 4
+
+
+def test_a_loop_on_another_thread_has_its_own_steps():
+    result = {}
+
+    def loop():
+        before = counts()
+        for _ in stepscope.steps(range(3)):
+            pass
+        result["delta"] = delta(before)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    t.join()
+    assert result["delta"] == (3, 3, 1)
