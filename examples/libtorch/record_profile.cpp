@@ -12,17 +12,17 @@
 // Debian's libtorch 1.13 has no Kineto, so this is also how the importer's
 // legacy-format path (a top-level JSON array, "pid": "CPU functions") is
 // exercised with a trace libtorch itself wrote (ctest torch_record_profile_*).
-#include <torch/torch.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
 
 #include <stepscope/import.hpp>
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 namespace {
 

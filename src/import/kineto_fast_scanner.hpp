@@ -182,7 +182,7 @@ inline double decimal_to_double(std::uint64_t mantissa, int fraction_digits) {
 // Padded: at least 8 readable bytes follow `end` (whatever they hold).
 template <bool Padded = false>
 STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, const char* end, bool want_value,
-                                                          Scalar& out) {
+                                                           Scalar& out) {
   NumberRead read;
   const char* q = begin;
   const bool negative = q < end && *q == '-';

@@ -6,18 +6,13 @@
 // have ignored. Internal to the importer; included by kineto_reader.cpp only.
 #pragma once
 
-#include <sys/mman.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <limits>
-#include <memory>
-#include <new>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -121,78 +116,35 @@ struct RawEvent {
 
 // The kept events, in fixed-size blocks: growing never copies what is
 // already stored, so the peak is the events themselves, not twice their
-// size as with a doubling vector. The first block is an ordinary
-// allocation (a small trace costs no more); the others are carved, seven at
-// a time, from 2 MiB arenas that ask for transparent huge pages: in a fresh
-// process (`stepscope analyze`) every 4 KiB page first written costs a page
-// fault, ~1 000 of them for the V100 trace's 47 000 events, one per arena
-// with huge pages. Without THP the advice is ignored.
+// size as with a doubling vector.
 class EventStore {
  public:
   static constexpr std::size_t kBlockEvents = 4096;  // 288 KiB blocks
-  static constexpr std::size_t kArenaBytes = std::size_t{2} << 20;
-  static constexpr std::size_t kBlocksPerArena = kArenaBytes / (kBlockEvents * sizeof(RawEvent));
-  static_assert(kBlocksPerArena >= 1, "a block fits in an arena");
-  static_assert(std::is_trivially_copyable_v<RawEvent> && std::is_trivially_destructible_v<RawEvent>,
-                "blocks are raw storage");
-
-  EventStore() = default;
-  EventStore(const EventStore&) = delete;
-  EventStore& operator=(const EventStore&) = delete;
 
   void push_back(const RawEvent& e) {
-    if (size_ % kBlockEvents == 0) add_block();
-    blocks_.back()[size_ % kBlockEvents] = e;
+    if (size_ % kBlockEvents == 0) {
+      blocks_.emplace_back();
+      blocks_.back().reserve(kBlockEvents);
+    }
+    blocks_.back().push_back(e);
     ++size_;
   }
   RawEvent& operator[](std::size_t i) { return blocks_[i / kBlockEvents][i % kBlockEvents]; }
   const RawEvent& operator[](std::size_t i) const { return blocks_[i / kBlockEvents][i % kBlockEvents]; }
   std::size_t size() const { return size_; }
   void release() {
-    std::vector<RawEvent*>().swap(blocks_);
-    first_.reset();
-    std::vector<std::unique_ptr<RawEvent, ArenaFree>>().swap(arenas_);
-    arena_blocks_left_ = 0;
+    std::vector<std::vector<RawEvent>>().swap(blocks_);
     size_ = 0;
   }
 
   template <typename Fn>
   void for_each(Fn&& fn) const {
-    std::size_t left = size_;
-    for (const RawEvent* block : blocks_) {
-      const std::size_t n = left < kBlockEvents ? left : kBlockEvents;
-      for (std::size_t i = 0; i < n; ++i) fn(block[i]);
-      left -= n;
-    }
+    for (const auto& block : blocks_)
+      for (const RawEvent& e : block) fn(e);
   }
 
  private:
-  struct ArenaFree {
-    void operator()(RawEvent* p) const noexcept { ::operator delete(p, std::align_val_t{kArenaBytes}); }
-  };
-  void add_block() {
-    if (blocks_.empty()) {
-      // Not new RawEvent[n](): value-initialising would write every page.
-      first_.reset(new RawEvent[kBlockEvents]);
-      blocks_.push_back(first_.get());
-      return;
-    }
-    if (arena_blocks_left_ == 0) {
-      void* p = ::operator new(kArenaBytes, std::align_val_t{kArenaBytes});
-#if defined(MADV_HUGEPAGE)
-      (void)madvise(p, kArenaBytes, MADV_HUGEPAGE);
-#endif
-      arenas_.emplace_back(static_cast<RawEvent*>(p));
-      arena_blocks_left_ = kBlocksPerArena;
-    }
-    blocks_.push_back(arenas_.back().get() + (kBlocksPerArena - arena_blocks_left_) * kBlockEvents);
-    --arena_blocks_left_;
-  }
-
-  std::vector<RawEvent*> blocks_;  // into first_ or an arena
-  std::unique_ptr<RawEvent[]> first_;
-  std::vector<std::unique_ptr<RawEvent, ArenaFree>> arenas_;
-  std::size_t arena_blocks_left_ = 0;  // blocks not yet handed out in arenas_.back()
+  std::vector<std::vector<RawEvent>> blocks_;
   std::size_t size_ = 0;
 };
 
