@@ -198,6 +198,13 @@ TEST_CASE("real traces: the V100 step's kernels are attributed to its annotated 
   }
   CHECK(conv);
   CHECK(kernel);
+  // The backward of this DDP step runs on the autograd engine's thread while
+  // the step's thread is in the user's "## backward ##" range: its ops are
+  // that range's (not only the loss ops on the step's thread).
+  const PhaseSummary* backward = phase(r.phases, "## backward ##");
+  REQUIRE(backward != nullptr);
+  REQUIRE(!backward->top_operators.empty());
+  CHECK(backward->top_operators[0].name == "aten::convolution_backward");
   // Every phase's list holds at most kTopOperatorsPerKind of each kind.
   for (const auto& p : r.phases) {
     std::size_t cpu = 0, kernels = 0;
