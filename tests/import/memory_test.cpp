@@ -124,9 +124,11 @@ TEST_CASE("a trace below the in-memory limit costs its JSON once, and no more", 
       CHECK(how.split_parse == (whole && pipelined));
       if (!whole) continue;
       // The JSON (and the gzip bytes while inflating) on top of what streaming needs for the kept events;
-      // the document's buffer is rounded up to whole 2 MiB huge pages (byte_source.cpp).
+      // the document's buffer is rounded up to whole 2 MiB huge pages (byte_source.cpp: up to 2 MiB more),
+      // and the streamed peak it is compared with moves by about 1 MB with the threads' timing on a busy
+      // machine (4.3 to 6.6 MB seen): 2 MiB of slack for that.
       CHECK(peak > r.stats.uncompressed_bytes);
-      CHECK(peak < streamed + r.stats.uncompressed_bytes + (gzipped ? r.stats.compressed_bytes : 0) + (1u << 20) +
+      CHECK(peak < streamed + r.stats.uncompressed_bytes + (gzipped ? r.stats.compressed_bytes : 0) + (2u << 20) +
                        (2u << 20));
     }
   }
