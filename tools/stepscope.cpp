@@ -113,7 +113,7 @@ exit codes: 0 ok; 1 the analysis, merge, validation or an output write failed;
             version, truncated gzip, unreadable trace)
 )";
 
-constexpr const char* kShowHelp = R"(usage: stepscope show REPORT [--json] [--reanalyze] [--hta]
+constexpr const char* kShowHelp = R"(usage: stepscope show REPORT [--json] [--reanalyze] [--hta] [--operators]
 
 Prints the report's summary: step statistics, the step breakdown, the phases,
 the verdict with its evidence, recommendations, what-if projections, findings
@@ -126,6 +126,8 @@ options:
                 (verdict, findings and what-if from the current rules)
   --hta         also print Holistic Trace Analysis' tables (temporal, kernel
                 type, idle time, launch statistics) of an imported trace
+  --operators   also print each phase's top operators (aten:: ops and GPU
+                kernels by self time) of an imported trace
 )";
 
 constexpr const char* kDiffHelp = R"(usage: stepscope diff BASE NEW [--json]
@@ -161,7 +163,7 @@ options:
 )";
 
 constexpr const char* kAnalyzeHelp =
-    R"(usage: stepscope analyze TRACE... [-o OUT] [--out-dir DIR] [--merge] [--html FILE] [--hta]
+    R"(usage: stepscope analyze TRACE... [-o OUT] [--out-dir DIR] [--merge] [--html FILE] [--hta] [--operators]
 
 Builds a stepscope report from PyTorch-profiler / Kineto Chrome traces (.json
 or .json.gz): steps from ProfilerStep#N, phases from user annotations, device
@@ -177,6 +179,8 @@ options:
   --html FILE      also write the HTML page (one trace, or the merged report)
   --hta            also print Holistic Trace Analysis' tables of each trace, with
                    HTA's definitions and names (device.hta in the report)
+  --operators      also print each phase's top operators (aten:: ops and GPU kernels
+                   by self time; phases[].top_operators in the report)
   -q, --quiet      do not print the summaries
 )";
 
@@ -210,7 +214,8 @@ options:
 struct Options {
   std::vector<std::string> inputs;  // positional arguments of the verb
   std::string out, out_dir, html;
-  bool json = false, reanalyze = false, merge = false, quiet = false, any_producer = false, hta = false;
+  bool json = false, reanalyze = false, merge = false, quiet = false, any_producer = false, hta = false,
+       operators = false;
   bool help = false;
   std::vector<std::string> extras;  // what CLI11 did not recognise (unknown options, stray words)
   std::vector<std::string> vs;      // diff: the new side's repeats (after --vs)
@@ -256,6 +261,7 @@ int cmd_show(const Options& o) {
   else
     out(summary_of(report));
   if (o.hta && !o.json) out(stepscope::format_hta(report));
+  if (o.operators && !o.json) out(stepscope::format_top_operators(report));
   return kOk;
 }
 
@@ -350,6 +356,7 @@ int cmd_analyze(const Options& o) {
     }
     if (!o.quiet) out(fmt::format("{}{}\n{}", i > 0 ? "\n" : "", traces[i], summary_of(reports[i])));
     if (o.hta) out(stepscope::format_hta(reports[i]));
+    if (o.operators) out(stepscope::format_top_operators(reports[i]));
     std::string path = stem(traces[i]) + ".stepscope.json";
     if (!o.out_dir.empty()) path = o.out_dir + "/" + base_name(path);
     if (!o.merge && !o.out.empty()) path = o.out;
@@ -430,6 +437,7 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   show->add_flag("--json", o.json);
   show->add_flag("--reanalyze", o.reanalyze);
   show->add_flag("--hta", o.hta);
+  show->add_flag("--operators", o.operators);
   CLI::App* diff = sub(app, "diff", "BASE_NEW");
   diff->add_flag("--json", o.json);
   diff->add_option("--vs", o.vs)->expected(1, -1);
@@ -442,6 +450,7 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   analyze->add_option("--out-dir", o.out_dir);
   analyze->add_flag("--merge", o.merge);
   analyze->add_flag("--hta", o.hta);
+  analyze->add_flag("--operators", o.operators);
   analyze->add_option("--html", o.html);
   analyze->add_flag("-q,--quiet", o.quiet);
   CLI::App* html = sub(app, "html", "REPORT");

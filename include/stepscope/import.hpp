@@ -102,6 +102,16 @@ STEPSCOPE_API bool analyze_trace_file(const std::string& path, Report& out, std:
 // when the trace holds no device activity. Never throws on a valid timeline.
 STEPSCOPE_API HtaTables hta_tables(const timeline::Timeline& trace);
 
+// Fills PhaseSummary::top_operators of the step phases of a report built
+// from `trace` (user annotations and PyTorch's data/forward/backward/
+// optimizer): the `per_kind` cpu_ops and the `per_kind` kernels with the most
+// self time inside each phase. report_from_timeline calls it.
+inline constexpr std::size_t kTopOperatorsPerKind = 8;
+STEPSCOPE_API void attach_top_operators(const timeline::Timeline& trace, std::vector<PhaseSummary>& phases,
+                                        std::size_t per_kind = kTopOperatorsPerKind);
+// The text view of the phases' top_operators (`stepscope show/analyze --operators`).
+STEPSCOPE_API std::string format_top_operators(const Report& report);
+
 // The text view of report.device.hta (`stepscope analyze --hta`): HTA's
 // temporal, kernel-type and idle-time tables and the launch statistics.
 STEPSCOPE_API std::string format_hta(const Report& report);

@@ -69,6 +69,15 @@ struct PhaseCallSite {
   Distribution host_ms;
 };
 
+// Imported traces: one operator's time inside one phase (JSON
+// phases[].top_operators; src/import/phase_operators.cpp says how it is attributed).
+struct OperatorTime {
+  std::string name;        // "aten::addmm", or the kernel's name
+  std::string kind;        // "cpu_op": host self time (minus nested cpu_ops); "kernel": device time
+  std::uint64_t count = 0; // occurrences in the phase, over the measured steps
+  double self_ms = 0;      // total over the measured steps
+};
+
 struct PhaseSummary {
   std::string name;
   PhaseKind kind = PhaseKind::other;
@@ -89,6 +98,8 @@ struct PhaseSummary {
   std::vector<PhaseCallSite> sites;
   // Call sites past the per-phase cap, counted in the "(other call sites)" row.
   std::uint64_t sites_merged = 0;
+  // Imported traces: the phase's top cpu_ops, then its top kernels, each by self time.
+  std::vector<OperatorTime> top_operators;
 };
 
 // Mean milliseconds per measured step, by what the step thread was doing.

@@ -1,5 +1,6 @@
 #include "import/byte_source.hpp"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -52,32 +53,63 @@ bool MemoryInput::peek(std::uint64_t offset, char* destination, std::size_t coun
   return true;
 }
 
-void WholeDocument::Free::operator()(char* p) const noexcept { ::operator delete(p); }
+namespace {
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+}  // namespace
+
+void WholeDocument::Free::operator()(char* p) const noexcept { ::operator delete(p, std::align_val_t{alignment}); }
 
 void WholeDocument::allocate(std::size_t size) {
   // Raw operator new, not new char[](): value-initialising would write every
-  // page of a buffer that is about to be overwritten anyway.
-  char* p = static_cast<char*>(::operator new(size + kPadding));
+  // page of a buffer that is about to be overwritten anyway. A large
+  // document is aligned to 2 MiB and asks for transparent huge pages (Linux,
+  // THP in "madvise" mode as Debian ships it): inflating the 15 MB V100 trace
+  // then takes 8 page faults instead of ~3 800, and the scanner fewer TLB
+  // misses. Without THP the advice is ignored.
+  std::size_t bytes = size + kPadding;
+  std::size_t alignment = 64;
+  if (bytes >= 2 * kHugePage) {
+    bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    alignment = kHugePage;
+  }
+  char* p = static_cast<char*>(::operator new(bytes, std::align_val_t{alignment}));
+#if defined(MADV_HUGEPAGE)
+  if (alignment == kHugePage) (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
   std::memset(p + size, 0, kPadding);
-  data_.reset(p);
+  data_ = std::unique_ptr<char, Free>(p, Free{alignment});
   size_ = size;
 }
 
 namespace {
 
-// Reads the rest of `input` into `out` (which may hold a prefix already).
+// Reads the rest of `input`, `expected` bytes by its size, into `out` in
+// one piece. The buffer is not zero-filled first (a std::string's resize
+// writes every byte: for the 15 MB of a plain trace, a memset and page
+// faults for nothing) and grows only when the input turns out longer than
+// announced (a file that grew since fstat is read whole all the same).
 // False on a read error.
-bool read_to_end(RawInput& input, std::string& out) {
+bool read_to_end(RawInput& input, std::size_t expected, InputBytes& out) {
   std::string error;
+  std::size_t capacity = expected + 1;  // + 1: seeing one byte more says the input grew
+  std::unique_ptr<char[]> buffer(new char[capacity]);
+  std::size_t size = 0;
   for (;;) {
-    if (out.size() == out.capacity()) out.reserve(std::max<std::size_t>(2 * out.capacity(), 64 * 1024));
-    const std::size_t old_size = out.size();
-    out.resize(out.capacity());
-    const std::size_t got = input.read(&out[old_size], out.size() - old_size, error);
-    out.resize(old_size + got);
+    if (size == capacity) {
+      const std::size_t grown = std::max<std::size_t>(2 * capacity, 64 * 1024);
+      std::unique_ptr<char[]> bigger(new char[grown]);
+      std::memcpy(bigger.get(), buffer.get(), size);
+      buffer = std::move(bigger);
+      capacity = grown;
+    }
+    const std::size_t got = input.read(buffer.get() + size, capacity - size, error);
+    size += got;
     if (!error.empty()) return false;
-    if (got == 0) return true;
+    if (got == 0) break;
   }
+  out.data = std::move(buffer);
+  out.size = size;
+  return true;
 }
 
 }  // namespace
@@ -111,11 +143,8 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
     if (announced > limit) return Outcome::streamed;
     compressed_view_ = input.in_memory();
     if (compressed_view_.size() != size) {
-      compressed_.clear();
-      compressed_.reserve(size);
-      const bool read_ok = read_to_end(input, compressed_);
-      compressed_view_ = compressed_;
-      if (!read_ok) return Outcome::failed;
+      if (!read_to_end(input, size, compressed_)) return Outcome::failed;
+      compressed_view_ = compressed_.view();
     }
     struct Decompressor {
       libdeflate_decompressor* d = libdeflate_alloc_decompressor();
@@ -133,7 +162,7 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
       document.size_ = produced;
       document.compressed_bytes_ = compressed_view_.size();
       document.gzip_ = true;
-      compressed_ = std::string();
+      compressed_ = InputBytes();
       compressed_view_ = {};
       return Outcome::loaded;
     }
@@ -151,13 +180,34 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
     document.compressed_bytes_ = size;
     return Outcome::loaded;
   }
-  compressed_.clear();
-  compressed_.reserve(size + 1);  // + 1: a file that grew since fstat is read whole all the same
-  if (!read_to_end(input, compressed_)) return Outcome::failed;
-  document.allocate(compressed_.size());
-  if (!compressed_.empty()) std::memcpy(document.data_.get(), compressed_.data(), compressed_.size());
-  document.compressed_bytes_ = compressed_.size();
-  compressed_ = std::string();
+  // Straight into the document; only a file that grew since fstat takes a
+  // second buffer and a copy.
+  document.allocate(size);
+  std::string error;
+  std::size_t got = 0;
+  for (;;) {
+    // One byte into the padding: seeing it says the file is longer than `size`.
+    const std::size_t n = input.read(document.data_.get() + got, size + 1 - got, error);
+    got += n;
+    if (!error.empty()) return Outcome::failed;
+    if (n == 0 || got == size + 1) break;
+  }
+  if (got <= size) {
+    document.size_ = got;
+    std::memset(document.data_.get() + got, 0, WholeDocument::kPadding);
+    document.compressed_bytes_ = got;
+    return Outcome::loaded;
+  }
+  InputBytes longer;
+  if (!read_to_end(input, 0, longer)) return Outcome::failed;
+  InputBytes whole;
+  whole.size = got + longer.size;
+  whole.data.reset(new char[whole.size]);
+  std::memcpy(whole.data.get(), document.data_.get(), got);
+  if (longer.size > 0) std::memcpy(whole.data.get() + got, longer.data.get(), longer.size);
+  document.allocate(whole.size);
+  std::memcpy(document.data_.get(), whole.data.get(), whole.size);
+  document.compressed_bytes_ = whole.size;
   return Outcome::loaded;
 }
 

@@ -73,7 +73,11 @@ class WholeDocument {
 
  private:
   friend class WholeDocumentLoader;
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
   struct Free {
+    Free() noexcept : alignment(64) {}
+    explicit Free(std::size_t a) noexcept : alignment(a) {}
+    std::size_t alignment;  // what allocate() passed to operator new
     void operator()(char* p) const noexcept;
   };
   // Allocates size + kPadding bytes; only the padding is initialised (the
@@ -84,6 +88,13 @@ class WholeDocument {
   std::size_t size_ = 0;
   std::uint64_t compressed_bytes_ = 0;
   bool gzip_ = false;
+};
+
+// Bytes read from an input, in one buffer that was not zero-filled first.
+struct InputBytes {
+  std::unique_ptr<char[]> data;
+  std::size_t size = 0;
+  std::string_view view() const { return {data.get(), size}; }
 };
 
 // Reads a small trace in one piece instead of streaming it: a plain file, or
@@ -110,7 +121,7 @@ class WholeDocumentLoader {
   std::unique_ptr<RawInput> fallback_input() const { return std::make_unique<MemoryInput>(compressed_view_); }
 
  private:
-  std::string compressed_;            // the input's bytes when they had to be read
+  InputBytes compressed_;             // the input's bytes when they had to be read
   std::string_view compressed_view_;  // those, or the caller's buffer
 };
 

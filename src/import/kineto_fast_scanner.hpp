@@ -54,25 +54,54 @@ constexpr double kPowersOfTen[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1
 
 inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
+// Eight ASCII digits (the first in the lowest byte, bytes already minus '0')
+// as their value: combine pairs, then quads, then both halves.
+STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint64_t eight_digits_value(std::uint64_t chunk) {
+  chunk = (chunk * 10) + (chunk >> 8);
+  return (((chunk & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
+          (((chunk >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >>
+         32;
+}
+
+// Per byte of `chunk`: zero where the byte is '0'..'9' (high nibble 3, and
+// adding 6 does not carry into it), non-zero elsewhere. A carry out of a
+// non-digit byte may disturb the bytes above it, never the digits below it,
+// so the lowest non-zero byte is the first non-digit.
+STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint64_t non_digit_bytes(std::uint64_t chunk) {
+  return ((chunk & 0xF0F0F0F0F0F0F0F0ull) | (((chunk + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) ^
+         0x3333333333333333ull;
+}
+
 // Consumes the digits at q, folding them into value (value * 10 + digit,
 // wrapping past 19 digits: callers check the count). Eight at a time while
 // eight bytes are available (SWAR; a Kineto timestamp has 16 integer digits).
+// With Padded (at least 8 readable bytes after `end`, as the scanner's
+// window guarantees), the last 1-7 digits are folded from one 8-byte load
+// too, instead of a byte loop whose exit the branch predictor misses for
+// every number of a new length (pids, durations, the 3 fraction digits).
+template <bool Padded = false>
 STEPSCOPE_DETAIL_ALWAYS_INLINE const char* fold_digits(const char* q, const char* end, std::uint64_t& value) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  while (end - q >= 8) {
+  while (Padded || end - q >= 8) {
     std::uint64_t chunk;
     std::memcpy(&chunk, q, 8);
-    // Every byte in '0'..'9': high nibble 3, and adding 6 does not carry into it.
-    if (((chunk & 0xF0F0F0F0F0F0F0F0ull) | (((chunk + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) !=
-        0x3333333333333333ull)
+    const std::uint64_t others = non_digit_bytes(chunk);
+    if (others != 0) {
+      if constexpr (Padded) {
+        std::ptrdiff_t digits = __builtin_ctzll(others) / 8;
+        if (digits > end - q) digits = end - q;  // bytes past the end are not the number's
+        if (digits == 0) return q;
+        // The digits into the high bytes, zeros (leading zeros) below them.
+        // Digit bytes minus '0' borrow nothing: the bytes below them are digits.
+        chunk = (chunk - 0x3030303030303030ull) << (8 * (8 - digits));
+        static constexpr std::uint64_t kScale[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+        value = value * kScale[digits] + eight_digits_value(chunk);
+        return q + digits;
+      }
       break;
-    // The first digit is the lowest byte; combine pairs, then quads, then both halves.
-    chunk -= 0x3030303030303030ull;
-    chunk = (chunk * 10) + (chunk >> 8);
-    chunk = (((chunk & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
-             (((chunk >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >>
-            32;
-    value = value * 100000000ull + chunk;
+    }
+    if (Padded && end - q < 8) break;  // eight digits straddling the end: the byte loop below
+    value = value * 100000000ull + eight_digits_value(chunk - 0x3030303030303030ull);
     q += 8;
   }
 #endif
@@ -150,8 +179,10 @@ inline double decimal_to_double(std::uint64_t mantissa, int fraction_digits) {
 // gives. Gives up on what nlohmann reads differently or refuses: integers
 // that overflow (nlohmann turns them into doubles), exponents out of double
 // range (an error there), and very long numbers.
+// Padded: at least 8 readable bytes follow `end` (whatever they hold).
+template <bool Padded = false>
 STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, const char* end, bool want_value,
-                                                          Scalar& out) {
+                                                           Scalar& out) {
   NumberRead read;
   const char* q = begin;
   const bool negative = q < end && *q == '-';
@@ -165,7 +196,7 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, co
   if (*q == '0') {
     ++q;
   } else if (*q >= '1' && *q <= '9') {
-    q = fold_digits(q, end, mantissa);
+    q = fold_digits<Padded>(q, end, mantissa);
   } else {
     read.status = NumberRead::invalid;
     return read;
@@ -181,7 +212,7 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, co
       return read;
     }
     const char* const fraction_begin = q;
-    q = fold_digits(q, end, mantissa);
+    q = fold_digits<Padded>(q, end, mantissa);
     fraction_digits = q - fraction_begin;
     fraction = true;
   }
@@ -660,7 +691,9 @@ class FastScanner {
   // constant and the skipping variant drops the value arithmetic.
   STEPSCOPE_DETAIL_ALWAYS_INLINE bool number(Scalar& s, bool want_value) {
     if (end_ - p_ <= kMaxNumberChars) ensure(kMaxNumberChars + 1);
-    const NumberRead read = read_json_number(p_, end_, want_value, s);
+    // The window keeps kPadding readable bytes after end_.
+    static_assert(ChunkWindow::kPadding >= 8, "fold_digits<true> loads 8 bytes at the end");
+    const NumberRead read = read_json_number<true>(p_, end_, want_value, s);
     if (read.status == NumberRead::invalid) return invalid();
     if (read.status == NumberRead::give_up) return give_up(read.reason);
     p_ = read.end;

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <future>
 #include <map>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace stepscope {
@@ -94,181 +96,259 @@ std::string nothing_to_time(const Timeline& tl) {
   return what;
 }
 
+namespace {
+
+// --- report_from_timeline, step by step ----------------------------------------
+
+void describe_run(const Timeline& tl, const std::string& source, RunInfo& run) {
+  run.library_version = STEPSCOPE_VERSION_STRING;
+  run.source = "kineto-import";
+  run.host = source;
+  run.rank = tl.rank;
+  run.world_size = tl.world_size;
+  run.config["trace"] = source;
+  run.config_types["trace"] = "string";
+  if (!tl.distributed_backend.empty()) {
+    run.config["distributed_backend"] = tl.distributed_backend;
+    run.config_types["distributed_backend"] = "string";
+  }
+  run.clock_source = "trace";
+  run.warmup_steps = 0;  // the profiler's own schedule (wait/warmup/active) already left warm-up out
+  run.warmup_source = "trace";
+  run.build["importer"] = "kineto";
+}
+
+// Steps: the ProfilerStep#N ranges kept for analysis.
+void summarise_steps(const Timeline& tl, StepStats& steps) {
+  detail::DurationStats step_wall;
+  for (const auto& s : tl.steps) step_wall.add(ns(s.end_ns - s.start_ns));
+  steps.count = tl.steps.size();
+  steps.wall_ms = step_wall.to_distribution_ms();
+  steps.histogram = step_wall.histogram.to_data();
+}
+
+// The user's record_function annotations on the host, ordered by thread and
+// start (outer first), each with the step it starts in and its self time
+// (inclusive minus nested annotations on the same thread). PyTorch's own
+// ranges (enumerate(DataLoader)#..., Optimizer.step#...) are not the user's:
+// they become the framework phases.
+struct Annotation {
+  const timeline::Phase* phase = nullptr;
+  const timeline::Step* step = nullptr;  // null: outside every step
+  PhaseKind kind = PhaseKind::other;
+  std::uint64_t self_ns = 0;
+};
+
+const timeline::Step* step_at(const Timeline& tl, std::int64_t t) {
+  for (const auto& s : tl.steps)
+    if (t >= s.start_ns && t < s.end_ns) return &s;
+  return nullptr;
+}
+
+std::vector<Annotation> user_annotations(const Timeline& tl) {
+  std::vector<const timeline::Phase*> host;
+  for (const auto& p : tl.phases)
+    if (!p.on_device && !timeline::is_pytorch_range(tl.name_of(p.name))) host.push_back(&p);
+  std::sort(host.begin(), host.end(), [](const timeline::Phase* a, const timeline::Phase* b) {
+    if (a->tid != b->tid) return a->tid < b->tid;
+    if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns;
+    return a->end_ns > b->end_ns;  // outer first
+  });
+  std::vector<std::int64_t> child_ns(host.size(), 0);
+  std::vector<std::size_t> open;  // indices of the enclosing annotations on this thread
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    while (!open.empty() && (host[open.back()]->tid != host[i]->tid || host[open.back()]->end_ns <= host[i]->start_ns))
+      open.pop_back();
+    if (!open.empty()) child_ns[open.back()] += host[i]->end_ns - host[i]->start_ns;
+    open.push_back(i);
+  }
+  std::vector<Annotation> out(host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    out[i].phase = host[i];
+    out[i].step = step_at(tl, host[i]->start_ns);
+    out[i].kind = annotation_kind(tl.name_of(host[i]->name));
+    out[i].self_ns = ns(host[i]->end_ns - host[i]->start_ns - child_ns[i]);
+  }
+  return out;
+}
+
+// Per-phase accumulators ("name#step" / "name#outside") and the per-kind self
+// time inside steps that the breakdown divides by the step count.
+struct PhaseTotals {
+  std::map<std::string, PhaseAcc> phases;
+  std::map<int, std::uint64_t> kind_self_ns;
+  std::uint64_t attributed_ns = 0;
+};
+
+void add_user_phases(const Timeline& tl, const std::vector<Annotation>& annotations, PhaseTotals& totals) {
+  for (const Annotation& a : annotations) {
+    const auto& p = *a.phase;
+    PhaseAcc& acc = totals.phases[tl.name_of(p.name) + (a.step ? "#step" : "#outside")];
+    acc.kind = a.kind;
+    acc.role = a.step ? ThreadRole::step : ThreadRole::outside_step;
+    acc.inclusive.add(ns(p.end_ns - p.start_ns));
+    acc.self.add(a.self_ns);
+    acc.threads[p.tid] = true;
+    if (a.step) {
+      totals.kind_self_ns[static_cast<int>(a.kind)] += a.self_ns;
+      totals.attributed_ns += a.self_ns;
+    }
+  }
+}
+
+// One PhaseSummary per accumulator, largest self time first.
+std::vector<PhaseSummary> summarise_phases(const std::map<std::string, PhaseAcc>& phases, double step_total_ms) {
+  std::vector<PhaseSummary> out;
+  for (const auto& [key, acc] : phases) {
+    PhaseSummary s;
+    s.name = key.substr(0, key.rfind('#'));
+    s.kind = acc.kind;
+    s.thread_role = acc.role;
+    s.count = acc.inclusive.moments.count();
+    s.host_ms = acc.inclusive.to_distribution_ms();
+    s.self_ms = acc.self.to_distribution_ms();
+    s.share_of_step = (acc.role == ThreadRole::step && step_total_ms > 0) ? s.self_ms.total / step_total_ms : 0;
+    s.threads = static_cast<std::uint32_t>(acc.threads.size());
+    s.histogram = acc.inclusive.histogram.to_data();
+    out.push_back(std::move(s));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const PhaseSummary& a, const PhaseSummary& b) { return a.self_ms.total > b.self_ms.total; });
+  return out;
+}
+
+// The mean step's breakdown by phase kind (needs at least one step).
+void break_down_mean_step(const PhaseTotals& totals, StepStats& steps) {
+  const double n = static_cast<double>(steps.count);
+  auto mean_ms = [&](PhaseKind k) {
+    const auto found = totals.kind_self_ns.find(static_cast<int>(k));
+    return found == totals.kind_self_ns.end() ? 0.0 : static_cast<double>(found->second) * 1e-6 / n;
+  };
+  auto& b = steps.breakdown;
+  b.wall_ms = steps.wall_ms.mean;
+  b.input_ms = mean_ms(PhaseKind::input);
+  b.compute_ms = mean_ms(PhaseKind::compute);
+  b.memory_ms = mean_ms(PhaseKind::memory);
+  b.communication_ms = mean_ms(PhaseKind::communication);
+  b.other_ms = mean_ms(PhaseKind::other);
+  // Annotations may overlap across threads; never let the parts exceed the step.
+  b.unattributed_ms = std::max(0.0, b.wall_ms - static_cast<double>(totals.attributed_ns) * 1e-6 / n);
+}
+
+// The per-step series: wall time and each kind's self time, step by step.
+void fill_step_series(const Timeline& tl, const std::vector<Annotation>& annotations,
+                      const std::vector<timeline::StepFrameworkPhases>& framework, StepSeries& series) {
+  for (const auto& s : tl.steps) {
+    series.first_step.push_back(static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.number)));
+    series.wall_ms.push_back(static_cast<double>(s.end_ns - s.start_ns) * 1e-6);
+  }
+  series.stride = 1;
+  const std::size_t m = series.wall_ms.size();
+  for (auto* v : {&series.input_ms, &series.compute_ms, &series.memory_ms, &series.communication_ms, &series.other_ms,
+                  &series.unattributed_ms, &series.rss_mb})
+    v->assign(m, 0.0);
+  for (const Annotation& a : annotations) {
+    if (!a.step) continue;
+    const std::size_t idx = static_cast<std::size_t>(a.step - tl.steps.data());
+    std::vector<double>* target = &series.other_ms;
+    switch (a.kind) {
+      case PhaseKind::input: target = &series.input_ms; break;
+      case PhaseKind::compute: target = &series.compute_ms; break;
+      case PhaseKind::memory: target = &series.memory_ms; break;
+      case PhaseKind::communication: target = &series.communication_ms; break;
+      case PhaseKind::other: break;
+    }
+    (*target)[idx] += static_cast<double>(a.self_ns) * 1e-6;
+  }
+  for (std::size_t i = 0; i < framework.size() && i < m; ++i) {
+    for (std::size_t k = 0; k < timeline::kFrameworkPhaseCount; ++k) {
+      const double ms = static_cast<double>(framework[i].phase_ns[k]) * 1e-6;
+      const bool data = static_cast<timeline::FrameworkPhase>(k) == timeline::FrameworkPhase::data;
+      (data ? series.input_ms : series.compute_ms)[i] += ms;
+    }
+  }
+  for (std::size_t i = 0; i < m; ++i) {
+    const double parts =
+        series.input_ms[i] + series.compute_ms[i] + series.memory_ms[i] + series.communication_ms[i] + series.other_ms[i];
+    series.unattributed_ms[i] = std::max(0.0, series.wall_ms[i] - parts);
+  }
+}
+
+// device_facts and HTA's tables both run the launch, idle and overlap
+// analyses over the whole timeline (≈ 2 ms each on the 15 MB V100 trace):
+// the tables are computed on a second thread meanwhile. The timeline is only
+// read. Where no thread can be started they are computed here.
+struct DeviceAnalyses {
+  timeline::DeviceFacts facts;
+  HtaTables hta;
+};
+
+DeviceAnalyses analyse_device(const Timeline& tl) {
+  DeviceAnalyses out;
+  if (tl.device_ops.empty()) {  // the tables exist only with device activity
+    out.facts = timeline::device_facts(tl);
+    return out;
+  }
+  std::future<HtaTables> tables;
+  try {
+    tables = std::async(std::launch::async, [&tl] { return hta_tables(tl); });
+  } catch (const std::system_error&) {
+    // No thread: computed below on this one.
+  }
+  out.facts = timeline::device_facts(tl);
+  out.hta = tables.valid() ? tables.get() : hta_tables(tl);
+  return out;
+}
+
+// Device side: the timeline analyses' facts drive the GPU verdict.
+void describe_device(const Timeline& tl, Report& r) {
+  DeviceAnalyses analyses = analyse_device(tl);
+  const timeline::DeviceFacts& f = analyses.facts;
+  r.device.enabled = f.has_device_activity;
+  r.device.status = f.has_device_activity ? "ok" : "no_device_activity";
+  r.device.reason = f.has_device_activity ? "device timeline imported from the trace"
+                                          : "the trace holds no device (GPU) activity";
+  if (!tl.devices.empty()) {
+    r.device.name = tl.devices.front().name;
+    if (tl.devices.front().total_memory_bytes > 0)
+      r.device.memory_capacity_mb = static_cast<double>(tl.devices.front().total_memory_bytes) / (1024.0 * 1024.0);
+  }
+  if (!f.has_device_activity) return;
+  timeline::add_device_facts(f, r.device.facts);
+  r.device.hta = std::move(analyses.hta);
+  if (!f.top_sync_phase.empty()) r.warnings.push_back("most sync idle time is in phase '" + f.top_sync_phase + "'");
+  // Without ProfilerStep annotations the whole trace is one window.
+  if (r.steps.count == 0 && f.steps > 0) {
+    r.steps.count = static_cast<std::uint64_t>(f.steps);
+    r.steps.wall_ms.count = r.steps.count;
+    r.steps.wall_ms.mean = r.steps.wall_ms.p50 = r.steps.wall_ms.p90 = r.steps.wall_ms.p99 = r.steps.wall_ms.min =
+        r.steps.wall_ms.max = f.step_time_mean_ns * 1e-6;
+    r.steps.wall_ms.total = r.steps.wall_ms.mean * static_cast<double>(f.steps);
+    r.steps.breakdown.wall_ms = r.steps.wall_ms.mean;
+    r.steps.breakdown.unattributed_ms = r.steps.wall_ms.mean;
+    r.warnings.push_back("the trace has no ProfilerStep#N annotations: analysed as one window");
+  }
+}
+
+}  // namespace
+
 Report report_from_timeline(const Timeline& tl, const std::string& source) noexcept {
   Report r;
   try {
-    r.run.library_version = STEPSCOPE_VERSION_STRING;
-    r.run.source = "kineto-import";
-    r.run.host = source;
-    r.run.rank = tl.rank;
-    r.run.world_size = tl.world_size;
-    r.run.config["trace"] = source;
-    r.run.config_types["trace"] = "string";
-    if (!tl.distributed_backend.empty()) {
-      r.run.config["distributed_backend"] = tl.distributed_backend;
-      r.run.config_types["distributed_backend"] = "string";
-    }
-    r.run.clock_source = "trace";
-    r.run.warmup_steps = 0;  // the profiler's own schedule (wait/warmup/active) already left warm-up out
-    r.run.warmup_source = "trace";
-    r.run.build["importer"] = "kineto";
-
-    // Steps: ProfilerStep#N ranges kept for analysis.
-    detail::DurationStats step_wall;
-    for (const auto& s : tl.steps) step_wall.add(ns(s.end_ns - s.start_ns));
-    r.steps.count = tl.steps.size();
-    r.steps.wall_ms = step_wall.to_distribution_ms();
-    r.steps.histogram = step_wall.histogram.to_data();
-
-    // Host phases: user annotations, with self time from their nesting on
-    // the same thread, attributed to the step they fall in.
-    // PyTorch's own ranges (enumerate(DataLoader)#..., Optimizer.step#...)
-    // are not the user's: they become the framework phases below.
-    std::vector<const timeline::Phase*> host;
-    for (const auto& p : tl.phases)
-      if (!p.on_device && !timeline::is_pytorch_range(tl.name_of(p.name))) host.push_back(&p);
-    std::sort(host.begin(), host.end(), [](const timeline::Phase* a, const timeline::Phase* b) {
-      if (a->tid != b->tid) return a->tid < b->tid;
-      if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns;
-      return a->end_ns > b->end_ns;  // outer first
-    });
-    std::vector<std::int64_t> child_ns(host.size(), 0);
-    {
-      std::vector<std::size_t> stack;
-      for (std::size_t i = 0; i < host.size(); ++i) {
-        while (!stack.empty() && (host[stack.back()]->tid != host[i]->tid || host[stack.back()]->end_ns <= host[i]->start_ns))
-          stack.pop_back();
-        if (!stack.empty()) child_ns[stack.back()] += host[i]->end_ns - host[i]->start_ns;
-        stack.push_back(i);
-      }
-    }
-    auto step_of = [&](std::int64_t t) -> const timeline::Step* {
-      for (const auto& s : tl.steps)
-        if (t >= s.start_ns && t < s.end_ns) return &s;
-      return nullptr;
-    };
-    // Thread(s) that run steps: the ones whose annotations fall inside steps.
-    std::map<std::string, PhaseAcc> phases;
-    std::map<int, std::uint64_t> kind_self_ns;
-    std::uint64_t attributed_ns = 0;
-    for (std::size_t i = 0; i < host.size(); ++i) {
-      const auto& p = *host[i];
-      const std::string& name = tl.name_of(p.name);
-      const auto* step = step_of(p.start_ns);
-      const PhaseKind kind = annotation_kind(name);
-      const std::string key = name + (step ? "#step" : "#outside");
-      PhaseAcc& acc = phases[key];
-      acc.kind = kind;
-      acc.role = step ? ThreadRole::step : ThreadRole::outside_step;
-      const std::uint64_t inclusive = ns(p.end_ns - p.start_ns);
-      const std::uint64_t self = ns(p.end_ns - p.start_ns - child_ns[i]);
-      acc.inclusive.add(inclusive);
-      acc.self.add(self);
-      acc.threads[p.tid] = true;
-      if (step) {
-        kind_self_ns[static_cast<int>(kind)] += self;
-        attributed_ns += self;
-      }
-    }
+    describe_run(tl, source, r.run);
+    summarise_steps(tl, r.steps);
+    const std::vector<Annotation> annotations = user_annotations(tl);
     const std::vector<timeline::StepFrameworkPhases> framework = timeline::framework_phases(tl);
-    add_framework_phases(framework, phases, kind_self_ns, attributed_ns);
-    const double step_total_ms = r.steps.wall_ms.total;
-    for (auto& [key, acc] : phases) {
-      PhaseSummary s;
-      s.name = key.substr(0, key.rfind('#'));
-      s.kind = acc.kind;
-      s.thread_role = acc.role;
-      s.count = acc.inclusive.moments.count();
-      s.host_ms = acc.inclusive.to_distribution_ms();
-      s.self_ms = acc.self.to_distribution_ms();
-      s.share_of_step = (acc.role == ThreadRole::step && step_total_ms > 0) ? s.self_ms.total / step_total_ms : 0;
-      s.threads = static_cast<std::uint32_t>(acc.threads.size());
-      s.histogram = acc.inclusive.histogram.to_data();
-      r.phases.push_back(std::move(s));
-    }
-    std::stable_sort(r.phases.begin(), r.phases.end(),
-                     [](const PhaseSummary& a, const PhaseSummary& b) { return a.self_ms.total > b.self_ms.total; });
+    PhaseTotals totals;
+    add_user_phases(tl, annotations, totals);
+    add_framework_phases(framework, totals.phases, totals.kind_self_ns, totals.attributed_ns);
+    r.phases = summarise_phases(totals.phases, r.steps.wall_ms.total);
+    attach_top_operators(tl, r.phases);
     if (r.steps.count > 0) {
-      const double n = static_cast<double>(r.steps.count);
-      auto mean_ms = [&](PhaseKind k) { return static_cast<double>(kind_self_ns[static_cast<int>(k)]) * 1e-6 / n; };
-      auto& b = r.steps.breakdown;
-      b.wall_ms = r.steps.wall_ms.mean;
-      b.input_ms = mean_ms(PhaseKind::input);
-      b.compute_ms = mean_ms(PhaseKind::compute);
-      b.memory_ms = mean_ms(PhaseKind::memory);
-      b.communication_ms = mean_ms(PhaseKind::communication);
-      b.other_ms = mean_ms(PhaseKind::other);
-      // Annotations may overlap across threads; never let the parts exceed the step.
-      b.unattributed_ms = std::max(0.0, b.wall_ms - static_cast<double>(attributed_ns) * 1e-6 / n);
-      // Per-step series.
-      for (const auto& s : tl.steps) {
-        r.steps.series.first_step.push_back(static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.number)));
-        r.steps.series.wall_ms.push_back(static_cast<double>(s.end_ns - s.start_ns) * 1e-6);
-      }
-      r.steps.series.stride = 1;
-      const std::size_t m = r.steps.series.wall_ms.size();
-      for (auto* v : {&r.steps.series.input_ms, &r.steps.series.compute_ms, &r.steps.series.memory_ms,
-                      &r.steps.series.communication_ms, &r.steps.series.other_ms, &r.steps.series.unattributed_ms,
-                      &r.steps.series.rss_mb})
-        v->assign(m, 0.0);
-      // Fill per-step kind times from the annotations of each step.
-      for (std::size_t i = 0; i < host.size(); ++i) {
-        const auto& p = *host[i];
-        const auto* step = step_of(p.start_ns);
-        if (!step) continue;
-        const std::size_t idx = static_cast<std::size_t>(step - tl.steps.data());
-        const double self_ms = static_cast<double>(ns(p.end_ns - p.start_ns - child_ns[i])) * 1e-6;
-        std::vector<double>* target = &r.steps.series.other_ms;
-        switch (annotation_kind(tl.name_of(p.name))) {
-          case PhaseKind::input: target = &r.steps.series.input_ms; break;
-          case PhaseKind::compute: target = &r.steps.series.compute_ms; break;
-          case PhaseKind::memory: target = &r.steps.series.memory_ms; break;
-          case PhaseKind::communication: target = &r.steps.series.communication_ms; break;
-          case PhaseKind::other: break;
-        }
-        (*target)[idx] += self_ms;
-      }
-      for (std::size_t i = 0; i < framework.size() && i < m; ++i) {
-        for (std::size_t k = 0; k < timeline::kFrameworkPhaseCount; ++k) {
-          const double ms = static_cast<double>(framework[i].phase_ns[k]) * 1e-6;
-          const bool data = static_cast<timeline::FrameworkPhase>(k) == timeline::FrameworkPhase::data;
-          (data ? r.steps.series.input_ms : r.steps.series.compute_ms)[i] += ms;
-        }
-      }
-      for (std::size_t i = 0; i < m; ++i) {
-        const double parts = r.steps.series.input_ms[i] + r.steps.series.compute_ms[i] + r.steps.series.memory_ms[i] +
-                             r.steps.series.communication_ms[i] + r.steps.series.other_ms[i];
-        r.steps.series.unattributed_ms[i] = std::max(0.0, r.steps.series.wall_ms[i] - parts);
-      }
+      break_down_mean_step(totals, r.steps);
+      fill_step_series(tl, annotations, framework, r.steps.series);
     }
-
-    // Device side: the timeline analyses' facts drive the GPU verdict.
-    const timeline::DeviceFacts f = timeline::device_facts(tl);
-    r.device.enabled = f.has_device_activity;
-    r.device.status = f.has_device_activity ? "ok" : "no_device_activity";
-    r.device.reason = f.has_device_activity ? "device timeline imported from the trace"
-                                            : "the trace holds no device (GPU) activity";
-    if (!tl.devices.empty()) {
-      r.device.name = tl.devices.front().name;
-      if (tl.devices.front().total_memory_bytes > 0)
-        r.device.memory_capacity_mb = static_cast<double>(tl.devices.front().total_memory_bytes) / (1024.0 * 1024.0);
-    }
-    if (f.has_device_activity) {
-      timeline::add_device_facts(f, r.device.facts);
-      r.device.hta = hta_tables(tl);
-      if (!f.top_sync_phase.empty()) r.warnings.push_back("most sync idle time is in phase '" + f.top_sync_phase + "'");
-      // Without ProfilerStep annotations the whole trace is one window.
-      if (r.steps.count == 0 && f.steps > 0) {
-        r.steps.count = static_cast<std::uint64_t>(f.steps);
-        r.steps.wall_ms.count = r.steps.count;
-        r.steps.wall_ms.mean = r.steps.wall_ms.p50 = r.steps.wall_ms.p90 = r.steps.wall_ms.p99 = r.steps.wall_ms.min =
-            r.steps.wall_ms.max = f.step_time_mean_ns * 1e-6;
-        r.steps.wall_ms.total = r.steps.wall_ms.mean * static_cast<double>(f.steps);
-        r.steps.breakdown.wall_ms = r.steps.wall_ms.mean;
-        r.steps.breakdown.unattributed_ms = r.steps.wall_ms.mean;
-        r.warnings.push_back("the trace has no ProfilerStep#N annotations: analysed as one window");
-      }
-    }
+    describe_device(tl, r);
     analyze(r);  // ends with reword_advice_for_trace (src/analysis/advice_wording.cpp): the trace's language
   } catch (const std::exception& e) {
     r.warnings.push_back(std::string("analysis incomplete: ") + e.what());

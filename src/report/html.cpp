@@ -516,6 +516,34 @@ void call_sites_table(std::string& o, const Report& r) {
   o += "</tbody></table>";
 }
 
+// Imported traces: each phase's top operators (aten:: ops on the host, then
+// GPU kernels) by self time, TensorBoard's operator view per phase.
+void top_operators_table(std::string& o, const Report& r) {
+  bool any = false;
+  for (const auto& p : r.phases) any = any || !p.top_operators.empty();
+  if (!any) return;
+  o += "<h3>Top operators per phase</h3><p class=\"note\">The trace's operators with the most self time inside each "
+       "phase: cpu_op = host time minus nested ops, kernel = GPU time of the kernels the phase launched; totals over "
+       "the measured steps.</p><table id=\"top-operators\" class=\"stats\"><thead><tr><th>phase</th><th>kind</th>"
+       "<th>operator</th><th>count</th><th>self ms</th></tr></thead><tbody>";
+  // Kernel names run to hundreds of characters: the full one is the cell's title.
+  const auto shorten = [](const std::string& name) {
+    constexpr std::size_t kWidth = 90;
+    if (name.size() <= kWidth) return name;
+    std::size_t cut = kWidth - 3;
+    while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+    return name.substr(0, cut) + "...";
+  };
+  for (const auto& p : r.phases)
+    for (const auto& op : p.top_operators)
+      o += fmt::format(
+          "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"name\" title=\"{}\">{}</td><td class=\"n\">{}</td>"
+          "<td class=\"n\">{}</td></tr>",
+          esc(p.name), esc(op.kind), esc(op.name), esc(shorten(op.name)),
+          op.count, ms(op.self_ms));
+  o += "</tbody></table>";
+}
+
 void phases_section(std::string& o, const Report& r) {
   o += "<section id=\"phases\" class=\"card\"><h2>Phases</h2>";
   if (r.phases.empty()) {
@@ -585,6 +613,7 @@ void phases_section(std::string& o, const Report& r) {
   }
   o += "</tbody></table>";
   call_sites_table(o, r);
+  top_operators_table(o, r);
   o += "</section>\n";
 }
 

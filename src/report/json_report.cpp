@@ -495,6 +495,12 @@ json to_j(const PhaseSummary& p) {
     j["sites"] = std::move(sites);
     j["sites_merged"] = p.sites_merged;
   }
+  if (!p.top_operators.empty()) {
+    json ops = json::array();
+    for (const OperatorTime& op : p.top_operators)
+      ops.push_back(json{{"name", op.name}, {"kind", op.kind}, {"count", op.count}, {"self_ms", num(op.self_ms)}});
+    j["top_operators"] = std::move(ops);
+  }
   return j;
 }
 PhaseSummary phase_from(const Field& j) {
@@ -520,6 +526,14 @@ PhaseSummary phase_from(const Field& j) {
     p.sites.push_back(std::move(site));
   }
   p.sites_merged = get_u64(j, "sites_merged");
+  for (const Field& x : get_arr(j, "top_operators")) {
+    OperatorTime op;
+    op.name = get_str(x, "name");
+    op.kind = get_str(x, "kind");
+    op.count = get_u64(x, "count");
+    op.self_ms = get_num(x, "self_ms");
+    p.top_operators.push_back(std::move(op));
+  }
   return p;
 }
 

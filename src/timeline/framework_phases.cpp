@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "stepscope/timeline.hpp"
+#include "timeline/framework_phases.hpp"
 #include "timeline/interval_set.hpp"
 
 namespace stepscope::timeline {
@@ -84,44 +85,55 @@ bool is_pytorch_range(std::string_view name) {
   return starts_with(name, "ProfilerStep") || is_data_range(name) || is_optimizer_range(name);
 }
 
-std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
-  std::vector<StepFrameworkPhases> out;
-  if (tl.steps.empty()) return out;
-
-  // The thread of each step: the host event that is the ProfilerStep range.
-  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> step_tid;
+FrameworkMarks framework_marks(const Timeline& tl) {
+  FrameworkMarks m;
   for (const HostInterval& h : tl.host_ops)
-    if (h.kind == HostOpKind::step) step_tid.emplace(std::make_pair(h.start_ns, h.end_ns), h.tid);
-
-  // Marked intervals per thread (backward: all threads together).
-  std::map<std::int64_t, Intervals> user, data, optimizer, work;
-  Intervals backward;
+    if (h.kind == HostOpKind::step) m.step_tid.emplace(std::make_pair(h.start_ns, h.end_ns), h.tid);
   for (const HostInterval& h : tl.host_ops) {
     const std::string_view name = tl.name_of(h.name);
     const Interval iv{h.start_ns, h.end_ns};
     switch (mark_of(h, name)) {
       case Mark::user:
-        user[h.tid].push_back(iv);
+        m.user[h.tid].push_back(iv);
         break;
       case Mark::data:
-        data[h.tid].push_back(iv);
+        m.data[h.tid].push_back(iv);
         break;
       case Mark::optimizer:
-        optimizer[h.tid].push_back(iv);
+        m.optimizer[h.tid].push_back(iv);
         break;
       case Mark::backward:
-        backward.push_back(iv);
+        m.backward.push_back(iv);
         break;
       case Mark::work:
-        work[h.tid].push_back(iv);
+        m.work[h.tid].push_back(iv);
         break;
       case Mark::none:
         break;
     }
   }
-  for (auto* per_thread : {&user, &data, &optimizer, &work})
+  for (auto* per_thread : {&m.user, &m.data, &m.optimizer, &m.work})
     for (auto& [tid, list] : *per_thread) list = detail::normalise(std::move(list));
-  backward = detail::normalise(std::move(backward));
+  m.backward = detail::normalise(std::move(m.backward));
+  return m;
+}
+
+std::int64_t FrameworkMarks::thread_of(const Step& s) const {
+  const auto it = step_tid.find({s.start_ns, s.end_ns});
+  return it == step_tid.end() ? -1 : it->second;
+}
+
+std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
+  std::vector<StepFrameworkPhases> out;
+  if (tl.steps.empty()) return out;
+
+  // Marked intervals per thread (backward: all threads together).
+  const FrameworkMarks marks = framework_marks(tl);
+  const auto& user = marks.user;
+  const auto& data = marks.data;
+  const auto& optimizer = marks.optimizer;
+  const auto& work = marks.work;
+  const Intervals& backward = marks.backward;
 
   const Intervals none;
   auto of_thread = [&none](const std::map<std::int64_t, Intervals>& m, std::int64_t tid) -> const Intervals& {
@@ -131,8 +143,7 @@ std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
   for (const Step& s : tl.steps) {
     StepFrameworkPhases p;
     p.step = s.number;
-    const auto tid_it = step_tid.find({s.start_ns, s.end_ns});
-    p.tid = tid_it == step_tid.end() ? -1 : tid_it->second;
+    p.tid = marks.thread_of(s);
     p.span_ns = std::max<std::int64_t>(0, s.end_ns - s.start_ns);
     // Taken in order of precedence; each claims what the earlier ones left.
     Intervals left = {{s.start_ns, s.end_ns}};

@@ -520,6 +520,20 @@ TEST_CASE("numbers read exactly as nlohmann reads them", "[import][fast][numbers
       REQUIRE(s.type == ValueType::number_integer);
       REQUIRE(s.integer == reference.get<std::int64_t>());
     }
+    // The scanner's variant (8 readable bytes after the end): the same
+    // reading whatever follows, digits included (they are not the token's).
+    for (const char* after : {"99999999", "\"0000000", ",       "}) {
+      const std::string padded = token + after;
+      Scalar p;
+      const NumberRead read_padded =
+          read_json_number<true>(padded.data(), padded.data() + token.size(), true, p);
+      REQUIRE(read_padded.status == NumberRead::ok);
+      REQUIRE(read_padded.end == padded.data() + token.size());
+      REQUIRE(p.type == s.type);
+      REQUIRE(std::memcmp(&p.floating, &s.floating, sizeof p.floating) == 0);
+      REQUIRE(p.unsigned_value == s.unsigned_value);
+      REQUIRE(p.integer == s.integer);
+    }
     ++compared;
   }
   CHECK(compared > 50000);

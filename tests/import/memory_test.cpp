@@ -60,6 +60,15 @@ void operator delete(void* p) noexcept {
   std::free(p);
 }
 void operator delete[](void* p) noexcept { operator delete(p); }
+// The importer's whole-document buffer is aligned (to 2 MiB, for huge pages).
+void* operator new(std::size_t size, std::align_val_t alignment) {
+  void* p = nullptr;
+  if (posix_memalign(&p, static_cast<std::size_t>(alignment), size == 0 ? 1 : size) != 0) throw std::bad_alloc();
+  count_allocation(p);
+  return p;
+}
+void operator delete(void* p, std::align_val_t) noexcept { operator delete(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { operator delete(p); }
 void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
 void operator delete[](void* p, std::size_t) noexcept { operator delete(p); }
 
@@ -114,9 +123,13 @@ TEST_CASE("a trace below the in-memory limit costs its JSON once, and no more", 
       CHECK(how.whole_document == whole);
       CHECK(how.split_parse == (whole && pipelined));
       if (!whole) continue;
-      // The JSON (and the gzip bytes while inflating) on top of what streaming needs for the kept events.
+      // The JSON (and the gzip bytes while inflating) on top of what streaming needs for the kept events;
+      // the document's buffer is rounded up to whole 2 MiB huge pages (byte_source.cpp: up to 2 MiB more),
+      // and the streamed peak it is compared with moves by about 1 MB with the threads' timing on a busy
+      // machine (4.3 to 6.6 MB seen): 2 MiB of slack for that.
       CHECK(peak > r.stats.uncompressed_bytes);
-      CHECK(peak < streamed + r.stats.uncompressed_bytes + (gzipped ? r.stats.compressed_bytes : 0) + (1u << 20));
+      CHECK(peak < streamed + r.stats.uncompressed_bytes + (gzipped ? r.stats.compressed_bytes : 0) + (2u << 20) +
+                       (2u << 20));
     }
   }
 }
