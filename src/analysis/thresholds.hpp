@@ -159,8 +159,9 @@ struct Thresholds {
   // under ASLR, which core, clock frequency): 16 runs of `stepscope_scenarios
   // --scenario compute --steps 400` back to back on the 2-core CI machine,
   // each with a batch-means noise of ~0.4%, had means 0.712-0.760 ms (sd 1.7%,
-  // so the difference of one pair has sd 2.4%; 2 of 25 pairs in a clean-clone
-  // CI differed by 5.4% and 6.7%). 8% is ~3.3 sd of a pair's difference: one
+  // so the difference of one pair has sd 2.4%; a clean-clone CI run saw a
+  // pair 5.4% apart, 25 local repeats of scenarios.diff 2 pairs, one 6.7%
+  // apart). 8% is ~3.3 sd of a pair's difference: one
   // run each cannot tell a smaller change from the next process. This is why
   // pyperf runs 20 processes; with repeats (compare_runs) the between-run sd
   // is measured and the floor drops to min_relative_change_repeated.
