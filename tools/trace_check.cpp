@@ -13,7 +13,9 @@
 #include <set>
 #include <utility>
 
-namespace stepscope::tools {
+namespace stepscope {
+inline namespace v1 {
+namespace tools {
 
 namespace {
 
@@ -162,4 +164,6 @@ TraceCheck check_chrome_trace(const std::string& path, bool require_steps) {
   return check;
 }
 
-}  // namespace stepscope::tools
+}  // namespace tools
+}  // namespace v1
+}  // namespace stepscope

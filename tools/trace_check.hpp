@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace stepscope::tools {
+namespace stepscope {
+inline namespace v1 {
+namespace tools {
 
 struct TraceCheck {
   bool readable = false;  // the file could be read and parsed as JSON
@@ -23,4 +25,6 @@ struct TraceCheck {
 // written by stepscope marks its steps; other producers need not.
 TraceCheck check_chrome_trace(const std::string& path, bool require_steps);
 
-}  // namespace stepscope::tools
+}  // namespace tools
+}  // namespace v1
+}  // namespace stepscope

@@ -17,6 +17,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 
 // The five-way classification with evidence, confidence and recommendations;
 // "unknown" when the facts do not support a confident answer.
@@ -120,4 +121,5 @@ STEPSCOPE_API std::string comparison_to_json(const Comparison& comparison);
 // analyze() calls it last. No-op for other sources.
 STEPSCOPE_API void reword_advice_for_trace(Report& report);
 
+}  // namespace v1
 }  // namespace stepscope

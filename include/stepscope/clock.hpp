@@ -23,7 +23,9 @@
 #define STEPSCOPE_DETAIL_HAVE_TSC 0
 #endif
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Set once, before the first record, by the run-time initialisation: true
 // when ticks are TSC cycles, false when they are CLOCK_MONOTONIC ns.
@@ -44,4 +46,6 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint64_t read_ticks() noexcept {
   return monotonic_ns();
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -31,6 +31,7 @@
 #endif
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 // Defined only by a CUDA-enabled library; the reference below makes a
 // header/library mismatch a link error ("undefined reference to
@@ -78,6 +79,7 @@ inline ScopedStream::ScopedStream(void* cuda_stream) noexcept
 }
 inline ScopedStream::~ScopedStream() { detail::restore_stream(previous_, previous_bound_); }
 
+}  // namespace v1
 }  // namespace stepscope
 
 #if STEPSCOPE_ENABLE

@@ -20,6 +20,7 @@
 #include <string>
 
 namespace stepscope {
+inline namespace v1 {
 
 // The page as a string. Never throws (out of memory gives a minimal page).
 STEPSCOPE_API std::string html_report(const Report& report);
@@ -27,4 +28,5 @@ STEPSCOPE_API std::string html_report(const Report& report);
 // Writes html_report() to `path` (temporary file + rename). False with `error` set.
 STEPSCOPE_API bool write_html_report(const Report& report, const std::string& path, std::string& error);
 
+}  // namespace v1
 }  // namespace stepscope

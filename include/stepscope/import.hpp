@@ -25,6 +25,7 @@
 #include "stepscope/timeline.hpp"
 
 namespace stepscope {
+inline namespace v1 {
 
 struct ImportOptions {
   // Apply HTA's rounding of fractional-microsecond timestamps
@@ -126,4 +127,5 @@ STEPSCOPE_API void reword_advice_for_trace(Report& report);
 // (torch.profiler's schedule and prof.step()). One line, no path.
 STEPSCOPE_API std::string nothing_to_time(const timeline::Timeline& trace);
 
+}  // namespace v1
 }  // namespace stepscope

@@ -23,6 +23,7 @@
 #include <string>
 
 namespace stepscope {
+inline namespace v1 {
 
 // What one progress line shows.
 struct LiveStatus {
@@ -61,4 +62,5 @@ class STEPSCOPE_API LiveTracker {
 // wider than the terminal would wrap and break the in-place update).
 STEPSCOPE_API std::string format_live_line(const LiveStatus& status, std::size_t max_width = 0);
 
+}  // namespace v1
 }  // namespace stepscope

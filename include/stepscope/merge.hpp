@@ -23,6 +23,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 
 // Merges the reports of one job's ranks (any order). On failure (no reports,
 // a report that is already a merge, different schema versions) returns an
@@ -35,4 +36,5 @@ STEPSCOPE_API Report merge_reports(const std::vector<Report>& ranks, std::string
 // communication split, stragglers and the slowest ranks ("" when absent).
 STEPSCOPE_API std::string format_multi_rank(const Report& merged);
 
+}  // namespace v1
 }  // namespace stepscope

@@ -24,7 +24,9 @@
 
 #include <string>
 
-namespace stepscope::mpi {
+namespace stepscope {
+inline namespace v1 {
+namespace mpi {
 
 // Returns, on `root`, the path of the merged job report ("" on failure, with
 // a warning on stderr) and "" on the other ranks. `merged_path` "" means
@@ -32,4 +34,6 @@ namespace stepscope::mpi {
 // MPI errors follow the communicator's error handler.
 STEPSCOPE_API std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path = "", int root = 0) noexcept;
 
-}  // namespace stepscope::mpi
+}  // namespace mpi
+}  // namespace v1
+}  // namespace stepscope

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 
 // Run-time state of the library, read by every scope.
@@ -258,4 +259,5 @@ constexpr PhaseKind default_phase_kind(const char* name) noexcept {
   return PhaseKind::other;
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -23,6 +23,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 
 // Version of the JSON report layout. Bumped when a field changes meaning or is
 // removed; adding fields keeps the version.
@@ -419,4 +420,5 @@ STEPSCOPE_API bool read_file_maybe_gzip(const std::string& path, std::string& ou
 // The human summary table with the verdict (what goes to stderr at exit).
 STEPSCOPE_API std::string format_summary(const Report& report);
 
+}  // namespace v1
 }  // namespace stepscope

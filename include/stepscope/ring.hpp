@@ -16,10 +16,14 @@
 #include <type_traits>
 
 namespace stepscope {
+inline namespace v1 {
 enum class PhaseKind : std::uint8_t;
-}
+}  // namespace v1
+}  // namespace stepscope
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Typical cache line; aligning the producer and consumer indices to separate
 // lines avoids false sharing between the training thread and the collector.
@@ -157,4 +161,6 @@ class ThreadRing {
   const std::uint32_t mask_;
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -31,6 +31,7 @@
 #include <string_view>
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 
 inline constexpr std::size_t kMaxRuntimeSites = 4096;
@@ -93,4 +94,5 @@ inline Site step_site(std::string_view name = "step") noexcept {
   return Site(detail::intern_site(name, PhaseKind::other, true));
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -46,6 +46,7 @@
 #endif
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 
 // The sites of one steps() / next_step() call site: built once per call site
@@ -302,4 +303,5 @@ inline void next_step(const char* = nullptr, int = 0) noexcept {}
 }  // namespace steps_off
 #endif  // STEPSCOPE_ENABLE
 
+}  // namespace v1
 }  // namespace stepscope

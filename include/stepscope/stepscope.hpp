@@ -47,6 +47,7 @@
 #include <stepscope/site.hpp>
 
 namespace stepscope {
+inline namespace v1 {
 
 // Records one setting of the run in the report's run.config, so two reports
 // can be compared ("change one variable at a time"). Thread-safe, cold path.
@@ -77,6 +78,7 @@ STEPSCOPE_API Report snapshot() noexcept;
 // SLURM_PROCID (e.g. after MPI_Init). Call before finish().
 STEPSCOPE_API void set_rank(int rank, int world_size) noexcept;
 
+}  // namespace v1
 }  // namespace stepscope
 
 // ---- macros ----------------------------------------------------------------

@@ -29,7 +29,9 @@
 
 #include "stepscope/export.hpp"
 
-namespace stepscope::timeline {
+namespace stepscope {
+inline namespace v1 {
+namespace timeline {
 
 // Index into Timeline::names. Names are interned: kernel names are often
 // kilobytes long and repeat thousands of times.
@@ -372,4 +374,6 @@ STEPSCOPE_API std::int64_t total_length(const std::vector<Interval>& merged);
 STEPSCOPE_API std::int64_t intersection_length(const std::vector<Interval>& a,
                                                const std::vector<Interval>& b);
 
-}  // namespace stepscope::timeline
+}  // namespace timeline
+}  // namespace v1
+}  // namespace stepscope

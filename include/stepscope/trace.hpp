@@ -20,6 +20,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 
 struct TraceEvent {
   std::string name;
@@ -46,4 +47,5 @@ struct TraceCapture {
 STEPSCOPE_API bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const std::string& path,
                                       std::string& error);
 
+}  // namespace v1
 }  // namespace stepscope

@@ -9,6 +9,7 @@
 #include <utility>
 
 namespace stepscope {
+inline namespace v1 {
 
 // (Declared in <stepscope/analysis.hpp> and <stepscope/import.hpp>.) The analyzer words its advice for code that links
 // stepscope (STEPSCOPE_PHASE); an imported trace came from a Python training loop, where the same advice is a
@@ -38,4 +39,5 @@ void reword_advice_for_trace(Report& r) {
   for (auto& w : r.warnings) rewrite(w);
 }
 
+}  // namespace v1
 }  // namespace stepscope

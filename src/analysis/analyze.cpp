@@ -8,6 +8,7 @@
 #include <stepscope/analysis.hpp>
 
 namespace stepscope {
+inline namespace v1 {
 
 void analyze(Report& report) {
   const StepBreakdown settled = detail::settled_breakdown(report);
@@ -20,4 +21,5 @@ void analyze(Report& report) {
   reword_advice_for_trace(report);
 }
 
+}  // namespace v1
 }  // namespace stepscope

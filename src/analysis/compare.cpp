@@ -29,6 +29,7 @@
 #include <set>
 
 namespace stepscope {
+inline namespace v1 {
 namespace {
 
 using detail::kThresholds;
@@ -534,4 +535,5 @@ std::string comparison_to_json(const Comparison& c) {
   }
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <initializer_list>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 double clamp01(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0; }
 
@@ -122,9 +124,12 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
 
 StepBreakdown settled_breakdown(const Report& report) { return settle(report.steps.breakdown, report); }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope
 
 namespace stepscope {
+inline namespace v1 {
 
 StepBreakdown settled_breakdown(const Report& report) {
   try {
@@ -134,9 +139,12 @@ StepBreakdown settled_breakdown(const Report& report) {
   }
 }
 
+}  // namespace v1
 }  // namespace stepscope
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 StepShares step_shares(const Report& report) {
   StepShares s;
@@ -247,4 +255,6 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
   return fit;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Fractions of the measured steps' mean wall time spent by the step thread.
 struct StepShares {
@@ -91,4 +93,6 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
 double clamp01(double v);
 double safe_div(double a, double b);
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -12,6 +12,7 @@
 #include <cmath>
 
 namespace stepscope {
+inline namespace v1 {
 namespace {
 
 using detail::kThresholds;
@@ -220,4 +221,5 @@ std::vector<Finding> find_issues(const Report& facts) {
   return out;
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -13,7 +13,9 @@
 
 #include <cstdint>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 struct Thresholds {
   // ---- enough data to say anything -------------------------------------
@@ -192,4 +194,6 @@ struct Thresholds {
 
 inline constexpr Thresholds kThresholds{};
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -19,6 +19,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 namespace {
 
 using detail::clamp01;
@@ -727,4 +728,5 @@ Verdict Classifier::run() {
 
 Verdict classify(const Report& facts) { return Classifier(facts).run(); }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -44,6 +44,7 @@
 #include <string>
 
 namespace stepscope {
+inline namespace v1 {
 namespace {
 
 using detail::kThresholds;
@@ -208,4 +209,5 @@ std::vector<WhatIf> project_what_if(const Report& facts) {
   return out;
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -6,7 +6,9 @@
 #include <limits>
 #include <utility>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 constexpr double kNsToMs = 1e-6;
@@ -585,4 +587,6 @@ void Aggregator::fill_phases(Report& report, double step_total_ms) const {
   });
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

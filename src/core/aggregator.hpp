@@ -22,7 +22,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 struct AggregatorOptions {
   std::uint64_t warmup_steps = 5;
@@ -295,4 +297,6 @@ class Aggregator {
   std::uint64_t records_ = 0;
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -19,7 +19,9 @@
 #include <climits>
 #include <cstring>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 
@@ -273,4 +275,6 @@ void remove_pending_temp_file() noexcept {
   if (g_pending_state.load(std::memory_order_acquire) == 2) ::unlink(g_pending_temp);
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

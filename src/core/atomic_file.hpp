@@ -26,7 +26,9 @@
 #include <cstddef>
 #include <string>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // How long a FIFO target may wait for a reader to open it, and for a reader
 // that stopped reading to make room again (ms). Short: this runs at exit and
@@ -55,4 +57,6 @@ bool is_stream_target(const std::string& path) noexcept;
 // about to end the process calls it, so no temporary file outlives the run.
 void remove_pending_temp_file() noexcept;
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

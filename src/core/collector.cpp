@@ -15,7 +15,9 @@
 #include <string>
 #include <utility>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> device, ThreadRegistry* registry)
     : options_(options),
@@ -283,4 +285,6 @@ Report Collector::facts() {
   return report;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

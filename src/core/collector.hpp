@@ -26,7 +26,9 @@
 #include <thread>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 struct CollectorOptions {
   std::uint32_t ring_capacity = 16384;  // records per thread (power of two)
@@ -153,4 +155,6 @@ class Collector {
   std::int64_t live_next_ns_ = 0;  // monotonic ns of the next line
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <memory>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // The run's settings a device backend needs, handed over by the start-up
 // (configure) so that src/cuda never reads the core's run-time state.
@@ -55,4 +57,6 @@ std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept
 // the application's heap stays untouched).
 bool device_in_use() noexcept;
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

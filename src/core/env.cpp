@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 bool parse_uint(const char* text, std::uint64_t min, std::uint64_t max, std::uint64_t& out) {
   if (text == nullptr || *text == '\0') return false;
@@ -259,4 +261,6 @@ std::string fallback_report_path(int rank, long pid) {
   return dir + "/" + name;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

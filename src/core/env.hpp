@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Warm-up steps left out of the statistics unless STEPSCOPE_WARMUP says
 // otherwise. The first steps of a training run pay one-off costs (lazy
@@ -85,4 +87,6 @@ std::string process_output_path(const std::string& out, const std::string& defau
 // named with the pid so concurrent runs do not collide.
 std::string fallback_report_path(int rank, long pid);
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -4,7 +4,9 @@
 
 #include <new>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 
@@ -86,4 +88,6 @@ std::size_t ThreadRegistry::size() const noexcept {
   return size_;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -20,7 +20,9 @@
 #include <cstdint>
 #include <mutex>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // One registered thread. Lives at the start of its mmap block, its ring's
 // records right after it.
@@ -103,4 +105,6 @@ class ThreadRegistry {
   std::size_t startup_rings_ = 0;  // large start-up rings given (under mutex_)
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

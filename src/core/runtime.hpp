@@ -6,9 +6,13 @@
 
 #include "core/env.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Defaults until the collector thread has read the environment.
 const Settings& settings();
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

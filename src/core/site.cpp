@@ -15,6 +15,7 @@
 #include <mutex>
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 namespace {
 
@@ -167,4 +168,5 @@ Site site(std::string_view name) noexcept {
   return Site(detail::intern_site(name, default_phase_kind(buffer), false));
 }
 
+}  // namespace v1
 }  // namespace stepscope

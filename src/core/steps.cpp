@@ -11,7 +11,9 @@
 #include <cstring>
 #include <mutex>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // Distinct steps()/next_step() call sites kept apart; more share one site.
@@ -67,4 +69,6 @@ void close_next_step(ThreadState& ts) noexcept {
   close_step(ts, ts.next_step, read_ticks());
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

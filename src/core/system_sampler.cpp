@@ -14,7 +14,9 @@
 #include <fstream>
 #include <string>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 
@@ -214,4 +216,6 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns) {
   return out;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

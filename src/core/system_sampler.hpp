@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 class SystemSampler {
  public:
@@ -70,4 +72,6 @@ class SystemSampler {
   double runqueue_wait_s_ = 0;
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -5,7 +5,9 @@
 
 #include "core/env.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 constexpr std::size_t kMaxEventsPerOpenStep = 4096;
@@ -124,4 +126,6 @@ TraceCapture TraceRecorder::take() {
   return out;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -13,7 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 struct TraceWindow {
   enum class Mode { off, steps, slow_relative, slow_absolute } mode = Mode::off;
@@ -49,4 +51,6 @@ class TraceRecorder {
   std::unordered_map<std::int64_t, bool> step_threads_;
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -34,6 +34,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 
 // Referenced by <stepscope/cuda.hpp>: only this (CUDA-enabled) library defines it.
@@ -769,4 +770,5 @@ void restore_stream(void* cuda_stream, bool bound) noexcept {
 }
 }  // namespace detail
 
+}  // namespace v1
 }  // namespace stepscope

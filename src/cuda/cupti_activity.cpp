@@ -17,7 +17,9 @@
 #include <ctime>
 #include <string_view>
 
-namespace stepscope::detail::cuda {
+namespace stepscope {
+inline namespace v1 {
+namespace detail::cuda {
 namespace {
 
 // Activity buffers: 4 MiB each, 8-byte aligned as CUPTI requires. CUPTI asks
@@ -552,4 +554,6 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
   }
 }
 
-}  // namespace stepscope::detail::cuda
+}  // namespace detail::cuda
+}  // namespace v1
+}  // namespace stepscope

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
-namespace stepscope::detail::cuda {
+namespace stepscope {
+inline namespace v1 {
+namespace detail::cuda {
 
 // Bounds on what is kept for the analyses; beyond them activity collection is
 // switched off and the report says so (facts cupti_over_limit = 1).
@@ -81,4 +83,6 @@ void set_callback_warmup(std::uint64_t warmup_steps) noexcept;
 // about to be destroyed (cudaDeviceReset): the backend stops using its events.
 void set_context_destroy_handler(void (*handler)() noexcept) noexcept;
 
-}  // namespace stepscope::detail::cuda
+}  // namespace detail::cuda
+}  // namespace v1
+}  // namespace stepscope

@@ -2,7 +2,9 @@
 // report says why.
 #include "core/device_backend.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 class NoDeviceBackend final : public DeviceBackend {
@@ -28,4 +30,6 @@ std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept
 
 bool device_in_use() noexcept { return false; }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

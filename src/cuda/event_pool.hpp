@@ -23,7 +23,9 @@
 #include <mutex>
 #include <vector>
 
-namespace stepscope::detail::cuda {
+namespace stepscope {
+inline namespace v1 {
+namespace detail::cuda {
 
 // Slots per thread. A thread that runs ahead of the device by more than this
 // many open or unresolved phases gets no device time for the extra phases
@@ -266,4 +268,6 @@ class EventPool {
   std::vector<SlotBlock*> reusable_;
 };
 
-}  // namespace stepscope::detail::cuda
+}  // namespace detail::cuda
+}  // namespace v1
+}  // namespace stepscope

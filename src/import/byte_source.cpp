@@ -14,7 +14,9 @@
 #include <cstring>
 #include <new>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 FileInput::~FileInput() {
   if (file_ != nullptr) std::fclose(file_);
@@ -465,4 +467,6 @@ bool ChunkWindow::refill(const char*& cursor) {
   return true;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -14,7 +14,9 @@
 #include <thread>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Where compressed (or plain) bytes come from.
 class RawInput {
@@ -250,4 +252,6 @@ class ChunkWindow {
   std::uint64_t discarded_ = 0;  // stream bytes before begin_
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

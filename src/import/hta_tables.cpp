@@ -9,6 +9,7 @@
 #include <string>
 
 namespace stepscope {
+inline namespace v1 {
 
 namespace {
 
@@ -97,4 +98,5 @@ std::string format_hta(const Report& r) {
   return out;
 }
 
+}  // namespace v1
 }  // namespace stepscope

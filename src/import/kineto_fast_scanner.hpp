@@ -34,7 +34,9 @@
 #include "stepscope/export.hpp"
 #include "stepscope/import.hpp"
 
-namespace stepscope::detail::kineto {
+namespace stepscope {
+inline namespace v1 {
+namespace detail::kineto {
 
 // --- numbers -----------------------------------------------------------------
 
@@ -1028,4 +1030,6 @@ class FastScanner {
   const char* reason_ = nullptr;
 };
 
-}  // namespace stepscope::detail::kineto
+}  // namespace detail::kineto
+}  // namespace v1
+}  // namespace stepscope

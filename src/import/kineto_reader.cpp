@@ -32,7 +32,9 @@
 #include "timeline/name_rules.hpp"
 #include "timeline/correlation_map.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 using kineto::EventFields;
@@ -800,9 +802,12 @@ ImportResult guarded(Fn&& fn) noexcept {
 }
 
 }  // namespace
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 
 ImportResult import_kineto_trace_with(const std::string& path, const ImportOptions& options, KinetoParser parser,
@@ -848,4 +853,5 @@ ImportResult import_kineto_trace_from_buffer(std::string_view bytes, const Impor
   return detail::import_kineto_buffer_with(bytes, options, detail::KinetoParser::automatic);
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -13,7 +13,9 @@
 #include "stepscope/export.hpp"
 #include "stepscope/import.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 enum class KinetoParser : std::uint8_t {
   automatic,  // fast scanner; on anything it does not handle, the exact parser from the start
@@ -45,4 +47,6 @@ STEPSCOPE_API ImportResult import_kineto_buffer_with(std::string_view bytes, con
                                                      ImportDiagnostics* diagnostics = nullptr,
                                                      const ImportTuning& tuning = {}) noexcept;
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -20,7 +20,9 @@
 #include "stepscope/import.hpp"
 #include "stepscope/timeline.hpp"
 
-namespace stepscope::detail::kineto {
+namespace stepscope {
+inline namespace v1 {
+namespace detail::kineto {
 
 using timeline::NameId;
 
@@ -607,4 +609,6 @@ class TraceBuilder {
   bool fractional_ = false;
 };
 
-}  // namespace stepscope::detail::kineto
+}  // namespace detail::kineto
+}  // namespace v1
+}  // namespace stepscope

@@ -24,6 +24,7 @@
 #include "timeline/interval_set.hpp"
 
 namespace stepscope {
+inline namespace v1 {
 
 namespace {
 
@@ -211,4 +212,5 @@ std::string format_top_operators(const Report& report) {
   return out;
 }
 
+}  // namespace v1
 }  // namespace stepscope

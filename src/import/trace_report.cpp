@@ -17,6 +17,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 
 namespace {
 
@@ -379,4 +380,5 @@ bool analyze_trace_file(const std::string& path, Report& out, std::string& error
   return false;
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -44,6 +44,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 namespace {
 
 // Iglewicz & Hoaglin (1993): |modified z| > 3.5 marks an outlier.
@@ -1425,4 +1426,5 @@ std::string format_multi_rank(const Report& merged) {
   }
 }
 
+}  // namespace v1
 }  // namespace stepscope

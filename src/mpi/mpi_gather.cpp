@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
-namespace stepscope::mpi {
+namespace stepscope {
+inline namespace v1 {
+namespace mpi {
 namespace {
 
 // This rank's final report: the one finish() wrote (exactly what is on
@@ -112,4 +114,6 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
   }
 }
 
-}  // namespace stepscope::mpi
+}  // namespace mpi
+}  // namespace v1
+}  // namespace stepscope

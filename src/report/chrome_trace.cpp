@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 namespace stepscope {
+inline namespace v1 {
 
 namespace {
 
@@ -107,4 +108,5 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
   }
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -20,6 +20,7 @@
 #include <vector>
 
 namespace stepscope {
+inline namespace v1 {
 
 namespace {
 
@@ -1064,4 +1065,5 @@ bool write_html_report(const Report& report, const std::string& path, std::strin
   }
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <memory>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 
@@ -207,4 +209,6 @@ bool read_json_input(const std::string& path, JsonInput kind, std::string& out, 
   }
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

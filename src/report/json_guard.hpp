@@ -19,7 +19,9 @@
 #include <string_view>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Deepest nesting of arrays/objects accepted. A report nests 6 levels
 // (ranks.steps[i].wall_ms.min), a Kineto trace about 5 (traceEvents[i].args.x);
@@ -63,4 +65,6 @@ STEPSCOPE_API bool read_json_input(const std::string& path, JsonInput kind, std:
 // "nests deeper than 256 levels (at byte 1234)", or "" when within the limit.
 STEPSCOPE_API std::string depth_problem(std::string_view text);
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

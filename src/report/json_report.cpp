@@ -24,6 +24,7 @@
 #include <sstream>
 
 namespace stepscope {
+inline namespace v1 {
 
 using nlohmann::json;
 
@@ -953,4 +954,5 @@ bool write_report_file(const Report& report, const std::string& path, std::strin
   }
 }
 
+}  // namespace v1
 }  // namespace stepscope

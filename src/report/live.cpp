@@ -9,6 +9,7 @@
 #include <algorithm>
 
 namespace stepscope {
+inline namespace v1 {
 
 namespace {
 
@@ -92,4 +93,5 @@ std::string format_live_line(const LiveStatus& s, std::size_t max_width) {
   }
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -11,6 +11,7 @@
 #include <string>
 
 namespace stepscope {
+inline namespace v1 {
 
 namespace {
 
@@ -113,4 +114,5 @@ std::string format_summary(const Report& r) {
   return out;
 }
 
+}  // namespace v1
 }  // namespace stepscope

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <string>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 std::string write_report_with_fallback(Report& report, const std::string& path, int rank) {
   std::string error;
@@ -29,4 +31,6 @@ std::string write_report_with_fallback(Report& report, const std::string& path, 
   return "<stderr>";
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

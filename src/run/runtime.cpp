@@ -39,6 +39,7 @@
 #include <thread>
 
 namespace stepscope {
+inline namespace v1 {
 namespace detail {
 
 std::atomic<std::uint8_t> g_mode{kModeUninitialised};
@@ -833,4 +834,5 @@ std::string finish() noexcept {
   return detail::finish_run("finish");
 }
 
+}  // namespace v1
 }  // namespace stepscope

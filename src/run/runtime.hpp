@@ -11,7 +11,9 @@
 
 #include <string>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 class Collector;
 
@@ -41,4 +43,6 @@ std::string finish_run(const char* ended_by) noexcept;
 // Name of a termination signal the run time handles ("SIGTERM"), else "".
 const char* termination_signal_name(int sig) noexcept;
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -12,7 +12,9 @@
 #include <cpuid.h>
 #endif
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 bool g_use_tsc = false;
 
@@ -100,4 +102,6 @@ void TickConverter::recalibrate() noexcept {
   scale_ = TickScale::from_ns_per_tick(slope);
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <string>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Ticks -> nanoseconds as a fixed-point multiply: the collector converts
 // every record's duration, and this is a few integer instructions where the
@@ -111,4 +113,6 @@ class TickConverter {
   double error_ppm_ = 0;
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

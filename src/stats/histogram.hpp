@@ -18,7 +18,9 @@
 #include <limits>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 class Histogram {
  public:
@@ -220,4 +222,6 @@ struct DurationStats {
   Distribution to_distribution_ms() const { return stepscope::detail::to_distribution_ms(moments, histogram); }
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

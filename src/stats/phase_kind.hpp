@@ -13,7 +13,9 @@
 #include <cstddef>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 inline constexpr std::size_t kPhaseKindCount = 5;
 
@@ -75,4 +77,6 @@ inline const std::vector<double>& kind_series(const StepSeries& s, PhaseKind kin
   return s.other_ms;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

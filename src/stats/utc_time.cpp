@@ -3,7 +3,9 @@
 
 #include <ctime>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 std::string utc_now_iso() {
   const std::time_t now = std::time(nullptr);
@@ -14,4 +16,6 @@ std::string utc_now_iso() {
   return buf;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -4,9 +4,13 @@
 
 #include <string>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // "2026-12-01T22:33:06Z". Allocates (a std::string): not for the hot path.
 std::string utc_now_iso();
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

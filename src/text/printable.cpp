@@ -3,7 +3,9 @@
 
 #include <cstdint>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 
@@ -100,4 +102,6 @@ std::string printable_lines(std::string_view text) {
   return escape_text(text, kNoCut, true);
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

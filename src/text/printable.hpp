@@ -20,7 +20,9 @@
 #include <string>
 #include <string_view>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 inline constexpr std::size_t kNoCut = static_cast<std::size_t>(-1);
 
@@ -32,4 +34,6 @@ STEPSCOPE_API std::string printable(std::string_view text, std::size_t max_chars
 // Several lines: like printable() but '\n' is kept as a line break.
 STEPSCOPE_API std::string printable_lines(std::string_view text);
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -10,7 +10,9 @@
 #include "stepscope/timeline.hpp"
 #include "timeline/interval_set.hpp"
 
-namespace stepscope::timeline {
+namespace stepscope {
+inline namespace v1 {
+namespace timeline {
 namespace {
 
 using detail::clip;
@@ -279,4 +281,6 @@ void add_device_facts(const DeviceFacts& f, std::map<std::string, double>& m) {
   m["kernel_wait_idle_fraction"] = f.kernel_wait_idle_fraction;
 }
 
-}  // namespace stepscope::timeline
+}  // namespace timeline
+}  // namespace v1
+}  // namespace stepscope

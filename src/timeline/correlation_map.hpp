@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 template <typename Value>
 class CorrelationMap {
@@ -86,4 +88,6 @@ class CorrelationMap {
   std::size_t size_ = 0;
 };
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

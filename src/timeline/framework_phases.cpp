@@ -11,7 +11,9 @@
 #include "timeline/framework_phases.hpp"
 #include "timeline/interval_set.hpp"
 
-namespace stepscope::timeline {
+namespace stepscope {
+inline namespace v1 {
+namespace timeline {
 namespace {
 
 using detail::Intervals;
@@ -167,4 +169,6 @@ std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
   return out;
 }
 
-}  // namespace stepscope::timeline
+}  // namespace timeline
+}  // namespace v1
+}  // namespace stepscope

@@ -11,7 +11,9 @@
 #include "stepscope/timeline.hpp"
 #include "timeline/interval_set.hpp"
 
-namespace stepscope::timeline {
+namespace stepscope {
+inline namespace v1 {
+namespace timeline {
 
 // Normalised intervals (detail::normalise), per thread except backward: the
 // autograd engine may run it on a thread of its own.
@@ -29,4 +31,6 @@ struct FrameworkMarks {
 
 FrameworkMarks framework_marks(const Timeline& tl);
 
-}  // namespace stepscope::timeline
+}  // namespace timeline
+}  // namespace v1
+}  // namespace stepscope

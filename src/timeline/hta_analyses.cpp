@@ -11,7 +11,9 @@
 #include "timeline/correlation_map.hpp"
 #include "timeline/sweep.hpp"
 
-namespace stepscope::timeline {
+namespace stepscope {
+inline namespace v1 {
+namespace timeline {
 
 std::vector<Interval> merge_intervals(std::vector<Interval> intervals) {
   std::stable_sort(intervals.begin(), intervals.end(),
@@ -268,4 +270,6 @@ LaunchStats launch_statistics(const Timeline& timeline, const LaunchStatsOptions
   return out;
 }
 
-}  // namespace stepscope::timeline
+}  // namespace timeline
+}  // namespace v1
+}  // namespace stepscope

@@ -9,7 +9,9 @@
 
 #include "stepscope/timeline.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 using Intervals = std::vector<timeline::Interval>;
 
@@ -81,4 +83,6 @@ inline Intervals clip(const Intervals& v, std::int64_t start, std::int64_t end) 
   return out;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -7,7 +7,9 @@
 #include "stepscope/timeline.hpp"
 #include "timeline/name_rules.hpp"
 
-namespace stepscope::timeline {
+namespace stepscope {
+inline namespace v1 {
+namespace timeline {
 namespace {
 
 bool starts_with(std::string_view s, std::string_view prefix) {
@@ -104,9 +106,13 @@ NameId Timeline::intern(std::string_view text) {
   return static_cast<NameId>(names.size() - 1);
 }
 
-}  // namespace stepscope::timeline
+}  // namespace timeline
+}  // namespace v1
+}  // namespace stepscope
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 void describe_memcpy(std::string_view name, timeline::MemcpyDirection& direction,
                      timeline::HostMemoryKind& host_memory) {
@@ -122,4 +128,6 @@ void describe_memcpy(std::string_view name, timeline::MemcpyDirection& direction
   else if (name.find("Pinned") != std::string_view::npos) host_memory = timeline::HostMemoryKind::pinned;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -6,11 +6,15 @@
 
 #include "stepscope/timeline.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 // Direction and host memory kind from a Kineto memcpy name such as
 // "Memcpy HtoD (Pageable -> Device)".
 void describe_memcpy(std::string_view name, timeline::MemcpyDirection& direction,
                      timeline::HostMemoryKind& host_memory);
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

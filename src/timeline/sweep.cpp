@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <utility>
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 std::map<std::int64_t, std::int64_t> sweep_running_sums(const std::vector<SweepLayer>& layers) {
   std::vector<std::pair<std::int64_t, std::int64_t>> points;  // (time, delta)
@@ -25,4 +27,6 @@ std::map<std::int64_t, std::int64_t> sweep_running_sums(const std::vector<SweepL
   return time_at;
 }
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

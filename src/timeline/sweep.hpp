@@ -7,7 +7,9 @@
 
 #include "stepscope/timeline.hpp"
 
-namespace stepscope::detail {
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
 
 struct SweepLayer {
   std::vector<timeline::Interval> merged;  // one class, already merged
@@ -20,4 +22,6 @@ struct SweepLayer {
 // (end < start) groups make the sum dip as in HTA, which this keeps.
 std::map<std::int64_t, std::int64_t> sweep_running_sums(const std::vector<SweepLayer>& layers);
 
-}  // namespace stepscope::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <string>
 
-namespace stepscope::test {
+namespace stepscope {
+inline namespace v1 {
+namespace test {
 
 struct Shares {
   double input = 0, compute = 0, memory = 0, communication = 0, other = 0, unattributed = 0;
@@ -89,4 +91,6 @@ inline double ranked_cost(const Verdict& v, const std::string& category) {
   return -1;
 }
 
-}  // namespace stepscope::test
+}  // namespace test
+}  // namespace v1
+}  // namespace stepscope

@@ -8,7 +8,9 @@
 #include <sstream>
 #include <string>
 
-namespace stepscope::test {
+namespace stepscope {
+inline namespace v1 {
+namespace test {
 
 // The file's bytes as they are on disk (a .gz stays compressed).
 inline std::string read_file(const std::string& path) {
@@ -53,4 +55,6 @@ inline std::string gunzip(const std::string& compressed) {
   return out;
 }
 
-}  // namespace stepscope::test
+}  // namespace test
+}  // namespace v1
+}  // namespace stepscope

@@ -4,7 +4,9 @@
 
 #include "stepscope/timeline.hpp"
 
-namespace stepscope::test {
+namespace stepscope {
+inline namespace v1 {
+namespace test {
 
 using namespace stepscope::timeline;
 
@@ -50,4 +52,6 @@ struct Builder {
   }
 };
 
-}  // namespace stepscope::test
+}  // namespace test
+}  // namespace v1
+}  // namespace stepscope
