@@ -9,7 +9,6 @@
 #include "core/collector.hpp"
 #include "core/env.hpp"
 #include "core/registry.hpp"
-#include "core/runtime.hpp"
 #include "stats/clock.hpp"
 #include "stats/utc_time.hpp"
 
@@ -69,8 +68,8 @@ struct Runtime {
   std::mutex mutex;  // initialisation, configuration, finish; see each member
   std::condition_variable ready_cv;  // with mutex: the collector thread has started (or failed to)
   // Written by the collector thread (start_collector), mutex held, before
-  // `ready`; read with mutex held. settings() reads it without the lock: the
-  // CUDA backend until it takes DeviceBackend::configure() (defaults before).
+  // `ready`; read with mutex held (build_report, run_settings). Passed down
+  // from here: the device backend gets its part by DeviceBackend::configure().
   Settings settings;
   // set_config (any thread), mutex held; read by build_report, mutex held.
   std::map<std::string, std::string> config, config_types;
@@ -585,8 +584,6 @@ Report build_report(bool final_report) {
   analyze(report);
   return report;
 }
-
-const Settings& settings() { return runtime().settings; }
 
 Settings run_settings() noexcept {
   try {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include "core/env.hpp"
-#include "core/runtime.hpp"
 
 #include <stepscope/export.hpp>
 #include <stepscope/report.hpp>
