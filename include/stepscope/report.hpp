@@ -270,6 +270,162 @@ struct HtaTables {
   std::vector<std::int64_t> steps_kept;  // ProfilerStep numbers analysed (HTA drops the last)
 };
 
+// ---- device facts (JSON device.facts; docs/report-schema.md, "device") ----
+//
+// Every fact is optional: absent means "not measured" (no device timeline, or
+// STEPSCOPE_CUPTI=0 for the call counts), never 0. Counts are held as double
+// because a merged report's facts are means over the ranks that have them.
+// The JSON keys are the member names; for_each_device_fact() below is the one
+// list of them (the JSON writer and reader, the HTML page and the merge walk it).
+
+// The device timeline analysis (timeline::device_facts over a Kineto import
+// or the live CUPTI activity). Fractions are of the analysed steps' time
+// unless the name says otherwise.
+struct DeviceTimelineFacts {
+  std::optional<double> steps;              // step windows analysed (count)
+  std::optional<double> step_time_mean_ms;  // their mean length
+  std::optional<double> device_busy_fraction;             // union of all device ops
+  std::optional<double> device_idle_fraction;
+  std::optional<double> idle_host_input_fraction;         // idle while the host was in an input phase
+  std::optional<double> idle_host_launch_bound_fraction;  // idle while the host was launching / in framework ops
+  std::optional<double> idle_sync_fraction;               // idle while the host synced with nothing queued
+  std::optional<double> idle_unattributed_fraction;
+  std::optional<double> compute_fraction;                 // union of compute kernels
+  std::optional<double> communication_fraction;           // union of communication kernels
+  std::optional<double> exposed_communication_fraction;   // communication not hidden behind compute
+  std::optional<double> comm_compute_overlap_fraction;    // HTA's overlap / 100, of communication time
+  std::optional<double> memcpy_fraction;
+  std::optional<double> pageable_memcpy_fraction;         // copies from pageable host memory
+  std::optional<double> kernels_per_step;
+  std::optional<double> launches_per_step;
+  std::optional<double> short_kernel_fraction;            // of launch pairs: ran shorter than the launch call
+  std::optional<double> runtime_outlier_fraction;         // of launch pairs
+  std::optional<double> launch_delay_p50_us;              // launch call to kernel start
+  std::optional<double> launch_delay_p90_us;
+  std::optional<double> host_wait_idle_fraction;          // of HTA's per-stream idle time, summed over streams
+  std::optional<double> kernel_wait_idle_fraction;
+};
+
+// The live CUDA backend's phase timing by CUDA events (src/cuda, docs/gpu.md).
+struct DeviceEventCounters {
+  std::optional<double> device_times_resolved;        // phases given a device time
+  std::optional<double> device_times_unresolved;      // events still pending at the end
+  std::optional<double> event_pool_exhausted;         // phases left without device time: no free event pair
+  std::optional<double> event_slots_of_dropped_records;  // taken back by their thread (not leaked)
+  std::optional<double> event_slots_leaked;           // must stay 0
+  std::optional<double> event_pool_threads;
+  std::optional<double> phases_in_graph_capture;
+  std::optional<double> event_record_failed;
+  std::optional<double> device_times_unbound_stream;  // timed on the per-thread default stream
+  std::optional<double> phases_after_device_gone;     // only after a device loss or cudaDeviceReset
+  std::optional<double> device_reset_by_application;  // 1 when the application reset the device
+  std::optional<double> nvtx;                         // 1 when NVTX ranges were emitted
+  std::optional<double> memory_in_use_mb_last;        // last device memory sample
+};
+
+// The live CUDA backend's CUPTI callbacks and activity records. The call
+// counts are present only when the callbacks ran (cupti_callbacks = 1).
+struct CuptiCounters {
+  std::optional<double> cupti_callbacks;
+  std::optional<double> sync_calls;
+  std::optional<double> sync_calls_in_steps;
+  std::optional<double> cuda_malloc_calls;
+  std::optional<double> cuda_free_calls;
+  std::optional<double> cuda_malloc_calls_per_step;  // measured steps only
+  std::optional<double> cuda_free_calls_per_step;
+  std::optional<double> kernel_launch_calls;
+  std::optional<double> graph_launch_calls;
+  std::optional<double> cupti_kernels;
+  std::optional<double> cupti_nccl_kernels;
+  std::optional<double> cupti_memcpys;
+  std::optional<double> cupti_pageable_memcpys;
+  std::optional<double> cupti_memsets;
+  std::optional<double> cupti_sync_records;
+  std::optional<double> cupti_sync_ms;
+  std::optional<double> cupti_runtime_records;
+  std::optional<double> cupti_over_limit;          // 1: activity past the record limit was not collected
+  std::optional<double> cupti_records_not_kept;
+  std::optional<double> cupti_records_dropped;     // cuptiActivityGetNumDroppedRecords
+  std::optional<double> cupti_records_incomplete;  // zero timestamp at the final flush; skipped
+  std::optional<double> cupti_steps;               // step windows analysed, warm-up left out
+  std::optional<double> cupti_other_device_ops;    // the process's other GPUs, left out of the facts
+  std::optional<double> cupti_analysis_failed;     // 1: the timeline analysis threw (out of memory)
+};
+
+struct DeviceFactsSection {
+  DeviceTimelineFacts timeline;  // imports and live CUPTI runs
+  DeviceEventCounters events;    // live CUDA runs
+  CuptiCounters cupti;           // live CUDA runs with CUPTI
+};
+
+// Calls fn(key, member...) for every device fact, `key` its JSON name, with
+// the same member of each of `sections` (one to read or write a report, more
+// to combine them, as the merge does). The one list of the facts' keys.
+template <class Fn, class... Sections>
+void for_each_device_fact(Fn&& fn, Sections&... sections) {
+#define STEPSCOPE_DETAIL_FACT(group, name) fn(#name, sections.group.name...)
+  STEPSCOPE_DETAIL_FACT(timeline, steps);
+  STEPSCOPE_DETAIL_FACT(timeline, step_time_mean_ms);
+  STEPSCOPE_DETAIL_FACT(timeline, device_busy_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, device_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, idle_host_input_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, idle_host_launch_bound_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, idle_sync_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, idle_unattributed_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, compute_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, communication_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, exposed_communication_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, comm_compute_overlap_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, memcpy_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, pageable_memcpy_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, kernels_per_step);
+  STEPSCOPE_DETAIL_FACT(timeline, launches_per_step);
+  STEPSCOPE_DETAIL_FACT(timeline, short_kernel_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, runtime_outlier_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, launch_delay_p50_us);
+  STEPSCOPE_DETAIL_FACT(timeline, launch_delay_p90_us);
+  STEPSCOPE_DETAIL_FACT(timeline, host_wait_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, kernel_wait_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(events, device_times_resolved);
+  STEPSCOPE_DETAIL_FACT(events, device_times_unresolved);
+  STEPSCOPE_DETAIL_FACT(events, event_pool_exhausted);
+  STEPSCOPE_DETAIL_FACT(events, event_slots_of_dropped_records);
+  STEPSCOPE_DETAIL_FACT(events, event_slots_leaked);
+  STEPSCOPE_DETAIL_FACT(events, event_pool_threads);
+  STEPSCOPE_DETAIL_FACT(events, phases_in_graph_capture);
+  STEPSCOPE_DETAIL_FACT(events, event_record_failed);
+  STEPSCOPE_DETAIL_FACT(events, device_times_unbound_stream);
+  STEPSCOPE_DETAIL_FACT(events, phases_after_device_gone);
+  STEPSCOPE_DETAIL_FACT(events, device_reset_by_application);
+  STEPSCOPE_DETAIL_FACT(events, nvtx);
+  STEPSCOPE_DETAIL_FACT(events, memory_in_use_mb_last);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_callbacks);
+  STEPSCOPE_DETAIL_FACT(cupti, sync_calls);
+  STEPSCOPE_DETAIL_FACT(cupti, sync_calls_in_steps);
+  STEPSCOPE_DETAIL_FACT(cupti, cuda_malloc_calls);
+  STEPSCOPE_DETAIL_FACT(cupti, cuda_free_calls);
+  STEPSCOPE_DETAIL_FACT(cupti, cuda_malloc_calls_per_step);
+  STEPSCOPE_DETAIL_FACT(cupti, cuda_free_calls_per_step);
+  STEPSCOPE_DETAIL_FACT(cupti, kernel_launch_calls);
+  STEPSCOPE_DETAIL_FACT(cupti, graph_launch_calls);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_kernels);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_nccl_kernels);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_memcpys);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_pageable_memcpys);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_memsets);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_sync_records);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_sync_ms);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_runtime_records);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_over_limit);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_records_not_kept);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_records_dropped);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_records_incomplete);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_steps);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_other_device_ops);
+  STEPSCOPE_DETAIL_FACT(cupti, cupti_analysis_failed);
+#undef STEPSCOPE_DETAIL_FACT
+}
+
 struct DeviceInfo {
   bool enabled = false;  // device timing was active
   std::string status;    // "ok", "no_cuda_build", "no_device", "no_driver", "cupti_unavailable", ...
@@ -277,7 +433,7 @@ struct DeviceInfo {
   std::string name;
   double memory_capacity_mb = 0;
   double memory_peak_mb = 0;
-  std::map<std::string, double> facts;  // device timeline facts (busy fraction, ...)
+  DeviceFactsSection facts;              // JSON device.facts: timeline facts and the backend's counters
   HtaTables hta;                         // imported traces: HTA's tables (JSON device.hta)
   std::vector<HtaTables> hta_ranks;      // merged reports: each rank's HTA tables, by rank (device.hta_ranks)
 };

@@ -31,6 +31,9 @@
 
 namespace stepscope {
 inline namespace v1 {
+
+struct DeviceTimelineFacts;  // stepscope/report.hpp
+
 namespace timeline {
 
 // Index into Timeline::names. Names are interned: kernel names are often
@@ -329,9 +332,10 @@ struct DeviceFacts {
 };
 STEPSCOPE_API DeviceFacts device_facts(const Timeline& timeline,
                                        const AttributionOptions& options = {});
-// The facts under the report's key names (report.device.facts), shared by the
-// Kineto import and the live CUPTI backend so the analyzer reads both alike.
-STEPSCOPE_API void add_device_facts(const DeviceFacts& facts, std::map<std::string, double>& out);
+// The facts as the report holds them (report.device.facts.timeline, in its
+// units: ms, us), shared by the Kineto import and the live CUPTI backend so
+// the analyzer reads both alike.
+STEPSCOPE_API void add_device_facts(const DeviceFacts& facts, DeviceTimelineFacts& out);
 
 // ---------------------------------------------------------------------------
 // PyTorch's own ranges as phases (docs/timeline.md, "Phases without

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 
 namespace stepscope {
 inline namespace v1 {
@@ -185,29 +184,25 @@ StepShares step_shares(const Report& report) {
   return s;
 }
 
-// The first of `keys` present in the report's device facts.
-static std::optional<double> fact(const Report& report, std::initializer_list<const char*> keys) {
-  for (const char* key : keys) {
-    auto it = report.device.facts.find(key);
-    if (it != report.device.facts.end() && std::isfinite(it->second)) return it->second;
-  }
-  return std::nullopt;
+// A fact the report holds and that is a number (a live run may store NaN).
+static std::optional<double> finite(const std::optional<double>& value) {
+  return value && std::isfinite(*value) ? value : std::nullopt;
 }
 
 DeviceFacts device_facts(const Report& report) {
   DeviceFacts f;
-  const auto busy = fact(report, {"device_busy_fraction"});
-  const auto idle = fact(report, {"idle_fraction", "device_idle_fraction"});
+  const DeviceTimelineFacts& t = report.device.facts.timeline;
+  const auto busy = finite(t.device_busy_fraction);
+  const auto idle = finite(t.device_idle_fraction);
   if (!busy && !idle) return f;
   f.present = true;
   f.busy = clamp01(busy ? *busy : 1.0 - *idle);
   f.idle = clamp01(idle ? *idle : 1.0 - *busy);
-  const auto input = fact(report, {"idle_host_input_fraction"});
+  const auto input = finite(t.idle_host_input_fraction);
   f.has_idle_host_input = input.has_value();
   f.idle_host_input = clamp01(input.value_or(0));
-  f.idle_launch = clamp01(
-      fact(report, {"idle_launch_bound_fraction", "idle_host_launch_bound_fraction"}).value_or(0));
-  f.idle_sync = clamp01(fact(report, {"idle_sync_fraction"}).value_or(0));
+  f.idle_launch = clamp01(finite(t.idle_host_launch_bound_fraction).value_or(0));
+  f.idle_sync = clamp01(finite(t.idle_sync_fraction).value_or(0));
   // The causes are documented as fractions of step time, so together they
   // cannot exceed the idle time. If they do, they were given as fractions of
   // the idle time (HTA's idle_time_ratio convention): rescale.
@@ -218,14 +213,13 @@ DeviceFacts device_facts(const Report& report) {
     f.idle_sync *= f.idle;
     f.idle_causes_rescaled = true;
   }
-  if (auto v = fact(report, {"compute_fraction"})) f.compute = clamp01(*v);
-  if (auto v = fact(report, {"exposed_comm_fraction", "exposed_communication_fraction"}))
-    f.exposed_comm = clamp01(*v);
-  if (auto v = fact(report, {"memcpy_fraction"})) f.memcpy = clamp01(*v);
-  if (auto v = fact(report, {"pageable_memcpy_fraction"})) f.pageable_memcpy = clamp01(*v);
-  if (auto v = fact(report, {"short_kernel_fraction"})) f.short_kernels = clamp01(*v);
-  if (auto v = fact(report, {"kernels_per_step"})) f.kernels_per_step = std::max(0.0, *v);
-  if (auto v = fact(report, {"launch_delay_p50_us"})) f.launch_delay_p50_us = std::max(0.0, *v);
+  if (auto v = finite(t.compute_fraction)) f.compute = clamp01(*v);
+  if (auto v = finite(t.exposed_communication_fraction)) f.exposed_comm = clamp01(*v);
+  if (auto v = finite(t.memcpy_fraction)) f.memcpy = clamp01(*v);
+  if (auto v = finite(t.pageable_memcpy_fraction)) f.pageable_memcpy = clamp01(*v);
+  if (auto v = finite(t.short_kernel_fraction)) f.short_kernels = clamp01(*v);
+  if (auto v = finite(t.kernels_per_step)) f.kernels_per_step = std::max(0.0, *v);
+  if (auto v = finite(t.launch_delay_p50_us)) f.launch_delay_p50_us = std::max(0.0, *v);
   return f;
 }
 

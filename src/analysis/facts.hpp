@@ -59,14 +59,14 @@ StepBreakdown settled_breakdown(const Report& report);
 // Mean step time in ms (breakdown first, then the step distribution).
 double mean_step_ms(const Report& report);
 
-// GPU timeline facts (report.device.facts, filled from the timeline
-// analysis' DeviceFacts). Fractions are of total step time unless stated;
-// absent keys stay empty. Each fact accepts the brief's short key and the
-// timeline struct's field name (e.g. "idle_fraction" / "device_idle_fraction").
+// GPU timeline facts as the rules use them, from report.device.facts.timeline
+// (filled from the timeline analysis' DeviceFacts): clamped, busy and idle
+// derived from each other when one is absent. Fractions are of total step
+// time unless stated; facts the report does not hold stay empty.
 struct DeviceFacts {
   bool present = false;  // at least one busy/idle fact
   double busy = 0;       // device_busy_fraction (or 1 - idle)
-  double idle = 0;       // idle_fraction (or 1 - busy)
+  double idle = 0;       // device_idle_fraction (or 1 - busy)
   bool has_idle_host_input = false;
   double idle_host_input = 0;   // idle while the host was in an input phase
   double idle_launch = 0;       // idle while the host was launching / in framework ops

@@ -389,22 +389,22 @@ class CudaBackend final : public DeviceBackend {
     }
     if (!context_destroyed_) fill_device_properties(info);
     info.memory_peak_mb = memory_peak_mb_;
-    auto& m = info.facts;
-    m["device_times_resolved"] = static_cast<double>(resolved_);
-    m["device_times_unresolved"] = static_cast<double>(pending_.size());
-    m["event_pool_exhausted"] = static_cast<double>(pool_.exhausted());
+    DeviceEventCounters& m = info.facts.events;
+    m.device_times_resolved = static_cast<double>(resolved_);
+    m.device_times_unresolved = static_cast<double>(pending_.size());
+    m.event_pool_exhausted = static_cast<double>(pool_.exhausted());
     // Slots of dropped records, taken back by their thread (not leaked); a
     // non-zero foreign count would be a slot that could not be (a bug).
-    m["event_slots_of_dropped_records"] = static_cast<double>(pool_.abandoned());
-    m["event_slots_leaked"] = static_cast<double>(abandon_foreign_.load(std::memory_order_relaxed));
-    m["event_pool_threads"] = static_cast<double>(pool_.blocks());
-    m["phases_in_graph_capture"] = static_cast<double>(captured_);
-    m["event_record_failed"] = static_cast<double>(record_failed_ + query_failed_);
-    m["device_times_unbound_stream"] = static_cast<double>(unbound_);
-    if (g_device_gone.load(std::memory_order_relaxed)) m["phases_after_device_gone"] = static_cast<double>(after_device_gone_ + pending_.size());
-    if (context_destroyed_) m["device_reset_by_application"] = 1.0;
-    m["nvtx"] = nvtx_ ? 1.0 : 0.0;
-    if (memory_samples_ > 0) m["memory_in_use_mb_last"] = memory_last_mb_;
+    m.event_slots_of_dropped_records = static_cast<double>(pool_.abandoned());
+    m.event_slots_leaked = static_cast<double>(abandon_foreign_.load(std::memory_order_relaxed));
+    m.event_pool_threads = static_cast<double>(pool_.blocks());
+    m.phases_in_graph_capture = static_cast<double>(captured_);
+    m.event_record_failed = static_cast<double>(record_failed_ + query_failed_);
+    m.device_times_unbound_stream = static_cast<double>(unbound_);
+    if (g_device_gone.load(std::memory_order_relaxed)) m.phases_after_device_gone = static_cast<double>(after_device_gone_ + pending_.size());
+    if (context_destroyed_) m.device_reset_by_application = 1.0;
+    m.nvtx = nvtx_ ? 1.0 : 0.0;
+    if (memory_samples_ > 0) m.memory_in_use_mb_last = memory_last_mb_;
     const std::uint64_t steps = aggregator.steps_completed();
     const std::uint64_t measured = steps > warmup_steps_ ? steps - warmup_steps_ : 0;
     cupti_.finish(info, warmup_steps_, measured, device_.load(std::memory_order_relaxed));

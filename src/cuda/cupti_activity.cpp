@@ -480,21 +480,21 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
 
 void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
                            int device) noexcept {
-  auto& m = info.facts;
+  CuptiCounters& m = info.facts.cupti;
   // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
   if (subscriber_ == nullptr) return;
-  m["cupti_callbacks"] = 1.0;
+  m.cupti_callbacks = 1.0;
   const ApiCounts c = api_counts();
-  m["sync_calls"] = static_cast<double>(c.sync_calls);
-  m["sync_calls_in_steps"] = static_cast<double>(c.sync_calls_in_steps);
-  m["cuda_malloc_calls"] = static_cast<double>(c.malloc_calls);
-  m["cuda_free_calls"] = static_cast<double>(c.free_calls);
+  m.sync_calls = static_cast<double>(c.sync_calls);
+  m.sync_calls_in_steps = static_cast<double>(c.sync_calls_in_steps);
+  m.cuda_malloc_calls = static_cast<double>(c.malloc_calls);
+  m.cuda_free_calls = static_cast<double>(c.free_calls);
   if (measured_steps > 0) {
-    m["cuda_malloc_calls_per_step"] = static_cast<double>(c.malloc_calls_measured) / static_cast<double>(measured_steps);
-    m["cuda_free_calls_per_step"] = static_cast<double>(c.free_calls_measured) / static_cast<double>(measured_steps);
+    m.cuda_malloc_calls_per_step = static_cast<double>(c.malloc_calls_measured) / static_cast<double>(measured_steps);
+    m.cuda_free_calls_per_step = static_cast<double>(c.free_calls_measured) / static_cast<double>(measured_steps);
   }
-  m["kernel_launch_calls"] = static_cast<double>(c.launch_calls);
-  m["graph_launch_calls"] = static_cast<double>(c.graph_launch_calls);
+  m.kernel_launch_calls = static_cast<double>(c.launch_calls);
+  m.graph_launch_calls = static_cast<double>(c.graph_launch_calls);
   if (!active_) {
     stop_callbacks();
     return;
@@ -507,25 +507,25 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     finished_ = true;
     stop_callbacks();
     std::lock_guard<std::mutex> lock(mutex_);
-    m["cupti_kernels"] = static_cast<double>(kernels_);
-    m["cupti_nccl_kernels"] = static_cast<double>(nccl_kernels_);
-    m["cupti_memcpys"] = static_cast<double>(memcpys_);
-    m["cupti_pageable_memcpys"] = static_cast<double>(pageable_memcpys_);
-    m["cupti_memsets"] = static_cast<double>(memsets_);
-    m["cupti_sync_records"] = static_cast<double>(syncs_);
-    m["cupti_sync_ms"] = static_cast<double>(sync_ns_) * 1e-6;
-    m["cupti_runtime_records"] = static_cast<double>(api_records_);
-    m["cupti_over_limit"] = over_limit_ ? 1.0 : 0.0;
-    m["cupti_records_not_kept"] = static_cast<double>(dropped_records_);
-    m["cupti_records_dropped"] = static_cast<double>(g_cupti_dropped.load(std::memory_order_relaxed));
-    m["cupti_records_incomplete"] = static_cast<double>(incomplete_records_);
+    m.cupti_kernels = static_cast<double>(kernels_);
+    m.cupti_nccl_kernels = static_cast<double>(nccl_kernels_);
+    m.cupti_memcpys = static_cast<double>(memcpys_);
+    m.cupti_pageable_memcpys = static_cast<double>(pageable_memcpys_);
+    m.cupti_memsets = static_cast<double>(memsets_);
+    m.cupti_sync_records = static_cast<double>(syncs_);
+    m.cupti_sync_ms = static_cast<double>(sync_ns_) * 1e-6;
+    m.cupti_runtime_records = static_cast<double>(api_records_);
+    m.cupti_over_limit = over_limit_ ? 1.0 : 0.0;
+    m.cupti_records_not_kept = static_cast<double>(dropped_records_);
+    m.cupti_records_dropped = static_cast<double>(g_cupti_dropped.load(std::memory_order_relaxed));
+    m.cupti_records_incomplete = static_cast<double>(incomplete_records_);
 
     // Analyse the measured steps only (warm-up steps are left out, as on the host side).
     std::sort(steps_.begin(), steps_.end(), [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
     timeline_.steps.clear();
     for (const auto& s : steps_)
       if (s.number > static_cast<std::int64_t>(warmup_steps)) timeline_.steps.push_back(s);
-    m["cupti_steps"] = static_cast<double>(timeline_.steps.size());
+    m.cupti_steps = static_cast<double>(timeline_.steps.size());
     // Steps whose activity was not collected (over the limit) would read as idle.
     if (over_limit_ && !timeline_.device_ops.empty()) {
       std::int64_t last = 0;
@@ -539,7 +539,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
       ops.erase(std::remove_if(ops.begin(), ops.end(),
                                [device](const timeline::DeviceInterval& d) { return d.device != device; }),
                 ops.end());
-      m["cupti_other_device_ops"] = static_cast<double>(before - ops.size());
+      m.cupti_other_device_ops = static_cast<double>(before - ops.size());
     }
     if (timeline_.device_ops.empty()) return;
     timeline::AttributionOptions options;
@@ -548,9 +548,9 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     if (!f.has_device_activity) return;
     // Same keys as the Kineto import (src/import/trace_report.cpp), so the
     // analyzer reads live and imported runs alike.
-    timeline::add_device_facts(f, m);
+    timeline::add_device_facts(f, info.facts.timeline);
   } catch (...) {
-    m["cupti_analysis_failed"] = 1.0;
+    m.cupti_analysis_failed = 1.0;
   }
 }
 

@@ -315,7 +315,7 @@ void describe_device(const Timeline& tl, Report& r) {
       r.device.memory_capacity_mb = static_cast<double>(tl.devices.front().total_memory_bytes) / (1024.0 * 1024.0);
   }
   if (!f.has_device_activity) return;
-  timeline::add_device_facts(f, r.device.facts);
+  timeline::add_device_facts(f, r.device.facts.timeline);
   r.device.hta = std::move(analyses.hta);
   if (!f.top_sync_phase.empty()) r.warnings.push_back("most sync idle time is in phase '" + f.top_sync_phase + "'");
   // Without ProfilerStep annotations the whole trace is one window.

@@ -1116,19 +1116,27 @@ void fill_job_system_and_device(JobMerge& jm) {
   }
   // Device facts: the mean over ranks that have them.
   {
-    std::map<std::string, std::pair<double, int>> facts;
+    DeviceFactsSection sums, counts;  // each fact: its sum over the ranks that have it, and how many
+    const auto add = [](const char*, std::optional<double>& sum, std::optional<double>& count,
+                        const std::optional<double>& value) {
+      if (!value) return;
+      sum = sum.value_or(0.0) + *value;
+      count = count.value_or(0.0) + 1.0;
+    };
     int enabled = 0;
     for (const RankFacts& f : ranks) {
       const DeviceInfo& d = f.report->device;
       if (d.enabled) ++enabled;
-      for (const auto& [k, v] : d.facts) {
-        facts[k].first += v;
-        ++facts[k].second;
-      }
+      for_each_device_fact(add, sums, counts, d.facts);
       job.device.memory_peak_mb = std::max(job.device.memory_peak_mb, d.memory_peak_mb);
       job.device.memory_capacity_mb = std::max(job.device.memory_capacity_mb, d.memory_capacity_mb);
     }
-    for (const auto& [k, sum_count] : facts) job.device.facts[k] = sum_count.first / sum_count.second;
+    for_each_device_fact(
+        [](const char*, std::optional<double>& mean, const std::optional<double>& sum,
+           const std::optional<double>& count) {
+          if (sum) mean = *sum / *count;
+        },
+        job.device.facts, sums, counts);
     job.device.enabled = enabled > 0;
     job.device.hta_ranks = hta_by_rank(ranks);
     job.device.status = ranks.front().report->device.status;

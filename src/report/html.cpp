@@ -740,7 +740,14 @@ void run_section(std::string& o, const Report& r) {
   if (d.memory_capacity_mb > 0)
     dev.emplace_back("memory peak / capacity",
                      fmt::format("{:.0f} / {:.0f} MB", d.memory_peak_mb, d.memory_capacity_mb));
-  for (const auto& [k, v] : d.facts) dev.emplace_back(k, num(v));
+  std::vector<std::pair<std::string, double>> facts;  // by key, as the JSON lists them
+  for_each_device_fact(
+      [&facts](const char* key, const std::optional<double>& value) {
+        if (value) facts.emplace_back(key, *value);
+      },
+      d.facts);
+  std::sort(facts.begin(), facts.end());
+  for (const auto& [k, v] : facts) dev.emplace_back(k, num(v));
   kv_table(o, dev, "device");
   o += "</div></div></section>\n";
 }

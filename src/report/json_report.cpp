@@ -192,11 +192,24 @@ std::vector<std::pair<std::string, Field>> get_members(const Field& f, const cha
   for (const auto& [k, v] : object.j.items()) out.emplace_back(k, Field{v, object.child(k)});
   return out;
 }
-// A map of numbers (device.facts, findings[i].values); null (not finite) is skipped.
+// A map of numbers (findings[i].values); null (not finite) is skipped.
 std::map<std::string, double> get_numbers(const Field& f, const char* key) {
   std::map<std::string, double> out;
   for (const auto& [k, v] : get_members(f, key))
     if (!v.j.is_null()) out[k] = real_of(v, v.path);
+  return out;
+}
+
+// device.facts: the keys for_each_device_fact() names; null (not finite) and
+// keys this stepscope does not know are skipped.
+DeviceFactsSection device_facts_from(const Field& facts) {
+  DeviceFactsSection out;
+  for_each_device_fact(
+      [&facts](const char* key, std::optional<double>& value) {
+        const json* v = facts.find(key);
+        if (v != nullptr) value = real_of(*v, facts.child(key));
+      },
+      out);
   return out;
 }
 
@@ -738,7 +751,11 @@ json to_j(const Report& r) {
               {"memory_capacity_mb", num(r.device.memory_capacity_mb)},
               {"memory_peak_mb", num(r.device.memory_peak_mb)}};
   json facts = json::object();
-  for (const auto& [k, v] : r.device.facts) facts[k] = num(v);
+  for_each_device_fact(
+      [&facts](const char* key, const std::optional<double>& value) {
+        if (value) facts[key] = num(*value);
+      },
+      r.device.facts);
   device["facts"] = facts;
   if (r.device.hta.present) device["hta"] = hta_to_j(r.device.hta);
   if (!r.device.hta_ranks.empty()) {
@@ -835,7 +852,7 @@ Report report_from(const json& document) {
   r.device.name = get_str(device, "name");
   r.device.memory_capacity_mb = get_num(device, "memory_capacity_mb");
   r.device.memory_peak_mb = get_num(device, "memory_peak_mb");
-  r.device.facts = get_numbers(device, "facts");
+  r.device.facts = device_facts_from(get_obj(device, "facts"));
   if (device.find("hta") != nullptr) r.device.hta = hta_from(get_obj(device, "hta"));
   for (const Field& h : get_arr(device, "hta_ranks")) r.device.hta_ranks.push_back(hta_from(h));
   r.bottleneck = verdict_from(required_obj(j, "bottleneck"));

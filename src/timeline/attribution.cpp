@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "stepscope/report.hpp"
 #include "stepscope/timeline.hpp"
 #include "timeline/interval_set.hpp"
 
@@ -256,29 +257,29 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options) 
   return f;
 }
 
-void add_device_facts(const DeviceFacts& f, std::map<std::string, double>& m) {
-  m["steps"] = static_cast<double>(f.steps);
-  m["step_time_mean_ms"] = f.step_time_mean_ns * 1e-6;
-  m["device_busy_fraction"] = f.device_busy_fraction;
-  m["device_idle_fraction"] = f.device_idle_fraction;
-  m["idle_host_input_fraction"] = f.idle_host_input_fraction;
-  m["idle_host_launch_bound_fraction"] = f.idle_host_launch_bound_fraction;
-  m["idle_sync_fraction"] = f.idle_sync_fraction;
-  m["idle_unattributed_fraction"] = f.idle_unattributed_fraction;
-  m["compute_fraction"] = f.compute_fraction;
-  m["communication_fraction"] = f.communication_fraction;
-  m["exposed_communication_fraction"] = f.exposed_communication_fraction;
-  m["comm_compute_overlap_fraction"] = f.comm_compute_overlap_fraction;
-  m["memcpy_fraction"] = f.memcpy_fraction;
-  m["pageable_memcpy_fraction"] = f.pageable_memcpy_fraction;
-  m["kernels_per_step"] = f.kernels_per_step;
-  m["launches_per_step"] = f.launches_per_step;
-  m["short_kernel_fraction"] = f.short_kernel_fraction;
-  m["runtime_outlier_fraction"] = f.runtime_outlier_fraction;
-  m["launch_delay_p50_us"] = f.launch_delay_p50_ns * 1e-3;
-  m["launch_delay_p90_us"] = f.launch_delay_p90_ns * 1e-3;
-  m["host_wait_idle_fraction"] = f.host_wait_idle_fraction;
-  m["kernel_wait_idle_fraction"] = f.kernel_wait_idle_fraction;
+void add_device_facts(const DeviceFacts& f, DeviceTimelineFacts& out) {
+  out.steps = static_cast<double>(f.steps);
+  out.step_time_mean_ms = f.step_time_mean_ns * 1e-6;
+  out.device_busy_fraction = f.device_busy_fraction;
+  out.device_idle_fraction = f.device_idle_fraction;
+  out.idle_host_input_fraction = f.idle_host_input_fraction;
+  out.idle_host_launch_bound_fraction = f.idle_host_launch_bound_fraction;
+  out.idle_sync_fraction = f.idle_sync_fraction;
+  out.idle_unattributed_fraction = f.idle_unattributed_fraction;
+  out.compute_fraction = f.compute_fraction;
+  out.communication_fraction = f.communication_fraction;
+  out.exposed_communication_fraction = f.exposed_communication_fraction;
+  out.comm_compute_overlap_fraction = f.comm_compute_overlap_fraction;
+  out.memcpy_fraction = f.memcpy_fraction;
+  out.pageable_memcpy_fraction = f.pageable_memcpy_fraction;
+  out.kernels_per_step = f.kernels_per_step;
+  out.launches_per_step = f.launches_per_step;
+  out.short_kernel_fraction = f.short_kernel_fraction;
+  out.runtime_outlier_fraction = f.runtime_outlier_fraction;
+  out.launch_delay_p50_us = f.launch_delay_p50_ns * 1e-3;
+  out.launch_delay_p90_us = f.launch_delay_p90_ns * 1e-3;
+  out.host_wait_idle_fraction = f.host_wait_idle_fraction;
+  out.kernel_wait_idle_fraction = f.kernel_wait_idle_fraction;
 }
 
 }  // namespace timeline

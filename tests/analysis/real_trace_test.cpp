@@ -1,6 +1,6 @@
 // The classifier on the real GPU traces in tests/data/traces: imported with
 // the Kineto reader, reduced to timeline::DeviceFacts, put into a Report's
-// device facts under the timeline's own field names, classified.
+// device facts as the importer puts them (timeline::add_device_facts), classified.
 #include <stepscope/analysis.hpp>
 #include <stepscope/import.hpp>
 
@@ -23,17 +23,7 @@ Report report_from_trace(const std::string& file) {
   r.steps.wall_ms.count = r.steps.count;
   r.steps.wall_ms.mean = f.step_time_mean_ns / 1e6;
   r.device.enabled = true;
-  r.device.facts = {{"device_busy_fraction", f.device_busy_fraction},
-                    {"device_idle_fraction", f.device_idle_fraction},
-                    {"idle_host_input_fraction", f.idle_host_input_fraction},
-                    {"idle_host_launch_bound_fraction", f.idle_host_launch_bound_fraction},
-                    {"idle_sync_fraction", f.idle_sync_fraction},
-                    {"compute_fraction", f.compute_fraction},
-                    {"exposed_communication_fraction", f.exposed_communication_fraction},
-                    {"memcpy_fraction", f.memcpy_fraction},
-                    {"pageable_memcpy_fraction", f.pageable_memcpy_fraction},
-                    {"short_kernel_fraction", f.short_kernel_fraction},
-                    {"kernels_per_step", f.kernels_per_step}};
+  timeline::add_device_facts(f, r.device.facts.timeline);
   return r;
 }
 

@@ -4,7 +4,10 @@
 
 #include <stepscope/analysis.hpp>
 
+#include "device_fact_key.hpp"
+
 #include <algorithm>
+#include <map>
 #include <string>
 
 namespace stepscope {
@@ -65,10 +68,11 @@ inline PhaseSummary& add_phase(Report& r, const std::string& name, PhaseKind kin
 }
 
 // Marks the report as a GPU run with the given timeline facts.
-inline void gpu(Report& r, std::initializer_list<std::pair<const std::string, double>> facts) {
+// Facts are named by their JSON keys (device.facts.<key>).
+inline void gpu(Report& r, const std::map<std::string, double>& facts) {
   r.device.enabled = true;
   r.device.status = "ok";
-  r.device.facts = facts;
+  r.device.facts = device_facts_of(facts);
 }
 
 inline const Evidence* evidence(const Verdict& v, const std::string& signal) {

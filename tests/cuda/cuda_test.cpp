@@ -5,6 +5,7 @@
 #include <stepscope/report.hpp>
 
 #include "core/device_backend.hpp"
+#include "device_fact_key.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -77,8 +78,7 @@ bool gpu_available() {
 }
 
 double fact(const Report& r, const std::string& key) {
-  auto it = r.device.facts.find(key);
-  return it == r.device.facts.end() ? std::nan("") : it->second;
+  return test::device_fact(r.device.facts, key).value_or(std::nan(""));
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // no host wall-clock time is asserted.
 #include <stepscope/report.hpp>
 
+#include "device_fact_key.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -53,11 +55,8 @@ struct Run {
     auto it = counters.find(k);
     return it != counters.end() ? it->second : 0;
   }
-  double fact(const std::string& k) const {
-    auto it = report.device.facts.find(k);
-    return it != report.device.facts.end() ? it->second : -1;
-  }
-  bool has_fact(const std::string& k) const { return report.device.facts.count(k) != 0; }
+  double fact(const std::string& k) const { return test::device_fact(report.device.facts, k).value_or(-1); }
+  bool has_fact(const std::string& k) const { return test::device_fact(report.device.facts, k).has_value(); }
   const PhaseSummary* phase(const std::string& name) const {
     for (const auto& p : report.phases)
       if (p.name == name) return &p;

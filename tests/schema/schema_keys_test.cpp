@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -242,4 +243,58 @@ TEST_CASE("report keys match docs/report-schema.md", "[schema]") {
       CHECK(present[section].count(key) == 1);  // documented but written by none of the reports
     }
   }
+}
+
+// The device facts are typed members (stepscope/report.hpp); their JSON keys
+// come from one list, for_each_device_fact(). Every key of that list is
+// documented in the schema's `device` section, each goes through the JSON and
+// back to its own member, and a fact that was not measured stays absent: it
+// is not written, and it does not come back as 0.
+TEST_CASE("every device fact is documented and goes through the JSON as itself", "[schema][device]") {
+  const Schema schema = read_schema(std::string(STEPSCOPE_SOURCE_DIR) + "/docs/report-schema.md");
+  stepscope::Report report;
+  double next = 1.5;
+  std::set<std::string> keys;
+  stepscope::for_each_device_fact(
+      [&](const char* key, std::optional<double>& value) {
+        INFO("device fact " << key);
+        CHECK(schema.names.at("device").count(key) == 1);  // a fact the schema does not document
+        CHECK(keys.insert(key).second);                     // one key, one member
+        value = next;
+        next += 1.0;
+      },
+      report.device.facts);
+  CHECK(keys.size() >= 59);  // the facts of today's writers (import, CUDA events, CUPTI)
+
+  const json written = json::parse(stepscope::report_to_json(report));
+  CHECK(written["device"]["facts"].size() == keys.size());
+  stepscope::Report loaded;
+  std::string error;
+  REQUIRE(stepscope::report_from_json(written.dump(), loaded, error));
+  stepscope::for_each_device_fact(
+      [](const char* key, const std::optional<double>& before, const std::optional<double>& after) {
+        INFO("device fact " << key);
+        REQUIRE(after.has_value());
+        CHECK(*after == *before);  // each value back in its own member
+      },
+      report.device.facts, loaded.device.facts);
+
+  // Not measured: absent in the JSON and absent after loading, never 0.
+  stepscope::Report none;
+  none.device.facts.cupti.sync_calls_in_steps = 0.0;  // measured zero is kept
+  const json sparse = json::parse(stepscope::report_to_json(none));
+  CHECK(sparse["device"]["facts"] == json{{"sync_calls_in_steps", 0.0}});
+  stepscope::Report back;
+  REQUIRE(stepscope::report_from_json(sparse.dump(), back, error));
+  CHECK(back.device.facts.cupti.sync_calls_in_steps == 0.0);
+  CHECK_FALSE(back.device.facts.cupti.sync_calls.has_value());
+  CHECK_FALSE(back.device.facts.timeline.device_busy_fraction.has_value());
+
+  // A key this stepscope does not know (another version's, or an old alias)
+  // is ignored, not an error, and not read as another fact.
+  json other = sparse;
+  other["device"]["facts"]["idle_fraction"] = 0.5;
+  stepscope::Report tolerant;
+  REQUIRE(stepscope::report_from_json(other.dump(), tolerant, error));
+  CHECK_FALSE(tolerant.device.facts.timeline.device_idle_fraction.has_value());
 }
