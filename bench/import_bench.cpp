@@ -20,8 +20,8 @@
 
 #include "import/byte_source.hpp"
 #include "import/kineto_reader_internal.hpp"
-#include "stepscope/import.hpp"
-#include "stepscope/timeline.hpp"
+#include "import/trace_import.hpp"
+#include "timeline/timeline.hpp"
 
 namespace {
 

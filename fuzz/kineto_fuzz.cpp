@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "import/kineto_reader_internal.hpp"
-#include "stepscope/import.hpp"
-#include "stepscope/timeline.hpp"
+#include "import/trace_import.hpp"
+#include "timeline/timeline.hpp"
 
 namespace {
 

@@ -11,9 +11,9 @@
 
 #include <stepscope/analysis.hpp>
 #include <stepscope/html.hpp>
-#include <stepscope/import.hpp>
 #include <stepscope/report.hpp>
 #include <stepscope/version.hpp>
+#include "import/trace_import.hpp"
 
 #if __has_include(<stepscope/merge.hpp>)
 #include <stepscope/merge.hpp>

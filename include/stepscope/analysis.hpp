@@ -117,7 +117,7 @@ STEPSCOPE_API std::string format_comparison(const Comparison& comparison);
 STEPSCOPE_API std::string comparison_to_json(const Comparison& comparison);
 
 // For a report of an imported trace (run.source "kineto-import"): the
-// analyzer's advice in the trace's language (also declared in import.hpp).
+// analyzer's advice in the trace's language.
 // analyze() calls it last. No-op for other sources.
 STEPSCOPE_API void reword_advice_for_trace(Report& report);
 

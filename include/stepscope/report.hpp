@@ -282,37 +282,37 @@ struct HtaTables {
 // or the live CUPTI activity). Fractions are of the analysed steps' time
 // unless the name says otherwise.
 struct DeviceTimelineFacts {
-  std::optional<double> steps;              // step windows analysed (count)
-  std::optional<double> step_time_mean_ms;  // their mean length
-  std::optional<double> device_busy_fraction;             // union of all device ops
+  std::optional<double> steps;                 // step windows analysed (count)
+  std::optional<double> step_time_mean_ms;     // their mean length
+  std::optional<double> device_busy_fraction;  // union of all device ops
   std::optional<double> device_idle_fraction;
   std::optional<double> idle_host_input_fraction;         // idle while the host was in an input phase
   std::optional<double> idle_host_launch_bound_fraction;  // idle while the host was launching / in framework ops
   std::optional<double> idle_sync_fraction;               // idle while the host synced with nothing queued
   std::optional<double> idle_unattributed_fraction;
-  std::optional<double> compute_fraction;                 // union of compute kernels
-  std::optional<double> communication_fraction;           // union of communication kernels
-  std::optional<double> exposed_communication_fraction;   // communication not hidden behind compute
-  std::optional<double> comm_compute_overlap_fraction;    // HTA's overlap / 100, of communication time
+  std::optional<double> compute_fraction;                // union of compute kernels
+  std::optional<double> communication_fraction;          // union of communication kernels
+  std::optional<double> exposed_communication_fraction;  // communication not hidden behind compute
+  std::optional<double> comm_compute_overlap_fraction;   // HTA's overlap / 100, of communication time
   std::optional<double> memcpy_fraction;
-  std::optional<double> pageable_memcpy_fraction;         // copies from pageable host memory
+  std::optional<double> pageable_memcpy_fraction;  // copies from pageable host memory
   std::optional<double> kernels_per_step;
   std::optional<double> launches_per_step;
-  std::optional<double> short_kernel_fraction;            // of launch pairs: ran shorter than the launch call
-  std::optional<double> runtime_outlier_fraction;         // of launch pairs
-  std::optional<double> launch_delay_p50_us;              // launch call to kernel start
+  std::optional<double> short_kernel_fraction;     // of launch pairs: ran shorter than the launch call
+  std::optional<double> runtime_outlier_fraction;  // of launch pairs
+  std::optional<double> launch_delay_p50_us;       // launch call to kernel start
   std::optional<double> launch_delay_p90_us;
-  std::optional<double> host_wait_idle_fraction;          // of HTA's per-stream idle time, summed over streams
+  std::optional<double> host_wait_idle_fraction;  // of HTA's per-stream idle time, summed over streams
   std::optional<double> kernel_wait_idle_fraction;
 };
 
 // The live CUDA backend's phase timing by CUDA events (src/cuda, docs/gpu.md).
 struct DeviceEventCounters {
-  std::optional<double> device_times_resolved;        // phases given a device time
-  std::optional<double> device_times_unresolved;      // events still pending at the end
-  std::optional<double> event_pool_exhausted;         // phases left without device time: no free event pair
+  std::optional<double> device_times_resolved;           // phases given a device time
+  std::optional<double> device_times_unresolved;         // events still pending at the end
+  std::optional<double> event_pool_exhausted;            // phases left without device time: no free event pair
   std::optional<double> event_slots_of_dropped_records;  // taken back by their thread (not leaked)
-  std::optional<double> event_slots_leaked;           // must stay 0
+  std::optional<double> event_slots_leaked;              // must stay 0
   std::optional<double> event_pool_threads;
   std::optional<double> phases_in_graph_capture;
   std::optional<double> event_record_failed;
@@ -343,7 +343,7 @@ struct CuptiCounters {
   std::optional<double> cupti_sync_records;
   std::optional<double> cupti_sync_ms;
   std::optional<double> cupti_runtime_records;
-  std::optional<double> cupti_over_limit;          // 1: activity past the record limit was not collected
+  std::optional<double> cupti_over_limit;  // 1: activity past the record limit was not collected
   std::optional<double> cupti_records_not_kept;
   std::optional<double> cupti_records_dropped;     // cuptiActivityGetNumDroppedRecords
   std::optional<double> cupti_records_incomplete;  // zero timestamp at the final flush; skipped
@@ -569,10 +569,6 @@ STEPSCOPE_API bool report_from_json(const std::string& text, Report& out, std::s
 STEPSCOPE_API bool load_report(const std::string& path, Report& out, std::string& error);
 // Writes atomically (temporary file + rename). Returns false with `error` set.
 STEPSCOPE_API bool write_report_file(const Report& report, const std::string& path, std::string& error);
-// Reads a whole file, gunzipping it when it is gzip (plain files pass
-// through). False with `error` naming the file and the problem (e.g.
-// "truncated gzip data").
-STEPSCOPE_API bool read_file_maybe_gzip(const std::string& path, std::string& out, std::string& error) noexcept;
 // The human summary table with the verdict (what goes to stderr at exit).
 STEPSCOPE_API std::string format_summary(const Report& report);
 

@@ -11,7 +11,7 @@
 namespace stepscope {
 inline namespace v1 {
 
-// (Declared in <stepscope/analysis.hpp> and <stepscope/import.hpp>.) The analyzer words its advice for code that links
+// (Declared in <stepscope/analysis.hpp>.) The analyzer words its advice for code that links
 // stepscope (STEPSCOPE_PHASE); an imported trace came from a Python training loop, where the same advice is a
 // torch.profiler.record_function range. Rewrites every piece of text the user reads, in place.
 void reword_advice_for_trace(Report& r) {

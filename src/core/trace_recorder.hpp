@@ -5,7 +5,7 @@
 #include "stats/clock.hpp"
 
 #include <stepscope/ring.hpp>
-#include <stepscope/trace.hpp>
+#include "core/trace.hpp"
 
 #include <cstdint>
 #include <deque>

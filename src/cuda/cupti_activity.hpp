@@ -6,7 +6,7 @@
 #pragma once
 
 #include <stepscope/report.hpp>
-#include <stepscope/timeline.hpp>
+#include "timeline/timeline.hpp"
 
 #include <cstdint>
 #include <mutex>

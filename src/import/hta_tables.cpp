@@ -2,7 +2,7 @@
 // view. The numbers come from the timeline analyses that reproduce Holistic
 // Trace Analysis 0.6.1 (tests/timeline/reference_test.cpp); this file only
 // lays them out under HTA's names, units (microseconds) and denominators.
-#include <stepscope/import.hpp>
+#include "import/trace_import.hpp"
 
 #include <fmt/format.h>
 

@@ -32,7 +32,7 @@
 #include "import/byte_source.hpp"
 #include "import/kineto_semantics.hpp"
 #include "stepscope/export.hpp"
-#include "stepscope/import.hpp"
+#include "import/trace_import.hpp"
 
 namespace stepscope {
 inline namespace v1 {

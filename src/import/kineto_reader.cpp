@@ -28,7 +28,7 @@
 #include "import/kineto_fast_scanner.hpp"
 #include "import/kineto_reader_internal.hpp"
 #include "import/kineto_semantics.hpp"
-#include "stepscope/import.hpp"
+#include "import/trace_import.hpp"
 #include "timeline/name_rules.hpp"
 #include "timeline/correlation_map.hpp"
 

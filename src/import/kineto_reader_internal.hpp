@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "stepscope/export.hpp"
-#include "stepscope/import.hpp"
+#include "import/trace_import.hpp"
 
 namespace stepscope {
 inline namespace v1 {

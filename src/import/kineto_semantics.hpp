@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "stepscope/import.hpp"
-#include "stepscope/timeline.hpp"
+#include "import/trace_import.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {

@@ -10,8 +10,8 @@
 // (the correlation id). Self time: a cpu_op's duration minus the cpu_ops
 // nested in it on its thread (TensorBoard's "self host duration"); a
 // kernel's time on the device.
-#include <stepscope/import.hpp>
 #include <stepscope/report.hpp>
+#include "import/trace_import.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // A stepscope Report from an imported PyTorch-profiler trace, so GPU users get
 // the same breakdown, verdict, evidence and what-if as a live run.
 #include <stepscope/analysis.hpp>
-#include <stepscope/import.hpp>
+#include "import/trace_import.hpp"
 #include <stepscope/phase.hpp>
 #include <stepscope/version.hpp>
 

@@ -1,6 +1,6 @@
 // Chrome-trace JSON export (Perfetto UI, chrome://tracing): the trace event
 // format's "X" complete events with process/thread metadata.
-#include <stepscope/trace.hpp>
+#include "core/trace.hpp"
 
 #include "core/atomic_file.hpp"
 

@@ -895,27 +895,6 @@ Report report_from(const json& document) {
 
 }  // namespace
 
-bool read_file_maybe_gzip(const std::string& path, std::string& out, std::string& error) noexcept {
-  // gzread passes plain files through unchanged.
-  std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
-  if (f == nullptr) {
-    error = "cannot open '" + path + "': " + std::strerror(errno);
-    return false;
-  }
-  try {
-    char buf[1 << 16];
-    int n = 0;
-    while ((n = gzread(f.get(), buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-    int errnum = 0;
-    const char* message = gzerror(f.get(), &errnum);
-    if (n == 0 && errnum == Z_OK) return true;
-    error = "cannot read '" + path + "': " + (errnum == Z_BUF_ERROR ? "truncated gzip data" : message);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  return false;
-}
-
 std::string report_to_json(const Report& report, int indent) {
   try {
     return to_j(report).dump(indent, ' ', false, json::error_handler_t::replace);

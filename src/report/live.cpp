@@ -1,6 +1,6 @@
 // The live progress line: a fact snapshot in, one short line out.
+#include "report/live.hpp"
 #include <stepscope/analysis.hpp>
-#include <stepscope/live.hpp>
 
 #include "text/printable.hpp"
 

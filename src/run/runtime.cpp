@@ -13,9 +13,9 @@
 #include "stats/utc_time.hpp"
 
 #include <stepscope/analysis.hpp>
-#include <stepscope/live.hpp>
+#include "report/live.hpp"
 #include <stepscope/stepscope.hpp>
-#include <stepscope/trace.hpp>
+#include "core/trace.hpp"
 
 #include <linux/futex.h>
 #include <pthread.h>

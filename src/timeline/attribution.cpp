@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "stepscope/report.hpp"
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 #include "timeline/interval_set.hpp"
 
 namespace stepscope {

@@ -7,9 +7,9 @@
 #include <map>
 #include <string_view>
 
-#include "stepscope/timeline.hpp"
 #include "timeline/framework_phases.hpp"
 #include "timeline/interval_set.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {

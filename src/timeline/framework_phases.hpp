@@ -8,8 +8,8 @@
 #include <map>
 #include <utility>
 
-#include "stepscope/timeline.hpp"
 #include "timeline/interval_set.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {

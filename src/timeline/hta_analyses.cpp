@@ -7,7 +7,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 #include "timeline/correlation_map.hpp"
 #include "timeline/sweep.hpp"
 

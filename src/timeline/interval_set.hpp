@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {

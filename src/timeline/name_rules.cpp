@@ -4,7 +4,7 @@
 // whole import on large traces.
 #include <string_view>
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 #include "timeline/name_rules.hpp"
 
 namespace stepscope {

@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {

@@ -5,7 +5,7 @@
 #include <map>
 #include <vector>
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {

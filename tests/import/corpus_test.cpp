@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "stepscope/import.hpp"
+#include "import/trace_import.hpp"
 
 namespace {
 

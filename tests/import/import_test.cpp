@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "stepscope/import.hpp"
+#include "import/trace_import.hpp"
 #include "test_bytes.hpp"
 
 using namespace stepscope;

@@ -12,7 +12,7 @@
 
 #include "import/byte_source.hpp"
 #include "import/kineto_reader_internal.hpp"
-#include "stepscope/import.hpp"
+#include "import/trace_import.hpp"
 #include "test_bytes.hpp"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "stepscope/import.hpp"
+#include "import/trace_import.hpp"
 
 using namespace stepscope;
 using namespace stepscope::timeline;

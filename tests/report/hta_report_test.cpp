@@ -1,7 +1,7 @@
 // report.device.hta: HTA's own tables in the report, equal to what HTA 0.6.1
 // printed for every trace in tests/data/traces (REFERENCE.json) within
 // 0.1 percentage point / 1 us, after a JSON round trip too; and its text view.
-#include <stepscope/import.hpp>
+#include "import/trace_import.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

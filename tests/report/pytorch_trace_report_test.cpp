@@ -1,7 +1,7 @@
 // Reports from traces PyTorch itself wrote: the legacy traces of Debian's
 // PyTorch 1.13 (tests/data/pytorch, recorded by record_trace.py) with no
 // user annotation, and traces with nothing to time, which must be an error.
-#include <stepscope/import.hpp>
+#include "import/trace_import.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // Reports from the real GPU traces in tests/data/traces: the same report a
 // live run writes, with a verdict a GPU engineer would agree with.
-#include <stepscope/import.hpp>
+#include "import/trace_import.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -8,9 +8,9 @@
 //     (the few that only some runs produce are listed below, with why).
 // A field added to the writer without its line in the schema fails here, and
 // so does a documented field the writer no longer writes.
-#include <stepscope/import.hpp>
 #include <stepscope/merge.hpp>
 #include <stepscope/stepscope.hpp>
+#include "import/trace_import.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -259,7 +259,7 @@ TEST_CASE("every device fact is documented and goes through the JSON as itself",
       [&](const char* key, std::optional<double>& value) {
         INFO("device fact " << key);
         CHECK(schema.names.at("device").count(key) == 1);  // a fact the schema does not document
-        CHECK(keys.insert(key).second);                     // one key, one member
+        CHECK(keys.insert(key).second);                    // one key, one member
         value = next;
         next += 1.0;
       },

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 #include "timeline/timeline_builder.hpp"
 
 using namespace stepscope::timeline;

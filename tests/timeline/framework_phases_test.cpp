@@ -2,7 +2,7 @@
 // one step whose parts can be worked out on paper. Times in microseconds.
 #include <catch2/catch.hpp>
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 #include "timeline/timeline_builder.hpp"
 
 using namespace stepscope::timeline;

@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include "stepscope/import.hpp"
-#include "stepscope/timeline.hpp"
+#include "import/trace_import.hpp"
+#include "timeline/timeline.hpp"
 
 using namespace stepscope::timeline;
 

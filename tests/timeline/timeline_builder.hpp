@@ -2,7 +2,7 @@
 // call that launched them, host ops on a thread. Times in microseconds.
 #pragma once
 
-#include "stepscope/timeline.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {

@@ -1,4 +1,4 @@
-// stepscope/trace.hpp — raw phase intervals for timeline viewers.
+// src/core/trace.hpp (not installed) — raw phase intervals for timeline viewers.
 //
 // With STEPSCOPE_TRACE set, the collector keeps the raw intervals of a window
 // of steps and finish() writes them as a gzipped Chrome-trace JSON file that

@@ -1,10 +1,10 @@
-// stepscope/timeline.hpp — the device timeline model and the analyses on it.
+// src/timeline/timeline.hpp (not installed) — the device timeline model and the analyses on it.
 //
 // A Timeline is what one rank's GPU (and the host threads feeding it) did
 // during the profiled steps: device intervals (kernels, copies, memsets,
 // syncs), host intervals (runtime calls, framework ops, annotations), the
 // ProfilerStep windows and the user's phases. It is usually produced by
-// stepscope::import_kineto_trace() (stepscope/import.hpp), but every analysis
+// stepscope::import_kineto_trace() (import/trace_import.hpp), but every analysis
 // is a pure function of a Timeline, so tests and other backends can build one
 // by hand:
 //

@@ -1,4 +1,4 @@
-// stepscope/live.hpp — the live progress line (STEPSCOPE_LIVE=SECONDS).
+// src/report/live.hpp (not installed) — the live progress line (STEPSCOPE_LIVE=SECONDS).
 //
 // While a run is going, the collector thread prints one line on stderr every
 // STEPSCOPE_LIVE seconds (rewritten in place on a terminal, plain lines when
@@ -6,7 +6,7 @@
 //
 //   stepscope 12.0s | step 1234 | 41.2 ms/step (last 2.0s) | top: data 38% | verdict: io-bound (0.78)
 //
-// The pieces are public so the line can be tested and reused:
+// The pieces are apart so the line can be tested:
 //
 //   stepscope::LiveTracker tracker;
 //   stepscope::LiveStatus status = tracker.update(facts_snapshot, elapsed_s);
