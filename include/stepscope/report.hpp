@@ -142,6 +142,10 @@ struct StepStats {
   std::uint64_t warmup_excluded = 0;  // steps left out as warm-up
   Distribution wall_ms;               // measured steps
   Distribution warmup_wall_ms;        // the warm-up steps, so they are not hidden
+  // next_step() steps that no next call ended (closed by finish() or their
+  // thread's exit: they hold what ran after the loop), left out; their wall.
+  std::uint64_t unended_excluded = 0;
+  double unended_wall_ms = 0;
   HistogramData histogram;            // of wall_ms
   StepBreakdown breakdown;
   StepSeries series;

@@ -1063,7 +1063,7 @@ void fill_job_steps(JobMerge& jm) {
 
   DistributionMerger wall, warmup_wall;
   HistogramMerger wall_histogram;
-  std::uint64_t min_steps = std::numeric_limits<std::uint64_t>::max(), max_warmup = 0;
+  std::uint64_t min_steps = std::numeric_limits<std::uint64_t>::max(), max_warmup = 0, max_unended = 0;
   StepBreakdown& b = job.steps.breakdown;
   for (const RankFacts& f : ranks) {
     const Report& r = *f.report;
@@ -1072,6 +1072,8 @@ void fill_job_steps(JobMerge& jm) {
     wall_histogram.add(r.steps.histogram);
     min_steps = std::min(min_steps, r.steps.count);
     max_warmup = std::max(max_warmup, r.steps.warmup_excluded);
+    max_unended = std::max(max_unended, r.steps.unended_excluded);
+    job.steps.unended_wall_ms = std::max(job.steps.unended_wall_ms, r.steps.unended_wall_ms);
     b.wall_ms += f.wall;
     b.input_ms += f.input;
     b.compute_ms += f.compute;
@@ -1091,6 +1093,7 @@ void fill_job_steps(JobMerge& jm) {
   // distributions hold every rank's steps.
   job.steps.count = min_steps;
   job.steps.warmup_excluded = max_warmup;
+  job.steps.unended_excluded = max_unended;  // per rank, as warm-up: the most any rank left out
   job.steps.wall_ms = wall.result();
   wall_histogram.apply(job.steps.wall_ms);
   if (wall_histogram.usable()) job.steps.histogram = wall_histogram.histogram.to_data();

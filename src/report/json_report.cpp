@@ -709,6 +709,8 @@ json to_j(const Report& r) {
              {"warmup_excluded", r.steps.warmup_excluded},
              {"wall_ms", to_j(r.steps.wall_ms)},
              {"warmup_wall_ms", to_j(r.steps.warmup_wall_ms)},
+             {"unended_excluded", r.steps.unended_excluded},
+             {"unended_wall_ms", num(r.steps.unended_wall_ms)},
              {"breakdown", to_j(r.steps.breakdown)},
              // Derived, for scripts: the accounting the verdict and the summary use.
              {"settled_breakdown", to_j(settled_breakdown(r))},
@@ -817,6 +819,8 @@ Report report_from(const json& document) {
   r.steps.warmup_excluded = get_u64(steps, "warmup_excluded");
   r.steps.wall_ms = dist_from(get_obj(steps, "wall_ms"));
   r.steps.warmup_wall_ms = dist_from(get_obj(steps, "warmup_wall_ms"));
+  r.steps.unended_excluded = get_u64(steps, "unended_excluded");
+  r.steps.unended_wall_ms = get_num(steps, "unended_wall_ms");
   r.steps.breakdown = breakdown_from(get_obj(steps, "breakdown"));
   r.steps.series = series_from(get_obj(steps, "series"));
   r.steps.histogram = hist_from(get_obj(steps, "histogram"));
