@@ -219,6 +219,10 @@ bool incomplete(const CUpti_Activity* record) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
       return m->start == 0 || m->end == 0;
     }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
+      return m->start == 0 || m->end == 0;
+    }
     default:
       return false;
   }
@@ -310,6 +314,10 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
         return false;
       }
     }
+    // Peer-to-peer copies come only as MEMCPY2 records (act: "For peer to
+    // peer memory copy, use the kind CUPTI_ACTIVITY_KIND_MEMCPY2"), C14.
+    // Optional: without it the other kinds still work.
+    (void)cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     for (CUpti_CallbackId cbid : kOwnRuntimeCalls) (void)cuptiActivityEnableRuntimeApi(cbid, 0);
     active_ = true;
     return true;
@@ -331,6 +339,7 @@ void CuptiActivity::poll(std::int64_t now_ns) noexcept {
   if (over) {
     // Enough for the analyses: stop paying for collection.
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(0);
     finished_ = true;
     return;
@@ -404,6 +413,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           if (d.cls == timeline::KernelClass::communication) ++nccl_kernels_;
           timeline_.device_ops.push_back(d);
           ++kernels_;
+          ++per_device(k->deviceId).kernels;
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -427,6 +437,30 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           d.cls = timeline::classify_kernel(name);
           timeline_.device_ops.push_back(d);
           ++memcpys_;
+          ++per_device(m->deviceId).memcpys;
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+          // A peer copy: device work of the device that runs it (deviceId).
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
+          timeline::DeviceInterval d;
+          d.start_ns = ns(m->start);
+          d.end_ns = std::max(d.start_ns, ns(m->end));
+          d.stream = m->streamId;
+          d.correlation = m->correlationId;
+          d.device = static_cast<std::int32_t>(m->deviceId);
+          d.kind = timeline::DeviceOpKind::memcpy;
+          d.direction = timeline::MemcpyDirection::peer_to_peer;
+          d.bytes = static_cast<std::int64_t>(m->bytes);
+          const char* name = memcpy_name(d.direction, timeline::HostMemoryKind::unknown);
+          d.name = timeline_.intern(name);
+          d.cls = timeline::classify_kernel(name);
+          timeline_.device_ops.push_back(d);
+          ++memcpys_;
+          ++peer_memcpys_;
+          PerDevice& pd = per_device(m->deviceId);
+          ++pd.peer_memcpys;
+          pd.peer_bytes += m->bytes;
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -443,6 +477,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           d.cls = timeline::classify_kernel("Memset (Device)");
           timeline_.device_ops.push_back(d);
           ++memsets_;
+          ++per_device(m->deviceId).memsets;
           break;
         }
         case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
@@ -478,8 +513,15 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
   }
 }
 
+CuptiActivity::PerDevice& CuptiActivity::per_device(std::uint32_t device) {
+  for (auto& [id, counts] : per_device_)
+    if (id == device) return counts;
+  per_device_.emplace_back(device, PerDevice{});
+  return per_device_.back().second;
+}
+
 void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
-                           int device) noexcept {
+                           std::uint64_t step_devices, std::uint64_t timed_devices) noexcept {
   auto& m = info.facts;
   // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
   if (subscriber_ == nullptr) return;
@@ -503,6 +545,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     // Everything recorded so far, including buffers not yet full.
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     finished_ = true;
     stop_callbacks();
@@ -533,19 +576,67 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
       auto& st = timeline_.steps;
       st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }), st.end());
     }
-    if (device >= 0) {
-      auto& ops = timeline_.device_ops;
-      const std::size_t before = ops.size();
-      ops.erase(std::remove_if(ops.begin(), ops.end(),
-                               [device](const timeline::DeviceInterval& d) { return d.device != device; }),
-                ops.end());
-      m["cupti_other_device_ops"] = static_cast<double>(before - ops.size());
-    }
-    if (timeline_.device_ops.empty()) return;
+    // Each device on its own (C14): the attribution takes every device op
+    // of the timeline as "the device", so it is run on one device's ops at
+    // a time.
+    std::vector<timeline::DeviceInterval> all_ops;
+    all_ops.swap(timeline_.device_ops);
     timeline::AttributionOptions options;
     options.input_phase_markers = {"[stepscope-input]"};
-    const timeline::DeviceFacts f = timeline::device_facts(timeline_, options);
-    if (!f.has_device_activity) return;
+    auto facts_of = [&](int device, timeline::DeviceFacts& out) {
+      timeline_.device_ops.clear();
+      for (const auto& d : all_ops)
+        if (device < 0 || d.device == device) timeline_.device_ops.push_back(d);
+      if (timeline_.device_ops.empty()) return false;
+      out = timeline::device_facts(timeline_, options);
+      return out.has_device_activity;
+    };
+    auto entry = [&info](int id) -> DeviceUsage& {
+      for (auto& u : info.devices)
+        if (u.id == id) return u;
+      info.devices.push_back(DeviceUsage{});
+      info.devices.back().id = id;
+      return info.devices.back();
+    };
+    const std::uint64_t candidates = step_devices != 0 ? step_devices : timed_devices;
+    int best = -1;
+    double best_busy = -1;
+    timeline::DeviceFacts best_facts;
+    for (const auto& [id, counts] : per_device_) {
+      DeviceUsage& u = entry(static_cast<int>(id));
+      u.kernels = counts.kernels;
+      u.memcpys = counts.memcpys;
+      u.peer_memcpys = counts.peer_memcpys;
+      u.peer_memcpy_mb = static_cast<double>(counts.peer_bytes) / (1024.0 * 1024.0);
+      u.memsets = counts.memsets;
+      timeline::DeviceFacts f;
+      if (!facts_of(static_cast<int>(id), f)) continue;
+      u.busy_fraction = f.device_busy_fraction;
+      u.busy_ms = f.device_busy_fraction * f.step_time_mean_ns * 1e-6;
+      const bool candidate = id < 64 && ((candidates >> id) & 1u) != 0;
+      if (candidate && f.device_busy_fraction > best_busy) {
+        best = static_cast<int>(id);
+        best_busy = f.device_busy_fraction;
+        best_facts = f;
+      }
+    }
+    std::sort(info.devices.begin(), info.devices.end(),
+              [](const DeviceUsage& a, const DeviceUsage& b) { return a.id < b.id; });
+    timeline::DeviceFacts f;
+    bool have = false;
+    if (best >= 0) {
+      f = best_facts;
+      have = true;
+    } else if (candidates == 0) {
+      have = facts_of(-1, f);  // no device attached: all activity, as one device
+    }
+    info.facts_device = best;
+    std::uint64_t other = 0;
+    for (const auto& d : all_ops) other += d.device != best;
+    if (candidates != 0) m["cupti_other_device_ops"] = static_cast<double>(other);
+    all_ops.clear();
+    timeline_.device_ops.clear();
+    if (!have) return;
     // Same keys as the Kineto import (src/import/trace_report.cpp), so the
     // analyzer reads live and imported runs alike.
     timeline::add_device_facts(f, m);

@@ -91,6 +91,7 @@ struct Op {
   const char* name = "kernel";
   std::uint8_t copy_kind = 0, src_kind = 0, dst_kind = 0;
   std::uint64_t bytes = 0;
+  int src_device = -1, dst_device = -1;  // peer copies (CUPTI MEMCPY2 records)
 };
 
 struct Graph {
@@ -132,6 +133,7 @@ struct Record {  // a CUPTI activity record before it is written to a client buf
   const char* name = nullptr;
   std::uint8_t copy_kind = 0, src_kind = 0, dst_kind = 0;
   std::uint64_t bytes = 0, external_id = 0;
+  std::uint32_t src_device = 0, dst_device = 0;  // MEMCPY2
   std::uint32_t sync_type = 0, external_kind = 0;
 };
 
@@ -145,7 +147,7 @@ struct Sim {
   std::vector<std::string> time_from_argument;                     // name parts: device time = first argument (ns)
   std::int64_t default_kernel_ns = 10'000;
   std::int64_t next_ns = -1;  // one-shot override
-  double pageable_gbps = 4, pinned_gbps = 24, device_gbps = 1000;
+  double pageable_gbps = 4, pinned_gbps = 24, device_gbps = 1000, peer_gbps = 100;
   std::set<std::pair<std::uintptr_t, std::uintptr_t>> pinned;  // [begin, end) host ranges
   std::uint32_t next_stream_id = 16, next_context_id = 1;
   cudaError_t sticky = cudaSuccess;
@@ -300,6 +302,8 @@ const CallName kCallNames[] = {
     SIM_CB(cudaFreeHost_v3020),
     SIM_CB(cudaMemcpy_v3020),
     SIM_CB(cudaMemcpyAsync_v3020),
+    SIM_CB(cudaMemcpyPeer_v4000),
+    SIM_CB(cudaMemcpyPeerAsync_v4000),
     SIM_CB(cudaMemset_v3020),
     SIM_CB(cudaMemsetAsync_v3020),
     SIM_CB(cudaLaunchKernel_v7000),
@@ -528,11 +532,14 @@ cudaError_t enqueue(Sim& s, Stream& st, const Op& op, std::uint32_t correlation)
       s.count("kernels");
       break;
     case Op::memcpy:
-      r.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+      // act: "For peer to peer memory copy, use the kind CUPTI_ACTIVITY_KIND_MEMCPY2".
+      r.kind = op.copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP ? CUPTI_ACTIVITY_KIND_MEMCPY2 : CUPTI_ACTIVITY_KIND_MEMCPY;
       r.copy_kind = op.copy_kind;
       r.src_kind = op.src_kind;
       r.dst_kind = op.dst_kind;
-      s.count("memcpys");
+      r.src_device = static_cast<std::uint32_t>(op.src_device);
+      r.dst_device = static_cast<std::uint32_t>(op.dst_device);
+      s.count(r.kind == CUPTI_ACTIVITY_KIND_MEMCPY2 ? "peer_memcpys" : "memcpys");
       break;
     case Op::memset:
       r.kind = CUPTI_ACTIVITY_KIND_MEMSET;
@@ -632,6 +639,8 @@ std::size_t record_size(CUpti_ActivityKind kind) {
       return sizeof(CUpti_ActivityKernel10);
     case CUPTI_ACTIVITY_KIND_MEMCPY:
       return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMCPY2:
+      return sizeof(CUpti_ActivityMemcpyPtoP4);
     case CUPTI_ACTIVITY_KIND_MEMSET:
       return sizeof(CUpti_ActivityMemset4);
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
@@ -683,6 +692,15 @@ void write_record(const Sim& s, const Record& r, std::uint8_t* out, bool incompl
       m->bytes = r.bytes;
       break;
     }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+      auto* m = device_record<CUpti_ActivityMemcpyPtoP4>(out, r, start, end);
+      m->copyKind = r.copy_kind;
+      m->srcKind = m->dstKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+      m->bytes = r.bytes;
+      m->srcDeviceId = r.src_device;
+      m->dstDeviceId = r.dst_device;
+      break;
+    }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       auto* m = device_record<CUpti_ActivityMemset4>(out, r, start, end);
       m->bytes = r.bytes;
@@ -726,7 +744,7 @@ void write_record(const Sim& s, const Record& r, std::uint8_t* out, bool incompl
 
 bool is_device_record(CUpti_ActivityKind k) {
   return k == CUPTI_ACTIVITY_KIND_KERNEL || k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-         k == CUPTI_ACTIVITY_KIND_MEMCPY || k == CUPTI_ACTIVITY_KIND_MEMSET;
+         k == CUPTI_ACTIVITY_KIND_MEMCPY || k == CUPTI_ACTIVITY_KIND_MEMCPY2 || k == CUPTI_ACTIVITY_KIND_MEMSET;
 }
 
 }  // namespace
@@ -1238,6 +1256,51 @@ SIM_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes,
     return fail(e);
   // Synchronous with respect to the host: returns when the copy is done.
   s.count("implicit_sync_calls");
+  const std::int64_t until = st.tail_ns;
+  lock.unlock();
+  sleep_until(until);
+  return cudaSuccess;
+}
+// Peer copies: run on the stream's device (the current device's legacy
+// stream for cudaMemcpyPeer) at peer bandwidth (100 GB/s, an NVLink-class
+// figure); CUPTI reports them as MEMCPY2 records with both device ids.
+namespace {
+cudaError_t peer_copy(Sim& s, Stream& st, int dst_device, int src_device, std::size_t bytes, std::uint32_t correlation) {
+  if (dst_device < 0 || dst_device >= s.device_count || src_device < 0 || src_device >= s.device_count)
+    return cudaErrorInvalidDevice;
+  Op op;
+  op.kind = Op::memcpy;
+  op.bytes = bytes;
+  op.copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
+  op.src_kind = op.dst_kind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  op.src_device = src_device;
+  op.dst_device = dst_device;
+  op.duration_ns = static_cast<std::int64_t>(static_cast<double>(bytes) / s.peer_gbps);
+  if (s.next_ns >= 0) {
+    op.duration_ns = s.next_ns;
+    s.next_ns = -1;
+  }
+  return enqueue(s, st, op, correlation);
+}
+}  // namespace
+SIM_EXPORT cudaError_t cudaMemcpyPeerAsync(void*, int dst_device, const void*, int src_device, std::size_t bytes,
+                                           cudaStream_t stream) {
+  SIM_API(cudaMemcpyPeerAsync_v4000);
+  Sim& s = sim();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Stream* st = nullptr;
+  if (cudaError_t e = context_stream(s, stream, st); e != cudaSuccess) return fail(e);
+  return fail(peer_copy(s, *st, dst_device, src_device, bytes, api_call_.correlation()));
+}
+SIM_EXPORT cudaError_t cudaMemcpyPeer(void*, int dst_device, const void*, int src_device, std::size_t bytes) {
+  SIM_API(cudaMemcpyPeer_v4000);
+  Sim& s = sim();
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
+  Stream& st = s.devices[t_device].legacy;
+  if (cudaError_t e = peer_copy(s, st, dst_device, src_device, bytes, api_call_.correlation()); e != cudaSuccess)
+    return fail(e);
+  s.count("implicit_sync_calls");  // synchronous with respect to the host
   const std::int64_t until = st.tail_ns;
   lock.unlock();
   sleep_until(until);

@@ -288,6 +288,50 @@ TEST_CASE("two GPUs in one process: the facts describe the timed device (C14)", 
   CHECK(run.fact("device_busy_fraction") < 0.6);  // device 1 computes ~1 ms of each ~5 ms step; device 0 is always busy
 }
 
+TEST_CASE("two timed GPUs in one process: per-device figures and peer copies (C14)", "[gpu-sim]") {
+  Run run;
+  probe(run, "multi-gpu 30", "STEPSCOPE_SIM_DEVICES=2");
+  const DeviceInfo& d = run.report.device;
+  REQUIRE(d.devices.size() == 2);
+  const DeviceUsage& gpu0 = d.devices[0];
+  const DeviceUsage& gpu1 = d.devices[1];
+  CHECK(gpu0.id == 0);
+  CHECK(gpu1.id == 1);
+  for (const DeviceUsage* u : {&gpu0, &gpu1}) {
+    CHECK(u->phases_timed);
+    CHECK(u->steps_ran_on);
+    CHECK(u->kernels == 30);  // each device its own kernels, not the process's 60
+    CHECK(u->memcpys == 0);
+  }
+  // The peer copies (MEMCPY2 records) belong to the device that ran them.
+  CHECK(gpu0.peer_memcpys == 30);
+  CHECK(gpu0.peer_memcpy_mb == Approx(30 * 48.0));
+  CHECK(gpu1.peer_memcpys == 0);
+  // Memory of each device: its context (512 MiB) plus what it allocated.
+  CHECK(gpu0.memory_peak_mb == Approx(768));
+  CHECK(gpu1.memory_peak_mb == Approx(576));
+  CHECK(gpu0.name == "stepscope simulated GPU 0");
+  CHECK(gpu1.name == "stepscope simulated GPU 1");
+  // Busy: device 0 computes 4.5 of each ~4.5 ms step, device 1 1 of ~4 ms
+  // (a host stall on a busy machine only lowers both).
+  CHECK(gpu0.busy_fraction > 0.5);
+  CHECK(gpu1.busy_fraction >= 0);
+  CHECK(gpu1.busy_fraction < 0.5);
+  CHECK(gpu0.busy_fraction > gpu1.busy_fraction);
+  // The report's figures and verdict inputs are the busiest step device's.
+  CHECK(d.facts_device == 0);
+  CHECK(run.fact("device_busy_fraction") == Approx(gpu0.busy_fraction));
+  CHECK(d.memory_peak_mb == Approx(768));
+  CHECK(d.name == gpu0.name);
+  CHECK(run.fact("cupti_other_device_ops") == 30);  // device 1's kernels
+  CHECK(run.fact("cupti_memcpys") == 30);           // process-wide counts: the 30 peer copies
+  CHECK(run.fact("event_record_failed") == 0);
+  const PhaseSummary* fwd1 = run.phase("forward_gpu1");
+  REQUIRE(fwd1 != nullptr);
+  REQUIRE(fwd1->device_ms.has_value());
+  CHECK(fwd1->device_ms->min == Approx(1.0).margin(0.01));
+}
+
 TEST_CASE("a context created inside step 1 is timed a few steps later (C12)", "[gpu-sim]") {
   Run run;
   probe(run, "late-context 40", "STEPSCOPE_WARMUP=0");
