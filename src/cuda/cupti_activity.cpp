@@ -11,6 +11,7 @@
 #include <cupti.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -48,9 +49,51 @@ std::uint64_t CUPTIAPI monotonic_timestamp() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+// Buffers ready for CUPTI: zeroed and their pages touched by the collector
+// (refill_buffers), so a request made on a training thread is one atomic
+// exchange. In CUDA 13 CUPTI keeps a buffer per thread (act:
+// PER_THREAD_ACTIVITY_BUFFER defaults to 1) and requests it from inside the
+// thread's CUDA call; and unless ZEROED_OUT_ACTIVITY_BUFFER is 1 "CUPTI will
+// zero out the buffer in the main thread" (review S4). stepscope sets that
+// attribute and hands over zeroed buffers: 4 MiB of zeroing, and the page
+// faults of a fresh allocation, move off the application's threads.
+constexpr std::size_t kReadyBuffers = 4;  // 16 MiB held while CUPTI runs
+std::array<std::atomic<std::uint8_t*>, kReadyBuffers> g_ready_buffers{};
+
+std::uint8_t* zeroed_buffer() noexcept {
+  auto* b = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  if (b != nullptr) std::memset(b, 0, kBufferBytes);  // zeroes and touches every page, here
+  return b;
+}
+
+// Collector thread (start, poll): tops the ready buffers up.
+void refill_buffers() noexcept {
+  for (auto& slot : g_ready_buffers) {
+    if (slot.load(std::memory_order_acquire) != nullptr) continue;
+    std::uint8_t* b = zeroed_buffer();
+    if (b == nullptr) return;
+    std::uint8_t* expected = nullptr;
+    if (!slot.compare_exchange_strong(expected, b, std::memory_order_acq_rel)) std::free(b);
+  }
+}
+
+void free_ready_buffers() noexcept {
+  for (auto& slot : g_ready_buffers) std::free(slot.exchange(nullptr, std::memory_order_acq_rel));
+}
+
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
-  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
-  *size = *buffer != nullptr ? kBufferBytes : 0;
+  std::uint8_t* b = nullptr;
+  for (auto& slot : g_ready_buffers) {
+    b = slot.exchange(nullptr, std::memory_order_acq_rel);
+    if (b != nullptr) break;
+  }
+  if (b == nullptr) {
+    // None ready (a burst of requests between two collector ticks): calloc
+    // gives zeroed memory (fresh pages for a block this size), as promised.
+    b = static_cast<std::uint8_t*>(std::calloc(1, kBufferBytes));
+  }
+  *buffer = b;
+  *size = b != nullptr ? kBufferBytes : 0;
   *max_records = 0;  // as many as fit
 }
 
@@ -297,6 +340,11 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
       if (cuptiGetTimestamp(&cupti_now) == CUPTI_SUCCESS)
         clock_offset_ns_ = static_cast<std::int64_t>(monotonic_timestamp()) - static_cast<std::int64_t>(cupti_now);
     }
+    // Our buffers come zeroed (S4); set before the first request.
+    std::uint8_t zeroed = 1;
+    std::size_t zeroed_size = sizeof(zeroed);
+    if (cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &zeroed_size, &zeroed) == CUPTI_SUCCESS)
+      refill_buffers();
     r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
       status = "cupti_unavailable";
@@ -342,8 +390,10 @@ void CuptiActivity::poll(std::int64_t now_ns) noexcept {
     (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(0);
     finished_ = true;
+    free_ready_buffers();
     return;
   }
+  refill_buffers();
   if (now_ns - last_flush_ns_ < kFlushIntervalNs) return;
   last_flush_ns_ = now_ns;
   (void)cuptiActivityFlushAll(0);  // completed buffers only: never waits for the device
@@ -549,6 +599,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     finished_ = true;
     stop_callbacks();
+    free_ready_buffers();
     std::lock_guard<std::mutex> lock(mutex_);
     m["cupti_kernels"] = static_cast<double>(kernels_);
     m["cupti_nccl_kernels"] = static_cast<double>(nccl_kernels_);

@@ -168,6 +168,13 @@ struct Sim {
   CUpti_TimestampCallbackFunc timestamp_callback = nullptr;
   std::int64_t realtime_offset = realtime_ns() - now_ns();
   std::deque<Record> queue;
+  // Per-thread activity buffers (CUDA 13 default, act: PER_THREAD_ACTIVITY_BUFFER
+  // = 1): a thread whose runtime call produces a record requests its buffer
+  // itself, inside that call; CUPTI zeroes it there unless the client set
+  // ZEROED_OUT_ACTIVITY_BUFFER (review S4). The buffers wait here until a
+  // flush fills them.
+  std::uint8_t zeroed_out_attr = 0, per_thread_attr = 1;
+  std::vector<std::pair<std::uint8_t*, std::size_t>> thread_buffers;
   std::uint64_t queue_capacity = kDefaultQueueCapacity;
   std::uint64_t dropped = 0;
   std::atomic<std::uint32_t> correlation{0};
@@ -249,6 +256,7 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
 thread_local Stream* t_per_thread[kMaxDevices] = {};
 thread_local std::vector<std::pair<std::uint32_t, std::uint64_t>> t_external_ids;  // (kind, id)
+thread_local std::uint8_t* t_activity_buffer = nullptr;  // this thread's per-thread buffer while unflushed
 
 // The driver library: cudart loads libcuda.so.1 on the program's first CUDA
 // call; so does the simulator (a stub with that name), so that
@@ -345,6 +353,7 @@ class ApiCall {
       r.correlation = correlation_;
       r.thread = thread_id();
       push_record(s, r);
+      request_thread_buffer(lock);
     }
     if (s.enabled_kinds.count(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) && !t_external_ids.empty()) {
       Record r;
@@ -356,6 +365,34 @@ class ApiCall {
     }
   }
   std::uint32_t correlation() const { return correlation_; }
+  // This thread's first record since its buffer was last flushed: the
+  // buffer request (and CUPTI's zeroing) happen here, on the calling thread.
+  static void request_thread_buffer(std::lock_guard<std::mutex>&) {
+    Sim& s = sim();
+    if (!s.per_thread_attr || s.buffer_request == nullptr) return;
+    for (const auto& b : s.thread_buffers)
+      if (b.first == t_activity_buffer) return;  // still has an unflushed buffer
+    CUpti_BuffersCallbackRequestFunc request = s.buffer_request;
+    const std::uint8_t zeroed_by_client = s.zeroed_out_attr;
+    s.mu.unlock();  // the client's callback runs without the simulator's lock
+    const std::int64_t t0 = now_ns();
+    std::uint8_t* buffer = nullptr;
+    std::size_t size = 0, max_records = 0;
+    request(&buffer, &size, &max_records);
+    if (buffer != nullptr && !zeroed_by_client) std::memset(buffer, 0, size);  // "CUPTI will zero out the buffer in the main thread"
+    const std::int64_t spent = now_ns() - t0;
+    bool dirty = false;
+    if (buffer != nullptr && zeroed_by_client)  // the client promised zeros
+      for (std::size_t i = 0; i < size && !dirty; ++i) dirty = buffer[i] != 0;
+    s.mu.lock();
+    s.count("cupti_buffer_requests_in_api_calls");
+    s.count("cupti_request_ns_in_api_calls", static_cast<std::uint64_t>(spent));
+    if (!zeroed_by_client && buffer != nullptr) s.count("cupti_bytes_zeroed_in_api_calls", size);
+    if (dirty) s.count("cupti_buffers_not_zeroed_by_client");
+    if (buffer == nullptr || size < 512) return;
+    t_activity_buffer = buffer;
+    s.thread_buffers.emplace_back(buffer, size);
+  }
   static void push_record(Sim& s, const Record& r) {
     if (s.queue.size() >= s.queue_capacity) {
       ++s.dropped;
@@ -1453,6 +1490,24 @@ SIM_EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackReque
   sim().buffer_complete = complete;
   return CUPTI_SUCCESS;
 }
+SIM_EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t* size, void* value) {
+  if (size == nullptr || value == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  std::lock_guard<std::mutex> lock(sim().mu);
+  switch (attr) {
+    case CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER:
+      if (*size != sizeof(std::uint8_t)) return CUPTI_ERROR_INVALID_PARAMETER;
+      sim().zeroed_out_attr = *static_cast<std::uint8_t*>(value);
+      return CUPTI_SUCCESS;
+    case CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER:
+      if (*size != sizeof(std::uint8_t)) return CUPTI_ERROR_INVALID_PARAMETER;
+      // act: before the buffer callbacks are registered and any kind enabled.
+      if (sim().buffer_request != nullptr || !sim().enabled_kinds.empty()) return CUPTI_ERROR_INVALID_OPERATION;
+      sim().per_thread_attr = *static_cast<std::uint8_t*>(value);
+      return CUPTI_SUCCESS;
+    default:
+      return CUPTI_ERROR_NOT_COMPATIBLE;
+  }
+}
 SIM_EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc fn) {
   std::lock_guard<std::mutex> lock(sim().mu);
   if (!sim().enabled_kinds.empty()) return CUPTI_ERROR_INVALID_OPERATION;  // act: before any kind is enabled
@@ -1514,6 +1569,7 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
   Sim& s = sim();
   const bool forced = (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0;
   std::vector<std::pair<Record, bool>> out;  // record, incomplete
+  std::vector<std::pair<std::uint8_t*, std::size_t>> thread_buffers;
   CUpti_BuffersCallbackRequestFunc request = nullptr;
   CUpti_BuffersCallbackCompleteFunc complete = nullptr;
   {
@@ -1532,12 +1588,20 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     }
     s.queue.swap(kept);
     s.count("cupti_flushes");
+    // Buffers the threads requested are filled first; a flush hands them all back.
+    thread_buffers.swap(s.thread_buffers);
   }
   std::size_t i = 0;
   while (i < out.size()) {
     std::uint8_t* buffer = nullptr;
     std::size_t size = 0, max_records = 0;
-    request(&buffer, &size, &max_records);
+    if (!thread_buffers.empty()) {
+      buffer = thread_buffers.back().first;
+      size = thread_buffers.back().second;
+      thread_buffers.pop_back();
+    } else {
+      request(&buffer, &size, &max_records);
+    }
     if (buffer == nullptr || size < 512) {
       // No buffer: the records that would have gone into it are dropped.
       std::lock_guard<std::mutex> lock(s.mu);
@@ -1561,6 +1625,7 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     }
     complete(nullptr, 0, buffer, size, used);
   }
+  for (const auto& b : thread_buffers) complete(nullptr, 0, b.first, b.second, 0);  // unused: back, empty
   return CUPTI_SUCCESS;
 }
 
