@@ -305,6 +305,10 @@ struct DeviceInfo {
   // none), and every device's own figures (device.devices[], C14).
   int facts_device = -1;
   std::vector<DeviceUsage> devices;
+  // Live CUDA runs: kernel launches whose activity records never reached
+  // stepscope, even after the final flush; another CUPTI activity client
+  // replaced the process-global buffer callbacks (review S3). 0: none.
+  std::uint64_t cupti_launches_unrecorded = 0;
 };
 
 struct RunInfo {

@@ -419,6 +419,19 @@ class CudaBackend final : public DeviceBackend {
       info.devices.push_back(u);
     }
     cupti_.finish(info, warmup_steps_, measured, step_devices_, timed);
+    if (info.cupti_launches_unrecorded > 0) {
+      try {
+        info.reason += "; CUPTI activity of " + std::to_string(info.cupti_launches_unrecorded) +
+                       " kernel launches never reached stepscope (another CUPTI activity client registered its "
+                       "buffer callbacks): the device timeline facts are incomplete";
+      } catch (...) {
+      }
+      if (!quiet_)
+        std::fprintf(stderr,
+                     "stepscope: warning: another CUPTI client took the activity buffers; %llu kernel launches have no "
+                     "activity records, device timeline facts are incomplete\n",
+                     static_cast<unsigned long long>(info.cupti_launches_unrecorded));
+    }
     if (info.facts_device < 0) {  // no CUPTI analysis: the first device the steps ran on, else the first timed
       const std::uint64_t candidates = step_devices_ != 0 ? step_devices_ : timed;
       for (int d = 0; d < kMaxDevices && info.facts_device < 0; ++d)

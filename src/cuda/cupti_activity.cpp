@@ -433,6 +433,8 @@ void CuptiActivity::add_phase(const char* name, bool input_kind, std::int64_t st
 void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Our callbacks still receive buffers: launches so far are accounted for (S3).
+    launches_at_last_buffer_ = g_counters.launch_calls.load(std::memory_order_relaxed);
     CUpti_Activity* record = nullptr;
     const std::int64_t off = clock_offset_ns_;
     auto ns = [off](std::uint64_t t) { return static_cast<std::int64_t>(t) + off; };
@@ -613,6 +615,15 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     m["cupti_records_not_kept"] = static_cast<double>(dropped_records_);
     m["cupti_records_dropped"] = static_cast<double>(g_cupti_dropped.load(std::memory_order_relaxed));
     m["cupti_records_incomplete"] = static_cast<double>(incomplete_records_);
+    // cuptiActivityRegisterCallbacks is process-global: a second activity
+    // client (one that never subscribes, so cuptiSubscribe's one-subscriber
+    // rule does not stop it) that registers its own callbacks takes every
+    // later buffer. Then even the final forced flush hands nothing back,
+    // and the launches since our last buffer have no records here (S3). A
+    // few launches from other threads racing the final flush are not that.
+    const std::uint64_t launches = c.launch_calls;
+    const std::uint64_t gap = launches > launches_at_last_buffer_ ? launches - launches_at_last_buffer_ : 0;
+    if (!over_limit_ && gap >= 2 && gap * 10 >= launches) info.cupti_launches_unrecorded = gap;
 
     // Analyse the measured steps only (warm-up steps are left out, as on the host side).
     std::sort(steps_.begin(), steps_.end(), [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });

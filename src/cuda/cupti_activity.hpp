@@ -74,6 +74,7 @@ class CuptiActivity {
   std::vector<std::pair<std::uint32_t, PerDevice>> per_device_;  // by first appearance; a handful of GPUs
   PerDevice& per_device(std::uint32_t device);
   std::int64_t sync_ns_ = 0;
+  std::uint64_t launches_at_last_buffer_ = 0;  // kernel launch calls counted when our last buffer came back (S3)
   std::uint64_t dropped_records_ = 0;     // not kept: over the limits above
   std::uint64_t incomplete_records_ = 0;  // zero start or end (work still running at a forced flush)
 };

@@ -766,6 +766,7 @@ json to_j(const Report& r) {
                                 {"memsets", u.memsets}});
     device["devices"] = std::move(per_device);
   }
+  if (r.device.cupti_launches_unrecorded > 0) device["cupti_launches_unrecorded"] = r.device.cupti_launches_unrecorded;
 
   json out{{"schema_version", r.schema_version},
            {"run", run},
@@ -859,6 +860,7 @@ Report report_from(const json& document) {
   if (device.find("hta") != nullptr) r.device.hta = hta_from(get_obj(device, "hta"));
   for (const Field& h : get_arr(device, "hta_ranks")) r.device.hta_ranks.push_back(hta_from(h));
   r.device.facts_device = get_int(device, "facts_device", -1, -1, INT32_MAX);
+  r.device.cupti_launches_unrecorded = get_u64(device, "cupti_launches_unrecorded");
   for (const Field& d : get_arr(device, "devices")) {
     DeviceUsage u;
     u.id = get_int(d, "id", -1, -1, INT32_MAX);

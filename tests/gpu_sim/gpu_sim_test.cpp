@@ -415,6 +415,39 @@ TEST_CASE("the nvcc-built probe (<<<>>> launches) runs on the simulator", "[gpu-
   CHECK(run.fact("cupti_kernels") == 30);
   CHECK(run.fact("kernel_launch_calls") == 30);
   CHECK(run.fact("sync_calls_in_steps") == 0);
+  CHECK(run.report.device.cupti_launches_unrecorded == 0);
+}
+
+TEST_CASE("a second CUPTI activity client taking the buffers is reported (S3)", "[gpu-sim]") {
+  Run run;
+  run_on_sim(run, STEPSCOPE_GPU_PROBE, "second-client 20", "STEPSCOPE_SIM_KERNEL_NS_FROM_ARG=spin_kernel");
+  // The simulator, like CUPTI, keeps one pair of buffer callbacks per
+  // process: the second client's registration (after step 5) takes them.
+  CHECK(run.value("second_client_register") == "0");
+  CHECK(run.value("second_client_kernels") == "20");
+  CHECK(run.fact("kernel_launch_calls") == 20);
+  CHECK(run.fact("cupti_kernels") == 0);
+  // Not silent: the report counts the launches without records, and one
+  // warning says so (was: nothing, the facts just had no device activity).
+  CHECK(run.report.device.cupti_launches_unrecorded == 20);
+  CHECK(run.report.device.reason.find("another CUPTI activity client") != std::string::npos);
+  CHECK(count_lines_with(run.err, "another CUPTI client took the activity buffers") == 1);
+}
+
+// scripts/gpu-check's two-GPU run (C14), first on the simulator.
+TEST_CASE("the nvcc-built probe's two-GPU mode on the simulator (C14)", "[gpu-sim]") {
+  Run run;
+  run_on_sim(run, STEPSCOPE_GPU_PROBE, "multi-gpu 20",
+             "STEPSCOPE_QUIET=1 STEPSCOPE_SIM_DEVICES=2 STEPSCOPE_SIM_KERNEL_NS_FROM_ARG=spin_kernel");
+  CHECK(run.value("devices") == "2");
+  const DeviceInfo& d = run.report.device;
+  REQUIRE(d.devices.size() == 2);
+  CHECK(d.devices[0].kernels == 20);
+  CHECK(d.devices[1].kernels == 20);
+  CHECK(d.devices[0].peer_memcpys == 20);
+  CHECK(d.devices[1].peer_memcpys == 0);
+  CHECK(d.facts_device == 0);
+  CHECK(d.devices[0].busy_fraction > d.devices[1].busy_fraction);
 }
 #endif
 
