@@ -66,7 +66,7 @@ std::uint8_t* zeroed_buffer() noexcept {
   return b;
 }
 
-// Collector thread (start, poll): tops the ready buffers up.
+// Collector thread (poll; a snapshot() caller's thread too): tops the ready buffers up.
 void refill_buffers() noexcept {
   for (auto& slot : g_ready_buffers) {
     if (slot.load(std::memory_order_acquire) != nullptr) continue;
@@ -286,6 +286,18 @@ const char* memcpy_name(timeline::MemcpyDirection d, timeline::HostMemoryKind ho
   }
 }
 
+// The fields every device record (kernel, copy, peer copy, memset) has.
+template <typename DeviceRecord, typename ToNs>
+timeline::DeviceInterval interval_of(const DeviceRecord* r, ToNs ns) {
+  timeline::DeviceInterval d;
+  d.start_ns = ns(r->start);
+  d.end_ns = std::max(d.start_ns, ns(r->end));
+  d.stream = r->streamId;
+  d.correlation = r->correlationId;
+  d.device = static_cast<std::int32_t>(r->deviceId);
+  return d;
+}
+
 }  // namespace
 
 ApiCounts api_counts() noexcept {
@@ -340,11 +352,12 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
       if (cuptiGetTimestamp(&cupti_now) == CUPTI_SUCCESS)
         clock_offset_ns_ = static_cast<std::int64_t>(monotonic_timestamp()) - static_cast<std::int64_t>(cupti_now);
     }
-    // Our buffers come zeroed (S4); set before the first request.
+    // Our buffers come zeroed (S4); set before the first request. The ready
+    // buffers are made by the collector's first poll, not here: start() may
+    // run on the application's first scope (until then requests calloc).
     std::uint8_t zeroed = 1;
     std::size_t zeroed_size = sizeof(zeroed);
-    if (cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &zeroed_size, &zeroed) == CUPTI_SUCCESS)
-      refill_buffers();
+    (void)cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &zeroed_size, &zeroed);
     r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
       status = "cupti_unavailable";
@@ -452,12 +465,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
         case CUPTI_ACTIVITY_KIND_KERNEL:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
           const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-          timeline::DeviceInterval d;
-          d.start_ns = ns(k->start);
-          d.end_ns = std::max(d.start_ns, ns(k->end));
-          d.stream = k->streamId;
-          d.correlation = k->correlationId;
-          d.device = static_cast<std::int32_t>(k->deviceId);
+          timeline::DeviceInterval d = interval_of(k, ns);
           const char* name = k->name != nullptr ? k->name : "kernel";
           d.name = timeline_.intern(name);
           d.kind = timeline::DeviceOpKind::kernel;
@@ -470,12 +478,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-          timeline::DeviceInterval d;
-          d.start_ns = ns(m->start);
-          d.end_ns = std::max(d.start_ns, ns(m->end));
-          d.stream = m->streamId;
-          d.correlation = m->correlationId;
-          d.device = static_cast<std::int32_t>(m->deviceId);
+          timeline::DeviceInterval d = interval_of(m, ns);
           d.kind = timeline::DeviceOpKind::memcpy;
           d.direction = direction_of(m->copyKind);
           const std::uint8_t host_side = d.direction == timeline::MemcpyDirection::device_to_host ? m->dstKind : m->srcKind;
@@ -495,12 +498,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
         case CUPTI_ACTIVITY_KIND_MEMCPY2: {
           // A peer copy: device work of the device that runs it (deviceId).
           const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-          timeline::DeviceInterval d;
-          d.start_ns = ns(m->start);
-          d.end_ns = std::max(d.start_ns, ns(m->end));
-          d.stream = m->streamId;
-          d.correlation = m->correlationId;
-          d.device = static_cast<std::int32_t>(m->deviceId);
+          timeline::DeviceInterval d = interval_of(m, ns);
           d.kind = timeline::DeviceOpKind::memcpy;
           d.direction = timeline::MemcpyDirection::peer_to_peer;
           d.bytes = static_cast<std::int64_t>(m->bytes);
@@ -517,12 +515,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-          timeline::DeviceInterval d;
-          d.start_ns = ns(m->start);
-          d.end_ns = std::max(d.start_ns, ns(m->end));
-          d.stream = m->streamId;
-          d.correlation = m->correlationId;
-          d.device = static_cast<std::int32_t>(m->deviceId);
+          timeline::DeviceInterval d = interval_of(m, ns);
           d.kind = timeline::DeviceOpKind::memset;
           d.bytes = static_cast<std::int64_t>(m->bytes);
           d.name = timeline_.intern("Memset (Device)");

@@ -75,8 +75,8 @@ class CuptiActivity {
   PerDevice& per_device(std::uint32_t device);
   std::int64_t sync_ns_ = 0;
   std::uint64_t launches_at_last_buffer_ = 0;  // kernel launch calls counted when our last buffer came back (S3)
-  std::uint64_t dropped_records_ = 0;     // not kept: over the limits above
-  std::uint64_t incomplete_records_ = 0;  // zero start or end (work still running at a forced flush)
+  std::uint64_t dropped_records_ = 0;          // not kept: over the limits above
+  std::uint64_t incomplete_records_ = 0;       // zero start or end (work still running at a forced flush)
 };
 
 // Runtime-API call counts from the CUPTI callback (relaxed atomics; the

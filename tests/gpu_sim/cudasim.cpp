@@ -379,16 +379,13 @@ class ApiCall {
     std::uint8_t* buffer = nullptr;
     std::size_t size = 0, max_records = 0;
     request(&buffer, &size, &max_records);
-    if (buffer != nullptr && !zeroed_by_client) std::memset(buffer, 0, size);  // "CUPTI will zero out the buffer in the main thread"
+    if (buffer != nullptr && !zeroed_by_client)
+      std::memset(buffer, 0, size);  // "CUPTI will zero out the buffer in the main thread"
     const std::int64_t spent = now_ns() - t0;
-    bool dirty = false;
-    if (buffer != nullptr && zeroed_by_client)  // the client promised zeros
-      for (std::size_t i = 0; i < size && !dirty; ++i) dirty = buffer[i] != 0;
     s.mu.lock();
     s.count("cupti_buffer_requests_in_api_calls");
     s.count("cupti_request_ns_in_api_calls", static_cast<std::uint64_t>(spent));
     if (!zeroed_by_client && buffer != nullptr) s.count("cupti_bytes_zeroed_in_api_calls", size);
-    if (dirty) s.count("cupti_buffers_not_zeroed_by_client");
     if (buffer == nullptr || size < 512) return;
     t_activity_buffer = buffer;
     s.thread_buffers.emplace_back(buffer, size);
@@ -570,7 +567,8 @@ cudaError_t enqueue(Sim& s, Stream& st, const Op& op, std::uint32_t correlation)
       break;
     case Op::memcpy:
       // act: "For peer to peer memory copy, use the kind CUPTI_ACTIVITY_KIND_MEMCPY2".
-      r.kind = op.copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP ? CUPTI_ACTIVITY_KIND_MEMCPY2 : CUPTI_ACTIVITY_KIND_MEMCPY;
+      r.kind =
+          op.copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP ? CUPTI_ACTIVITY_KIND_MEMCPY2 : CUPTI_ACTIVITY_KIND_MEMCPY;
       r.copy_kind = op.copy_kind;
       r.src_kind = op.src_kind;
       r.dst_kind = op.dst_kind;
@@ -1302,7 +1300,8 @@ SIM_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes,
 // stream for cudaMemcpyPeer) at peer bandwidth (100 GB/s, an NVLink-class
 // figure); CUPTI reports them as MEMCPY2 records with both device ids.
 namespace {
-cudaError_t peer_copy(Sim& s, Stream& st, int dst_device, int src_device, std::size_t bytes, std::uint32_t correlation) {
+cudaError_t peer_copy(Sim& s, Stream& st, int dst_device, int src_device, std::size_t bytes,
+                      std::uint32_t correlation) {
   if (dst_device < 0 || dst_device >= s.device_count || src_device < 0 || src_device >= s.device_count)
     return cudaErrorInvalidDevice;
   Op op;
@@ -1616,6 +1615,14 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
       while (i < out.size()) {
         const std::size_t need = aligned(record_size(out[i].first.kind));
         if (used + need > size || (max_records != 0 && n >= max_records)) break;
+        // With ZEROED_OUT_ACTIVITY_BUFFER the client promised zeros where
+        // records go (checked here, on the flushing thread, not in the call).
+        if (s.zeroed_out_attr)
+          for (std::size_t b = used; b < used + need; ++b)
+            if (buffer[b] != 0) {
+              s.count("cupti_buffers_not_zeroed_by_client");
+              break;
+            }
         write_record(s, out[i].first, buffer + used, out[i].second);
         used += need;
         ++n;
