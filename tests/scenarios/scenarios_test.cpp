@@ -451,14 +451,21 @@ TEST_CASE("diff: two identical runs on the same machine conditions are within no
   // noise" when their conditions match; a busy neighbour that came or went
   // between them is what conditions.differ reports instead (then the pair is
   // tried again, and the case is skipped if the machine never holds still).
+  // A call of "slower"/"faster" with matching conditions is tried again too:
+  // a one-run-each diff has a false-alarm rate above zero on a shared machine
+  // (processes differ by 1.7% sd here, more under load), so one alarm is
+  // chance and the check is that it does not repeat — a noise estimate that
+  // is systematically too small fails every attempt.
   Comparison quiet;
   for (int attempt = 1;; ++attempt) {
     const Report base = run_scenario(dir, "compute", 400, not_starved);
     const Report same = run_scenario(dir, "compute", 400, not_starved);
     quiet = compare_reports(base, same);
-    if (!quiet.conditions.differ) break;
-    if (attempt == kAttempts) skip_starved(dir, "diff (the machine's load kept changing)", same);
-    WARN("diff attempt " << attempt << ": conditions differ: " << format_comparison(quiet));
+    const bool differ = quiet.conditions.differ;
+    if (!differ && (!quiet.step.significant || attempt == kAttempts)) break;
+    if (differ && attempt == kAttempts) skip_starved(dir, "diff (the machine's load kept changing)", same);
+    WARN("diff attempt " << attempt << (differ ? ": conditions differ: " : ": an alarm on identical runs: ")
+                         << format_comparison(quiet));
     ::sleep(2);
   }
   INFO(format_comparison(quiet));
