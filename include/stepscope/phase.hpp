@@ -125,19 +125,22 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, c
   ts.ring->current_kind.store(0xff, std::memory_order_relaxed);
 }
 
-// Closes it at `end` (ticks) and pushes its record.
-STEPSCOPE_DETAIL_ALWAYS_INLINE void close_step(ThreadState& ts, OpenStep& open, std::uint64_t end) noexcept {
+// Closes it at `end` (ticks) and pushes its record (`extra_flags`:
+// kRecordUnendedStep from close_next_step()).
+STEPSCOPE_DETAIL_ALWAYS_INLINE void close_step(ThreadState& ts, OpenStep& open, std::uint64_t end,
+                                               std::uint8_t extra_flags = 0) noexcept {
   open.active = false;
   if (ts.step_depth != 0) --ts.step_depth;
   ts.depth = open.depth;
   ts.ring->current_kind.store(open.depth == 0 ? 0xff : ts.kind_stack[open.depth - 1], std::memory_order_relaxed);
   const std::uint8_t flags =
-      static_cast<std::uint8_t>(kRecordIsStep | kRecordInStep | (open.in_step ? kRecordNestedStep : 0));
+      static_cast<std::uint8_t>(kRecordIsStep | kRecordInStep | (open.in_step ? kRecordNestedStep : 0) | extra_flags);
   push_record(ts, PhaseRecord{open.site, open.start, end, open.step, 0, open.depth, flags});
 }
 
 // Cold: closes the step next_step() left open on this thread, now (finish(),
-// thread exit). Does nothing when none is open.
+// thread exit), marked unended (no next_step() call ended it: its end is not
+// the loop's). Does nothing when none is open.
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void close_next_step(ThreadState& ts) noexcept;
 
 // The scope's fields are written only when it is active and read only then;

@@ -142,6 +142,10 @@ struct StepStats {
   std::uint64_t warmup_excluded = 0;  // steps left out as warm-up
   Distribution wall_ms;               // measured steps
   Distribution warmup_wall_ms;        // the warm-up steps, so they are not hidden
+  // next_step() steps that no next call ended (closed by finish() or their
+  // thread's exit: they hold what ran after the loop), left out; their wall.
+  std::uint64_t unended_excluded = 0;
+  double unended_wall_ms = 0;
   HistogramData histogram;            // of wall_ms
   StepBreakdown breakdown;
   StepSeries series;
@@ -426,6 +430,27 @@ void for_each_device_fact(Fn&& fn, Sections&... sections) {
 #undef STEPSCOPE_DETAIL_FACT
 }
 
+
+// One GPU of a live CUDA run (JSON device.devices[]): every device the
+// process timed phases on or that CUPTI saw activity on (review C14).
+struct DeviceUsage {
+  int id = -1;                  // CUDA device ordinal (as the process sees it, after CUDA_VISIBLE_DEVICES)
+  std::string name;             // empty when the process made no context on it
+  bool phases_timed = false;    // phases were timed on it (a thread attached to it)
+  bool steps_ran_on = false;    // phases inside steps were timed on it
+  double memory_capacity_mb = 0;
+  double memory_peak_mb = 0;    // whole device, sampled once per step; 0 when not sampled
+  // CUPTI, over the measured steps' windows (-1: no CUPTI analysis).
+  double busy_fraction = -1;    // of step time: union of its kernels, copies, memsets
+  double busy_ms = 0;           // that union per measured step, ms
+  // CUPTI record counts over the whole run (warm-up included).
+  std::uint64_t kernels = 0;
+  std::uint64_t memcpys = 0;       // host<->device and on-device copies (MEMCPY records)
+  std::uint64_t peer_memcpys = 0;  // device<->device peer copies run by this device (MEMCPY2 records)
+  double peer_memcpy_mb = 0;       // bytes of those peer copies, MiB
+  std::uint64_t memsets = 0;
+};
+
 struct DeviceInfo {
   bool enabled = false;  // device timing was active
   std::string status;    // "ok", "no_cuda_build", "no_device", "no_driver", "cupti_unavailable", ...
@@ -436,6 +461,15 @@ struct DeviceInfo {
   DeviceFactsSection facts;              // JSON device.facts: timeline facts and the backend's counters
   HtaTables hta;                         // imported traces: HTA's tables (JSON device.hta)
   std::vector<HtaTables> hta_ranks;      // merged reports: each rank's HTA tables, by rank (device.hta_ranks)
+  // Live CUDA runs: the device that `name`, the memory figures and the
+  // timeline facts describe (the busiest device the steps ran on; -1 when
+  // none), and every device's own figures (device.devices[], C14).
+  int facts_device = -1;
+  std::vector<DeviceUsage> devices;
+  // Live CUDA runs: kernel launches whose activity records never reached
+  // stepscope, even after the final flush; another CUPTI activity client
+  // replaced the process-global buffer callbacks (review S3). 0: none.
+  std::uint64_t cupti_launches_unrecorded = 0;
 };
 
 struct RunInfo {

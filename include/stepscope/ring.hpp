@@ -43,6 +43,10 @@ enum RecordFlags : std::uint8_t {
   kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
   kRecordIsStep = 1u << 1,      // the step scope itself (also carries kRecordInStep)
   kRecordNestedStep = 1u << 2,  // a step opened inside another step on the same thread
+  // A next_step() step that no next call ended: closed by finish() or by its
+  // thread's exit, so it holds whatever ran after the loop (evaluation,
+  // saving, interpreter teardown). Counted, left out of the statistics.
+  kRecordUnendedStep = 1u << 3,
 };
 
 // What one finished scope leaves behind: exactly 32 bytes, half a cache line.

@@ -19,7 +19,9 @@
 // For loops that cannot take a range (a while loop over a queue, a callback
 // per batch), next_step() is the marker, like the PyTorch profiler's
 // prof.step(): it ends the step it opened last on this thread and opens the
-// next; the last one closes at finish() or when the thread exits.
+// next; the last one closes at finish() or when the thread exits, and is
+// counted but left out of the statistics (steps.unended_excluded): no call
+// ended it, so it holds whatever ran after the loop.
 //
 //   while (auto batch = queue.pop()) { stepscope::next_step(); train(*batch); }
 //

@@ -60,6 +60,11 @@ inline void set_config(const std::string& key, long long value) noexcept { set_c
 inline void set_config(const std::string& key, unsigned value) noexcept { set_config(key, static_cast<double>(value)); }
 inline void set_config(const std::string& key, unsigned long value) noexcept { set_config(key, static_cast<double>(value)); }
 
+// For a language binding that drives the run (the Python package calls
+// set_frontend("python") when it loads): recorded as run.build["frontend"],
+// and the analyzer words its advice in that language's calls. Cold path.
+STEPSCOPE_API void set_frontend(const char* name) noexcept;
+
 // Stops recording, drains every thread's records, analyses them, writes the
 // JSON report and prints the summary. Idempotent: later calls do nothing and
 // return the path written first. Called automatically at normal exit.

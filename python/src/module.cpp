@@ -323,6 +323,8 @@ PYBIND11_MODULE(_core, m) {
       },
       "Ends the step the previous call opened on this thread and opens the next");
   m.def("set_config", &set_config, py::arg("key"), py::arg("value"));
+  m.def(
+      "set_frontend", [](const std::string& name) { stepscope::set_frontend(name.c_str()); }, py::arg("name"));
   m.def("enabled", &stepscope::enabled);
   m.def("finish", [] {
     g_finished = true;

@@ -50,6 +50,10 @@ __all__ = [
 
 __version__ = _core.__version__
 
+# The report says the run came from Python (run.build["frontend"]) and the
+# analyzer words its advice in this package's calls, not the C++ macros.
+_core.set_frontend("python")
+
 KINDS = ("input", "compute", "memory", "communication", "other")
 
 # One native Phase per (name, kind), for the whole process: a `with` reuses

@@ -1,7 +1,10 @@
 // src/analysis/advice_wording.cpp — the analyzer's advice in the language of
-// the report's source: an imported PyTorch trace gets torch.profiler's words.
+// the report's source: an imported PyTorch trace gets torch.profiler's words,
+// a run driven by the Python package gets the package's.
 // Here, not in src/import, because analyze() calls it last (so a re-analysed
 // report keeps the wording) and the analyzer includes nothing above it.
+#include "analysis/facts.hpp"  // detail::reword_advice_for_python
+
 #include <stepscope/analysis.hpp>
 
 #include <cstring>
@@ -11,9 +14,53 @@
 namespace stepscope {
 inline namespace v1 {
 
+namespace {
+
+// Rewrites every piece of text the user reads, in place.
+template <std::size_t N>
+void rewrite_all(Report& r, const std::pair<const char*, const char*> (&phrases)[N]) {
+  auto rewrite = [&phrases](std::string& text) {
+    for (const auto& [from, to] : phrases) {
+      const std::string needle = from;
+      for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + std::strlen(to)))
+        text.replace(at, needle.size(), to);
+    }
+  };
+  rewrite(r.bottleneck.summary);
+  for (auto& e : r.bottleneck.evidence) rewrite(e.sentence);
+  for (auto& advice : r.bottleneck.recommendations) rewrite(advice);
+  for (auto& f : r.findings) rewrite(f.message);
+  for (auto& w : r.warnings) rewrite(w);
+}
+
+}  // namespace
+
+namespace detail {
+
+// A live run the Python package drove (run.build["frontend"], set through
+// stepscope::set_frontend() when the package loads): the C++ spellings of
+// the same calls would send a Python user looking for macros.
+void reword_advice_for_python(Report& r) {
+  const auto frontend = r.run.build.find("frontend");
+  if (r.run.source != "live" || frontend == r.run.build.end() || frontend->second != "python") return;
+  static const std::pair<const char*, const char*> kPhrases[] = {
+      {"STEPSCOPE_PHASE scopes with a kind (input, compute, memory, communication)",
+       "`with stepscope.phase(\"...\", kind=...)` blocks (kind input, compute, memory, communication)"},
+      {"STEPSCOPE_PHASE scopes", "`with stepscope.phase(\"...\")` blocks"},
+      {"STEPSCOPE_PHASE", "stepscope.phase"},
+      {"Iterate stepscope::steps(loader)", "Iterate stepscope.torch.steps(loader)"},
+      {"stepscope::steps(loader)", "stepscope.torch.steps(loader)"},
+      {"stepscope::next_step()", "stepscope.next_step()"},
+      {"STEPSCOPE_STEP()", "`with stepscope.step():`"},
+  };
+  rewrite_all(r, kPhrases);
+}
+
+}  // namespace detail
+
 // (Declared in <stepscope/analysis.hpp>.) The analyzer words its advice for code that links
 // stepscope (STEPSCOPE_PHASE); an imported trace came from a Python training loop, where the same advice is a
-// torch.profiler.record_function range. Rewrites every piece of text the user reads, in place.
+// torch.profiler.record_function range.
 void reword_advice_for_trace(Report& r) {
   if (r.run.source != "kineto-import") return;
   static const std::pair<const char*, const char*> kPhrases[] = {
@@ -25,18 +72,7 @@ void reword_advice_for_trace(Report& r) {
       {"Run more steps (past the warm-up)",
        "Profile more steps (torch.profiler.schedule(wait=1, warmup=1, active=N) and prof.step() every iteration)"},
   };
-  auto rewrite = [](std::string& text) {
-    for (const auto& [from, to] : kPhrases) {
-      const std::string needle = from;
-      for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + std::strlen(to)))
-        text.replace(at, needle.size(), to);
-    }
-  };
-  rewrite(r.bottleneck.summary);
-  for (auto& e : r.bottleneck.evidence) rewrite(e.sentence);
-  for (auto& advice : r.bottleneck.recommendations) rewrite(advice);
-  for (auto& f : r.findings) rewrite(f.message);
-  for (auto& w : r.warnings) rewrite(w);
+  rewrite_all(r, kPhrases);
 }
 
 }  // namespace v1

@@ -19,6 +19,8 @@ void analyze(Report& report) {
   report.what_if = project_what_if(report);
   // Imported traces: advice in the trace's language (advice_wording.cpp).
   reword_advice_for_trace(report);
+  // Runs the Python package drove: advice in its calls.
+  detail::reword_advice_for_python(report);
 }
 
 }  // namespace v1

@@ -88,6 +88,14 @@ bool significant(const Delta& d) {
          std::fabs(d.delta_ms) > std::max(kThresholds.min_relative_change, d.drift) * std::fabs(d.base_ms);
 }
 
+// A phase's change too small to move the step (phase_change_min_step_share
+// of the base step's mean) is within noise, whatever its relative size.
+void end_to_end_floor(Delta& d, double base_step_ms) {
+  if (d.significant && base_step_ms > 0 &&
+      std::fabs(d.delta_ms) < kThresholds.phase_change_min_step_share * base_step_ms)
+    d.significant = false;
+}
+
 Delta phase_delta(const PhaseSummary& a, const PhaseSummary& b) {
   Delta d;
   d.name = a.name;
@@ -324,6 +332,7 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
     }
     matched.insert({b->name, static_cast<int>(b->thread_role)});
     c.phases.push_back(phase_delta(a, *b));
+    end_to_end_floor(c.phases.back(), base.steps.wall_ms.mean);
     if (a.thread_role != b->thread_role)
       c.warnings.push_back(fmt::format(
           "phase '{}' is compared across thread roles ({} in base, {} in new): on the step thread its time is "
@@ -408,6 +417,7 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
     collect(base, d.base_role, pa, wa);
     collect(candidate, d.new_role, pb, wb);
     between_runs_delta(d, pa, pb, std::hypot(wa, wb));
+    end_to_end_floor(d, c.step.base_ms);
   }
   // Conditions: any base run against any new run.
   for (std::size_t i = 0; i < base.size() && !c.conditions.differ; ++i) {

@@ -56,6 +56,10 @@ std::string page_fault_remedy(const FaultFacts& faults);
 // their values, so a loaded report settles to the same numbers.
 StepBreakdown settled_breakdown(const Report& report);
 
+// A live run driven by the Python package: the advice in the package's calls
+// (advice_wording.cpp). analyze() calls it last, as reword_advice_for_trace.
+void reword_advice_for_python(Report& report);
+
 // Mean step time in ms (breakdown first, then the step distribution).
 double mean_step_ms(const Report& report);
 

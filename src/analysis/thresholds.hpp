@@ -173,6 +173,10 @@ struct Thresholds {
   // a Student t factor (two-sided 99%, Welch-Satterthwaite degrees of freedom),
   // and a floor of 1% (changes below it are not worth a verdict).
   double min_relative_change_repeated = 0.01;
+  // A phase's change is called only when it also moves at least this share
+  // of the base step (judge end to end): a 'data' phase of 0.0002 ms in a
+  // 1.1 ms step was called "+25% slower" between two identical runs.
+  double phase_change_min_step_share = 0.01;
   // Step noise from batch means over the step series (Law & Kelton): the
   // series is cut into about sqrt(points) batches, at least this many, so the
   // batch means are nearly independent even when neighbouring steps are not.

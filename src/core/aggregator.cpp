@@ -174,6 +174,16 @@ void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::
   add_step_interval(r);
 }
 
+// A next_step() step closed by finish() or its thread's exit: its wall time
+// runs to wherever the program stopped (what followed the loop included), so
+// it is counted and left out of the step statistics, the breakdown and the
+// steps' coverage. Its phases stay in the phase table.
+void Aggregator::complete_unended_step(ThreadInfo& t, std::uint64_t wall) {
+  t.ran_steps = true;
+  step_unended_wall_.add(wall);
+  t.step_kind_ns = {};
+}
+
 inline void Aggregator::add_step_interval(const PhaseRecord& r) {
   add_to_step_union(r.start_ticks, r.end_ticks);
   if (r.end_ticks > last_step_end_) {
@@ -261,6 +271,8 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
       if (flags & kRecordIsStep) {
         if (warm)
           complete_warmup_step(t, *r, wall);
+        else if (flags & kRecordUnendedStep)
+          complete_unended_step(t, wall);
         else
           complete_step(t, *r, wall, self);
       } else {
@@ -445,6 +457,8 @@ void Aggregator::fill_report(Report& report) const {
   s.warmup_excluded = step_warmup_wall_.moments.count();
   s.wall_ms = step_wall_.to_distribution_ms();
   s.warmup_wall_ms = step_warmup_wall_.to_distribution_ms();
+  s.unended_excluded = step_unended_wall_.moments.count();
+  s.unended_wall_ms = step_unended_wall_.to_distribution_ms().total;
   s.histogram = step_wall_.histogram.to_data();
   if (steps_measured > 0) {
     // Every measured step is in exactly one point (merging points adds them).

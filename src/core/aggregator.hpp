@@ -227,6 +227,7 @@ class Aggregator {
                      std::uint64_t child_ns, std::uint64_t self_ns, bool warm);
   void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
+  void complete_unended_step(ThreadInfo& t, std::uint64_t wall_ns);
   // The time between this step and the thread's previous one (0 for its
   // first, and for steps nested in another): updates the coverage totals.
   struct StepGap {
@@ -268,7 +269,7 @@ class Aggregator {
   std::vector<std::array<DurationStats, 2>> device_;
 
   // Steps.
-  DurationStats step_wall_, step_warmup_wall_;
+  DurationStats step_wall_, step_warmup_wall_, step_unended_wall_;
   std::uint64_t last_step_end_ = 0;
   // The union of the steps' intervals (ticks) as disjoint intervals sorted
   // by start, a circular buffer of options.step_intervals_kept (rounded up

@@ -66,7 +66,7 @@ const StepCallSite* step_call_site_slow(const char* file, int line) noexcept {
 
 void close_next_step(ThreadState& ts) noexcept {
   if (!ts.next_step.active || ts.ring == nullptr) return;
-  close_step(ts, ts.next_step, read_ticks());
+  close_step(ts, ts.next_step, read_ticks(), kRecordUnendedStep);
 }
 
 }  // namespace detail

@@ -327,6 +327,9 @@ class CudaBackend final : public DeviceBackend {
       pool_.give_back(r.device_slot);
     } else {
       pending_.push_back(Pending{r.site, r.step, r.device_slot, (r.flags & kRecordInStep) != 0});
+      // The devices the steps ran on choose the device the facts describe (C14).
+      if (r.flags & kRecordInStep)
+        if (const SlotBlock* b = pool_.block_of(r.device_slot)) step_devices_ |= device_bit(b->device);
     }
   }
 
@@ -348,7 +351,7 @@ class CudaBackend final : public DeviceBackend {
           const std::uint64_t steps = aggregator.steps_completed();
           if (steps != sampled_steps_) {
             sampled_steps_ = steps;
-            sample_memory();
+            sample_memory_all(device);
           }
         }
       }
@@ -374,7 +377,7 @@ class CudaBackend final : public DeviceBackend {
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
           resolve(aggregator);
         }
-        sample_memory();
+        sample_memory_all(device);
       }
     }
     warn_if_device_gone();
@@ -387,8 +390,6 @@ class CudaBackend final : public DeviceBackend {
       info.reason = std::string("the CUDA device failed during the run (") + cudaGetErrorName(gone_error_.load()) +
                     "); device times stop there, host timing is complete";
     }
-    if (!context_destroyed_) fill_device_properties(info);
-    info.memory_peak_mb = memory_peak_mb_;
     DeviceEventCounters& m = info.facts.events;
     m.device_times_resolved = static_cast<double>(resolved_);
     m.device_times_unresolved = static_cast<double>(pending_.size());
@@ -404,10 +405,59 @@ class CudaBackend final : public DeviceBackend {
     if (g_device_gone.load(std::memory_order_relaxed)) m.phases_after_device_gone = static_cast<double>(after_device_gone_ + pending_.size());
     if (context_destroyed_) m.device_reset_by_application = 1.0;
     m.nvtx = nvtx_ ? 1.0 : 0.0;
-    if (memory_samples_ > 0) m.memory_in_use_mb_last = memory_last_mb_;
     const std::uint64_t steps = aggregator.steps_completed();
     const std::uint64_t measured = steps > warmup_steps_ ? steps - warmup_steps_ : 0;
-    cupti_.finish(info, warmup_steps_, measured, device_.load(std::memory_order_relaxed));
+    // One entry per device phases were timed on; CUPTI adds the devices it
+    // saw work on and picks the device the facts describe.
+    const std::uint64_t timed = timed_devices_.load(std::memory_order_relaxed);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      if (((timed | step_devices_) & device_bit(d)) == 0) continue;
+      DeviceUsage u;
+      u.id = d;
+      u.phases_timed = (timed & device_bit(d)) != 0;
+      u.steps_ran_on = (step_devices_ & device_bit(d)) != 0;
+      info.devices.push_back(u);
+    }
+    cupti_.finish(info, warmup_steps_, measured, step_devices_, timed);
+    if (info.cupti_launches_unrecorded > 0) {
+      try {
+        info.reason += "; CUPTI activity of " + std::to_string(info.cupti_launches_unrecorded) +
+                       " kernel launches never reached stepscope (another CUPTI activity client registered its "
+                       "buffer callbacks): the device timeline facts are incomplete";
+      } catch (...) {
+      }
+      if (!quiet_)
+        std::fprintf(stderr,
+                     "stepscope: warning: another CUPTI client took the activity buffers; %llu kernel launches have no "
+                     "activity records, device timeline facts are incomplete\n",
+                     static_cast<unsigned long long>(info.cupti_launches_unrecorded));
+    }
+    if (info.facts_device < 0) {  // no CUPTI analysis: the first device the steps ran on, else the first timed
+      const std::uint64_t candidates = step_devices_ != 0 ? step_devices_ : timed;
+      for (int d = 0; d < kMaxDevices && info.facts_device < 0; ++d)
+        if (candidates & device_bit(d)) info.facts_device = d;
+    }
+    if (info.devices.empty() && !context_destroyed_) {  // no thread timed phases: name device 0, as before
+      DeviceUsage zero;
+      zero.id = 0;
+      fill_device_properties(zero);
+      info.name = zero.name;
+      info.memory_capacity_mb = zero.memory_capacity_mb;
+    }
+    for (DeviceUsage& u : info.devices) {
+      if (!context_destroyed_) fill_device_properties(u);
+      if (u.id >= 0 && u.id < kMaxDevices && memory_[u.id].samples > 0) {
+        u.memory_peak_mb = memory_[u.id].peak_mb;
+        u.memory_capacity_mb = memory_[u.id].capacity_mb;
+      }
+      // The report's own name and memory figures describe the facts device.
+      if (u.id == info.facts_device) {
+        info.name = u.name;
+        info.memory_capacity_mb = u.memory_capacity_mb;
+        info.memory_peak_mb = u.memory_peak_mb;
+        if (u.id < kMaxDevices && memory_[u.id].samples > 0) m.memory_in_use_mb_last = memory_[u.id].last_mb;
+      }
+    }
   }
 
  private:
@@ -524,6 +574,7 @@ class CudaBackend final : public DeviceBackend {
     td.block = block;
     td.attach_countdown = 0;
     device_.store(device, std::memory_order_relaxed);
+    timed_devices_.fetch_or(device_bit(device), std::memory_order_relaxed);
     return block;
   }
 
@@ -577,31 +628,50 @@ class CudaBackend final : public DeviceBackend {
     pending_.resize(kept);
   }
 
-  // Device memory in use (all processes on the device) and capacity, once
-  // per completed step at most. The caller made the attached device current.
-  void sample_memory() noexcept {
+  // Device memory in use (all processes on the device) and capacity of
+  // every device phases are timed on, once per completed step at most. The
+  // caller made `current` current; each other device is made current for
+  // its sample (it has a context: a thread timed phases on it).
+  void sample_memory_all(int current) noexcept {
+    const std::uint64_t timed = timed_devices_.load(std::memory_order_relaxed);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      if ((timed & device_bit(d)) == 0) continue;
+      if (d == current) {
+        sample_memory(d);
+        continue;
+      }
+      DeviceScope on_device(d, [this](int x) { return context_active(x); });
+      if (on_device.ok()) sample_memory(d);
+    }
+  }
+  void sample_memory(int device) noexcept {
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && total_bytes > 0) {
-      memory_last_mb_ = static_cast<double>(total_bytes - free_bytes) / (1024.0 * 1024.0);
-      memory_capacity_mb_ = static_cast<double>(total_bytes) / (1024.0 * 1024.0);
-      if (memory_last_mb_ > memory_peak_mb_) memory_peak_mb_ = memory_last_mb_;
-      ++memory_samples_;
+      DeviceMemory& mem = memory_[device];
+      mem.last_mb = static_cast<double>(total_bytes - free_bytes) / (1024.0 * 1024.0);
+      mem.capacity_mb = static_cast<double>(total_bytes) / (1024.0 * 1024.0);
+      if (mem.last_mb > mem.peak_mb) mem.peak_mb = mem.last_mb;
+      ++mem.samples;
     } else {
       (void)cudaGetLastError();
     }
   }
 
-  void fill_device_properties(DeviceInfo& info) noexcept {
-    int device = device_.load(std::memory_order_relaxed);
-    if (device < 0) device = 0;
+  // Name and capacity (no context needed for cudaGetDeviceProperties).
+  void fill_device_properties(DeviceUsage& u) noexcept {
+    if (u.id < 0) return;
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-      info.name = prop.name;
-      info.memory_capacity_mb = static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0);
+    if (cudaGetDeviceProperties(&prop, u.id) == cudaSuccess) {
+      u.name = prop.name;
+      u.memory_capacity_mb = static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0);
     } else {
       (void)cudaGetLastError();
     }
-    if (memory_capacity_mb_ > 0) info.memory_capacity_mb = memory_capacity_mb_;
+  }
+
+  static constexpr int kMaxDevices = 64;  // one bit each in the device masks
+  static std::uint64_t device_bit(int device) noexcept {
+    return device >= 0 && device < kMaxDevices ? std::uint64_t{1} << device : 0;
   }
 
   EventPool pool_;
@@ -629,8 +699,13 @@ class CudaBackend final : public DeviceBackend {
   std::uint64_t unbound_ = 0, after_device_gone_ = 0;
   std::atomic<std::uint64_t> abandon_foreign_{0};  // recording threads
   std::uint64_t sampled_steps_ = ~std::uint64_t{0};
-  double memory_last_mb_ = 0, memory_peak_mb_ = 0, memory_capacity_mb_ = 0;
-  std::uint64_t memory_samples_ = 0;
+  struct DeviceMemory {
+    double last_mb = 0, peak_mb = 0, capacity_mb = 0;
+    std::uint64_t samples = 0;
+  };
+  DeviceMemory memory_[kMaxDevices];          // by device ordinal
+  std::uint64_t step_devices_ = 0;            // bit d: a phase inside a step was timed on device d
+  std::atomic<std::uint64_t> timed_devices_{0};  // bit d: a thread attached to device d (any thread)
 };
 
 // Hooks. The current DeviceBeginHook takes no argument; a hook that receives

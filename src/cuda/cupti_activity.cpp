@@ -11,6 +11,7 @@
 #include <cupti.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -48,9 +49,51 @@ std::uint64_t CUPTIAPI monotonic_timestamp() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+// Buffers ready for CUPTI: zeroed and their pages touched by the collector
+// (refill_buffers), so a request made on a training thread is one atomic
+// exchange. In CUDA 13 CUPTI keeps a buffer per thread (act:
+// PER_THREAD_ACTIVITY_BUFFER defaults to 1) and requests it from inside the
+// thread's CUDA call; and unless ZEROED_OUT_ACTIVITY_BUFFER is 1 "CUPTI will
+// zero out the buffer in the main thread" (review S4). stepscope sets that
+// attribute and hands over zeroed buffers: 4 MiB of zeroing, and the page
+// faults of a fresh allocation, move off the application's threads.
+constexpr std::size_t kReadyBuffers = 4;  // 16 MiB held while CUPTI runs
+std::array<std::atomic<std::uint8_t*>, kReadyBuffers> g_ready_buffers{};
+
+std::uint8_t* zeroed_buffer() noexcept {
+  auto* b = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  if (b != nullptr) std::memset(b, 0, kBufferBytes);  // zeroes and touches every page, here
+  return b;
+}
+
+// Collector thread (poll; a snapshot() caller's thread too): tops the ready buffers up.
+void refill_buffers() noexcept {
+  for (auto& slot : g_ready_buffers) {
+    if (slot.load(std::memory_order_acquire) != nullptr) continue;
+    std::uint8_t* b = zeroed_buffer();
+    if (b == nullptr) return;
+    std::uint8_t* expected = nullptr;
+    if (!slot.compare_exchange_strong(expected, b, std::memory_order_acq_rel)) std::free(b);
+  }
+}
+
+void free_ready_buffers() noexcept {
+  for (auto& slot : g_ready_buffers) std::free(slot.exchange(nullptr, std::memory_order_acq_rel));
+}
+
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
-  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
-  *size = *buffer != nullptr ? kBufferBytes : 0;
+  std::uint8_t* b = nullptr;
+  for (auto& slot : g_ready_buffers) {
+    b = slot.exchange(nullptr, std::memory_order_acq_rel);
+    if (b != nullptr) break;
+  }
+  if (b == nullptr) {
+    // None ready (a burst of requests between two collector ticks): calloc
+    // gives zeroed memory (fresh pages for a block this size), as promised.
+    b = static_cast<std::uint8_t*>(std::calloc(1, kBufferBytes));
+  }
+  *buffer = b;
+  *size = b != nullptr ? kBufferBytes : 0;
   *max_records = 0;  // as many as fit
 }
 
@@ -219,6 +262,10 @@ bool incomplete(const CUpti_Activity* record) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
       return m->start == 0 || m->end == 0;
     }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
+      return m->start == 0 || m->end == 0;
+    }
     default:
       return false;
   }
@@ -237,6 +284,18 @@ const char* memcpy_name(timeline::MemcpyDirection d, timeline::HostMemoryKind ho
     case D::host_to_host: return "Memcpy HtoH";
     default: return "Memcpy";
   }
+}
+
+// The fields every device record (kernel, copy, peer copy, memset) has.
+template <typename DeviceRecord, typename ToNs>
+timeline::DeviceInterval interval_of(const DeviceRecord* r, ToNs ns) {
+  timeline::DeviceInterval d;
+  d.start_ns = ns(r->start);
+  d.end_ns = std::max(d.start_ns, ns(r->end));
+  d.stream = r->streamId;
+  d.correlation = r->correlationId;
+  d.device = static_cast<std::int32_t>(r->deviceId);
+  return d;
 }
 
 }  // namespace
@@ -293,6 +352,12 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
       if (cuptiGetTimestamp(&cupti_now) == CUPTI_SUCCESS)
         clock_offset_ns_ = static_cast<std::int64_t>(monotonic_timestamp()) - static_cast<std::int64_t>(cupti_now);
     }
+    // Our buffers come zeroed (S4); set before the first request. The ready
+    // buffers are made by the collector's first poll, not here: start() may
+    // run on the application's first scope (until then requests calloc).
+    std::uint8_t zeroed = 1;
+    std::size_t zeroed_size = sizeof(zeroed);
+    (void)cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &zeroed_size, &zeroed);
     r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
       status = "cupti_unavailable";
@@ -310,6 +375,10 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
         return false;
       }
     }
+    // Peer-to-peer copies come only as MEMCPY2 records (act: "For peer to
+    // peer memory copy, use the kind CUPTI_ACTIVITY_KIND_MEMCPY2"), C14.
+    // Optional: without it the other kinds still work.
+    (void)cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     for (CUpti_CallbackId cbid : kOwnRuntimeCalls) (void)cuptiActivityEnableRuntimeApi(cbid, 0);
     active_ = true;
     return true;
@@ -331,10 +400,13 @@ void CuptiActivity::poll(std::int64_t now_ns) noexcept {
   if (over) {
     // Enough for the analyses: stop paying for collection.
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(0);
     finished_ = true;
+    free_ready_buffers();
     return;
   }
+  refill_buffers();
   if (now_ns - last_flush_ns_ < kFlushIntervalNs) return;
   last_flush_ns_ = now_ns;
   (void)cuptiActivityFlushAll(0);  // completed buffers only: never waits for the device
@@ -374,6 +446,8 @@ void CuptiActivity::add_phase(const char* name, bool input_kind, std::int64_t st
 void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Our callbacks still receive buffers: launches so far are accounted for (S3).
+    launches_at_last_buffer_ = g_counters.launch_calls.load(std::memory_order_relaxed);
     CUpti_Activity* record = nullptr;
     const std::int64_t off = clock_offset_ns_;
     auto ns = [off](std::uint64_t t) { return static_cast<std::int64_t>(t) + off; };
@@ -391,12 +465,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
         case CUPTI_ACTIVITY_KIND_KERNEL:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
           const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-          timeline::DeviceInterval d;
-          d.start_ns = ns(k->start);
-          d.end_ns = std::max(d.start_ns, ns(k->end));
-          d.stream = k->streamId;
-          d.correlation = k->correlationId;
-          d.device = static_cast<std::int32_t>(k->deviceId);
+          timeline::DeviceInterval d = interval_of(k, ns);
           const char* name = k->name != nullptr ? k->name : "kernel";
           d.name = timeline_.intern(name);
           d.kind = timeline::DeviceOpKind::kernel;
@@ -404,16 +473,12 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           if (d.cls == timeline::KernelClass::communication) ++nccl_kernels_;
           timeline_.device_ops.push_back(d);
           ++kernels_;
+          ++per_device(k->deviceId).kernels;
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-          timeline::DeviceInterval d;
-          d.start_ns = ns(m->start);
-          d.end_ns = std::max(d.start_ns, ns(m->end));
-          d.stream = m->streamId;
-          d.correlation = m->correlationId;
-          d.device = static_cast<std::int32_t>(m->deviceId);
+          timeline::DeviceInterval d = interval_of(m, ns);
           d.kind = timeline::DeviceOpKind::memcpy;
           d.direction = direction_of(m->copyKind);
           const std::uint8_t host_side = d.direction == timeline::MemcpyDirection::device_to_host ? m->dstKind : m->srcKind;
@@ -427,22 +492,37 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           d.cls = timeline::classify_kernel(name);
           timeline_.device_ops.push_back(d);
           ++memcpys_;
+          ++per_device(m->deviceId).memcpys;
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+          // A peer copy: device work of the device that runs it (deviceId).
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
+          timeline::DeviceInterval d = interval_of(m, ns);
+          d.kind = timeline::DeviceOpKind::memcpy;
+          d.direction = timeline::MemcpyDirection::peer_to_peer;
+          d.bytes = static_cast<std::int64_t>(m->bytes);
+          const char* name = memcpy_name(d.direction, timeline::HostMemoryKind::unknown);
+          d.name = timeline_.intern(name);
+          d.cls = timeline::classify_kernel(name);
+          timeline_.device_ops.push_back(d);
+          ++memcpys_;
+          ++peer_memcpys_;
+          PerDevice& pd = per_device(m->deviceId);
+          ++pd.peer_memcpys;
+          pd.peer_bytes += m->bytes;
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-          timeline::DeviceInterval d;
-          d.start_ns = ns(m->start);
-          d.end_ns = std::max(d.start_ns, ns(m->end));
-          d.stream = m->streamId;
-          d.correlation = m->correlationId;
-          d.device = static_cast<std::int32_t>(m->deviceId);
+          timeline::DeviceInterval d = interval_of(m, ns);
           d.kind = timeline::DeviceOpKind::memset;
           d.bytes = static_cast<std::int64_t>(m->bytes);
           d.name = timeline_.intern("Memset (Device)");
           d.cls = timeline::classify_kernel("Memset (Device)");
           timeline_.device_ops.push_back(d);
           ++memsets_;
+          ++per_device(m->deviceId).memsets;
           break;
         }
         case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
@@ -478,8 +558,15 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
   }
 }
 
+CuptiActivity::PerDevice& CuptiActivity::per_device(std::uint32_t device) {
+  for (auto& [id, counts] : per_device_)
+    if (id == device) return counts;
+  per_device_.emplace_back(device, PerDevice{});
+  return per_device_.back().second;
+}
+
 void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
-                           int device) noexcept {
+                           std::uint64_t step_devices, std::uint64_t timed_devices) noexcept {
   CuptiCounters& m = info.facts.cupti;
   // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
   if (subscriber_ == nullptr) return;
@@ -503,9 +590,11 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     // Everything recorded so far, including buffers not yet full.
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     finished_ = true;
     stop_callbacks();
+    free_ready_buffers();
     std::lock_guard<std::mutex> lock(mutex_);
     m.cupti_kernels = static_cast<double>(kernels_);
     m.cupti_nccl_kernels = static_cast<double>(nccl_kernels_);
@@ -519,6 +608,15 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     m.cupti_records_not_kept = static_cast<double>(dropped_records_);
     m.cupti_records_dropped = static_cast<double>(g_cupti_dropped.load(std::memory_order_relaxed));
     m.cupti_records_incomplete = static_cast<double>(incomplete_records_);
+    // cuptiActivityRegisterCallbacks is process-global: a second activity
+    // client (one that never subscribes, so cuptiSubscribe's one-subscriber
+    // rule does not stop it) that registers its own callbacks takes every
+    // later buffer. Then even the final forced flush hands nothing back,
+    // and the launches since our last buffer have no records here (S3). A
+    // few launches from other threads racing the final flush are not that.
+    const std::uint64_t launches = c.launch_calls;
+    const std::uint64_t gap = launches > launches_at_last_buffer_ ? launches - launches_at_last_buffer_ : 0;
+    if (!over_limit_ && gap >= 2 && gap * 10 >= launches) info.cupti_launches_unrecorded = gap;
 
     // Analyse the measured steps only (warm-up steps are left out, as on the host side).
     std::sort(steps_.begin(), steps_.end(), [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
@@ -533,19 +631,67 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
       auto& st = timeline_.steps;
       st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }), st.end());
     }
-    if (device >= 0) {
-      auto& ops = timeline_.device_ops;
-      const std::size_t before = ops.size();
-      ops.erase(std::remove_if(ops.begin(), ops.end(),
-                               [device](const timeline::DeviceInterval& d) { return d.device != device; }),
-                ops.end());
-      m.cupti_other_device_ops = static_cast<double>(before - ops.size());
-    }
-    if (timeline_.device_ops.empty()) return;
+    // Each device on its own (C14): the attribution takes every device op
+    // of the timeline as "the device", so it is run on one device's ops at
+    // a time.
+    std::vector<timeline::DeviceInterval> all_ops;
+    all_ops.swap(timeline_.device_ops);
     timeline::AttributionOptions options;
     options.input_phase_markers = {"[stepscope-input]"};
-    const timeline::DeviceFacts f = timeline::device_facts(timeline_, options);
-    if (!f.has_device_activity) return;
+    auto facts_of = [&](int device, timeline::DeviceFacts& out) {
+      timeline_.device_ops.clear();
+      for (const auto& d : all_ops)
+        if (device < 0 || d.device == device) timeline_.device_ops.push_back(d);
+      if (timeline_.device_ops.empty()) return false;
+      out = timeline::device_facts(timeline_, options);
+      return out.has_device_activity;
+    };
+    auto entry = [&info](int id) -> DeviceUsage& {
+      for (auto& u : info.devices)
+        if (u.id == id) return u;
+      info.devices.push_back(DeviceUsage{});
+      info.devices.back().id = id;
+      return info.devices.back();
+    };
+    const std::uint64_t candidates = step_devices != 0 ? step_devices : timed_devices;
+    int best = -1;
+    double best_busy = -1;
+    timeline::DeviceFacts best_facts;
+    for (const auto& [id, counts] : per_device_) {
+      DeviceUsage& u = entry(static_cast<int>(id));
+      u.kernels = counts.kernels;
+      u.memcpys = counts.memcpys;
+      u.peer_memcpys = counts.peer_memcpys;
+      u.peer_memcpy_mb = static_cast<double>(counts.peer_bytes) / (1024.0 * 1024.0);
+      u.memsets = counts.memsets;
+      timeline::DeviceFacts f;
+      if (!facts_of(static_cast<int>(id), f)) continue;
+      u.busy_fraction = f.device_busy_fraction;
+      u.busy_ms = f.device_busy_fraction * f.step_time_mean_ns * 1e-6;
+      const bool candidate = id < 64 && ((candidates >> id) & 1u) != 0;
+      if (candidate && f.device_busy_fraction > best_busy) {
+        best = static_cast<int>(id);
+        best_busy = f.device_busy_fraction;
+        best_facts = f;
+      }
+    }
+    std::sort(info.devices.begin(), info.devices.end(),
+              [](const DeviceUsage& a, const DeviceUsage& b) { return a.id < b.id; });
+    timeline::DeviceFacts f;
+    bool have = false;
+    if (best >= 0) {
+      f = best_facts;
+      have = true;
+    } else if (candidates == 0) {
+      have = facts_of(-1, f);  // no device attached: all activity, as one device
+    }
+    info.facts_device = best;
+    std::uint64_t other = 0;
+    for (const auto& d : all_ops) other += d.device != best;
+    if (candidates != 0) m.cupti_other_device_ops = static_cast<double>(other);
+    all_ops.clear();
+    timeline_.device_ops.clear();
+    if (!have) return;
     // Same keys as the Kineto import (src/import/trace_report.cpp), so the
     // analyzer reads live and imported runs alike.
     timeline::add_device_facts(f, info.facts.timeline);

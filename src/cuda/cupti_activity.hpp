@@ -40,10 +40,15 @@ class CuptiActivity {
   void add_phase(const char* name, bool input_kind, std::int64_t start_ns, std::int64_t end_ns) noexcept;
 
   // Flushes, stops collection and writes the timeline facts and counters
-  // into info.facts. Only steps numbered above `warmup_steps` are analysed,
-  // and only the activity of `device` (the one the phases are timed on; -1:
-  // all), so a process's other GPUs do not count as this one being busy.
-  void finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps, int device = -1) noexcept;
+  // into info.facts. Only steps numbered above `warmup_steps` are analysed.
+  // Each device's activity is analysed on its own (info.devices[]: busy
+  // time, record counts; entries are added for devices only CUPTI saw), and
+  // info.facts are those of one device, info.facts_device: the busiest of
+  // `step_devices` (bit d: phases inside steps were timed on device d), else
+  // of `timed_devices`, else all activity together (-1). So a process's
+  // other GPUs do not count as this one being busy (C14).
+  void finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps, std::uint64_t step_devices,
+              std::uint64_t timed_devices) noexcept;
 
   // Called from CUPTI's buffer-completed callback (any thread).
   void consume_buffer(std::uint8_t* buffer, std::size_t valid_size) noexcept;
@@ -62,10 +67,16 @@ class CuptiActivity {
   std::vector<timeline::Step> steps_;
   bool over_limit_ = false;
   std::uint64_t kernels_ = 0, memcpys_ = 0, memsets_ = 0, syncs_ = 0, api_records_ = 0;
-  std::uint64_t pageable_memcpys_ = 0, nccl_kernels_ = 0;
+  std::uint64_t pageable_memcpys_ = 0, nccl_kernels_ = 0, peer_memcpys_ = 0;
+  struct PerDevice {  // record counts of one device (CUPTI deviceId)
+    std::uint64_t kernels = 0, memcpys = 0, peer_memcpys = 0, peer_bytes = 0, memsets = 0;
+  };
+  std::vector<std::pair<std::uint32_t, PerDevice>> per_device_;  // by first appearance; a handful of GPUs
+  PerDevice& per_device(std::uint32_t device);
   std::int64_t sync_ns_ = 0;
-  std::uint64_t dropped_records_ = 0;     // not kept: over the limits above
-  std::uint64_t incomplete_records_ = 0;  // zero start or end (work still running at a forced flush)
+  std::uint64_t launches_at_last_buffer_ = 0;  // kernel launch calls counted when our last buffer came back (S3)
+  std::uint64_t dropped_records_ = 0;          // not kept: over the limits above
+  std::uint64_t incomplete_records_ = 0;       // zero start or end (work still running at a forced flush)
 };
 
 // Runtime-API call counts from the CUPTI callback (relaxed atomics; the

@@ -301,6 +301,16 @@ DeviceAnalyses analyse_device(const Timeline& tl) {
   return out;
 }
 
+// Where the GPU's sync idle time goes: a phase of the report when the owner
+// of the sync call is one, else the operator or runtime call itself (a trace
+// without annotations has no phase around `aten::item`) — never a phase that
+// does not exist.
+std::string sync_idle_warning(const std::string& owner, const std::vector<PhaseSummary>& phases) {
+  for (const PhaseSummary& p : phases)
+    if (p.name == owner) return "most sync idle time is in phase '" + owner + "'";
+  return "most sync idle time is in '" + owner + "' (an operator or runtime call outside every phase)";
+}
+
 // Device side: the timeline analyses' facts drive the GPU verdict.
 void describe_device(const Timeline& tl, Report& r) {
   DeviceAnalyses analyses = analyse_device(tl);
@@ -317,7 +327,7 @@ void describe_device(const Timeline& tl, Report& r) {
   if (!f.has_device_activity) return;
   timeline::add_device_facts(f, r.device.facts.timeline);
   r.device.hta = std::move(analyses.hta);
-  if (!f.top_sync_phase.empty()) r.warnings.push_back("most sync idle time is in phase '" + f.top_sync_phase + "'");
+  if (!f.top_sync_phase.empty()) r.warnings.push_back(sync_idle_warning(f.top_sync_phase, r.phases));
   // Without ProfilerStep annotations the whole trace is one window.
   if (r.steps.count == 0 && f.steps > 0) {
     r.steps.count = static_cast<std::uint64_t>(f.steps);

@@ -621,6 +621,48 @@ void merge_phases(JobMerge& jm) {
                    [](const PhaseSummary& a, const PhaseSummary& b) { return a.self_ms.total > b.self_ms.total; });
 }
 
+// Imported ranks' top operators per phase, summed over the ranks (count and
+// self_ms are totals, as the merged phase's self_ms.total is): the job's
+// hottest operators inside each phase. Each kind ("cpu_op", "kernel") keeps
+// as many rows as the longest list a rank carried, most self_ms first.
+void merge_top_operators(JobMerge& jm) {
+  struct Sum {
+    std::map<std::pair<std::string, std::string>, OperatorTime> by_kind_and_name;
+    std::map<std::string, std::size_t> rows_per_kind;
+  };
+  std::map<PhaseKey, Sum> sums;
+  for (const RankFacts& rank : jm.ranks)
+    for (const PhaseSummary& p : rank.report->phases) {
+      if (p.top_operators.empty()) continue;
+      Sum& sum = sums[PhaseKey{p.name, p.kind, p.thread_role}];
+      std::map<std::string, std::size_t> rows;
+      for (const OperatorTime& op : p.top_operators) {
+        OperatorTime& total = sum.by_kind_and_name[{op.kind, op.name}];
+        total.name = op.name;
+        total.kind = op.kind;
+        total.count += op.count;
+        total.self_ms += op.self_ms;
+        ++rows[op.kind];
+      }
+      for (const auto& [kind, n] : rows) sum.rows_per_kind[kind] = std::max(sum.rows_per_kind[kind], n);
+    }
+  for (PhaseSummary& p : jm.job.phases) {
+    const auto it = sums.find(PhaseKey{p.name, p.kind, p.thread_role});
+    if (it == sums.end()) continue;
+    for (const auto& [kind, rows] : it->second.rows_per_kind) {
+      std::vector<OperatorTime> list;
+      for (const auto& [key, op] : it->second.by_kind_and_name)
+        if (key.first == kind) list.push_back(op);
+      std::stable_sort(list.begin(), list.end(),
+                       [](const OperatorTime& a, const OperatorTime& b) { return a.self_ms > b.self_ms; });
+      if (list.size() > rows) list.resize(rows);
+      // cpu_ops first, then kernels: the order a rank's list has.
+      const auto at = kind == "cpu_op" ? p.top_operators.begin() : p.top_operators.end();
+      p.top_operators.insert(at, list.begin(), list.end());
+    }
+  }
+}
+
 // The ranks' per-step series on one grid: the job's series (means over the
 // ranks) and each rank's busy / communication time per point.
 void align_series(JobMerge& jm) {
@@ -1063,7 +1105,7 @@ void fill_job_steps(JobMerge& jm) {
 
   DistributionMerger wall, warmup_wall;
   HistogramMerger wall_histogram;
-  std::uint64_t min_steps = std::numeric_limits<std::uint64_t>::max(), max_warmup = 0;
+  std::uint64_t min_steps = std::numeric_limits<std::uint64_t>::max(), max_warmup = 0, max_unended = 0;
   StepBreakdown& b = job.steps.breakdown;
   for (const RankFacts& f : ranks) {
     const Report& r = *f.report;
@@ -1072,6 +1114,8 @@ void fill_job_steps(JobMerge& jm) {
     wall_histogram.add(r.steps.histogram);
     min_steps = std::min(min_steps, r.steps.count);
     max_warmup = std::max(max_warmup, r.steps.warmup_excluded);
+    max_unended = std::max(max_unended, r.steps.unended_excluded);
+    job.steps.unended_wall_ms = std::max(job.steps.unended_wall_ms, r.steps.unended_wall_ms);
     b.wall_ms += f.wall;
     b.input_ms += f.input;
     b.compute_ms += f.compute;
@@ -1091,6 +1135,7 @@ void fill_job_steps(JobMerge& jm) {
   // distributions hold every rank's steps.
   job.steps.count = min_steps;
   job.steps.warmup_excluded = max_warmup;
+  job.steps.unended_excluded = max_unended;  // per rank, as warm-up: the most any rank left out
   job.steps.wall_ms = wall.result();
   wall_histogram.apply(job.steps.wall_ms);
   if (wall_histogram.usable()) job.steps.histogram = wall_histogram.histogram.to_data();
@@ -1359,6 +1404,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   note_missing_ranks(jm);
   compare_rank_means(jm);
   merge_phases(jm);
+  merge_top_operators(jm);
   align_series(jm);
   summarise_step_points(jm);
   split_communication(jm);

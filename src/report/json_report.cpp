@@ -722,6 +722,8 @@ json to_j(const Report& r) {
              {"warmup_excluded", r.steps.warmup_excluded},
              {"wall_ms", to_j(r.steps.wall_ms)},
              {"warmup_wall_ms", to_j(r.steps.warmup_wall_ms)},
+             {"unended_excluded", r.steps.unended_excluded},
+             {"unended_wall_ms", num(r.steps.unended_wall_ms)},
              {"breakdown", to_j(r.steps.breakdown)},
              // Derived, for scripts: the accounting the verdict and the summary use.
              {"settled_breakdown", to_j(settled_breakdown(r))},
@@ -763,6 +765,27 @@ json to_j(const Report& r) {
     for (const HtaTables& h : r.device.hta_ranks) per_rank.push_back(hta_to_j(h));
     device["hta_ranks"] = std::move(per_rank);
   }
+  // Live CUDA runs: each GPU's own figures (C14); absent otherwise.
+  if (!r.device.devices.empty()) {
+    device["facts_device"] = r.device.facts_device;
+    json per_device = json::array();
+    for (const DeviceUsage& u : r.device.devices)
+      per_device.push_back(json{{"id", u.id},
+                                {"name", u.name},
+                                {"phases_timed", u.phases_timed},
+                                {"steps_ran_on", u.steps_ran_on},
+                                {"memory_capacity_mb", num(u.memory_capacity_mb)},
+                                {"memory_peak_mb", num(u.memory_peak_mb)},
+                                {"busy_fraction", num(u.busy_fraction)},
+                                {"busy_ms", num(u.busy_ms)},
+                                {"kernels", u.kernels},
+                                {"memcpys", u.memcpys},
+                                {"peer_memcpys", u.peer_memcpys},
+                                {"peer_memcpy_mb", num(u.peer_memcpy_mb)},
+                                {"memsets", u.memsets}});
+    device["devices"] = std::move(per_device);
+  }
+  if (r.device.cupti_launches_unrecorded > 0) device["cupti_launches_unrecorded"] = r.device.cupti_launches_unrecorded;
 
   json out{{"schema_version", r.schema_version},
            {"run", run},
@@ -834,6 +857,8 @@ Report report_from(const json& document) {
   r.steps.warmup_excluded = get_u64(steps, "warmup_excluded");
   r.steps.wall_ms = dist_from(get_obj(steps, "wall_ms"));
   r.steps.warmup_wall_ms = dist_from(get_obj(steps, "warmup_wall_ms"));
+  r.steps.unended_excluded = get_u64(steps, "unended_excluded");
+  r.steps.unended_wall_ms = get_num(steps, "unended_wall_ms");
   r.steps.breakdown = breakdown_from(get_obj(steps, "breakdown"));
   r.steps.series = series_from(get_obj(steps, "series"));
   r.steps.histogram = hist_from(get_obj(steps, "histogram"));
@@ -855,6 +880,25 @@ Report report_from(const json& document) {
   r.device.facts = device_facts_from(get_obj(device, "facts"));
   if (device.find("hta") != nullptr) r.device.hta = hta_from(get_obj(device, "hta"));
   for (const Field& h : get_arr(device, "hta_ranks")) r.device.hta_ranks.push_back(hta_from(h));
+  r.device.facts_device = get_int(device, "facts_device", -1, -1, INT32_MAX);
+  r.device.cupti_launches_unrecorded = get_u64(device, "cupti_launches_unrecorded");
+  for (const Field& d : get_arr(device, "devices")) {
+    DeviceUsage u;
+    u.id = get_int(d, "id", -1, -1, INT32_MAX);
+    u.name = get_str(d, "name");
+    u.phases_timed = get_bool(d, "phases_timed");
+    u.steps_ran_on = get_bool(d, "steps_ran_on");
+    u.memory_capacity_mb = get_num(d, "memory_capacity_mb");
+    u.memory_peak_mb = get_num(d, "memory_peak_mb");
+    u.busy_fraction = get_num(d, "busy_fraction", -1);
+    u.busy_ms = get_num(d, "busy_ms");
+    u.kernels = get_u64(d, "kernels");
+    u.memcpys = get_u64(d, "memcpys");
+    u.peer_memcpys = get_u64(d, "peer_memcpys");
+    u.peer_memcpy_mb = get_num(d, "peer_memcpy_mb");
+    u.memsets = get_u64(d, "memsets");
+    r.device.devices.push_back(std::move(u));
+  }
   r.bottleneck = verdict_from(required_obj(j, "bottleneck"));
   for (const Field& f : get_arr(j, "findings")) {
     Finding finding;

@@ -41,6 +41,10 @@ std::string format_summary(const Report& r) {
   if (r.steps.count > 0) {
     line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
                      r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));
+    if (r.steps.unended_excluded > 0)
+      line(fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
+                       "({:.1f} ms, what ran after the loop included)",
+                       r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
     // The settled accounting: the same numbers as the verdict sentence and ranking.
     const StepBreakdown b = settled_breakdown(r);
     line("step breakdown (critical path, mean per step):");

@@ -11,6 +11,7 @@
 #include "core/registry.hpp"
 #include "stats/clock.hpp"
 #include "stats/utc_time.hpp"
+#include "text/printable.hpp"
 
 #include <stepscope/analysis.hpp>
 #include "report/live.hpp"
@@ -73,6 +74,9 @@ struct Runtime {
   Settings settings;
   // set_config (any thread), mutex held; read by build_report, mutex held.
   std::map<std::string, std::string> config, config_types;
+  // set_frontend (any thread, the Python package at import), mutex held; read
+  // by build_report, mutex held. Empty: C++.
+  std::string frontend;
   // set_rank (any thread) or start_collector (from the environment), mutex held.
   int rank = -1, world_size = 1;
   // Set on the first record's thread (initialise_runtime, mutex held), before
@@ -573,6 +577,7 @@ Report build_report(bool final_report) {
   report.run.config = rt.config;
   report.run.config_types = rt.config_types;
   report.run.build = build_options();
+  if (!rt.frontend.empty()) report.run.build["frontend"] = rt.frontend;
   report.run.warmup_steps = rt.settings.warmup_steps;
   report.run.warmup_source = rt.settings.warmup_from_env ? "env" : "default";
   for (const auto& w : rt.warnings) report.warnings.push_back(w);
@@ -779,6 +784,15 @@ void set_config(const std::string& key, const std::string& value) noexcept {
     std::lock_guard<std::mutex> lock(rt.mutex);
     rt.config[key] = value;
     rt.config_types[key] = "string";
+  } catch (...) {
+  }
+}
+
+void set_frontend(const char* name) noexcept {
+  try {
+    auto& rt = detail::runtime();
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    rt.frontend = name != nullptr ? detail::printable(name, 32) : "";
   } catch (...) {
   }
 }

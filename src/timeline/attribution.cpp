@@ -234,7 +234,11 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options) 
   const CommComputeOverlap overlap = comm_compute_overlap(tl);
   f.comm_compute_overlap_fraction = overlap.overlap_percent() / 100.0;
 
-  const LaunchStats launches = launch_statistics(tl);
+  // ROCm's launches count too: the verdict needs the launch evidence on any GPU
+  // (device.hta keeps HTA's CUDA-only pairing).
+  LaunchStatsOptions launch_options;
+  launch_options.include_hip_launches = true;
+  const LaunchStats launches = launch_statistics(tl, launch_options);
   f.launches_per_step = f.steps > 0 ? static_cast<double>(launches.pairs) / static_cast<double>(f.steps) : 0.0;
   if (launches.pairs > 0) {
     f.short_kernel_fraction = static_cast<double>(launches.short_kernels) / static_cast<double>(launches.pairs);

@@ -186,6 +186,11 @@ bool is_launch_name(const std::string& name) {
   return name == "cudaLaunchKernel" || name == "cudaLaunchKernelExC" || name == "cudaMemcpyAsync" ||
          name == "cudaMemsetAsync" || name == "runFunction - job_prep_and_submit_for_execution";
 }
+// ROCm's counterparts (the `cuda_runtime` events of a HIP trace); HTA does not match them.
+bool is_hip_launch_name(const std::string& name) {
+  return name == "hipLaunchKernel" || name == "hipExtLaunchKernel" || name == "hipModuleLaunchKernel" ||
+         name == "hipExtModuleLaunchKernel" || name == "hipMemcpyAsync" || name == "hipMemsetAsync";
+}
 
 // numpy's default (linear interpolation) percentile.
 double percentile(std::vector<double>& sorted_values, double p) {
@@ -199,12 +204,16 @@ double percentile(std::vector<double>& sorted_values, double p) {
 
 }  // namespace
 
-std::vector<LaunchPair> launch_pairs(const Timeline& timeline) {
+std::vector<LaunchPair> launch_pairs(const Timeline& timeline, const LaunchStatsOptions& options) {
   // Correlations of launch calls, then an inner join of host (stream -1) and
   // device events on them, as HTA's pd.merge does (a repeated correlation
   // yields every combination).
+  // Per name: 0 not a launch, 1 a CUDA launch, 2 a ROCm launch.
   std::vector<char> launch_name(timeline.names.size(), 0);
-  for (std::size_t i = 0; i < timeline.names.size(); ++i) launch_name[i] = is_launch_name(timeline.names[i]);
+  for (std::size_t i = 0; i < timeline.names.size(); ++i) {
+    if (is_launch_name(timeline.names[i])) launch_name[i] = 1;
+    else if (options.include_hip_launches && is_hip_launch_name(timeline.names[i])) launch_name[i] = 2;
+  }
   // Per launch correlation, the host ops that carry it as a list in host_ops
   // order: first and last index, then `next` links (kNone ends a list).
   constexpr std::uint32_t kNone = ~std::uint32_t{0};
@@ -237,6 +246,7 @@ std::vector<LaunchPair> launch_pairs(const Timeline& timeline) {
       p.cpu_duration_ns = h.duration_ns();
       p.gpu_duration_ns = d.duration_ns();
       p.launch_delay_ns = std::max<std::int64_t>(0, d.start_ns - h.end_ns);
+      p.hip = launch_name[h.name] == 2;
       out.push_back(p);
     }
   }
@@ -244,7 +254,7 @@ std::vector<LaunchPair> launch_pairs(const Timeline& timeline) {
 }
 
 LaunchStats launch_statistics(const Timeline& timeline, const LaunchStatsOptions& options) {
-  const std::vector<LaunchPair> pairs = launch_pairs(timeline);
+  const std::vector<LaunchPair> pairs = launch_pairs(timeline, options);
   LaunchStats out;
   out.pairs = static_cast<std::int64_t>(pairs.size());
   std::vector<double> delays, runtimes;
@@ -254,9 +264,10 @@ LaunchStats launch_statistics(const Timeline& timeline, const LaunchStatsOptions
     // HTA's plot definitions (visualize_cuda_launch_kernel_info).
     if (p.cpu_duration_ns <= options.runtime_cutoff_ns && p.gpu_duration_ns < p.cpu_duration_ns) ++out.short_kernels;
     if (p.cpu_duration_ns > options.runtime_cutoff_ns) ++out.runtime_outliers;
+    runtimes.push_back(static_cast<double>(p.cpu_duration_ns));
+    if (p.hip) continue;  // its clocks need not agree with the device's (LaunchStatsOptions)
     if (p.launch_delay_ns > options.launch_delay_cutoff_ns) ++out.launch_delay_outliers;
     delays.push_back(static_cast<double>(p.launch_delay_ns));
-    runtimes.push_back(static_cast<double>(p.cpu_duration_ns));
   }
   std::sort(delays.begin(), delays.end());
   std::sort(runtimes.begin(), runtimes.end());

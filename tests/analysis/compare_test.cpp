@@ -390,3 +390,25 @@ TEST_CASE("compare: one run each cannot tell 3%; three repeats each can", "[anal
   // One report each is compare_reports.
   CHECK(compare_runs({steady_run(10.0)}, {steady_run(10.3)}).step.noise_method == "batch_means");
 }
+
+TEST_CASE("compare: a phase change too small to move the step is within noise (end to end)",
+          "[analysis][compare]") {
+  // Identical runs of a 100 ms step with a 0.02 ms phase that moved 25%
+  // (seen: a 'data' phase of 0.0002 ms in a 1.1 ms step called "+25% slower"),
+  // beside a phase that moved 2% of the step: only the second is called
+  // (both are far above their own noise and the 8% relative floor).
+  Report a = run(100, 1, 400), b = run(100, 1, 400);
+  add_phase(a, "tiny", PhaseKind::other, ThreadRole::step, 0.0002, 0.02);
+  add_phase(b, "tiny", PhaseKind::other, ThreadRole::step, 0.00025, 0.025);
+  add_phase(a, "moved", PhaseKind::other, ThreadRole::step, 0.10, 10.0);
+  add_phase(b, "moved", PhaseKind::other, ThreadRole::step, 0.12, 12.0);
+  const Comparison c = compare_reports(a, b);
+  const Delta* tiny = phase(c, "tiny");
+  const Delta* moved = phase(c, "moved");
+  REQUIRE(tiny != nullptr);
+  REQUIRE(moved != nullptr);
+  CHECK(tiny->delta_pct == Approx(25));
+  CHECK_FALSE(tiny->significant);
+  CHECK(std::string(delta_verdict(*tiny)) == "within_noise");
+  CHECK(moved->significant);
+}

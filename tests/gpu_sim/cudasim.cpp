@@ -91,6 +91,7 @@ struct Op {
   const char* name = "kernel";
   std::uint8_t copy_kind = 0, src_kind = 0, dst_kind = 0;
   std::uint64_t bytes = 0;
+  int src_device = -1, dst_device = -1;  // peer copies (CUPTI MEMCPY2 records)
 };
 
 struct Graph {
@@ -132,6 +133,7 @@ struct Record {  // a CUPTI activity record before it is written to a client buf
   const char* name = nullptr;
   std::uint8_t copy_kind = 0, src_kind = 0, dst_kind = 0;
   std::uint64_t bytes = 0, external_id = 0;
+  std::uint32_t src_device = 0, dst_device = 0;  // MEMCPY2
   std::uint32_t sync_type = 0, external_kind = 0;
 };
 
@@ -145,7 +147,7 @@ struct Sim {
   std::vector<std::string> time_from_argument;                     // name parts: device time = first argument (ns)
   std::int64_t default_kernel_ns = 10'000;
   std::int64_t next_ns = -1;  // one-shot override
-  double pageable_gbps = 4, pinned_gbps = 24, device_gbps = 1000;
+  double pageable_gbps = 4, pinned_gbps = 24, device_gbps = 1000, peer_gbps = 100;
   std::set<std::pair<std::uintptr_t, std::uintptr_t>> pinned;  // [begin, end) host ranges
   std::uint32_t next_stream_id = 16, next_context_id = 1;
   cudaError_t sticky = cudaSuccess;
@@ -166,6 +168,13 @@ struct Sim {
   CUpti_TimestampCallbackFunc timestamp_callback = nullptr;
   std::int64_t realtime_offset = realtime_ns() - now_ns();
   std::deque<Record> queue;
+  // Per-thread activity buffers (CUDA 13 default, act: PER_THREAD_ACTIVITY_BUFFER
+  // = 1): a thread whose runtime call produces a record requests its buffer
+  // itself, inside that call; CUPTI zeroes it there unless the client set
+  // ZEROED_OUT_ACTIVITY_BUFFER (review S4). The buffers wait here until a
+  // flush fills them.
+  std::uint8_t zeroed_out_attr = 0, per_thread_attr = 1;
+  std::vector<std::pair<std::uint8_t*, std::size_t>> thread_buffers;
   std::uint64_t queue_capacity = kDefaultQueueCapacity;
   std::uint64_t dropped = 0;
   std::atomic<std::uint32_t> correlation{0};
@@ -247,6 +256,7 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
 thread_local Stream* t_per_thread[kMaxDevices] = {};
 thread_local std::vector<std::pair<std::uint32_t, std::uint64_t>> t_external_ids;  // (kind, id)
+thread_local std::uint8_t* t_activity_buffer = nullptr;  // this thread's per-thread buffer while unflushed
 
 // The driver library: cudart loads libcuda.so.1 on the program's first CUDA
 // call; so does the simulator (a stub with that name), so that
@@ -300,6 +310,8 @@ const CallName kCallNames[] = {
     SIM_CB(cudaFreeHost_v3020),
     SIM_CB(cudaMemcpy_v3020),
     SIM_CB(cudaMemcpyAsync_v3020),
+    SIM_CB(cudaMemcpyPeer_v4000),
+    SIM_CB(cudaMemcpyPeerAsync_v4000),
     SIM_CB(cudaMemset_v3020),
     SIM_CB(cudaMemsetAsync_v3020),
     SIM_CB(cudaLaunchKernel_v7000),
@@ -341,6 +353,7 @@ class ApiCall {
       r.correlation = correlation_;
       r.thread = thread_id();
       push_record(s, r);
+      request_thread_buffer(lock);
     }
     if (s.enabled_kinds.count(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) && !t_external_ids.empty()) {
       Record r;
@@ -352,6 +365,31 @@ class ApiCall {
     }
   }
   std::uint32_t correlation() const { return correlation_; }
+  // This thread's first record since its buffer was last flushed: the
+  // buffer request (and CUPTI's zeroing) happen here, on the calling thread.
+  static void request_thread_buffer(std::lock_guard<std::mutex>&) {
+    Sim& s = sim();
+    if (!s.per_thread_attr || s.buffer_request == nullptr) return;
+    for (const auto& b : s.thread_buffers)
+      if (b.first == t_activity_buffer) return;  // still has an unflushed buffer
+    CUpti_BuffersCallbackRequestFunc request = s.buffer_request;
+    const std::uint8_t zeroed_by_client = s.zeroed_out_attr;
+    s.mu.unlock();  // the client's callback runs without the simulator's lock
+    const std::int64_t t0 = now_ns();
+    std::uint8_t* buffer = nullptr;
+    std::size_t size = 0, max_records = 0;
+    request(&buffer, &size, &max_records);
+    if (buffer != nullptr && !zeroed_by_client)
+      std::memset(buffer, 0, size);  // "CUPTI will zero out the buffer in the main thread"
+    const std::int64_t spent = now_ns() - t0;
+    s.mu.lock();
+    s.count("cupti_buffer_requests_in_api_calls");
+    s.count("cupti_request_ns_in_api_calls", static_cast<std::uint64_t>(spent));
+    if (!zeroed_by_client && buffer != nullptr) s.count("cupti_bytes_zeroed_in_api_calls", size);
+    if (buffer == nullptr || size < 512) return;
+    t_activity_buffer = buffer;
+    s.thread_buffers.emplace_back(buffer, size);
+  }
   static void push_record(Sim& s, const Record& r) {
     if (s.queue.size() >= s.queue_capacity) {
       ++s.dropped;
@@ -528,11 +566,15 @@ cudaError_t enqueue(Sim& s, Stream& st, const Op& op, std::uint32_t correlation)
       s.count("kernels");
       break;
     case Op::memcpy:
-      r.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+      // act: "For peer to peer memory copy, use the kind CUPTI_ACTIVITY_KIND_MEMCPY2".
+      r.kind =
+          op.copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP ? CUPTI_ACTIVITY_KIND_MEMCPY2 : CUPTI_ACTIVITY_KIND_MEMCPY;
       r.copy_kind = op.copy_kind;
       r.src_kind = op.src_kind;
       r.dst_kind = op.dst_kind;
-      s.count("memcpys");
+      r.src_device = static_cast<std::uint32_t>(op.src_device);
+      r.dst_device = static_cast<std::uint32_t>(op.dst_device);
+      s.count(r.kind == CUPTI_ACTIVITY_KIND_MEMCPY2 ? "peer_memcpys" : "memcpys");
       break;
     case Op::memset:
       r.kind = CUPTI_ACTIVITY_KIND_MEMSET;
@@ -632,6 +674,8 @@ std::size_t record_size(CUpti_ActivityKind kind) {
       return sizeof(CUpti_ActivityKernel10);
     case CUPTI_ACTIVITY_KIND_MEMCPY:
       return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMCPY2:
+      return sizeof(CUpti_ActivityMemcpyPtoP4);
     case CUPTI_ACTIVITY_KIND_MEMSET:
       return sizeof(CUpti_ActivityMemset4);
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
@@ -683,6 +727,15 @@ void write_record(const Sim& s, const Record& r, std::uint8_t* out, bool incompl
       m->bytes = r.bytes;
       break;
     }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+      auto* m = device_record<CUpti_ActivityMemcpyPtoP4>(out, r, start, end);
+      m->copyKind = r.copy_kind;
+      m->srcKind = m->dstKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+      m->bytes = r.bytes;
+      m->srcDeviceId = r.src_device;
+      m->dstDeviceId = r.dst_device;
+      break;
+    }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       auto* m = device_record<CUpti_ActivityMemset4>(out, r, start, end);
       m->bytes = r.bytes;
@@ -726,7 +779,7 @@ void write_record(const Sim& s, const Record& r, std::uint8_t* out, bool incompl
 
 bool is_device_record(CUpti_ActivityKind k) {
   return k == CUPTI_ACTIVITY_KIND_KERNEL || k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-         k == CUPTI_ACTIVITY_KIND_MEMCPY || k == CUPTI_ACTIVITY_KIND_MEMSET;
+         k == CUPTI_ACTIVITY_KIND_MEMCPY || k == CUPTI_ACTIVITY_KIND_MEMCPY2 || k == CUPTI_ACTIVITY_KIND_MEMSET;
 }
 
 }  // namespace
@@ -1243,6 +1296,52 @@ SIM_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes,
   sleep_until(until);
   return cudaSuccess;
 }
+// Peer copies: run on the stream's device (the current device's legacy
+// stream for cudaMemcpyPeer) at peer bandwidth (100 GB/s, an NVLink-class
+// figure); CUPTI reports them as MEMCPY2 records with both device ids.
+namespace {
+cudaError_t peer_copy(Sim& s, Stream& st, int dst_device, int src_device, std::size_t bytes,
+                      std::uint32_t correlation) {
+  if (dst_device < 0 || dst_device >= s.device_count || src_device < 0 || src_device >= s.device_count)
+    return cudaErrorInvalidDevice;
+  Op op;
+  op.kind = Op::memcpy;
+  op.bytes = bytes;
+  op.copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
+  op.src_kind = op.dst_kind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  op.src_device = src_device;
+  op.dst_device = dst_device;
+  op.duration_ns = static_cast<std::int64_t>(static_cast<double>(bytes) / s.peer_gbps);
+  if (s.next_ns >= 0) {
+    op.duration_ns = s.next_ns;
+    s.next_ns = -1;
+  }
+  return enqueue(s, st, op, correlation);
+}
+}  // namespace
+SIM_EXPORT cudaError_t cudaMemcpyPeerAsync(void*, int dst_device, const void*, int src_device, std::size_t bytes,
+                                           cudaStream_t stream) {
+  SIM_API(cudaMemcpyPeerAsync_v4000);
+  Sim& s = sim();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Stream* st = nullptr;
+  if (cudaError_t e = context_stream(s, stream, st); e != cudaSuccess) return fail(e);
+  return fail(peer_copy(s, *st, dst_device, src_device, bytes, api_call_.correlation()));
+}
+SIM_EXPORT cudaError_t cudaMemcpyPeer(void*, int dst_device, const void*, int src_device, std::size_t bytes) {
+  SIM_API(cudaMemcpyPeer_v4000);
+  Sim& s = sim();
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
+  Stream& st = s.devices[t_device].legacy;
+  if (cudaError_t e = peer_copy(s, st, dst_device, src_device, bytes, api_call_.correlation()); e != cudaSuccess)
+    return fail(e);
+  s.count("implicit_sync_calls");  // synchronous with respect to the host
+  const std::int64_t until = st.tail_ns;
+  lock.unlock();
+  sleep_until(until);
+  return cudaSuccess;
+}
 SIM_EXPORT cudaError_t cudaMemsetAsync(void*, int, std::size_t bytes, cudaStream_t stream) {
   SIM_API(cudaMemsetAsync_v3020);
   Sim& s = sim();
@@ -1390,6 +1489,24 @@ SIM_EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackReque
   sim().buffer_complete = complete;
   return CUPTI_SUCCESS;
 }
+SIM_EXPORT CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t* size, void* value) {
+  if (size == nullptr || value == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  std::lock_guard<std::mutex> lock(sim().mu);
+  switch (attr) {
+    case CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER:
+      if (*size != sizeof(std::uint8_t)) return CUPTI_ERROR_INVALID_PARAMETER;
+      sim().zeroed_out_attr = *static_cast<std::uint8_t*>(value);
+      return CUPTI_SUCCESS;
+    case CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER:
+      if (*size != sizeof(std::uint8_t)) return CUPTI_ERROR_INVALID_PARAMETER;
+      // act: before the buffer callbacks are registered and any kind enabled.
+      if (sim().buffer_request != nullptr || !sim().enabled_kinds.empty()) return CUPTI_ERROR_INVALID_OPERATION;
+      sim().per_thread_attr = *static_cast<std::uint8_t*>(value);
+      return CUPTI_SUCCESS;
+    default:
+      return CUPTI_ERROR_NOT_COMPATIBLE;
+  }
+}
 SIM_EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc fn) {
   std::lock_guard<std::mutex> lock(sim().mu);
   if (!sim().enabled_kinds.empty()) return CUPTI_ERROR_INVALID_OPERATION;  // act: before any kind is enabled
@@ -1451,6 +1568,7 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
   Sim& s = sim();
   const bool forced = (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0;
   std::vector<std::pair<Record, bool>> out;  // record, incomplete
+  std::vector<std::pair<std::uint8_t*, std::size_t>> thread_buffers;
   CUpti_BuffersCallbackRequestFunc request = nullptr;
   CUpti_BuffersCallbackCompleteFunc complete = nullptr;
   {
@@ -1469,12 +1587,20 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     }
     s.queue.swap(kept);
     s.count("cupti_flushes");
+    // Buffers the threads requested are filled first; a flush hands them all back.
+    thread_buffers.swap(s.thread_buffers);
   }
   std::size_t i = 0;
   while (i < out.size()) {
     std::uint8_t* buffer = nullptr;
     std::size_t size = 0, max_records = 0;
-    request(&buffer, &size, &max_records);
+    if (!thread_buffers.empty()) {
+      buffer = thread_buffers.back().first;
+      size = thread_buffers.back().second;
+      thread_buffers.pop_back();
+    } else {
+      request(&buffer, &size, &max_records);
+    }
     if (buffer == nullptr || size < 512) {
       // No buffer: the records that would have gone into it are dropped.
       std::lock_guard<std::mutex> lock(s.mu);
@@ -1489,6 +1615,14 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
       while (i < out.size()) {
         const std::size_t need = aligned(record_size(out[i].first.kind));
         if (used + need > size || (max_records != 0 && n >= max_records)) break;
+        // With ZEROED_OUT_ACTIVITY_BUFFER the client promised zeros where
+        // records go (checked here, on the flushing thread, not in the call).
+        if (s.zeroed_out_attr)
+          for (std::size_t b = used; b < used + need; ++b)
+            if (buffer[b] != 0) {
+              s.count("cupti_buffers_not_zeroed_by_client");
+              break;
+            }
         write_record(s, out[i].first, buffer + used, out[i].second);
         used += need;
         ++n;
@@ -1498,6 +1632,7 @@ SIM_EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     }
     complete(nullptr, 0, buffer, size, used);
   }
+  for (const auto& b : thread_buffers) complete(nullptr, 0, b.first, b.second, 0);  // unused: back, empty
   return CUPTI_SUCCESS;
 }
 

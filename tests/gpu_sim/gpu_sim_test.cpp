@@ -287,6 +287,67 @@ TEST_CASE("two GPUs in one process: the facts describe the timed device (C14)", 
   CHECK(run.fact("device_busy_fraction") < 0.6);  // device 1 computes ~1 ms of each ~5 ms step; device 0 is always busy
 }
 
+TEST_CASE("two timed GPUs in one process: per-device figures and peer copies (C14)", "[gpu-sim]") {
+  Run run;
+  probe(run, "multi-gpu 30", "STEPSCOPE_SIM_DEVICES=2");
+  const DeviceInfo& d = run.report.device;
+  REQUIRE(d.devices.size() == 2);
+  const DeviceUsage& gpu0 = d.devices[0];
+  const DeviceUsage& gpu1 = d.devices[1];
+  CHECK(gpu0.id == 0);
+  CHECK(gpu1.id == 1);
+  for (const DeviceUsage* u : {&gpu0, &gpu1}) {
+    CHECK(u->phases_timed);
+    CHECK(u->steps_ran_on);
+    CHECK(u->kernels == 30);  // each device its own kernels, not the process's 60
+    CHECK(u->memcpys == 0);
+  }
+  // The peer copies (MEMCPY2 records) belong to the device that ran them.
+  CHECK(gpu0.peer_memcpys == 30);
+  CHECK(gpu0.peer_memcpy_mb == Approx(30 * 48.0));
+  CHECK(gpu1.peer_memcpys == 0);
+  // Memory of each device: its context (512 MiB) plus what it allocated.
+  CHECK(gpu0.memory_peak_mb == Approx(768));
+  CHECK(gpu1.memory_peak_mb == Approx(576));
+  CHECK(gpu0.name == "stepscope simulated GPU 0");
+  CHECK(gpu1.name == "stepscope simulated GPU 1");
+  // Busy: device 0 computes 4.5 of each ~4.5 ms step, device 1 1 of ~4 ms
+  // (a host stall on a busy machine only lowers both).
+  CHECK(gpu0.busy_fraction > 0.5);
+  CHECK(gpu1.busy_fraction >= 0);
+  CHECK(gpu1.busy_fraction < 0.5);
+  CHECK(gpu0.busy_fraction > gpu1.busy_fraction);
+  // The report's figures and verdict inputs are the busiest step device's.
+  CHECK(d.facts_device == 0);
+  CHECK(run.fact("device_busy_fraction") == Approx(gpu0.busy_fraction));
+  CHECK(d.memory_peak_mb == Approx(768));
+  CHECK(d.name == gpu0.name);
+  CHECK(run.fact("cupti_other_device_ops") == 30);  // device 1's kernels
+  CHECK(run.fact("cupti_memcpys") == 30);           // process-wide counts: the 30 peer copies
+  CHECK(run.fact("event_record_failed") == 0);
+  const PhaseSummary* fwd1 = run.phase("forward_gpu1");
+  REQUIRE(fwd1 != nullptr);
+  REQUIRE(fwd1->device_ms.has_value());
+  CHECK(fwd1->device_ms->min == Approx(1.0).margin(0.01));
+}
+
+TEST_CASE("CUPTI's per-thread buffers are not zeroed on the training thread (S4)", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 60");
+  // The training thread's launches make CUPTI request its per-thread buffer
+  // inside the launch call (CUDA 13's default); stepscope hands over a
+  // buffer zeroed beforehand and says so (ZEROED_OUT_ACTIVITY_BUFFER = 1),
+  // so CUPTI does not memset 4 MiB there.
+  REQUIRE(run.counter("cupti_buffer_requests_in_api_calls") > 0);
+  INFO("request callback on the launching thread: "
+       << run.counter("cupti_request_ns_in_api_calls") / run.counter("cupti_buffer_requests_in_api_calls")
+       << " ns per request (simulator, incl. CUPTI's zeroing if any)");
+  CHECK(run.counter("cupti_bytes_zeroed_in_api_calls") == 0);  // was 4 MiB per request
+  CHECK(run.counter("cupti_buffers_not_zeroed_by_client") == 0);
+  CHECK(run.fact("cupti_records_dropped") == 0);
+  CHECK(run.fact("cupti_kernels") == 60);
+}
+
 TEST_CASE("a context created inside step 1 is timed a few steps later (C12)", "[gpu-sim]") {
   Run run;
   probe(run, "late-context 40", "STEPSCOPE_WARMUP=0");
@@ -352,6 +413,39 @@ TEST_CASE("the nvcc-built probe (<<<>>> launches) runs on the simulator", "[gpu-
   CHECK(run.fact("cupti_kernels") == 30);
   CHECK(run.fact("kernel_launch_calls") == 30);
   CHECK(run.fact("sync_calls_in_steps") == 0);
+  CHECK(run.report.device.cupti_launches_unrecorded == 0);
+}
+
+TEST_CASE("a second CUPTI activity client taking the buffers is reported (S3)", "[gpu-sim]") {
+  Run run;
+  run_on_sim(run, STEPSCOPE_GPU_PROBE, "second-client 20", "STEPSCOPE_SIM_KERNEL_NS_FROM_ARG=spin_kernel");
+  // The simulator, like CUPTI, keeps one pair of buffer callbacks per
+  // process: the second client's registration (after step 5) takes them.
+  CHECK(run.value("second_client_register") == "0");
+  CHECK(run.value("second_client_kernels") == "20");
+  CHECK(run.fact("kernel_launch_calls") == 20);
+  CHECK(run.fact("cupti_kernels") == 0);
+  // Not silent: the report counts the launches without records, and one
+  // warning says so (was: nothing, the facts just had no device activity).
+  CHECK(run.report.device.cupti_launches_unrecorded == 20);
+  CHECK(run.report.device.reason.find("another CUPTI activity client") != std::string::npos);
+  CHECK(count_lines_with(run.err, "another CUPTI client took the activity buffers") == 1);
+}
+
+// scripts/gpu-check's two-GPU run (C14), first on the simulator.
+TEST_CASE("the nvcc-built probe's two-GPU mode on the simulator (C14)", "[gpu-sim]") {
+  Run run;
+  run_on_sim(run, STEPSCOPE_GPU_PROBE, "multi-gpu 20",
+             "STEPSCOPE_QUIET=1 STEPSCOPE_SIM_DEVICES=2 STEPSCOPE_SIM_KERNEL_NS_FROM_ARG=spin_kernel");
+  CHECK(run.value("devices") == "2");
+  const DeviceInfo& d = run.report.device;
+  REQUIRE(d.devices.size() == 2);
+  CHECK(d.devices[0].kernels == 20);
+  CHECK(d.devices[1].kernels == 20);
+  CHECK(d.devices[0].peer_memcpys == 20);
+  CHECK(d.devices[1].peer_memcpys == 0);
+  CHECK(d.facts_device == 0);
+  CHECK(d.devices[0].busy_fraction > d.devices[1].busy_fraction);
 }
 #endif
 

@@ -288,6 +288,47 @@ int two_gpus(int steps) {
   return 0;
 }
 
+// One process, two GPUs, both timed (C14): a thread per device runs the
+// steps. Device 0 computes 4 ms per step and sends 48 MiB to device 1 with
+// cudaMemcpyPeerAsync (0.5 ms at the simulator's 100 GB/s); device 1
+// computes 1 ms per step and then waits ~3 ms on the host. Device 0 holds
+// 256 MiB, device 1 64 MiB (plus each primary context's 512 MiB).
+int multi_gpu(int steps) {
+  simcuda::set_kernel_ns("long", 4 * kMs);
+  simcuda::set_kernel_ns("forward", 1 * kMs);
+  constexpr std::size_t kPeerBytes = 48u << 20;
+  auto device_loop = [steps](int device) {
+    if (cudaSetDevice(device) != cudaSuccess) std::exit(2);
+    void* buffer = nullptr;
+    if (cudaMalloc(&buffer, device == 0 ? 256u << 20 : 64u << 20) != cudaSuccess) std::exit(2);
+    cudaStream_t stream = non_blocking_stream();
+    stepscope::set_stream(stream);
+    for (int i = 0; i < steps; ++i) {
+      STEPSCOPE_STEP();
+      if (device == 0) {
+        {
+          STEPSCOPE_PHASE_KIND("forward_gpu0", stepscope::PhaseKind::compute);
+          launch(long_kernel, stream);
+        }
+        STEPSCOPE_PHASE_KIND("send_to_gpu1", stepscope::PhaseKind::communication);
+        (void)cudaMemcpyPeerAsync(buffer, 1, buffer, 0, kPeerBytes, stream);
+      } else {
+        {
+          STEPSCOPE_PHASE_KIND("forward_gpu1", stepscope::PhaseKind::compute);
+          launch(forward_kernel, stream);
+        }
+        (void)cudaStreamSynchronize(stream);
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      }
+      (void)cudaStreamSynchronize(stream);
+    }
+  };
+  std::thread second(device_loop, 1);
+  device_loop(0);
+  second.join();
+  return 0;
+}
+
 // Context created inside step 1, no set_stream (review C12).
 int late_context(int steps) {
   int n = 0;
@@ -383,6 +424,7 @@ int main(int argc, char** argv) {
   if (mode == "cpu") return cpu_only(steps);
   if (mode == "device1") return rank_on_device1(steps);
   if (mode == "two-gpus") return two_gpus(steps);
+  if (mode == "multi-gpu") return multi_gpu(steps);
   if (mode == "late-context") return late_context(steps);
   if (mode == "reset") return reset(steps);
   if (mode == "running-at-exit") return running_at_exit(steps);

@@ -3,10 +3,12 @@
 // kernel belong to, the cap, the JSON round trip, and real traces.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "import/trace_import.hpp"
+#include "stepscope/merge.hpp"
 
 using namespace stepscope;
 using namespace stepscope::timeline;
@@ -212,4 +214,60 @@ TEST_CASE("real traces: the V100 step's kernels are attributed to its annotated 
     CHECK(cpu <= kTopOperatorsPerKind);
     CHECK(kernels <= kTopOperatorsPerKind);
   }
+}
+
+TEST_CASE("a merge of imported ranks sums their top operators per phase", "[import][operators][merge]") {
+  // Two real ranks of one job: the merged phase lists each operator with the
+  // count and self time summed over the ranks that listed it
+  // (docs/report-schema.md, phases[].top_operators).
+  std::vector<Report> ranks(2);
+  std::string error;
+  REQUIRE(analyze_trace_file(STEPSCOPE_TEST_DATA_DIR "/traces/sampled_128rank_rank0.json.gz", ranks[0], error));
+  REQUIRE(analyze_trace_file(STEPSCOPE_TEST_DATA_DIR "/traces/sampled_128rank_rank1.json.gz", ranks[1], error));
+  const Report job = merge_reports(ranks, error);
+  INFO(error);
+  REQUIRE(job.ranks.has_value());
+  std::size_t phases_with_operators = 0;
+  for (const PhaseSummary& p : job.phases) {
+    if (p.top_operators.empty()) continue;
+    ++phases_with_operators;
+    INFO(p.name);
+    std::size_t rank_rows = 0;
+    for (const Report& r : ranks)
+      for (const PhaseSummary& rp : r.phases)
+        if (rp.name == p.name && rp.kind == p.kind && rp.thread_role == p.thread_role)
+          rank_rows = std::max(rank_rows, rp.top_operators.size());
+    CHECK(p.top_operators.size() <= rank_rows);
+    bool kernels_started = false;
+    for (std::size_t i = 0; i < p.top_operators.size(); ++i) {
+      const OperatorTime& o = p.top_operators[i];
+      // cpu_ops first, then kernels, each most self time first.
+      if (o.kind == "kernel") kernels_started = true;
+      CHECK((o.kind == "kernel") == kernels_started);
+      if (i > 0 && p.top_operators[i - 1].kind == o.kind) CHECK(p.top_operators[i - 1].self_ms >= o.self_ms);
+      double self_ms = 0;
+      std::uint64_t count = 0;
+      for (const Report& r : ranks)
+        for (const PhaseSummary& rp : r.phases)
+          if (rp.name == p.name && rp.kind == p.kind && rp.thread_role == p.thread_role)
+            if (const OperatorTime* ro = op(rp, o.name); ro != nullptr && ro->kind == o.kind) {
+              self_ms += ro->self_ms;
+              count += ro->count;
+            }
+      CHECK(o.self_ms == Approx(self_ms));
+      CHECK(o.count == count);
+    }
+  }
+  CHECK(phases_with_operators > 0);
+  // The sum is over both ranks: the top row of the biggest phase has more
+  // time than the same row in either rank alone when both list it.
+  const PhaseSummary& top = job.phases.front();
+  REQUIRE(!top.top_operators.empty());
+  double best_single = 0;
+  for (const Report& r : ranks)
+    for (const PhaseSummary& rp : r.phases)
+      if (rp.name == top.name)
+        if (const OperatorTime* ro = op(rp, top.top_operators[0].name))
+          best_single = std::max(best_single, ro->self_ms);
+  CHECK(top.top_operators[0].self_ms >= best_single);
 }

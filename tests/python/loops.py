@@ -148,6 +148,20 @@ def at_exit_mode():
             pass
 
 
+def next_step_tail_mode():
+    """PyTorch's regression example's shape: next_step() at the top of the loop,
+    most of the step in no phase, then work after the loop (a 0.3 s sleep) and
+    the report at exit."""
+    import time
+
+    for _ in range(30):
+        stepscope.next_step()
+        with stepscope.phase("forward"):
+            pass
+        sum(range(2000))  # the loop's own Python, in no phase
+    time.sleep(0.3)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "compute":
@@ -160,5 +174,7 @@ if __name__ == "__main__":
         contract_mode()
     elif mode == "at-exit":
         at_exit_mode()
+    elif mode == "next-step-tail":
+        next_step_tail_mode()
     else:
         sys.exit("unknown mode " + mode)

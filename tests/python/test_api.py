@@ -225,3 +225,21 @@ def test_without_finish_the_report_is_written_at_exit(tmp_path):
     assert report is not None
     assert report["complete"] is True and report["ended_by"] == "exit"
     assert report["steps"]["count"] == 7
+
+
+def test_next_step_last_step_and_python_wording(tmp_path):
+    # The last next_step() step is closed by the exit, 0.3 s after the loop:
+    # left out and counted, so no step holds the sleep.
+    report, _, _ = run_loop(tmp_path, "tail", "next-step-tail", env={"STEPSCOPE_WARMUP": "0"})
+    assert report is not None
+    steps = report["steps"]
+    assert steps["count"] == 29
+    assert steps["unended_excluded"] == 1
+    assert steps["unended_wall_ms"] >= 300
+    assert steps["wall_ms"]["max"] < 300
+    # A run the package drove says so, and its advice names the package's calls.
+    assert report["run"]["build"]["frontend"] == "python"
+    texts = [report["bottleneck"]["summary"], *report["bottleneck"]["recommendations"]]
+    texts += [f["message"] for f in report["findings"]]
+    assert not any("STEPSCOPE_PHASE" in t or "stepscope::" in t for t in texts), texts
+    assert any("stepscope.phase" in t for t in texts), texts
