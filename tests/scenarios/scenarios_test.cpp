@@ -427,19 +427,20 @@ TEST_CASE("page faults: a step that maps and touches 48 MiB every step is memory
   // Firecracker VM) touching a fresh page costs ~19 us, about half of it
   // counted as *user* time (the hypervisor's nested page fault), so kernel
   // time was 33-48% of the step and memory tied with compute (48% vs 47%
-  // seen at load 9: unknown). Tried again; skipped with the figures if the
-  // kernel share never reaches half the step. At half or more the verdict
-  // must be memory.
+  // seen at load 9, 52% vs 48% at no load: unknown, a near tie). Tried
+  // again; skipped with the figures if the kernel share never reaches 60% of
+  // the step (the share at which memory leads compute beyond the tie margin,
+  // runner-up ratio < 0.9). At 60% or more the verdict must be memory.
   Report r;
   for (int attempt = 1;; ++attempt) {
     r = run_scenario(dir, "page-faults", 40, category_is("memory"));
     if (r.bottleneck.category == "memory") break;
     const Evidence* share = evidence(r, "page_fault_share");
     const double kernel = share != nullptr ? share->value : 0;
-    if (kernel >= 0.5) break;
+    if (kernel >= 0.6) break;
     if (attempt == kAttempts)
       skip_setup(dir, "page faults",
-                 "the faults' kernel time stayed below half the step (last: " +
+                 "the faults' kernel time stayed below 60% of the step (last: " +
                      std::to_string(static_cast<int>(100 * kernel)) + "%, verdict " + r.bottleneck.category + ")");
     WARN("page faults attempt " << attempt << ": kernel time " << 100 * kernel << "% of the step: " << describe(r));
     ::sleep(2);
