@@ -380,19 +380,21 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
       std::exit(kSkipExitCode);
     }
     // The projection's input is B's loader time per batch. When the loader
-    // itself ran faster in the halved run (seen in clean-clone CI at no CPU
-    // wait: B's compute 5.9 ms against 3.8 ms built, its loader 3.8 ms a
-    // batch, the halved run's 2.4 ms step — the two vCPUs behave like SMT
-    // siblings: two busy threads slow each other, a waiting one does not),
-    // the machine changed the loader, not the what-if: skip with the figures.
-    // With the loader as fast in both runs, the projection must hold.
+    // itself ran at another speed in the halved run, the machine changed the
+    // loader, not the what-if: skip with the figures. Both ways were seen in
+    // clean-clone CI at no CPU wait: faster (B's compute 5.9 ms against 3.8 ms
+    // built, its loader 3.8 ms a batch, the halved step 2.4 ms — the two
+    // vCPUs behave like SMT siblings: two busy threads slow each other, a
+    // waiting one does not) and slower (the halved step 4.0 ms, above B's
+    // 3.6 ms, waiting 40% on a loader B measured at 2.5 ms). With the loader
+    // within 15% in both runs, the projection must hold.
     const PhaseSummary* read_b = phase(b, "read", ThreadRole::background);
     const PhaseSummary* read_half = phase(half, "read", ThreadRole::background);
     if (!within && read_b != nullptr && read_half != nullptr &&
-        read_half->host_ms.mean < 0.85 * read_b->host_ms.mean) {
+        std::abs(read_half->host_ms.mean - read_b->host_ms.mean) > 0.15 * read_b->host_ms.mean) {
       std::fprintf(stderr,
                    "SKIPPED pipeline what-if: in all %d attempts off by more than 10%% while the loader's own read "
-                   "ran faster in the halved run (%.2f ms a batch against %.2f ms in B): the projection holds "
+                   "ran at another speed in the halved run (%.2f ms a batch against %.2f ms in B): the projection holds "
                    "B's loader time fixed.\n",
                    kAttempts, read_half->host_ms.mean, read_b->host_ms.mean);
       dir.remove();
