@@ -63,6 +63,15 @@ struct Thresholds {
   // Storage reads per step (MiB) at or above this count as storage evidence.
   double read_mib_per_step = 1.0;
 
+  // A background loader whose own work (its input phases' self time per step,
+  // over its threads) is below this fraction of the step's wait for input
+  // does not explain that wait: it sat idle while the step waited. With the
+  // step threads waiting for a CPU (runqueue_wait_fraction), the loader's
+  // thread did too: the unexplained part of the wait is scheduling (the mlp
+  // demo's loader: 0.01 ms of work per step, the step waiting 0.25 ms for it
+  // at a 22% run queue).
+  double idle_loader_work_ratio = 0.50;
+
   // ---- compute -------------------------------------------------------------
   // compute_on_cpu_fraction at or above this: compute phases run on the CPU
   // (CPU-only training) rather than waiting in them.

@@ -28,8 +28,8 @@ using detail::safe_div;
 
 enum Category : int { kIo = 0, kCompute, kMemory, kCommunication, kScheduling, kCategoryCount };
 constexpr int kNoCategory = -1;
-constexpr std::array<const char*, kCategoryCount> kCategoryNames = {
-    "io", "compute", "memory", "communication", "scheduling"};
+constexpr std::array<const char*, kCategoryCount> kCategoryNames = {"io", "compute", "memory", "communication",
+                                                                    "scheduling"};
 
 // How a signal counts towards "how much evidence agrees" with the leader.
 enum class Weight {
@@ -44,7 +44,9 @@ struct Signal {
   Weight weight = Weight::info;
 };
 
-double pct(double fraction) { return 100.0 * fraction; }
+double pct(double fraction) {
+  return 100.0 * fraction;
+}
 
 class Classifier {
  public:
@@ -59,8 +61,8 @@ class Classifier {
 
  private:
   // Adds one evidence row; `supports` is computed from the comparison.
-  Signal& add(int category, Weight weight, std::string name, double value, double threshold,
-              const char* comparison, std::string sentence) {
+  Signal& add(int category, Weight weight, std::string name, double value, double threshold, const char* comparison,
+              std::string sentence) {
     Signal s;
     s.category = category;
     s.weight = weight;
@@ -69,11 +71,16 @@ class Classifier {
     s.evidence.threshold = threshold;
     s.evidence.comparison = comparison;
     const std::string cmp = comparison;
-    if (cmp == ">=") s.evidence.crossed = value >= threshold;
-    else if (cmp == ">") s.evidence.crossed = value > threshold;
-    else if (cmp == "<") s.evidence.crossed = value < threshold;
-    else if (cmp == "<=") s.evidence.crossed = value <= threshold;
-    else s.evidence.crossed = false;  // "info"
+    if (cmp == ">=")
+      s.evidence.crossed = value >= threshold;
+    else if (cmp == ">")
+      s.evidence.crossed = value > threshold;
+    else if (cmp == "<")
+      s.evidence.crossed = value < threshold;
+    else if (cmp == "<=")
+      s.evidence.crossed = value <= threshold;
+    else
+      s.evidence.crossed = false;  // "info"
     // For or against the verdict is only known once the verdict is: see settle_evidence().
     s.evidence.supports = false;
     s.evidence.sentence = std::move(sentence);
@@ -116,6 +123,13 @@ class Classifier {
   bool host_ahead_ = false;  // median launch delay says the host runs ahead of the device
   double step_ms_ = 0;
   double runqueue_fraction_ = 0;
+  // Background input phases: their busy time per step (self time over their
+  // threads) as a share of the step; <0: no background input phase.
+  double loader_work_share_ = -1;
+  std::string loader_phases_;  // their names, for the evidence
+  // The step's input wait the loader's own work does not explain, moved to
+  // scheduling on a CPU-contended machine (share of the step).
+  double idle_loader_wait_ = 0;
   detail::FaultFacts faults_;
   // Input on the critical path at or above the highly-bound tier made io lead
   // over compute (rule b); the runner-up is then compute.
@@ -132,20 +146,18 @@ void Classifier::collect_step_shares() {
                   pct(shares_.input)));
   // With a device timeline the host clock around compute phases measures kernel
   // launches, not the math: informational only, the GPU facts decide compute.
-  add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_share",
-      shares_.compute, t.moderately_bound, ">=",
+  add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_share", shares_.compute,
+      t.moderately_bound, ">=",
       gpu ? fmt::format("Compute phases took {:.1f}% of the step on the host clock; on a GPU run that "
                         "is mostly launch time, so the device timeline decides compute.",
                         pct(shares_.compute))
-          : fmt::format("The step thread spent {:.1f}% of the step in compute phases.",
-                        pct(shares_.compute)));
-  add(kMemory, Weight::primary, "memory_share", shares_.memory, t.moderately_bound, ">=",
-      fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step.", pct(shares_.memory)));
-  add(kCommunication, Weight::primary, "communication_share", shares_.communication,
-      t.moderately_bound, ">=",
-      fmt::format("Communication phases took {:.1f}% of the step.", pct(shares_.communication)));
-  add(gpu ? kNoCategory : kScheduling, gpu ? Weight::info : Weight::primary, "unattributed_share",
-      shares_.unattributed, t.scheduling_moderately_bound, ">=",
+          : fmt::format("The step thread spent {:.1f}% of the step in compute phases.", pct(shares_.compute)));
+  add(kMemory, Weight::primary, "memory_share", shares_.memory, t.moderately_bound,
+      ">=", fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step.", pct(shares_.memory)));
+  add(kCommunication, Weight::primary, "communication_share", shares_.communication, t.moderately_bound,
+      ">=", fmt::format("Communication phases took {:.1f}% of the step.", pct(shares_.communication)));
+  add(gpu ? kNoCategory : kScheduling, gpu ? Weight::info : Weight::primary, "unattributed_share", shares_.unattributed,
+      t.scheduling_moderately_bound, ">=",
       fmt::format("{:.1f}% of the step was inside the step but in no phase (framework overhead, "
                   "synchronisation, uninstrumented work).",
                   pct(shares_.unattributed)));
@@ -159,8 +171,7 @@ void Classifier::collect_step_shares() {
                   "per step).",
                   pct(shares_.page_fault), pct(faults_.kernel_share), faults_.minor_per_step));
   add(kNoCategory, Weight::info, "other_share", shares_.other, t.moderately_bound, ">=",
-      fmt::format("{:.1f}% of the step was in phases of kind 'other', which map to no category.",
-                  pct(shares_.other)));
+      fmt::format("{:.1f}% of the step was in phases of kind 'other', which map to no category.", pct(shares_.other)));
 }
 
 void Classifier::collect_background_phases() {
@@ -168,17 +179,20 @@ void Classifier::collect_background_phases() {
   for (const PhaseSummary& p : report_.phases) {
     if (p.thread_role != ThreadRole::background) continue;
     const double per_step_ms = safe_div(p.host_ms.total, steps);
+    if (p.kind == PhaseKind::input) {
+      const double busy_ms = safe_div(p.self_ms.total, steps) / std::max<std::uint32_t>(p.threads, 1);
+      loader_work_share_ = std::max(0.0, loader_work_share_) + safe_div(busy_ms, step_ms_);
+      loader_phases_ += (loader_phases_.empty() ? "'" : ", '") + p.name + "'";
+    }
     const double overlap = p.overlap_with_steps.value_or(-1);
-    add(kNoCategory, Weight::info, "background_phase:" + p.name, safe_div(per_step_ms, step_ms_), 0,
-        "info",
-        overlap >= 0
-            ? fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s), "
-                          "{:.0f}% overlapped with steps; the step does not wait for it, so it is "
-                          "not counted as waiting.",
-                          p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
-            : fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s); "
-                          "the step does not wait for it, so it is not counted as waiting.",
-                          p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads));
+    add(kNoCategory, Weight::info, "background_phase:" + p.name, safe_div(per_step_ms, step_ms_), 0, "info",
+        overlap >= 0 ? fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s), "
+                                   "{:.0f}% overlapped with steps; the step does not wait for it, so it is "
+                                   "not counted as waiting.",
+                                   p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
+                     : fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s); "
+                                   "the step does not wait for it, so it is not counted as waiting.",
+                                   p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads));
   }
 }
 
@@ -188,8 +202,7 @@ void Classifier::collect_system() {
   if (!s.available) return;
   const double steps = static_cast<double>(std::max<std::uint64_t>(report_.steps.count, 1));
   if (s.input_on_cpu_fraction >= 0) {
-    add(kNoCategory, Weight::info, "input_on_cpu_fraction", s.input_on_cpu_fraction,
-        t.input_on_cpu_working, "<",
+    add(kNoCategory, Weight::info, "input_on_cpu_fraction", s.input_on_cpu_fraction, t.input_on_cpu_working, "<",
         s.input_on_cpu_fraction < t.input_on_cpu_working
             ? fmt::format("In input phases the step thread was running or runnable only {:.0f}% of the "
                           "samples: it mostly waited for data (off-CPU).",
@@ -214,33 +227,30 @@ void Classifier::collect_system() {
       fmt::format("{:.1f} major page faults per step (pages read from storage).",
                   static_cast<double>(s.major_faults) / steps));
   if (s.wall_s > 0) {
-    add(kIo, Weight::secondary, "io_wait_fraction", safe_div(s.io_wait_s, s.wall_s),
-        t.io_wait_fraction, ">=",
-        fmt::format("Block-I/O delay was {:.1f}% of wall time.", pct(safe_div(s.io_wait_s, s.wall_s))));
+    add(kIo, Weight::secondary, "io_wait_fraction", safe_div(s.io_wait_s, s.wall_s), t.io_wait_fraction,
+        ">=", fmt::format("Block-I/O delay was {:.1f}% of wall time.", pct(safe_div(s.io_wait_s, s.wall_s))));
   }
   const double read_mib = static_cast<double>(s.read_bytes) / (1024.0 * 1024.0) / steps;
-  add(kIo, Weight::secondary, "read_mib_per_step", read_mib, t.read_mib_per_step, ">=",
-      fmt::format("{:.2f} MiB read from storage per step.", read_mib));
+  add(kIo, Weight::secondary, "read_mib_per_step", read_mib, t.read_mib_per_step,
+      ">=", fmt::format("{:.2f} MiB read from storage per step.", read_mib));
   add(kMemory, Weight::secondary, "minor_faults_per_step", static_cast<double>(s.minor_faults) / steps,
       t.minor_faults_per_step, ">=",
       fmt::format("{:.0f} minor page faults per step (first touches of fresh pages).",
                   static_cast<double>(s.minor_faults) / steps));
   if (s.wall_s > 0) {
     runqueue_fraction_ = clamp01(safe_div(s.runqueue_wait_s, s.wall_s));
-    add(kScheduling, Weight::secondary, "runqueue_wait_fraction", runqueue_fraction_,
-        t.runqueue_wait_fraction, ">=",
+    add(kScheduling, Weight::secondary, "runqueue_wait_fraction", runqueue_fraction_, t.runqueue_wait_fraction, ">=",
         fmt::format("Step threads were runnable but not running {:.1f}% of the time (waiting for a CPU).",
                     pct(runqueue_fraction_)));
     const double invol = static_cast<double>(s.involuntary_switches) / s.wall_s;
-    add(kScheduling, Weight::secondary, "involuntary_switches_per_second", invol,
-        t.involuntary_switches_per_second, ">=",
+    add(kScheduling, Weight::secondary, "involuntary_switches_per_second", invol, t.involuntary_switches_per_second,
+        ">=",
         fmt::format("{:.0f} involuntary context switches per second (preempted by other runnable "
                     "threads).",
                     invol));
   }
   if (s.cores_available > 0) {
-    add(kScheduling, Weight::secondary, "cpu_utilization", s.cpu_utilization, t.cpu_oversubscribed,
-        ">=",
+    add(kScheduling, Weight::secondary, "cpu_utilization", s.cpu_utilization, t.cpu_oversubscribed, ">=",
         fmt::format("The process used {:.0f}% of its {} available core(s).", pct(s.cpu_utilization),
                     s.cores_available));
   }
@@ -251,23 +261,20 @@ void Classifier::collect_device() {
   const DeviceInfo& d = report_.device;
   if (d.memory_capacity_mb > 0 && d.memory_peak_mb > 0) {
     const double used = safe_div(d.memory_peak_mb, d.memory_capacity_mb);
-    add(kMemory, Weight::secondary, "device_memory_peak_fraction", used, t.device_memory_near_capacity,
-        ">=",
-        fmt::format("Device memory peaked at {:.0f}% of capacity ({:.0f} of {:.0f} MB).", pct(used),
-                    d.memory_peak_mb, d.memory_capacity_mb));
+    add(kMemory, Weight::secondary, "device_memory_peak_fraction", used, t.device_memory_near_capacity, ">=",
+        fmt::format("Device memory peaked at {:.0f}% of capacity ({:.0f} of {:.0f} MB).", pct(used), d.memory_peak_mb,
+                    d.memory_capacity_mb));
   }
   if (!device_.present) return;
-  add(kCompute, Weight::primary, "device_busy_fraction", device_.busy, t.device_busy, ">=",
-      fmt::format("The GPU was busy {:.1f}% of the time.", pct(device_.busy)));
+  add(kCompute, Weight::primary, "device_busy_fraction", device_.busy, t.device_busy,
+      ">=", fmt::format("The GPU was busy {:.1f}% of the time.", pct(device_.busy)));
   add(kNoCategory, Weight::info, "idle_fraction", device_.idle, t.device_mostly_idle, ">=",
       fmt::format("The GPU was idle {:.1f}% of the time{}.", pct(device_.idle),
-                  device_.idle >= t.device_mostly_idle ? "; a mostly idle GPU is never compute-bound"
-                                                       : ""));
+                  device_.idle >= t.device_mostly_idle ? "; a mostly idle GPU is never compute-bound" : ""));
   const std::string rescaled =
       device_.idle_causes_rescaled ? " (given as a fraction of idle time; rescaled to step time)" : "";
   if (device_.has_idle_host_input) {
-    add(kIo, Weight::primary, "idle_host_input_fraction", device_.idle_host_input, t.moderately_bound,
-        ">=",
+    add(kIo, Weight::primary, "idle_host_input_fraction", device_.idle_host_input, t.moderately_bound, ">=",
         fmt::format("The GPU was idle while the host was in an input phase {:.1f}% of the time{}.",
                     pct(device_.idle_host_input), rescaled));
   }
@@ -293,20 +300,18 @@ void Classifier::collect_device() {
                   : fmt::format("The GPU was idle while the host was launching work or in framework code {:.1f}% "
                                 "of the time{}.",
                                 pct(device_.idle_launch), rescaled));
-  add(kScheduling, Weight::secondary, "idle_sync_fraction", device_.idle_sync,
-      t.scheduling_moderately_bound, ">=",
+  add(kScheduling, Weight::secondary, "idle_sync_fraction", device_.idle_sync, t.scheduling_moderately_bound, ">=",
       fmt::format("The GPU was idle while the host blocked in a synchronisation with nothing queued "
                   "{:.1f}% of the time{}.",
                   pct(device_.idle_sync), rescaled));
   if (device_.exposed_comm) {
-    add(kCommunication, Weight::primary, "exposed_comm_fraction", *device_.exposed_comm,
-        t.moderately_bound, ">=",
+    add(kCommunication, Weight::primary, "exposed_comm_fraction", *device_.exposed_comm, t.moderately_bound, ">=",
         fmt::format("Communication kernels not overlapped by compute took {:.1f}% of the time.",
                     pct(*device_.exposed_comm)));
   }
   if (device_.memcpy) {
-    add(kMemory, Weight::primary, "memcpy_fraction", *device_.memcpy, t.moderately_bound, ">=",
-        fmt::format("Memory copies took {:.1f}% of the GPU timeline.", pct(*device_.memcpy)));
+    add(kMemory, Weight::primary, "memcpy_fraction", *device_.memcpy, t.moderately_bound,
+        ">=", fmt::format("Memory copies took {:.1f}% of the GPU timeline.", pct(*device_.memcpy)));
   }
   if (device_.pageable_memcpy) {
     // The fact is a fraction of step time; the rule is about the share of
@@ -319,15 +324,12 @@ void Classifier::collect_device() {
                     pct(share), pct(*device_.pageable_memcpy)));
   }
   if (device_.short_kernels) {
-    add(kScheduling, Weight::secondary, "short_kernel_fraction", *device_.short_kernels,
-        t.short_kernel_fraction, ">=",
-        fmt::format("{:.0f}% of kernels ran shorter than it took to launch them.",
-                    pct(*device_.short_kernels)));
+    add(kScheduling, Weight::secondary, "short_kernel_fraction", *device_.short_kernels, t.short_kernel_fraction,
+        ">=", fmt::format("{:.0f}% of kernels ran shorter than it took to launch them.", pct(*device_.short_kernels)));
   }
   if (device_.kernels_per_step) {
-    add(kScheduling, Weight::secondary, "kernels_per_step", *device_.kernels_per_step,
-        t.kernels_per_step, ">=",
-        fmt::format("{:.0f} kernels per step.", *device_.kernels_per_step));
+    add(kScheduling, Weight::secondary, "kernels_per_step", *device_.kernels_per_step, t.kernels_per_step,
+        ">=", fmt::format("{:.0f} kernels per step.", *device_.kernels_per_step));
   }
 }
 
@@ -340,6 +342,30 @@ void Classifier::compute_costs() {
     cost_[kMemory] = shares_.memory + shares_.page_fault;
     cost_[kCommunication] = shares_.communication;
     cost_[kScheduling] = shares_.unattributed + shares_.cpu_wait;
+    // The step waits for a background loader that had little to do: on a
+    // machine where the step threads wait for a CPU, the loader's thread
+    // does too (woken to refill the queue, it waits its turn). That part of
+    // the wait is scheduling; what the loader's work could explain stays io.
+    const auto& t = kThresholds;
+    if (loader_work_share_ >= 0 && shares_.input >= t.moderately_bound &&
+        loader_work_share_ < t.idle_loader_work_ratio * shares_.input) {
+      const bool contended = runqueue_fraction_ >= t.runqueue_wait_fraction;
+      if (contended) {
+        idle_loader_wait_ = shares_.input - loader_work_share_;
+        cost_[kIo] = loader_work_share_;
+        cost_[kScheduling] += idle_loader_wait_;
+      }
+      add(contended ? kScheduling : kNoCategory, contended ? Weight::secondary : Weight::info, "idle_loader_wait",
+          shares_.input - loader_work_share_, t.moderately_bound, ">=",
+          fmt::format("The step waited {:.1f}% of its time for input while the background loader's phases ({}) "
+                      "worked {:.1f}% of a step{}.",
+                      pct(shares_.input), loader_phases_, pct(loader_work_share_),
+                      contended ? fmt::format(": the loader sat idle; with the step threads waiting for a CPU "
+                                              "{:.0f}% of the time, its thread waited too (counted as scheduling)",
+                                              pct(runqueue_fraction_))
+                                : ": the loader waits outside its phases (unwrapped reads, sleeps, a queue "
+                                  "hand-off)"));
+    }
     return;
   }
   // Device timeline: the GPU's wall time split into busy computing, copying,
@@ -350,8 +376,8 @@ void Classifier::compute_costs() {
   const bool has_input_cause = device_.has_idle_host_input;
   const double memcpy = device_.memcpy.value_or(0);
   const double comm = device_.exposed_comm.value_or(0);
-  const double idle_rest = std::max(
-      0.0, device_.idle - device_.idle_host_input - device_.idle_launch - device_.idle_sync);
+  const double idle_rest =
+      std::max(0.0, device_.idle - device_.idle_host_input - device_.idle_launch - device_.idle_sync);
   const double w_input = has_input_cause ? 0.0 : shares_.input;
   const double w_memory = shares_.memory + shares_.page_fault;
   const double w_comm = shares_.communication;
@@ -360,13 +386,12 @@ void Classifier::compute_costs() {
   auto part = [&](double w) { return w_sum > 0 ? idle_rest * w / w_sum : 0.0; };
   // Compute kernels' own time when the timeline gives it, else what is left
   // of the busy time after copies and exposed communication.
-  cost_[kCompute] = device_.compute ? std::min(*device_.compute, device_.busy)
-                                    : std::max(0.0, device_.busy - memcpy - comm);
+  cost_[kCompute] =
+      device_.compute ? std::min(*device_.compute, device_.busy) : std::max(0.0, device_.busy - memcpy - comm);
   cost_[kMemory] = memcpy + part(w_memory);
   cost_[kCommunication] = comm + part(w_comm);
   cost_[kIo] = device_.idle_host_input + part(w_input);
-  cost_[kScheduling] =
-      device_.idle_launch + device_.idle_sync + (w_sum > 0 ? part(w_sched) : idle_rest);
+  cost_[kScheduling] = device_.idle_launch + device_.idle_sync + (w_sum > 0 ? part(w_sched) : idle_rest);
   if (host_ahead_) {
     // The "launch-bound" idle is the device waiting on a dependency. With
     // exposed communication it is the compute stream waiting for collectives:
@@ -383,8 +408,8 @@ void Classifier::compute_costs() {
     }
   }
   if (idle_rest > 0) {
-    add(kScheduling, Weight::secondary, "idle_host_busy_fraction", idle_rest,
-        kThresholds.scheduling_moderately_bound, ">=",
+    add(kScheduling, Weight::secondary, "idle_host_busy_fraction", idle_rest, kThresholds.scheduling_moderately_bound,
+        ">=",
         fmt::format("The GPU was idle {:.1f}% of the time with no input or launch cause recorded; that "
                     "time is split by what the host step thread was doing.",
                     pct(idle_rest)));
@@ -393,8 +418,7 @@ void Classifier::compute_costs() {
 
 bool Classifier::scheduling_signal() const {
   for (const Signal& s : signals_)
-    if (s.category == kScheduling && s.evidence.crossed && s.evidence.signal != "unattributed_share")
-      return true;
+    if (s.category == kScheduling && s.evidence.crossed && s.evidence.signal != "unattributed_share") return true;
   return false;
 }
 
@@ -428,14 +452,18 @@ std::string Classifier::summary(int category, const std::string& severity) const
   switch (category) {
     case kIo: {
       const std::string phase = top_phase(PhaseKind::input);
-      where = device_.present && device_.idle_host_input > 0
-                  ? fmt::format("the GPU idles {:.0f}% of the time while the host gets input", pct(device_.idle_host_input))
-                  : fmt::format("the step waits {:.0f}% of its time on input{}", pct(c),
-                                phase.empty() ? "" : " (mostly in '" + phase + "')");
+      where =
+          device_.present && device_.idle_host_input > 0
+              ? fmt::format("the GPU idles {:.0f}% of the time while the host gets input", pct(device_.idle_host_input))
+              : fmt::format("the step waits {:.0f}% of its time on input{}", pct(c),
+                            phase.empty() ? "" : " (mostly in '" + phase + "')");
       if (input_over_compute_)
-        where += fmt::format("; compute ({:.0f}%) is the runner-up, but input at or above {:.0f}% of the step "
-                             "on its critical path is input-bound: a background loader would hide it",
-                             pct(cost_[kCompute]), pct(kThresholds.highly_bound));
+        where += fmt::format(
+            "; compute ({:.0f}%) is the runner-up, but input at or above {:.0f}% of the step "
+            "on its critical path is input-bound: {}",
+            pct(cost_[kCompute]), pct(kThresholds.highly_bound),
+            loader_work_share_ >= 0 ? "the background loader does not keep it off that path"
+                                    : "a background loader would hide it");
       break;
     }
     case kCompute: {
@@ -447,9 +475,10 @@ std::string Classifier::summary(int category, const std::string& severity) const
     }
     case kMemory:
       where = shares_.page_fault > 0
-                  ? fmt::format("moving or managing memory costs {:.0f}% of the step ({:.0f}% kernel time faulting "
-                                "about {:.0f} MiB of fresh pages per step, {:.0f}% in memory phases)",
-                                pct(c), pct(shares_.page_fault), faults_.fresh_mib_per_step, pct(shares_.memory))
+                  ? fmt::format(
+                        "moving or managing memory costs {:.0f}% of the step ({:.0f}% kernel time faulting "
+                        "about {:.0f} MiB of fresh pages per step, {:.0f}% in memory phases)",
+                        pct(c), pct(shares_.page_fault), faults_.fresh_mib_per_step, pct(shares_.memory))
                   : fmt::format("moving or managing memory costs {:.0f}% of the step", pct(c));
       break;
     case kCommunication:
@@ -464,12 +493,13 @@ std::string Classifier::summary(int category, const std::string& severity) const
         if (shares_.cpu_wait > 0) parts += fmt::format("{:.0f}% waiting for a CPU", pct(shares_.cpu_wait));
         if (shares_.unattributed > 0)
           parts += fmt::format("{}{:.0f}% outside every phase", parts.empty() ? "" : ", ", pct(shares_.unattributed));
-        where = fmt::format("{:.0f}% of the step goes to scheduling{}", pct(c), parts.empty() ? "" : " (" + parts + ")");
+        where =
+            fmt::format("{:.0f}% of the step goes to scheduling{}", pct(c), parts.empty() ? "" : " (" + parts + ")");
       }
       break;
   }
-  return fmt::format("The step is {} {}-bound: {}.", severity,
-                     kCategoryNames[static_cast<std::size_t>(category)], where);
+  return fmt::format("The step is {} {}-bound: {}.", severity, kCategoryNames[static_cast<std::size_t>(category)],
+                     where);
 }
 
 void Classifier::recommend(int category, Verdict& v) const {
@@ -478,7 +508,13 @@ void Classifier::recommend(int category, Verdict& v) const {
   const SystemSignals& s = report_.system;
   switch (category) {
     case kIo: {
-      if (input_over_compute_)
+      if (loader_work_share_ >= 0 && loader_work_share_ < t.idle_loader_work_ratio * shares_.input)
+        out.push_back(fmt::format(
+            "The background loader's phases ({}) work {:.1f}% of a step, yet the step waits {:.1f}% for its "
+            "batches: the loader is idle or waits outside its phases. Wrap its reads and waits in phases to "
+            "see which, and let it run further ahead (a deeper queue, prefetching).",
+            loader_phases_, pct(loader_work_share_), pct(shares_.input)));
+      else if (input_over_compute_ && loader_work_share_ < 0)
         out.push_back(fmt::format(
             "Input on the step's critical path is {:.0f}% of the step: run it on a background loader (worker "
             "threads filling a bounded queue, DataLoader num_workers) so it overlaps compute; the step would "
@@ -526,8 +562,7 @@ void Classifier::recommend(int category, Verdict& v) const {
             "to the physical cores, vectorise hot loops, and use reduced precision (bf16) where the "
             "CPU supports it.");
         out.push_back("A larger batch per step amortises fixed per-step overhead.");
-        if (s.available && s.compute_on_cpu_fraction >= 0 &&
-            s.compute_on_cpu_fraction < t.compute_on_cpu_working)
+        if (s.available && s.compute_on_cpu_fraction >= 0 && s.compute_on_cpu_fraction < t.compute_on_cpu_working)
           out.push_back(
               "Compute phases are mostly off-CPU: they wait (device synchronisation, locks) rather "
               "than compute; look for hidden synchronisation (.item(), .cpu(), blocking copies).");
@@ -535,8 +570,7 @@ void Classifier::recommend(int category, Verdict& v) const {
       break;
     }
     case kMemory: {
-      if ((device_.memcpy && *device_.memcpy >= t.moderately_bound) ||
-          fires("pageable_memcpy_share"))
+      if ((device_.memcpy && *device_.memcpy >= t.moderately_bound) || fires("pageable_memcpy_share"))
         out.push_back(
             "Copies cost step time: allocate host batches in pinned (page-locked) memory and copy with "
             "non_blocking=true, keep tensors on the device across steps, and avoid .cpu()/.item() "
@@ -567,22 +601,27 @@ void Classifier::recommend(int category, Verdict& v) const {
         out.push_back(
             "The GPU drains while the host synchronises: remove per-step synchronisation "
             "(.item(), .cpu(), printing losses, blocking copies) or move it off the critical path.");
-      if (fires("idle_launch_bound_fraction") || fires("short_kernel_fraction") ||
-          fires("kernels_per_step") || device_.present)
+      if (fires("idle_launch_bound_fraction") || fires("short_kernel_fraction") || fires("kernels_per_step") ||
+          device_.present)
         out.push_back(
             "The host cannot issue work fast enough: use fewer, bigger ops (fuse tiny ops), capture "
             "the step in a CUDA graph (torch.compile mode='reduce-overhead'), and cut per-call "
             "framework/Python overhead.");
-      if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") ||
-          fires("cpu_utilization"))
+      if (idle_loader_wait_ > 0)
+        out.push_back(fmt::format(
+            "The step waits {:.0f}% of its time for a background loader that has little to do ({:.1f}% of a "
+            "step of work): its thread waits for a CPU like the step's. Give the loader a core (fewer "
+            "intra-op threads, no other jobs on the machine) or fetch further ahead.",
+            pct(shares_.input), pct(loader_work_share_)));
+      if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") || fires("cpu_utilization"))
         out.push_back(
             "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
             "the step thread to its own core, and stop other jobs sharing the machine.");
       if (shares_.unattributed >= t.scheduling_moderately_bound)
-        out.push_back(fmt::format(
-            "{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "
-            "logging, synchronisation, checkpointing) in STEPSCOPE_PHASE scopes to see where it goes.",
-            pct(shares_.unattributed)));
+        out.push_back(
+            fmt::format("{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "
+                        "logging, synchronisation, checkpointing) in STEPSCOPE_PHASE scopes to see where it goes.",
+                        pct(shares_.unattributed)));
       out.push_back(
           "If several threads or ranks take part in a step, check load imbalance: the step waits for "
           "the slowest one.");
@@ -619,29 +658,38 @@ Verdict Classifier::run() {
   };
 
   // 1. Enough steps?
-  const std::uint64_t needed =
-      device_.present ? t.min_steps_with_device_timeline : t.min_measured_steps;
+  const std::uint64_t needed = device_.present ? t.min_steps_with_device_timeline : t.min_measured_steps;
   add(kNoCategory, Weight::info, "measured_steps", static_cast<double>(report_.steps.count),
       static_cast<double>(needed), ">=",
-      fmt::format("{} measured step(s); at least {} are needed for a verdict{}.", report_.steps.count,
-                  needed, device_.present ? " with a device timeline" : ""));
+      fmt::format("{} measured step(s); at least {} are needed for a verdict{}.", report_.steps.count, needed,
+                  device_.present ? " with a device timeline" : ""));
   if (report_.steps.count < needed || step_ms_ <= 0)
     return finish_unknown(
-        fmt::format("Unknown: only {} measured step(s) (at least {} needed).", report_.steps.count,
-                    needed),
+        fmt::format("Unknown: only {} measured step(s) (at least {} needed).", report_.steps.count, needed),
         "Run more steps (past the warm-up) before drawing conclusions.");
 
   // 2. Does the instrumentation cover the step? (host timeline only: with a
   //    device timeline the GPU facts cover the whole step.)
   if (!device_.present) {
-    const bool explained = scheduling_signal();
+    // An OS contention signal (preemptions, a full run queue) stands in for
+    // the time the thread lost to other threads only where that time was not
+    // measured. Where it was (the breakdown's 'cpu wait', from schedstat), it
+    // is already out of the time outside phases, and what is left there is
+    // the thread running or sleeping in code nobody wrapped: a Python loop 69%
+    // outside its phases on a busy machine read "scheduling, 0.88" with its 9%
+    // CPU wait the only scheduling it measured; on a quiet machine, unknown.
+    const bool wait_measured = shares_.cpu_wait > 0;
+    const bool explained = scheduling_signal() && !wait_measured;
     // Time between steps is unexplained whatever the scheduling signals say:
     // nothing was recorded there (steps_coverage finding).
     const double unexplained = shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed);
     add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
         fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
-                    explained ? " (time outside phases is explained by scheduling signals)"
-                              : " with no scheduling signal to explain it"));
+                    explained       ? " (time outside phases is explained by scheduling signals)"
+                    : wait_measured ? fmt::format(" (the step thread's {:.1f}% CPU wait is counted apart; nothing "
+                                                  "says what the rest was)",
+                                                  pct(shares_.cpu_wait))
+                                    : std::string(" with no scheduling signal to explain it")));
     // Mostly between steps: the loop's own structure, not missing phases
     // (the fetch in a range-for's header runs outside the step it feeds).
     if (unexplained >= t.mostly_unexplained && shares_.between_steps >= 0.5 * unexplained)
@@ -654,9 +702,13 @@ Verdict Classifier::run() {
           "stepscope::next_step() at the top of the loop body instead of STEPSCOPE_STEP().");
     if (unexplained >= t.mostly_unexplained)
       return finish_unknown(
-          fmt::format("Unknown: {:.0f}% of the step is outside any classified phase and no scheduling "
-                      "signal explains it.",
-                      pct(unexplained)),
+          wait_measured
+              ? fmt::format("Unknown: {:.0f}% of the step is outside any classified phase; the {:.0f}% the step "
+                            "thread waited for a CPU is counted apart, and nothing says what the rest was.",
+                            pct(unexplained), pct(shares_.cpu_wait))
+              : fmt::format("Unknown: {:.0f}% of the step is outside any classified phase and no scheduling "
+                            "signal explains it.",
+                            pct(unexplained)),
           "Wrap more of the step in STEPSCOPE_PHASE scopes with a kind (input, compute, memory, "
           "communication) so the time can be attributed.");
   }
@@ -684,27 +736,23 @@ Verdict Classifier::run() {
   }
   const double lead_cost = cost_[static_cast<std::size_t>(leader)];
   const double runner_cost = runner == kNoCategory ? 0.0 : cost_[static_cast<std::size_t>(runner)];
-  const double moderate =
-      leader == kScheduling ? t.scheduling_moderately_bound : t.moderately_bound;
+  const double moderate = leader == kScheduling ? t.scheduling_moderately_bound : t.moderately_bound;
   // 4. Conflicting signals: two categories cost nearly the same.
-  add(kNoCategory, Weight::info, "runner_up_ratio", safe_div(runner_cost, lead_cost), t.conflict_ratio,
-      "<",
-      runner == kNoCategory
-          ? std::string("No runner-up category.")
-          : fmt::format("Runner-up {} costs {:.1f}% against {:.1f}% for {}.",
-                        kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost),
-                        pct(lead_cost), kCategoryNames[static_cast<std::size_t>(leader)]));
+  add(kNoCategory, Weight::info, "runner_up_ratio", safe_div(runner_cost, lead_cost), t.conflict_ratio, "<",
+      runner == kNoCategory ? std::string("No runner-up category.")
+                            : fmt::format("Runner-up {} costs {:.1f}% against {:.1f}% for {}.",
+                                          kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost),
+                                          pct(lead_cost), kCategoryNames[static_cast<std::size_t>(leader)]));
   if (!input_over_compute_ && runner != kNoCategory && runner_cost >= t.moderately_bound &&
       runner_cost >= t.conflict_ratio * lead_cost)
-    return finish_unknown(
-        fmt::format("Unknown: conflicting signals — {} ({:.0f}% of the step) and {} ({:.0f}%) cost "
-                    "about the same.",
-                    kCategoryNames[static_cast<std::size_t>(leader)], pct(lead_cost),
-                    kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost)),
-        fmt::format("Both {} and {} hold the step back about equally: address one, measure again, "
-                    "and compare the two reports.",
-                    kCategoryNames[static_cast<std::size_t>(leader)],
-                    kCategoryNames[static_cast<std::size_t>(runner)]));
+    return finish_unknown(fmt::format("Unknown: conflicting signals — {} ({:.0f}% of the step) and {} ({:.0f}%) cost "
+                                      "about the same.",
+                                      kCategoryNames[static_cast<std::size_t>(leader)], pct(lead_cost),
+                                      kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost)),
+                          fmt::format("Both {} and {} hold the step back about equally: address one, measure again, "
+                                      "and compare the two reports.",
+                                      kCategoryNames[static_cast<std::size_t>(leader)],
+                                      kCategoryNames[static_cast<std::size_t>(runner)]));
 
   // 5. Severity, confidence, words.
   const double highly = leader == kScheduling ? t.scheduling_highly_bound : t.highly_bound;
@@ -712,8 +760,8 @@ Verdict Classifier::run() {
   v.severity = lead_cost >= highly ? "highly" : lead_cost >= moderate ? "moderately" : "mildly";
   const double dominance = clamp01(safe_div(lead_cost - runner_cost, lead_cost));
   const double agree = agreement(leader);
-  const double sample = std::min(
-      1.0, 0.7 + 0.3 * static_cast<double>(report_.steps.count) / static_cast<double>(t.steady_step_count));
+  const double sample =
+      std::min(1.0, 0.7 + 0.3 * static_cast<double>(report_.steps.count) / static_cast<double>(t.steady_step_count));
   v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample);
   // Steps that cover only part of the loop describe only that part.
   if (report_.steps.coverage && *report_.steps.coverage < t.steps_coverage_min)
@@ -726,7 +774,9 @@ Verdict Classifier::run() {
 
 }  // namespace
 
-Verdict classify(const Report& facts) { return Classifier(facts).run(); }
+Verdict classify(const Report& facts) {
+  return Classifier(facts).run();
+}
 
 }  // namespace v1
 }  // namespace stepscope

