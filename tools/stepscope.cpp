@@ -5,6 +5,7 @@
 //   stepscope diff base.json new.json
 //   stepscope analyze rank0.json.gz -o rank0.stepscope.json
 //   stepscope html stepscope-report.json -o report.html
+#include "process_heap.hpp"
 #include "trace_check.hpp"
 
 #include "text/printable.hpp"
@@ -554,6 +555,7 @@ int run_command_line(int argc, char** argv) {
 
 // Never throws: whatever goes wrong is one line on stderr and an exit code.
 int main(int argc, char** argv) {
+  stepscope_cli::prepare_process_heap();  // before the first large block (tools/process_heap.cpp)
   try {
     return run_command_line(argc, argv);
   } catch (const std::bad_alloc&) {
