@@ -110,9 +110,13 @@ std::string format_summary(const Report& r) {
   for (const auto& f : r.findings) line(fmt::format("  finding [{}] {}", f.severity, f.message));
   if (r.dropped_records > 0)
     line(fmt::format("  DROPPED {} of {} records (ring full): statistics undercount", r.dropped_records, r.total_records));
-  if (r.system.collector_cpu_ms > 0 && r.system.wall_s > 0)
-    line(fmt::format("  stepscope itself: {:.1f} ms of CPU on its collector thread ({:.2f}% of one core over {:.1f} s)",
-                     r.system.collector_cpu_ms, r.system.collector_cpu_ms / (r.system.wall_s * 10.0), r.system.wall_s));
+  if (r.system.collector_cpu_ms > 0 && r.system.wall_s > 0) {
+    // A run shorter than a second in ms: a 24 ms run read "over 0.0 s".
+    const double wall_s = r.system.wall_s;
+    const std::string over = wall_s < 1.0 ? fmt::format("{:.3g} ms", wall_s * 1e3) : fmt::format("{:.1f} s", wall_s);
+    line(fmt::format("  stepscope itself: {:.1f} ms of CPU on its collector thread ({:.2f}% of one core over {})",
+                     r.system.collector_cpu_ms, r.system.collector_cpu_ms / (wall_s * 10.0), over));
+  }
   if (!r.device.status.empty() && r.device.status != "ok" && r.device.status != "unknown")
     line(fmt::format("  device timing: {} ({})", r.device.status, r.device.reason));
   return out;

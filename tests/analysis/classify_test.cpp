@@ -797,3 +797,16 @@ TEST_CASE("classify: a step waiting for an idle background loader on a busy mach
   CHECK(evidence(sv, "idle_loader_wait") == nullptr);
   CHECK(ranked_cost(sv, "io") > 0.15);
 }
+
+TEST_CASE("summary: stepscope's own cost names a short run's length in ms", "[analysis][summary]") {
+  Shares s;
+  s.compute = 1.0;
+  Report r = host_report(s, 20, 1.2);  // 20 steps of 1.2 ms: a 24 ms run
+  r.system.collector_cpu_ms = 5.7;
+  std::string text = format_summary(r);
+  INFO(text);
+  CHECK(text.find("over 24 ms)") != std::string::npos);  // it read "over 0.0 s"
+  r.system.wall_s = 12.5;
+  text = format_summary(r);
+  CHECK(text.find("over 12.5 s)") != std::string::npos);
+}
