@@ -154,6 +154,11 @@ struct StepStats {
   // Absent when no thread completed two steps.
   std::optional<double> coverage;
   double between_steps_ms = 0;        // total over the run of that time outside steps
+  // Gaps after a steps() loop ended and before the thread's next step (epoch
+  // boundaries: evaluation, checkpointing), and their total: outside every
+  // step, in neither the breakdown nor the coverage.
+  std::uint64_t loop_boundaries = 0;
+  double between_loops_ms = 0;
   double between_steps_input_ms = 0;  // of it, in input phases on the step thread
 };
 

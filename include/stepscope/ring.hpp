@@ -47,6 +47,11 @@ enum RecordFlags : std::uint8_t {
   // thread's exit, so it holds whatever ran after the loop (evaluation,
   // saving, interpreter teardown). Counted, left out of the statistics.
   kRecordUnendedStep = 1u << 3,
+  // A steps() loop ended here: on the last step when the loop was left by
+  // break/return/exception, else on the fetch that found the end. The time
+  // until the thread's next step is between loops (an epoch boundary:
+  // evaluation, checkpointing), not a gap inside one. Cold paths only.
+  kRecordLoopEnd = 1u << 4,
 };
 
 // What one finished scope leaves behind: exactly 32 bytes, half a cache line.

@@ -131,9 +131,9 @@ class StepLoop {
     end_device();
     const std::uint64_t end = read_ticks();
     ts.ring->current_kind.store(ts.depth == 0 ? 0xff : ts.kind_stack[ts.depth - 1], std::memory_order_relaxed);
-    push_record(
-        ts, PhaseRecord{&sites_->data, fetch_start_, end, g_steps_started.load(std::memory_order_relaxed), device_slot_,
-                        ts.depth, static_cast<std::uint8_t>(ts.step_depth != 0 ? kRecordInStep : 0)});
+    push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, g_steps_started.load(std::memory_order_relaxed),
+                                device_slot_, ts.depth,
+                                static_cast<std::uint8_t>((ts.step_depth != 0 ? kRecordInStep : 0) | kRecordLoopEnd)});
   }
 
   // After the dereference that hands the batch to the body: the data phase
@@ -148,7 +148,7 @@ class StepLoop {
     const std::uint64_t now = read_ticks();
     if (fetching_) fetched(false);  // a fetch that threw: outside any step
     end_data(now);
-    if (step_.active) close_step(t_thread_state, step_, now);
+    if (step_.active) close_step(t_thread_state, step_, now, kRecordLoopEnd);
   }
 
  private:

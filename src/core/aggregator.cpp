@@ -127,13 +127,23 @@ Aggregator::StepGap Aggregator::gap_before(ThreadInfo& t, const PhaseRecord& r, 
   covered_ns_ += wall;
   if (t.ended_a_step && r.start_ticks >= t.last_step_end) {
     const std::uint64_t between = clock_->duration_ns(t.last_step_end, r.start_ticks);
-    gap.input_ns = std::min(t.between_input_ns, between);
-    gap.other_ns = between - gap.input_ns;
-    gap_ns_ += between;
-    gap_input_ns_ += gap.input_ns;
+    if (t.loop_ended) {
+      // Between two steps() loops (an epoch's evaluation, a checkpoint):
+      // no step waited for it, so no step's wall time holds it. The
+      // loop-header fetch such a gap would otherwise suggest cannot be
+      // there: steps() times every fetch as its step's data phase.
+      loop_gap_ns_ += between;
+      ++loop_gaps_;
+    } else {
+      gap.input_ns = std::min(t.between_input_ns, between);
+      gap.other_ns = between - gap.input_ns;
+      gap_ns_ += between;
+      gap_input_ns_ += gap.input_ns;
+    }
     ++gaps_;
   }
   t.between_input_ns = 0;
+  t.loop_ended = (r.flags & kRecordLoopEnd) != 0;  // left by break/return/exception
   t.last_step_end = r.end_ticks;
   t.ended_a_step = true;
   return gap;
@@ -305,6 +315,7 @@ void Aggregator::consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord
   if (slot->key != key) slot = &slot_entry_miss(t, r.site, in_step);
   PhaseAggregate& agg = *slot->aggregate;
   if (in_step) t.step_kind_ns[slot->kind_slot] += self;
+  if (r.flags & kRecordLoopEnd) t.loop_ended = true;  // the fetch that found a steps() loop's end
   // Input on a step thread after its last step: the wait of the next step.
   if (!in_step && t.ended_a_step && slot->kind_slot == static_cast<std::uint32_t>(PhaseKind::input) &&
       r.start_ticks >= t.last_step_end)
@@ -489,6 +500,8 @@ void Aggregator::fill_report(Report& report) const {
   if (gaps_ > 0 && covered_ns_ + gap_ns_ > 0)
     s.coverage = static_cast<double>(covered_ns_) / static_cast<double>(covered_ns_ + gap_ns_);
   s.between_steps_ms = static_cast<double>(gap_ns_) * kNsToMs;
+  s.loop_boundaries = loop_gaps_;
+  s.between_loops_ms = static_cast<double>(loop_gap_ns_) * kNsToMs;
   s.between_steps_input_ms = static_cast<double>(gap_input_ns_) * kNsToMs;
   StepSeries& series = s.series;
   series = StepSeries{};

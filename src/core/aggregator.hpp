@@ -151,6 +151,9 @@ class Aggregator {
     std::uint64_t last_step_end = 0;
     bool ended_a_step = false;
     std::uint64_t between_input_ns = 0;
+    // A steps() loop ended on this thread since its last step
+    // (kRecordLoopEnd): the gap to its next step is between loops.
+    bool loop_ended = false;
     // [phase id][0: in step, 1: not in step]
     std::vector<std::array<PhaseAggregate, 2>> phases;
     // Cache from (call site, in step) to the aggregate it feeds, so a record
@@ -285,6 +288,9 @@ class Aggregator {
   // ones on the same thread (all steps, warm-up included).
   std::uint64_t covered_ns_ = 0, gap_ns_ = 0, gap_input_ns_ = 0;
   std::uint64_t gaps_ = 0;  // gaps measured (steps that followed another on their thread)
+  // Gaps after a steps() loop ended (epoch boundaries): outside every step,
+  // charged to no step and not in the coverage.
+  std::uint64_t loop_gap_ns_ = 0, loop_gaps_ = 0;
 
   // Series: closed points + the point being filled.
   std::vector<StepPoint> series_;

@@ -409,6 +409,8 @@ void merge_between_steps(const std::vector<RankFacts>& ranks, StepStats& job) {
     }
     job.between_steps_ms += s.between_steps_ms;
     job.between_steps_input_ms += s.between_steps_input_ms;
+    job.loop_boundaries += s.loop_boundaries;
+    job.between_loops_ms += s.between_loops_ms;
     if (s.coverage) job.coverage = job.coverage ? std::min(*job.coverage, *s.coverage) : *s.coverage;
   }
 }

@@ -731,7 +731,9 @@ json to_j(const Report& r) {
              {"histogram", to_j(r.steps.histogram)},
              {"coverage", r.steps.coverage ? num(*r.steps.coverage) : json(nullptr)},
              {"between_steps_ms", num(r.steps.between_steps_ms)},
-             {"between_steps_input_ms", num(r.steps.between_steps_input_ms)}};
+             {"between_steps_input_ms", num(r.steps.between_steps_input_ms)},
+             {"loop_boundaries", r.steps.loop_boundaries},
+             {"between_loops_ms", num(r.steps.between_loops_ms)}};
   json phases = json::array();
   for (const auto& p : r.phases) phases.push_back(to_j(p));
   json findings = json::array();
@@ -865,6 +867,8 @@ Report report_from(const json& document) {
   if (steps.find("coverage") != nullptr) r.steps.coverage = get_num(steps, "coverage");
   r.steps.between_steps_ms = get_num(steps, "between_steps_ms");
   r.steps.between_steps_input_ms = get_num(steps, "between_steps_input_ms");
+  r.steps.loop_boundaries = get_u64(steps, "loop_boundaries");  // 0 in reports that predate it
+  r.steps.between_loops_ms = get_num(steps, "between_loops_ms");
   if (j.find("phases") == nullptr) bad_field("phases", "missing (every report has it)");
   for (const Field& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
   r.dropped_records = get_u64(j, "dropped_records");

@@ -67,6 +67,10 @@ std::string format_summary(const Report& r) {
           fmt::format("steps cover {:.1f}% of the step thread's time from the first step to the last ({:.1f} ms "
                       "between steps, {:.1f} ms of it in input phases, counted as the next step's input)",
                       *r.steps.coverage * 100, r.steps.between_steps_ms, r.steps.between_steps_input_ms));
+    if (r.steps.loop_boundaries > 0)
+      line(fmt::format("  {} gap{} between steps() loops (epoch boundaries: evaluation, checkpointing, logging) "
+                       "took {:.1f} ms in all, outside every step: in neither the per-step numbers nor the coverage",
+                       r.steps.loop_boundaries, r.steps.loop_boundaries == 1 ? "" : "s", r.steps.between_loops_ms));
   } else {
     line(fmt::format("steps: none measured ({} warm-up excluded)", r.steps.warmup_excluded));
   }

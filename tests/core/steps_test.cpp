@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <list>
 #include <map>
@@ -267,6 +268,30 @@ TEST_CASE(
   worker.join();
   CHECK(delta(before).steps == 2);
   CHECK(delta(before).unended == 1);  // the third, closed by the thread's exit
+}
+
+TEST_CASE("steps() loops one after another (epochs): the gap between them is a loop boundary, not a step's",
+          "[steps]") {
+  // pytorch/examples' ddp-tutorial single_gpu.py: an epoch loop around
+  // `for batch in steps(loader)`, a checkpoint saved between epochs. The
+  // save ran in no step, yet read "steps cover 79%: the likely cause is the
+  // fetch in the loop header — iterate steps()", which the loop already did.
+  std::vector<int> v{1, 2, 3, 4};
+  for (const bool leave_by_break : {false, true}) {
+    INFO("first epoch left by " << (leave_by_break ? "break" : "its end"));
+    for (int x : stepscope::steps(v)) {
+      if (leave_by_break && x == 3) break;
+    }
+    const Report before = snapshot();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the checkpoint
+    for (int x : stepscope::steps(v)) (void)x;
+    const Report after = snapshot();
+    CHECK(after.steps.loop_boundaries - before.steps.loop_boundaries == 1);
+    CHECK(after.steps.between_loops_ms - before.steps.between_loops_ms >= 20.0);
+    // steps() times each fetch inside a loop: nothing falls between its steps.
+    CHECK(after.steps.between_steps_ms == before.steps.between_steps_ms);
+  }
+  require_balanced();
 }
 
 TEST_CASE("steps() call sites are told apart by file:line and reused", "[steps]") {
