@@ -169,16 +169,14 @@ void Classifier::collect_background_phases() {
     if (p.thread_role != ThreadRole::background) continue;
     const double per_step_ms = safe_div(p.host_ms.total, steps);
     const double overlap = p.overlap_with_steps.value_or(-1);
-    add(kNoCategory, Weight::info, "background_phase:" + p.name, safe_div(per_step_ms, step_ms_), 0,
-        "info",
-        overlap >= 0
-            ? fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s), "
-                          "{:.0f}% overlapped with steps; the step does not wait for it, so it is "
-                          "not counted as waiting.",
-                          p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
-            : fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s); "
-                          "the step does not wait for it, so it is not counted as waiting.",
-                          p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads));
+    add(kNoCategory, Weight::info, "background_phase:" + p.name, safe_div(per_step_ms, step_ms_), 0, "info",
+        overlap >= 0 ? fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s), "
+                                   "{:.0f}% overlapped with steps; the step does not wait for it, so it is "
+                                   "not counted as waiting.",
+                                   p.name, phase_kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
+                     : fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s); "
+                                   "the step does not wait for it, so it is not counted as waiting.",
+                                   p.name, phase_kind_name(p.kind), per_step_ms, p.threads));
   }
 }
 

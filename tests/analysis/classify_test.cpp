@@ -8,8 +8,9 @@
 
 #include <cmath>
 #include <functional>
-#include <string>
 #include <map>
+#include <numeric>
+#include <string>
 
 using namespace stepscope;
 using namespace stepscope::test;
@@ -44,30 +45,27 @@ TEST_CASE("classify: every evidence rule fires at its threshold, not below", "[a
   const double wall_s = 10;  // 100 steps of 100 ms
   const std::vector<Rule> rules = {
       {"input_share", t.moderately_bound,
-       [](Report& r, double v) { r.steps.breakdown.input_ms = 100 * v; }, true},
+       [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::input] = 100 * v; }, true},
       {"memory_share", t.moderately_bound,
-       [](Report& r, double v) { r.steps.breakdown.memory_ms = 100 * v; }, true},
+       [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::memory] = 100 * v; }, true},
       {"communication_share", t.moderately_bound,
-       [](Report& r, double v) { r.steps.breakdown.communication_ms = 100 * v; }, true},
+       [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::communication] = 100 * v; }, true},
       {"unattributed_share", t.scheduling_moderately_bound,
        [](Report& r, double v) { r.steps.breakdown.unattributed_ms = 100 * v; }, true},
-      {"input_on_cpu_fraction", t.input_on_cpu_working,
-       [](Report& r, double v) { r.system.input_on_cpu_fraction = v; }, false},
+      {"input_on_cpu_fraction", t.input_on_cpu_working, [](Report& r, double v) { r.system.input_on_cpu_fraction = v; },
+       false},
       {"compute_on_cpu_fraction", t.compute_on_cpu_working,
        [](Report& r, double v) { r.system.compute_on_cpu_fraction = v; }, true},
       {"major_faults_per_step", t.major_faults_per_step,
        [&](Report& r, double v) { r.system.major_faults = static_cast<std::uint64_t>(v * steps); }, true},
       {"minor_faults_per_step", t.minor_faults_per_step,
        [&](Report& r, double v) { r.system.minor_faults = static_cast<std::uint64_t>(v * steps); }, true},
-      {"io_wait_fraction", t.io_wait_fraction,
-       [&](Report& r, double v) { r.system.io_wait_s = v * wall_s; }, true},
+      {"io_wait_fraction", t.io_wait_fraction, [&](Report& r, double v) { r.system.io_wait_s = v * wall_s; }, true},
       {"runqueue_wait_fraction", t.runqueue_wait_fraction,
        [&](Report& r, double v) { r.system.runqueue_wait_s = v * wall_s; }, true},
       {"involuntary_switches_per_second", t.involuntary_switches_per_second,
-       [&](Report& r, double v) { r.system.involuntary_switches = static_cast<std::uint64_t>(v * wall_s); },
-       true},
-      {"cpu_utilization", t.cpu_oversubscribed,
-       [](Report& r, double v) { r.system.cpu_utilization = v; }, true},
+       [&](Report& r, double v) { r.system.involuntary_switches = static_cast<std::uint64_t>(v * wall_s); }, true},
+      {"cpu_utilization", t.cpu_oversubscribed, [](Report& r, double v) { r.system.cpu_utilization = v; }, true},
   };
   for (const Rule& rule : rules) {
     // Integer-valued counters are probed at +-1 count per step; fractions at +-0.001.
@@ -646,18 +644,18 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     Report r = host_report(s);
     r.system.runqueue_wait_s = 0.60 * r.system.wall_s;
     analyze(r);
-    CHECK(r.steps.breakdown.compute_ms == Approx(90));  // the measured parts stay as measured
+    CHECK(r.steps.breakdown.kind_ms[PhaseKind::compute] == Approx(90));  // the measured parts stay as measured
     CHECK(r.steps.breakdown.cpu_wait_ms == Approx(60));
     const StepBreakdown b = settled_breakdown(r);
     CHECK(b.cpu_wait_ms == Approx(60));
     // Spread over all the step time the thread could wait in (the 5 ms
     // outside phases included): each part gives up 60%.
-    CHECK(b.compute_ms == Approx(90 * (1 - 60.0 / 100)));
+    CHECK(b.kind_ms[PhaseKind::compute] == Approx(90 * (1 - 60.0 / 100)));
     CHECK(b.unattributed_ms == Approx(5 * (1 - 60.0 / 100)));
-    CHECK(b.input_ms + b.compute_ms + b.memory_ms + b.communication_ms + b.other_ms + b.unattributed_ms +
-              b.cpu_wait_ms + b.page_fault_ms ==
+    CHECK(std::accumulate(b.kind_ms.begin(), b.kind_ms.end(), 0.0) + b.unattributed_ms + b.cpu_wait_ms +
+              b.page_fault_ms ==
           Approx(b.wall_ms));
-    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.compute_ms / b.wall_ms));
+    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.kind_ms[PhaseKind::compute] / b.wall_ms));
     CHECK(ranked_cost(r.bottleneck, "scheduling") == Approx((b.unattributed_ms + b.cpu_wait_ms) / b.wall_ms));
     const std::string text = format_summary(r);
     INFO(text);
@@ -670,12 +668,12 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     const StepBreakdown once = settled_breakdown(r);
     analyze(r);
     CHECK(settled_breakdown(r).cpu_wait_ms == Approx(once.cpu_wait_ms));
-    CHECK(settled_breakdown(r).compute_ms == Approx(once.compute_ms));
+    CHECK(settled_breakdown(r).kind_ms[PhaseKind::compute] == Approx(once.kind_ms[PhaseKind::compute]));
     // ... and so does the report read back from its JSON.
     Report back;
     std::string error;
     REQUIRE(report_from_json(report_to_json(r), back, error));
-    CHECK(settled_breakdown(back).compute_ms == Approx(once.compute_ms));
+    CHECK(settled_breakdown(back).kind_ms[PhaseKind::compute] == Approx(once.kind_ms[PhaseKind::compute]));
     CHECK(settled_breakdown(back).cpu_wait_ms == Approx(once.cpu_wait_ms));
   }
   SECTION("a step mostly outside phases keeps its phases' share of the time (no emptied row)") {
@@ -691,9 +689,9 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     analyze(r);
     const StepBreakdown b = settled_breakdown(r);
     CHECK(b.cpu_wait_ms == Approx(10));
-    CHECK(b.compute_ms == Approx(7 * 0.9));
+    CHECK(b.kind_ms[PhaseKind::compute] == Approx(7 * 0.9));
     CHECK(b.unattributed_ms == Approx(93 * 0.9));
-    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.compute_ms / b.wall_ms));
+    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.kind_ms[PhaseKind::compute] / b.wall_ms));
   }
   SECTION("a scheduling verdict with nothing outside phases does not cite it") {
     Shares s;
@@ -711,7 +709,7 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     analyze(r);
     const StepBreakdown b = settled_breakdown(r);
     CHECK(b.page_fault_ms == Approx(0.94 * b.wall_ms));
-    CHECK(ranked_cost(r.bottleneck, "memory") == Approx((b.memory_ms + b.page_fault_ms) / b.wall_ms));
+    CHECK(ranked_cost(r.bottleneck, "memory") == Approx((b.kind_ms[PhaseKind::memory] + b.page_fault_ms) / b.wall_ms));
     const std::string text = format_summary(r);
     INFO(text);
     CHECK(text.find("page faults") != std::string::npos);
