@@ -93,22 +93,20 @@ std::vector<Report> make_ranks(int world, std::uint64_t steps) {
     rep.steps.histogram = histogram(wall, rng);
     StepBreakdown& b = rep.steps.breakdown;
     b.wall_ms = wall;
-    b.input_ms = means[0];
-    b.memory_ms = means[1];
-    b.compute_ms = wall - means[0] - means[1] - means[7] - means[6];
-    b.other_ms = means[6];
-    b.communication_ms = means[7];
+    b.kind_ms[PhaseKind::input] = means[0];
+    b.kind_ms[PhaseKind::memory] = means[1];
+    b.kind_ms[PhaseKind::compute] = wall - means[0] - means[1] - means[7] - means[6];
+    b.kind_ms[PhaseKind::other] = means[6];
+    b.kind_ms[PhaseKind::communication] = means[7];
     StepSeries& s = rep.steps.series;
     s.stride = static_cast<std::uint32_t>(steps / kSeriesPoints);
     for (std::size_t k = 0; k < kSeriesPoints; ++k) {
       s.first_step.push_back(1 + k * s.stride);
       const double w = wall * (1 + noise(rng));
       s.wall_ms.push_back(w);
-      s.input_ms.push_back(b.input_ms);
-      s.compute_ms.push_back(b.compute_ms);
-      s.memory_ms.push_back(b.memory_ms);
-      s.communication_ms.push_back(b.communication_ms + (w - wall));
-      s.other_ms.push_back(b.other_ms);
+      // The step's noise lands in communication (waiting for the other ranks).
+      for (PhaseKind kind : kPhaseKinds)
+        s.kind_ms[kind].push_back(b.kind_ms[kind] + (kind == PhaseKind::communication ? w - wall : 0.0));
       s.unattributed_ms.push_back(0);
       s.rss_mb.push_back(2048);
     }

@@ -16,6 +16,8 @@
 
 #include <stepscope/export.hpp>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -32,6 +34,51 @@ inline constexpr int kReportSchemaVersion = 1;
 // What a phase spends its time on; it decides where the phase's time goes in
 // the step breakdown and which bottleneck category it is evidence for.
 enum class PhaseKind : std::uint8_t { input, compute, memory, communication, other };
+
+// ---- the phase kinds as one table: their order, their names, and PerKind ----
+
+inline constexpr std::size_t kPhaseKindCount = static_cast<std::size_t>(PhaseKind::other) + 1;
+
+// Report order: the breakdown's parts in the summary table and the HTML page,
+// and the charts' stacking order (bottom to top).
+inline constexpr std::array<PhaseKind, kPhaseKindCount> kPhaseKinds = {
+    PhaseKind::input, PhaseKind::compute, PhaseKind::memory, PhaseKind::communication, PhaseKind::other};
+
+// The names the report uses (phases[].kind, and "<name>_ms" for the
+// breakdown's parts), indexed by kind. The only copy of them.
+inline constexpr std::array<const char*, kPhaseKindCount> kPhaseKindNames = {"input", "compute", "memory",
+                                                                             "communication", "other"};
+
+namespace detail {
+// A kind's index in the tables above; a value outside the enum (a corrupt
+// record) counts as `other`, as everywhere else in the report.
+constexpr std::size_t kind_index(PhaseKind kind) noexcept {
+  const auto i = static_cast<std::size_t>(kind);
+  return i < kPhaseKindCount ? i : kPhaseKindCount - 1;
+}
+static_assert(kind_index(PhaseKind::input) == 0 && kind_index(PhaseKind::other) == kPhaseKindCount - 1,
+              "kPhaseKinds follows the enum's order");
+}  // namespace detail
+
+constexpr const char* phase_kind_name(PhaseKind kind) noexcept {
+  return kPhaseKindNames[detail::kind_index(kind)];
+}
+
+// One value per phase kind, indexed by PhaseKind; iterates in kPhaseKinds'
+// order. What a struct holds per kind (ms per step, a series) is one of these:
+//
+//   for (PhaseKind k : kPhaseKinds) line(phase_kind_name(k), breakdown.kind_ms[k]);
+template <class T>
+struct PerKind {
+  std::array<T, kPhaseKindCount> values{};
+
+  constexpr T& operator[](PhaseKind kind) noexcept { return values[detail::kind_index(kind)]; }
+  constexpr const T& operator[](PhaseKind kind) const noexcept { return values[detail::kind_index(kind)]; }
+  constexpr auto begin() noexcept { return values.begin(); }
+  constexpr auto end() noexcept { return values.end(); }
+  constexpr auto begin() const noexcept { return values.begin(); }
+  constexpr auto end() const noexcept { return values.end(); }
+};
 
 // Where a phase ran relative to the training step.
 //  step         — inside a STEPSCOPE_STEP scope, on the thread running it: the
@@ -107,22 +154,23 @@ struct PhaseSummary {
 // Nested phases count once (self time); the parts add up to wall_ms.
 // The step thread's time between a step and the one before it belongs to the
 // step that follows: wall_ms is the step's own time plus that gap, its input
-// phases are in input_ms (between_steps_input_ms of it) and the rest is
+// phases are in the input part (between_steps_input_ms of it) and the rest is
 // between_steps_ms. With steps that cover the loop both are 0.
 struct StepBreakdown {
   double wall_ms = 0;
-  double input_ms = 0, compute_ms = 0, memory_ms = 0, communication_ms = 0, other_ms = 0;
+  // Self time per step in the phases of each kind, ms (JSON "<kind>_ms").
+  PerKind<double> kind_ms;
   double unattributed_ms = 0;  // in the step but in no phase (framework / scheduling)
   // Set by the analyzer: how much of the parts above is not what their kind
   // says. cpu_wait_ms: the step threads' time runnable but not running
   // (schedstat) inside phases — a scheduling cost; page_fault_ms: kernel time
-  // faulting fresh pages (a page-fault storm) beyond memory_ms — a memory
+  // faulting fresh pages (a page-fault storm) beyond the memory part — a memory
   // cost. The parts above stay as measured (they add up to wall_ms);
   // settled_breakdown() (analysis.hpp) gives the accounting every output
   // shows, with these two carved out of them as parts of their own.
   double cpu_wait_ms = 0;
   double page_fault_ms = 0;
-  double between_steps_input_ms = 0;  // of input_ms: input phases between steps (a fetch in the loop header)
+  double between_steps_input_ms = 0;  // of the input part: input phases between steps (a fetch in the loop header)
   double between_steps_ms = 0;        // between steps, in no input phase (uninstrumented fetch, eval, ...)
 };
 
@@ -132,7 +180,8 @@ struct StepSeries {
   std::uint32_t stride = 1;
   std::vector<std::uint64_t> first_step;
   std::vector<double> wall_ms;
-  std::vector<double> input_ms, compute_ms, memory_ms, communication_ms, other_ms, unattributed_ms;
+  PerKind<std::vector<double>> kind_ms;  // as StepBreakdown::kind_ms, ms per step (JSON "<kind>_ms")
+  std::vector<double> unattributed_ms;
   std::vector<double> between_steps_ms;  // as in StepBreakdown (empty in reports that predate it)
   std::vector<double> rss_mb;  // process RSS at the end of the point's last step (0: unknown)
 };
@@ -504,8 +553,9 @@ struct RankSummary {
   std::uint64_t steps = 0;       // measured steps
   double step_ms = 0;            // wall time
   double busy_ms = 0;            // wall time outside communication phases
-  double input_ms = 0, compute_ms = 0, memory_ms = 0, communication_ms = 0, other_ms = 0, unattributed_ms = 0;
-  double comm_wait_ms = 0;       // of communication_ms: waiting for slower ranks (estimate)
+  PerKind<double> kind_ms;       // the rank's breakdown parts, ms per step (JSON "<kind>_ms")
+  double unattributed_ms = 0;
+  double comm_wait_ms = 0;       // of the communication part: waiting for slower ranks (estimate)
   std::string verdict;           // the rank's own bottleneck category
   bool straggler = false;
 };

@@ -206,17 +206,24 @@ class StepIterator {
   const ThreadState* owner_;
 };
 
+// "input, compute, ...": the kinds' names from the one table (stepscope::kPhaseKindNames).
+std::string kind_names() {
+  std::string names;
+  for (const char* n : stepscope::kPhaseKindNames) names += (names.empty() ? "" : ", ") + std::string(n);
+  return names;
+}
+
 PhaseKind kind_from(const py::object& kind, const std::string& name) {
   if (kind.is_none()) {
     return stepscope::default_phase_kind(name.c_str());
   }
   if (!py::isinstance<py::str>(kind))
-    throw py::type_error("stepscope: kind must be a str (input, compute, memory, communication, other), got " +
+    throw py::type_error("stepscope: kind must be a str (" + kind_names() + "), got " +
                          std::string(py::str(py::type::of(kind).attr("__name__"))));
   PhaseKind parsed{};
   const std::string text = kind.cast<std::string>();
   if (!stepscope::parse_phase_kind(text, parsed))
-    throw py::value_error("stepscope: kind '" + text + "' is not one of input, compute, memory, communication, other");
+    throw py::value_error("stepscope: kind '" + text + "' is not one of " + kind_names());
   return parsed;
 }
 
@@ -289,6 +296,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "stepscope's native part; use the stepscope package, not this module";
   m.attr("__version__") = STEPSCOPE_VERSION_STRING;
   m.attr("with_cuda") = static_cast<bool>(STEPSCOPE_WITH_CUDA);
+  py::tuple kinds(stepscope::kPhaseKindCount);  // the kinds' names, in report order (stepscope.KINDS)
+  for (std::size_t i = 0; i < stepscope::kPhaseKindCount; ++i) kinds[i] = stepscope::kPhaseKindNames[i];
+  m.attr("KINDS") = kinds;
 
   py::class_<Phase> phase_type(m, "Phase");
   add_fast_method(phase_type, &g_phase_enter_def);

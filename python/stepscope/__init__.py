@@ -54,7 +54,7 @@ __version__ = _core.__version__
 # analyzer words its advice in this package's calls, not the C++ macros.
 _core.set_frontend("python")
 
-KINDS = ("input", "compute", "memory", "communication", "other")
+KINDS = _core.KINDS  # ("input", "compute", ...): the native library's one table of the kinds
 
 # One native Phase per (name, kind), for the whole process: a `with` reuses
 # it, so a phase costs a dict lookup and two native calls, no allocation. The

@@ -90,20 +90,21 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   const double stored_wait = b.cpu_wait_ms, stored_faults = b.page_fault_ms;
   b.cpu_wait_ms = b.page_fault_ms = 0;
   if (stored_wait > 0 || (sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
-    const KindArray<double*> phases = kind_fields(b);
+    PerKind<double>& phases = b.kind_ms;
     // The share of each kind's time its threads were on or waiting for a CPU
     // (sampled for input and compute; the others are assumed runnable).
-    KindArray<double> runnable{{1.0, 1.0, 1.0, 1.0, 1.0}};
+    PerKind<double> runnable;
+    runnable.values.fill(1.0);
     if (sys.input_on_cpu_fraction >= 0) runnable[PhaseKind::input] = clamp01(sys.input_on_cpu_fraction);
     if (sys.compute_on_cpu_fraction >= 0) runnable[PhaseKind::compute] = clamp01(sys.compute_on_cpu_fraction);
     const double outside = std::max(0.0, b.unattributed_ms);  // runnable as far as anyone knows
     double exposed = outside;  // step time in which waiting for a CPU was possible
-    for (PhaseKind k : kPhaseKinds) exposed += std::max(0.0, *phases[k]) * runnable[k];
+    for (PhaseKind k : kPhaseKinds) exposed += std::max(0.0, phases[k]) * runnable[k];
     const double wait = std::min(
         stored_wait > 0 ? stored_wait : clamp01(safe_div(sys.runqueue_wait_s, sys.wall_s)) * b.wall_ms, exposed);
     if (wait > 0 && exposed > 0) {
       for (PhaseKind k : kPhaseKinds)
-        *phases[k] = std::max(0.0, *phases[k]) - wait * std::max(0.0, *phases[k]) * runnable[k] / exposed;
+        phases[k] = std::max(0.0, phases[k]) - wait * std::max(0.0, phases[k]) * runnable[k] / exposed;
       b.unattributed_ms = outside - wait * outside / exposed;
       b.cpu_wait_ms = wait;
     }
@@ -112,11 +113,17 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   // already hold is not counted twice; the rest came out of the other parts.
   const FaultFacts faults = fault_facts(report);
   if (stored_faults > 0 || (faults.storm && faults.kernel_share > 0)) {
-    double* others[] = {&b.input_ms, &b.compute_ms, &b.communication_ms, &b.other_ms, &b.unattributed_ms};
+    // The parts the faults' time came out of: every kind but memory, and the time in no phase.
+    std::vector<double*> others;
+    for (PhaseKind k : kPhaseKinds)
+      if (k != PhaseKind::memory) others.push_back(&b.kind_ms[k]);
+    others.push_back(&b.unattributed_ms);
     double pool = 0;
     for (double* p : others) pool += std::max(0.0, *p);
-    const double moved = std::min(
-        stored_faults > 0 ? stored_faults : std::max(0.0, faults.kernel_share * b.wall_ms - b.memory_ms), pool);
+    const double moved =
+        std::min(stored_faults > 0 ? stored_faults
+                                   : std::max(0.0, faults.kernel_share * b.wall_ms - b.kind_ms[PhaseKind::memory]),
+                 pool);
     if (moved > 0 && pool > 0) {
       for (double* p : others) *p = std::max(0.0, *p) * (1.0 - moved / pool);
       b.page_fault_ms = moved;
@@ -165,24 +172,19 @@ StepShares step_shares(const Report& report) {
       if (p.thread_role != ThreadRole::step) continue;
       const double ms = clamp01(p.share_of_step) * b.wall_ms;
       attributed += clamp01(p.share_of_step);
-      switch (p.kind) {
-        case PhaseKind::input: b.input_ms += ms; break;
-        case PhaseKind::compute: b.compute_ms += ms; break;
-        case PhaseKind::memory: b.memory_ms += ms; break;
-        case PhaseKind::communication: b.communication_ms += ms; break;
-        case PhaseKind::other: b.other_ms += ms; break;
-      }
+      b.kind_ms[p.kind] += ms;
     }
     b.unattributed_ms = clamp01(1.0 - attributed) * b.wall_ms;
   }
   b = settle(b, report);
   s.wall_ms = b.wall_ms;
   if (b.wall_ms <= 0) return s;
-  s.input = clamp01(b.input_ms / b.wall_ms);
-  s.compute = clamp01(b.compute_ms / b.wall_ms);
-  s.memory = clamp01(b.memory_ms / b.wall_ms);
-  s.communication = clamp01(b.communication_ms / b.wall_ms);
-  s.other = clamp01(b.other_ms / b.wall_ms);
+  auto share = [&](PhaseKind k) { return clamp01(b.kind_ms[k] / b.wall_ms); };
+  s.input = share(PhaseKind::input);
+  s.compute = share(PhaseKind::compute);
+  s.memory = share(PhaseKind::memory);
+  s.communication = share(PhaseKind::communication);
+  s.other = share(PhaseKind::other);
   s.unattributed = clamp01(b.unattributed_ms / b.wall_ms);
   s.cpu_wait = clamp01(b.cpu_wait_ms / b.wall_ms);
   s.page_fault = clamp01(b.page_fault_ms / b.wall_ms);

@@ -5,8 +5,6 @@
 // facts with their documented meaning, and a least-squares line fit.
 #pragma once
 
-#include "stats/phase_kind.hpp"  // the kinds' names and KindArray
-
 #include <stepscope/report.hpp>
 
 #include <optional>
@@ -50,7 +48,7 @@ std::string page_fault_remedy(const FaultFacts& faults);
 // category costs (see StepBreakdown::cpu_wait_ms / page_fault_ms):
 //  - the step threads' runqueue wait (fraction of wall time), moved out of
 //    the phases in proportion to their time;
-//  - in a page-fault storm, the process' kernel time beyond memory_ms, moved
+//  - in a page-fault storm, the process' kernel time beyond the memory part, moved
 //    out of the other parts in proportion to their time.
 // A breakdown that already carries carved parts (set by analyze()) keeps
 // their values, so a loaded report settles to the same numbers.

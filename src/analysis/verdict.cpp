@@ -189,10 +189,10 @@ void Classifier::collect_background_phases() {
         overlap >= 0 ? fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s), "
                                    "{:.0f}% overlapped with steps; the step does not wait for it, so it is "
                                    "not counted as waiting.",
-                                   p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
+                                   p.name, phase_kind_name(p.kind), per_step_ms, p.threads, pct(overlap))
                      : fmt::format("Background phase '{}' ({}) does {:.2f} ms of work per step on {} thread(s); "
                                    "the step does not wait for it, so it is not counted as waiting.",
-                                   p.name, detail::phase_kind_name(p.kind), per_step_ms, p.threads));
+                                   p.name, phase_kind_name(p.kind), per_step_ms, p.threads));
   }
 }
 

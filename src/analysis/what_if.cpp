@@ -103,12 +103,11 @@ void bound_by_loader(WhatIf& w, double loader_ms) {
 
 // A rank's time per step in a kind target; <0 when the target has no per-rank split.
 double rank_part_ms(const RankSummary& r, const std::string& target) {
-  if (target == "kind:input") return r.input_ms;
-  if (target == "kind:compute") return r.compute_ms;
-  if (target == "kind:memory") return r.memory_ms;
-  if (target == "kind:other") return r.other_ms;
   if (target == "unattributed") return r.unattributed_ms;
+  // busy_ms is outside communication: the collective's share is taken below.
   if (target == "kind:communication") return 0;
+  for (PhaseKind k : kPhaseKinds)
+    if (target == std::string("kind:") + phase_kind_name(k)) return r.kind_ms[k];
   return -1;
 }
 

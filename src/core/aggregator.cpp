@@ -487,11 +487,7 @@ void Aggregator::fill_report(Report& report) const {
     auto mean_ms = [&](std::uint64_t total_ns) { return static_cast<double>(total_ns) * kNsToMs / n; };
     // The step's own time plus the gap before it (see StepBreakdown).
     s.breakdown.wall_ms = s.wall_ms.mean + mean_ms(between_total_ns + between_input_total_ns);
-    s.breakdown.input_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::input)]);
-    s.breakdown.compute_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::compute)]);
-    s.breakdown.memory_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::memory)]);
-    s.breakdown.communication_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::communication)]);
-    s.breakdown.other_ms = mean_ms(kind_total_ns[static_cast<int>(PhaseKind::other)]);
+    for (PhaseKind k : kPhaseKinds) s.breakdown.kind_ms[k] = mean_ms(kind_total_ns[detail::kind_index(k)]);
     s.breakdown.unattributed_ms = mean_ms(unattributed_total_ns);
     s.breakdown.between_steps_input_ms = mean_ms(between_input_total_ns);
     s.breakdown.between_steps_ms = mean_ms(between_total_ns);
@@ -512,11 +508,7 @@ void Aggregator::fill_report(Report& report) const {
     auto ms = [&](std::uint64_t ns) { return static_cast<double>(ns) * kNsToMs / n; };
     series.first_step.push_back(p.first_step);
     series.wall_ms.push_back(ms(p.wall_ns));
-    series.input_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::input)]));
-    series.compute_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::compute)]));
-    series.memory_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::memory)]));
-    series.communication_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::communication)]));
-    series.other_ms.push_back(ms(p.kind_ns[static_cast<int>(PhaseKind::other)]));
+    for (PhaseKind k : kPhaseKinds) series.kind_ms[k].push_back(ms(p.kind_ns[detail::kind_index(k)]));
     series.unattributed_ms.push_back(ms(p.unattributed_ns));
     series.between_steps_ms.push_back(ms(p.between_ns));
     series.rss_mb.push_back(p.rss_mb);

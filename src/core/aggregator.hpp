@@ -33,7 +33,7 @@ struct AggregatorOptions {
   std::size_t pending_background_max = 1 << 16;
 };
 
-inline constexpr int kKindCount = 5;  // PhaseKind values
+inline constexpr int kKindCount = static_cast<int>(kPhaseKindCount);  // PhaseKind values
 // Call sites kept apart per phase name; more share one "(other call sites)"
 // row, so a name used in generated code cannot grow the report without bound.
 inline constexpr std::size_t kMaxSitesPerPhase = 16;

@@ -205,8 +205,9 @@ class CudaBackend final : public DeviceBackend {
     (void)cudaGetLastError();
     if (nvtx_) {
       domain_ = nvtxDomainCreateA("stepscope");
-      static const char* const kNames[] = {"input", "compute", "memory", "communication", "other", "step"};
-      for (int i = 0; i < 6; ++i) kind_names_[i] = nvtxDomainRegisterStringA(domain_, kNames[i]);
+      for (std::size_t i = 0; i < kPhaseKindCount; ++i)
+        kind_names_[i] = nvtxDomainRegisterStringA(domain_, kPhaseKindNames[i]);
+      kind_names_[kPhaseKindCount] = nvtxDomainRegisterStringA(domain_, "step");
     }
     if (!cupti_wanted) {
       cupti_status_ = "cupti_disabled";
@@ -526,7 +527,7 @@ class CudaBackend final : public DeviceBackend {
       const ThreadState& ts = t_thread_state;
       const std::uint8_t kind = ts.ring != nullptr ? ts.ring->current_kind.load(std::memory_order_relaxed) : 0xff;
       a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-      a.message.registered = kind_names_[kind < 5 ? kind : 5];
+      a.message.registered = kind_names_[kind < kPhaseKindCount ? kind : kPhaseKindCount];
     }
     nvtxDomainRangePushEx(domain_, &a);
   }
@@ -679,7 +680,7 @@ class CudaBackend final : public DeviceBackend {
   TickConverter clock_;
   bool nvtx_ = false;
   nvtxDomainHandle_t domain_ = nullptr;
-  nvtxStringHandle_t kind_names_[6] = {};
+  nvtxStringHandle_t kind_names_[kPhaseKindCount + 1] = {};  // the kinds' names (kPhaseKindNames), then "step"
   PrimaryCtxGetState ctx_state_ = nullptr;
   DeviceGet device_get_ = nullptr;
   std::string cupti_status_, cupti_reason_;

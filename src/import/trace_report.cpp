@@ -227,11 +227,7 @@ void break_down_mean_step(const PhaseTotals& totals, StepStats& steps) {
   };
   auto& b = steps.breakdown;
   b.wall_ms = steps.wall_ms.mean;
-  b.input_ms = mean_ms(PhaseKind::input);
-  b.compute_ms = mean_ms(PhaseKind::compute);
-  b.memory_ms = mean_ms(PhaseKind::memory);
-  b.communication_ms = mean_ms(PhaseKind::communication);
-  b.other_ms = mean_ms(PhaseKind::other);
+  for (PhaseKind k : kPhaseKinds) b.kind_ms[k] = mean_ms(k);
   // Annotations may overlap across threads; never let the parts exceed the step.
   b.unattributed_ms = std::max(0.0, b.wall_ms - static_cast<double>(totals.attributed_ns) * 1e-6 / n);
 }
@@ -245,32 +241,23 @@ void fill_step_series(const Timeline& tl, const std::vector<Annotation>& annotat
   }
   series.stride = 1;
   const std::size_t m = series.wall_ms.size();
-  for (auto* v : {&series.input_ms, &series.compute_ms, &series.memory_ms, &series.communication_ms, &series.other_ms,
-                  &series.unattributed_ms, &series.rss_mb})
-    v->assign(m, 0.0);
+  for (auto& v : series.kind_ms) v.assign(m, 0.0);
+  for (auto* v : {&series.unattributed_ms, &series.rss_mb}) v->assign(m, 0.0);
   for (const Annotation& a : annotations) {
     if (!a.step) continue;
     const std::size_t idx = static_cast<std::size_t>(a.step - tl.steps.data());
-    std::vector<double>* target = &series.other_ms;
-    switch (a.kind) {
-      case PhaseKind::input: target = &series.input_ms; break;
-      case PhaseKind::compute: target = &series.compute_ms; break;
-      case PhaseKind::memory: target = &series.memory_ms; break;
-      case PhaseKind::communication: target = &series.communication_ms; break;
-      case PhaseKind::other: break;
-    }
-    (*target)[idx] += static_cast<double>(a.self_ns) * 1e-6;
+    series.kind_ms[a.kind][idx] += static_cast<double>(a.self_ns) * 1e-6;
   }
   for (std::size_t i = 0; i < framework.size() && i < m; ++i) {
     for (std::size_t k = 0; k < timeline::kFrameworkPhaseCount; ++k) {
       const double ms = static_cast<double>(framework[i].phase_ns[k]) * 1e-6;
       const bool data = static_cast<timeline::FrameworkPhase>(k) == timeline::FrameworkPhase::data;
-      (data ? series.input_ms : series.compute_ms)[i] += ms;
+      series.kind_ms[data ? PhaseKind::input : PhaseKind::compute][i] += ms;
     }
   }
   for (std::size_t i = 0; i < m; ++i) {
-    const double parts =
-        series.input_ms[i] + series.compute_ms[i] + series.memory_ms[i] + series.communication_ms[i] + series.other_ms[i];
+    double parts = 0;
+    for (const auto& kind : series.kind_ms) parts += kind[i];
     series.unattributed_ms[i] = std::max(0.0, series.wall_ms[i] - parts);
   }
 }

@@ -158,9 +158,12 @@ struct RankFacts {
   const Report* report = nullptr;
   int rank = -1;
   double steps = 0;
-  double wall = 0, input = 0, compute = 0, memory = 0, comm = 0, other = 0, unattributed = 0;
+  double wall = 0;
+  PerKind<double> kind_ms;  // the breakdown's parts, ms per step
+  double unattributed = 0;
   double busy = 0;        // wall - comm
   double busy_se = 0;     // standard error of the busy mean (noise floor)
+  double comm() const { return kind_ms[PhaseKind::communication]; }
 };
 
 RankFacts rank_facts(const Report& r, int rank) {
@@ -171,11 +174,7 @@ RankFacts rank_facts(const Report& r, int rank) {
   const StepBreakdown& b = r.steps.breakdown;
   if (b.wall_ms > 0) {
     f.wall = b.wall_ms;
-    f.input = b.input_ms;
-    f.compute = b.compute_ms;
-    f.memory = b.memory_ms;
-    f.comm = b.communication_ms;
-    f.other = b.other_ms;
+    f.kind_ms = b.kind_ms;
     f.unattributed = b.unattributed_ms;
   } else {
     // No breakdown (hand-built report): from the phases' shares.
@@ -185,17 +184,11 @@ RankFacts rank_facts(const Report& r, int rank) {
       if (p.thread_role != ThreadRole::step) continue;
       const double ms = p.share_of_step * f.wall;
       attributed += ms;
-      switch (p.kind) {
-        case PhaseKind::input: f.input += ms; break;
-        case PhaseKind::compute: f.compute += ms; break;
-        case PhaseKind::memory: f.memory += ms; break;
-        case PhaseKind::communication: f.comm += ms; break;
-        case PhaseKind::other: f.other += ms; break;
-      }
+      f.kind_ms[p.kind] += ms;
     }
     f.unattributed = std::max(0.0, f.wall - attributed);
   }
-  f.busy = std::max(0.0, f.wall - f.comm);
+  f.busy = std::max(0.0, f.wall - f.comm());
   const double n = std::max(1.0, static_cast<double>(r.steps.wall_ms.count));
   f.busy_se = r.steps.wall_ms.stddev / std::sqrt(n);
   return f;
@@ -558,8 +551,8 @@ void compare_rank_means(JobMerge& jm) {
   };
   jm.step_sample = across([](const RankFacts& f) { return f.wall; });
   jm.busy_sample = across([](const RankFacts& f) { return f.busy; });
-  jm.compute_sample = across([](const RankFacts& f) { return f.compute; });
-  jm.comm_sample = across([](const RankFacts& f) { return f.comm; });
+  jm.compute_sample = across([](const RankFacts& f) { return f.kind_ms[PhaseKind::compute]; });
+  jm.comm_sample = across([](const RankFacts& f) { return f.comm(); });
   m.step_ms = jm.step_sample.summary();
   m.busy_ms = jm.busy_sample.summary();
   m.compute_ms = jm.compute_sample.summary();
@@ -665,6 +658,20 @@ void merge_top_operators(JobMerge& jm) {
   }
 }
 
+// The series' columns the merge averages over ranks, in this order: wall,
+// each kind's part (kPhaseKinds' order), unattributed, RSS.
+template <class Series>  // StepSeries or const StepSeries
+auto series_columns(Series& s) {
+  std::vector<decltype(&s.wall_ms)> columns = {&s.wall_ms};
+  for (auto& kind : s.kind_ms) columns.push_back(&kind);
+  columns.push_back(&s.unattributed_ms);
+  columns.push_back(&s.rss_mb);
+  return columns;
+}
+constexpr std::size_t kWallColumn = 0;
+constexpr std::size_t kCommColumn = 1 + detail::kind_index(PhaseKind::communication);
+constexpr std::size_t kRssColumn = kPhaseKindCount + 2;
+
 // The ranks' per-step series on one grid: the job's series (means over the
 // ranks) and each rank's busy / communication time per point.
 void align_series(JobMerge& jm) {
@@ -683,18 +690,14 @@ void align_series(JobMerge& jm) {
   if (points > 0) {
     job_series.stride = grid.stride;
     job_series.first_step = grid.grid;
-    std::vector<std::vector<double>*> job_columns = {&job_series.wall_ms,    &job_series.input_ms, &job_series.compute_ms,
-                                                     &job_series.memory_ms,  &job_series.communication_ms,
-                                                     &job_series.other_ms,   &job_series.unattributed_ms,
-                                                     &job_series.rss_mb};
+    const std::vector<std::vector<double>*> job_columns = series_columns(job_series);
     std::vector<std::vector<double>> sums(job_columns.size(), std::vector<double>(points, 0.0));
     std::vector<std::vector<int>> sum_n(job_columns.size(), std::vector<int>(points, 0));
     std::vector<double> resampled;
     std::vector<int> counts;
     for (std::size_t i = 0; i < n; ++i) {
       const StepSeries& s = ranks[i].report->steps.series;
-      const std::vector<double>* columns[] = {&s.wall_ms,  &s.input_ms, &s.compute_ms,       &s.memory_ms,
-                                              &s.communication_ms, &s.other_ms, &s.unattributed_ms, &s.rss_mb};
+      const std::vector<const std::vector<double>*> columns = series_columns(s);
       std::vector<double> wall, comm;
       for (std::size_t c = 0; c < job_columns.size(); ++c) {
         if (columns[c]->empty()) continue;
@@ -704,8 +707,8 @@ void align_series(JobMerge& jm) {
             sums[c][k] += resampled[k];
             ++sum_n[c][k];
           }
-        if (c == 0) wall = resampled;
-        if (c == 4) comm = resampled;
+        if (c == kWallColumn) wall = resampled;
+        if (c == kCommColumn) comm = resampled;
       }
       busy_series[i].assign(points, kNaN);
       comm_series[i].assign(points, kNaN);
@@ -721,7 +724,8 @@ void align_series(JobMerge& jm) {
       job_columns[c]->resize(points);
       for (std::size_t k = 0; k < points; ++k) (*job_columns[c])[k] = sum_n[c][k] > 0 ? sums[c][k] / sum_n[c][k] : 0.0;
     }
-    if (sum_n[7].empty() || std::all_of(sum_n[7].begin(), sum_n[7].end(), [](int x) { return x == 0; }))
+    const std::vector<int>& rss_n = sum_n[kRssColumn];
+    if (rss_n.empty() || std::all_of(rss_n.begin(), rss_n.end(), [](int x) { return x == 0; }))
       job_series.rss_mb.clear();
   }
 }
@@ -778,7 +782,7 @@ void split_communication(JobMerge& jm) {
       jm.collective_points > 0 ? jm.expected_wait_sum / jm.collective_points
                             : jm.busy_sample.summary().max - jm.busy_sample.summary().mean;
   double wait_sum = 0;
-  for (std::size_t i = 0; i < n; ++i) wait_sum += std::max(0.0, ranks[i].comm - m.comm_collective_ms);
+  for (std::size_t i = 0; i < n; ++i) wait_sum += std::max(0.0, ranks[i].comm() - m.comm_collective_ms);
   m.comm_wait_ms = wait_sum / static_cast<double>(n);
   m.comm_wait_fraction = m.comm_ms > 0 ? std::min(1.0, m.comm_wait_ms / m.comm_ms) : 0.0;
 }
@@ -1025,13 +1029,9 @@ void add_rank_rows(JobMerge& jm) {
     r.steps = f.report->steps.count;
     r.step_ms = f.wall;
     r.busy_ms = f.busy;
-    r.input_ms = f.input;
-    r.compute_ms = f.compute;
-    r.memory_ms = f.memory;
-    r.communication_ms = f.comm;
-    r.other_ms = f.other;
+    r.kind_ms = f.kind_ms;
     r.unattributed_ms = f.unattributed;
-    r.comm_wait_ms = std::max(0.0, f.comm - m.comm_collective_ms);
+    r.comm_wait_ms = std::max(0.0, f.comm() - m.comm_collective_ms);
     r.verdict = f.report->bottleneck.category;
     r.straggler = jm.is_straggler[i];
     m.ranks.push_back(std::move(r));
@@ -1119,19 +1119,15 @@ void fill_job_steps(JobMerge& jm) {
     max_unended = std::max(max_unended, r.steps.unended_excluded);
     job.steps.unended_wall_ms = std::max(job.steps.unended_wall_ms, r.steps.unended_wall_ms);
     b.wall_ms += f.wall;
-    b.input_ms += f.input;
-    b.compute_ms += f.compute;
-    b.memory_ms += f.memory;
-    b.communication_ms += f.comm;
-    b.other_ms += f.other;
+    for (PhaseKind k : kPhaseKinds) b.kind_ms[k] += f.kind_ms[k];
     b.unattributed_ms += f.unattributed;
     job.dropped_records += r.dropped_records;
     job.total_records += r.total_records;
   }
   const double nd = static_cast<double>(n);
-  for (double* x : {&b.wall_ms, &b.input_ms, &b.compute_ms, &b.memory_ms, &b.communication_ms, &b.other_ms,
-                    &b.unattributed_ms})
-    *x /= nd;
+  b.wall_ms /= nd;
+  for (double& x : b.kind_ms) x /= nd;
+  b.unattributed_ms /= nd;
   merge_between_steps(ranks, job.steps);
   // Steps every rank measured (they step together in a synchronous job); the
   // distributions hold every rank's steps.
@@ -1248,7 +1244,7 @@ void judge_job(JobMerge& jm) {
     e.sentence = fmt::format(
         "The verdict describes the typical rank, rank {} (median time outside communication, {:.2f} ms/step): "
         "{:.2f} ms/step in communication of a {:.2f} ms step.",
-        ranks[typical].rank, ranks[typical].busy, ranks[typical].comm, ranks[typical].wall);
+        ranks[typical].rank, ranks[typical].busy, ranks[typical].comm(), ranks[typical].wall);
     v.evidence.push_back(std::move(e));
   }
   {
@@ -1474,7 +1470,8 @@ std::string format_multi_rank(const Report& merged) {
       line(fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10}  {}", "rank", "step", "busy", "comm", "waiting", "verdict"));
       for (const RankSummary& r : m.ranks)
         line(fmt::format("  {:>5} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}  {}{}", r.rank, r.step_ms, r.busy_ms,
-                         r.communication_ms, r.comm_wait_ms, r.verdict, r.straggler ? "  <- straggler" : ""));
+                         r.kind_ms[PhaseKind::communication], r.comm_wait_ms, r.verdict,
+                         r.straggler ? "  <- straggler" : ""));
     }
     return out;
   } catch (...) {

@@ -2,9 +2,8 @@
 // few lines of inline script), no network access of any kind.
 #include <stepscope/html.hpp>
 
-#include "core/atomic_file.hpp"
-#include "stats/phase_kind.hpp"
 #include <stepscope/analysis.hpp>
+#include "core/atomic_file.hpp"
 
 #include <fmt/format.h>
 
@@ -93,16 +92,16 @@ struct KindStyle {
   const char* meaning;
 };
 
-// The parts of a step's breakdown: the phase kinds (detail::kPhaseKinds, whose
-// order is the stacking order, bottom to top, in every chart), then the step
-// time in no phase.
-constexpr std::size_t kBreakdownPartCount = detail::kPhaseKindCount + 1;
+// The parts of a step's breakdown: the phase kinds (kPhaseKinds, whose order
+// is the stacking order, bottom to top, in every chart), then the step time
+// in no phase.
+constexpr std::size_t kBreakdownPartCount = kPhaseKindCount + 1;
 constexpr KindStyle kKinds[kBreakdownPartCount] = {
-    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::input)], "#f28e2b", "waiting for the input pipeline"},
-    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::compute)], "#4e79a7", "forward / backward / optimizer math"},
-    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::memory)], "#b07aa1", "copies and memory management"},
-    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::communication)], "#59a14f", "collectives and other ranks"},
-    {detail::kPhaseKindNames[detail::kind_index(PhaseKind::other)], "#9c9c9c", "phases of kind other"},
+    {phase_kind_name(PhaseKind::input), "#f28e2b", "waiting for the input pipeline"},
+    {phase_kind_name(PhaseKind::compute), "#4e79a7", "forward / backward / optimizer math"},
+    {phase_kind_name(PhaseKind::memory), "#b07aa1", "copies and memory management"},
+    {phase_kind_name(PhaseKind::communication), "#59a14f", "collectives and other ranks"},
+    {phase_kind_name(PhaseKind::other), "#9c9c9c", "phases of kind other"},
     {"unattributed", "#e15759", "in the step, in no phase (framework, launch, scheduling)"},
 };
 
@@ -124,17 +123,17 @@ const char* category_color(const std::string& category) {
   return "#7a7a7a";
 }
 
-// The breakdown's parts in kKinds order (ms per step).
-std::vector<double> breakdown_parts(const StepBreakdown& b) {
-  const detail::KindArray<double> kinds = detail::kind_parts(b);
-  std::vector<double> parts(kinds.begin(), kinds.end());
+// The breakdown's parts in kKinds order (ms per step): a step's, or a rank's.
+template <class Parts>  // StepBreakdown or RankSummary
+std::vector<double> breakdown_parts(const Parts& b) {
+  std::vector<double> parts(b.kind_ms.begin(), b.kind_ms.end());
   parts.push_back(b.unattributed_ms);
   return parts;
 }
 
 // The series of breakdown part `part` (kKinds order).
 const std::vector<double>& series_of(const StepSeries& s, std::size_t part) {
-  return part < detail::kPhaseKindCount ? detail::kind_series(s, detail::kPhaseKinds[part]) : s.unattributed_ms;
+  return part < kPhaseKindCount ? s.kind_ms[kPhaseKinds[part]] : s.unattributed_ms;
 }
 
 // A "nice" axis maximum and tick step (1, 2, 5 × 10^k) for [0, max].
@@ -831,12 +830,11 @@ void rank_breakdown_chart(std::string& o, const MultiRank& m) {
   y_axis_grid(o, left, right, axis_max, tick, y_of);
   for (std::size_t i = 0; i < m.ranks.size(); ++i) {
     const RankSummary& k = m.ranks[i];
-    const double parts[kBreakdownPartCount] = {k.input_ms,         k.compute_ms, k.memory_ms,
-                                               k.communication_ms, k.other_ms,   k.unattributed_ms};
+    const std::vector<double> parts = breakdown_parts(k);
     const std::string info =
         fmt::format("rank {}{}: step {} ms, busy {} ms, communication {} ms (waiting {} ms), verdict {}", k.rank,
-                    k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms), ms(k.communication_ms),
-                    ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
+                    k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms),
+                    ms(k.kind_ms[PhaseKind::communication]), ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
     o += "<g class=\"col\"><title>" + esc(info) + "</title>";
     double base = 0;
     const double w = std::min(std::max(col_w * 0.86, 0.5), 60.0);
@@ -878,8 +876,9 @@ void rank_table(std::string& o, const MultiRank& m) {
         "class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
         k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms),
-        ms(k.input_ms), ms(k.compute_ms), ms(k.memory_ms), ms(k.communication_ms), ms(k.comm_wait_ms),
-        ms(k.unattributed_ms), esc(k.verdict), k.straggler ? "yes" : "");
+        ms(k.kind_ms[PhaseKind::input]), ms(k.kind_ms[PhaseKind::compute]), ms(k.kind_ms[PhaseKind::memory]),
+        ms(k.kind_ms[PhaseKind::communication]), ms(k.comm_wait_ms), ms(k.unattributed_ms), esc(k.verdict),
+        k.straggler ? "yes" : "");
   o += "</tbody></table>";
   o += m.ranks.size() > 32 ? "</details>" : "";
 }

@@ -3,7 +3,6 @@
 #include <stepscope/report.hpp>
 
 #include "core/atomic_file.hpp"
-#include "stats/phase_kind.hpp"
 #include "report/json_guard.hpp"
 #include "text/printable.hpp"
 
@@ -28,7 +27,9 @@ inline namespace v1 {
 
 using nlohmann::json;
 
-const char* to_string(PhaseKind kind) noexcept { return detail::phase_kind_name(kind); }
+const char* to_string(PhaseKind kind) noexcept {
+  return phase_kind_name(kind);
+}
 
 const char* to_string(ThreadRole role) noexcept {
   switch (role) {
@@ -40,8 +41,8 @@ const char* to_string(ThreadRole role) noexcept {
 }
 
 bool parse_phase_kind(const std::string& text, PhaseKind& out) noexcept {
-  for (PhaseKind k : detail::kPhaseKinds)
-    if (text == detail::phase_kind_name(k)) return out = k, true;
+  for (PhaseKind k : kPhaseKinds)
+    if (text == phase_kind_name(k)) return out = k, true;
   return false;
 }
 
@@ -314,27 +315,41 @@ HistogramData hist_from(const Field& j) {
   return h;
 }
 
+// A kind's part of a breakdown or series: "input_ms", "compute_ms", ...
+std::string kind_key(PhaseKind kind) {
+  return std::string(phase_kind_name(kind)) + "_ms";
+}
+
+// Writes every kind's part of `parts` (values written by `to`) into object `j`.
+template <class T, class To>
+json with_kinds(json j, const PerKind<T>& parts, To to) {
+  for (PhaseKind k : kPhaseKinds) j[kind_key(k)] = to(parts[k]);
+  return j;
+}
+// Reads every kind's part (read by `from(j, key)`).
+template <class T, class From>
+PerKind<T> kinds_from(const Field& j, From from) {
+  PerKind<T> parts;
+  for (PhaseKind k : kPhaseKinds) parts[k] = from(j, kind_key(k).c_str());
+  return parts;
+}
+double num_from(const Field& j, const char* key) {
+  return get_num(j, key);
+}
+
 json to_j(const StepBreakdown& b) {
-  return json{{"wall_ms", num(b.wall_ms)},
-              {"input_ms", num(b.input_ms)},
-              {"compute_ms", num(b.compute_ms)},
-              {"memory_ms", num(b.memory_ms)},
-              {"communication_ms", num(b.communication_ms)},
-              {"other_ms", num(b.other_ms)},
-              {"unattributed_ms", num(b.unattributed_ms)},
-              {"cpu_wait_ms", num(b.cpu_wait_ms)},
-              {"page_fault_ms", num(b.page_fault_ms)},
-              {"between_steps_input_ms", num(b.between_steps_input_ms)},
-              {"between_steps_ms", num(b.between_steps_ms)}};
+  return with_kinds(json{{"wall_ms", num(b.wall_ms)},
+                         {"unattributed_ms", num(b.unattributed_ms)},
+                         {"cpu_wait_ms", num(b.cpu_wait_ms)},
+                         {"page_fault_ms", num(b.page_fault_ms)},
+                         {"between_steps_input_ms", num(b.between_steps_input_ms)},
+                         {"between_steps_ms", num(b.between_steps_ms)}},
+                    b.kind_ms, num);
 }
 StepBreakdown breakdown_from(const Field& j) {
   StepBreakdown b;
   b.wall_ms = get_num(j, "wall_ms");
-  b.input_ms = get_num(j, "input_ms");
-  b.compute_ms = get_num(j, "compute_ms");
-  b.memory_ms = get_num(j, "memory_ms");
-  b.communication_ms = get_num(j, "communication_ms");
-  b.other_ms = get_num(j, "other_ms");
+  b.kind_ms = kinds_from<double>(j, num_from);
   b.unattributed_ms = get_num(j, "unattributed_ms");
   b.cpu_wait_ms = get_num(j, "cpu_wait_ms");
   b.page_fault_ms = get_num(j, "page_fault_ms");
@@ -355,17 +370,13 @@ std::vector<double> nums_from(const Field& j, const char* key) {
 }
 
 json to_j(const StepSeries& s) {
-  return json{{"stride", s.stride},
-              {"first_step", s.first_step},
-              {"wall_ms", nums(s.wall_ms)},
-              {"input_ms", nums(s.input_ms)},
-              {"compute_ms", nums(s.compute_ms)},
-              {"memory_ms", nums(s.memory_ms)},
-              {"communication_ms", nums(s.communication_ms)},
-              {"other_ms", nums(s.other_ms)},
-              {"unattributed_ms", nums(s.unattributed_ms)},
-              {"between_steps_ms", nums(s.between_steps_ms)},
-              {"rss_mb", nums(s.rss_mb)}};
+  return with_kinds(json{{"stride", s.stride},
+                         {"first_step", s.first_step},
+                         {"wall_ms", nums(s.wall_ms)},
+                         {"unattributed_ms", nums(s.unattributed_ms)},
+                         {"between_steps_ms", nums(s.between_steps_ms)},
+                         {"rss_mb", nums(s.rss_mb)}},
+                    s.kind_ms, nums);
 }
 StepSeries series_from(const Field& j) {
   StepSeries s;
@@ -373,11 +384,7 @@ StepSeries series_from(const Field& j) {
   if (s.stride == 0) s.stride = 1;
   for (const Field& x : get_arr(j, "first_step")) s.first_step.push_back(count_of(x, x.path));
   s.wall_ms = nums_from(j, "wall_ms");
-  s.input_ms = nums_from(j, "input_ms");
-  s.compute_ms = nums_from(j, "compute_ms");
-  s.memory_ms = nums_from(j, "memory_ms");
-  s.communication_ms = nums_from(j, "communication_ms");
-  s.other_ms = nums_from(j, "other_ms");
+  s.kind_ms = kinds_from<std::vector<double>>(j, nums_from);
   s.unattributed_ms = nums_from(j, "unattributed_ms");
   s.between_steps_ms = nums_from(j, "between_steps_ms");
   s.rss_mb = nums_from(j, "rss_mb");
@@ -572,20 +579,16 @@ AcrossRanks across_from(const Field& j) {
 json to_j(const MultiRank& m) {
   json ranks = json::array();
   for (const auto& r : m.ranks)
-    ranks.push_back(json{{"rank", r.rank},
-                         {"host", r.host},
-                         {"steps", r.steps},
-                         {"step_ms", num(r.step_ms)},
-                         {"busy_ms", num(r.busy_ms)},
-                         {"input_ms", num(r.input_ms)},
-                         {"compute_ms", num(r.compute_ms)},
-                         {"memory_ms", num(r.memory_ms)},
-                         {"communication_ms", num(r.communication_ms)},
-                         {"other_ms", num(r.other_ms)},
-                         {"unattributed_ms", num(r.unattributed_ms)},
-                         {"comm_wait_ms", num(r.comm_wait_ms)},
-                         {"verdict", r.verdict},
-                         {"straggler", r.straggler}});
+    ranks.push_back(with_kinds(json{{"rank", r.rank},
+                                    {"host", r.host},
+                                    {"steps", r.steps},
+                                    {"step_ms", num(r.step_ms)},
+                                    {"busy_ms", num(r.busy_ms)},
+                                    {"unattributed_ms", num(r.unattributed_ms)},
+                                    {"comm_wait_ms", num(r.comm_wait_ms)},
+                                    {"verdict", r.verdict},
+                                    {"straggler", r.straggler}},
+                               r.kind_ms, num));
   json phases = json::array();
   for (const auto& p : m.phases)
     phases.push_back(json{{"name", p.name}, {"kind", to_string(p.kind)}, {"ranks", p.ranks}, {"per_step_ms", to_j(p.per_step_ms)}});
@@ -661,11 +664,7 @@ MultiRank multirank_from(const Field& j) {
     r.steps = get_u64(x, "steps");
     r.step_ms = get_num(x, "step_ms");
     r.busy_ms = get_num(x, "busy_ms");
-    r.input_ms = get_num(x, "input_ms");
-    r.compute_ms = get_num(x, "compute_ms");
-    r.memory_ms = get_num(x, "memory_ms");
-    r.communication_ms = get_num(x, "communication_ms");
-    r.other_ms = get_num(x, "other_ms");
+    r.kind_ms = kinds_from<double>(x, num_from);
     r.unattributed_ms = get_num(x, "unattributed_ms");
     r.comm_wait_ms = get_num(x, "comm_wait_ms");
     r.verdict = get_str(x, "verdict");

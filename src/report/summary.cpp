@@ -48,14 +48,12 @@ std::string format_summary(const Report& r) {
     // The settled accounting: the same numbers as the verdict sentence and ranking.
     const StepBreakdown b = settled_breakdown(r);
     line("step breakdown (critical path, mean per step):");
-    const std::pair<const char*, double> parts[] = {{"input", b.input_ms},   {"compute", b.compute_ms},
-                                                    {"memory", b.memory_ms}, {"communication", b.communication_ms},
-                                                    {"other", b.other_ms},   {"unattributed", b.unattributed_ms}};
     auto part_line = [&](const char* name, double ms) {
       const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
       line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
     };
-    for (const auto& [name, ms] : parts) part_line(name, ms);
+    for (PhaseKind k : kPhaseKinds) part_line(phase_kind_name(k), b.kind_ms[k]);
+    part_line("unattributed", b.unattributed_ms);
     // Parts carved out of the rows above (which are shown net of them).
     const std::pair<const char*, double> carved[] = {{"cpu wait", b.cpu_wait_ms}, {"page faults", b.page_fault_ms}};
     for (const auto& [name, ms] : carved)

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <string>
 
 using namespace stepscope;
@@ -45,10 +46,10 @@ TEST_CASE("classify: every evidence rule fires at its threshold, not below", "[a
   const double steps = 100;
   const double wall_s = 10;  // 100 steps of 100 ms
   const std::vector<Rule> rules = {
-      {"input_share", t.moderately_bound, [](Report& r, double v) { r.steps.breakdown.input_ms = 100 * v; }, true},
-      {"memory_share", t.moderately_bound, [](Report& r, double v) { r.steps.breakdown.memory_ms = 100 * v; }, true},
+      {"input_share", t.moderately_bound, [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::input] = 100 * v; }, true},
+      {"memory_share", t.moderately_bound, [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::memory] = 100 * v; }, true},
       {"communication_share", t.moderately_bound,
-       [](Report& r, double v) { r.steps.breakdown.communication_ms = 100 * v; }, true},
+       [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::communication] = 100 * v; }, true},
       {"unattributed_share", t.scheduling_moderately_bound,
        [](Report& r, double v) { r.steps.breakdown.unattributed_ms = 100 * v; }, true},
       {"input_on_cpu_fraction", t.input_on_cpu_working, [](Report& r, double v) { r.system.input_on_cpu_fraction = v; },
@@ -677,18 +678,18 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     Report r = host_report(s);
     r.system.runqueue_wait_s = 0.60 * r.system.wall_s;
     analyze(r);
-    CHECK(r.steps.breakdown.compute_ms == Approx(90));  // the measured parts stay as measured
+    CHECK(r.steps.breakdown.kind_ms[PhaseKind::compute] == Approx(90));  // the measured parts stay as measured
     CHECK(r.steps.breakdown.cpu_wait_ms == Approx(60));
     const StepBreakdown b = settled_breakdown(r);
     CHECK(b.cpu_wait_ms == Approx(60));
     // Spread over all the step time the thread could wait in (the 5 ms
     // outside phases included): each part gives up 60%.
-    CHECK(b.compute_ms == Approx(90 * (1 - 60.0 / 100)));
+    CHECK(b.kind_ms[PhaseKind::compute] == Approx(90 * (1 - 60.0 / 100)));
     CHECK(b.unattributed_ms == Approx(5 * (1 - 60.0 / 100)));
-    CHECK(b.input_ms + b.compute_ms + b.memory_ms + b.communication_ms + b.other_ms + b.unattributed_ms +
+    CHECK(std::accumulate(b.kind_ms.begin(), b.kind_ms.end(), 0.0) + b.unattributed_ms +
               b.cpu_wait_ms + b.page_fault_ms ==
           Approx(b.wall_ms));
-    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.compute_ms / b.wall_ms));
+    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.kind_ms[PhaseKind::compute] / b.wall_ms));
     CHECK(ranked_cost(r.bottleneck, "scheduling") == Approx((b.unattributed_ms + b.cpu_wait_ms) / b.wall_ms));
     const std::string text = format_summary(r);
     INFO(text);
@@ -701,12 +702,12 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     const StepBreakdown once = settled_breakdown(r);
     analyze(r);
     CHECK(settled_breakdown(r).cpu_wait_ms == Approx(once.cpu_wait_ms));
-    CHECK(settled_breakdown(r).compute_ms == Approx(once.compute_ms));
+    CHECK(settled_breakdown(r).kind_ms[PhaseKind::compute] == Approx(once.kind_ms[PhaseKind::compute]));
     // ... and so does the report read back from its JSON.
     Report back;
     std::string error;
     REQUIRE(report_from_json(report_to_json(r), back, error));
-    CHECK(settled_breakdown(back).compute_ms == Approx(once.compute_ms));
+    CHECK(settled_breakdown(back).kind_ms[PhaseKind::compute] == Approx(once.kind_ms[PhaseKind::compute]));
     CHECK(settled_breakdown(back).cpu_wait_ms == Approx(once.cpu_wait_ms));
   }
   SECTION("a step mostly outside phases keeps its phases' share of the time (no emptied row)") {
@@ -722,9 +723,9 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     analyze(r);
     const StepBreakdown b = settled_breakdown(r);
     CHECK(b.cpu_wait_ms == Approx(10));
-    CHECK(b.compute_ms == Approx(7 * 0.9));
+    CHECK(b.kind_ms[PhaseKind::compute] == Approx(7 * 0.9));
     CHECK(b.unattributed_ms == Approx(93 * 0.9));
-    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.compute_ms / b.wall_ms));
+    CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.kind_ms[PhaseKind::compute] / b.wall_ms));
   }
   SECTION("a scheduling verdict with nothing outside phases does not cite it") {
     Shares s;
@@ -742,7 +743,7 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     analyze(r);
     const StepBreakdown b = settled_breakdown(r);
     CHECK(b.page_fault_ms == Approx(0.94 * b.wall_ms));
-    CHECK(ranked_cost(r.bottleneck, "memory") == Approx((b.memory_ms + b.page_fault_ms) / b.wall_ms));
+    CHECK(ranked_cost(r.bottleneck, "memory") == Approx((b.kind_ms[PhaseKind::memory] + b.page_fault_ms) / b.wall_ms));
     const std::string text = format_summary(r);
     INFO(text);
     CHECK(text.find("page faults") != std::string::npos);

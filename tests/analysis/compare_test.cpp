@@ -132,8 +132,8 @@ TEST_CASE("compare: one config change is fine, two get a warning", "[analysis][c
 TEST_CASE("compare: the verdict before and after", "[analysis][compare]") {
   Report a = run(100, 5, 100);  // input 60%: io
   Report b = run(60, 5, 100);
-  b.steps.breakdown.input_ms = 1;
-  b.steps.breakdown.compute_ms = 57;
+  b.steps.breakdown.kind_ms[PhaseKind::input] = 1;
+  b.steps.breakdown.kind_ms[PhaseKind::compute] = 57;
   b.steps.breakdown.unattributed_ms = 2;
   b.steps.breakdown.wall_ms = 60;
   SECTION("reports never analysed are classified on the fly") {

@@ -193,10 +193,10 @@ TEST_CASE("what-if: a merged job goes at its slowest rank's pace", "[analysis][w
     RankSummary k;
     k.rank = i;
     k.step_ms = 17;
-    k.compute_ms = i == 3 ? 14 : 8;
-    k.other_ms = 2;
-    k.busy_ms = k.compute_ms + k.other_ms;
-    k.communication_ms = 17 - k.busy_ms;
+    k.kind_ms[PhaseKind::compute] = i == 3 ? 14 : 8;
+    k.kind_ms[PhaseKind::other] = 2;
+    k.busy_ms = k.kind_ms[PhaseKind::compute] + k.kind_ms[PhaseKind::other];
+    k.kind_ms[PhaseKind::communication] = 17 - k.busy_ms;
     m.ranks.push_back(k);
   }
   m.comm_collective_ms = 1;

@@ -101,7 +101,7 @@ TEST_CASE("a slowed rank is named as the straggler; the others wait in the allre
   for (int r : {0, 2}) {
     const Report& victim = ranks[static_cast<std::size_t>(r)];
     INFO("rank " << r << ": " << victim.bottleneck.summary);
-    CHECK(victim.steps.breakdown.communication_ms > 0.5 * victim.steps.breakdown.wall_ms);
+    CHECK(victim.steps.breakdown.kind_ms[PhaseKind::communication] > 0.5 * victim.steps.breakdown.wall_ms);
     bool runqueue_evidence = false;
     for (const auto& e : victim.bottleneck.evidence)
       runqueue_evidence |= e.signal == "runqueue_wait_fraction" && e.supports;

@@ -98,7 +98,7 @@ TEST_CASE("a PyTorch 2.x forward pass with no data loader is launch-bound, not I
   // their cudaLaunchKernel.
   const stepscope::Report r = corpus_report("h100_bert_small_forward.json.gz");
   CHECK(r.bottleneck.category == "scheduling");
-  CHECK(r.steps.breakdown.input_ms == 0);
+  CHECK(r.steps.breakdown.kind_ms[stepscope::PhaseKind::input] == 0);
   const stepscope::Evidence* short_kernels = find_evidence(r, "short_kernel_fraction");
   REQUIRE(short_kernels != nullptr);
   CHECK(short_kernels->supports);
@@ -159,7 +159,7 @@ TEST_CASE("a PyTorch 2.x DDP training step has backward, optimizer and forward",
   CHECK(forward->share_of_step > 0.2);
   CHECK(optimizer->share_of_step > 0.01);
   CHECK(backward->count == 3);
-  CHECK(r.steps.breakdown.input_ms == 0);
+  CHECK(r.steps.breakdown.kind_ms[stepscope::PhaseKind::input] == 0);
 }
 
 TEST_CASE("advice on imported traces speaks PyTorch, not stepscope's C++ API", "[import][corpus][pytorch2]") {

@@ -108,20 +108,21 @@ std::vector<Report> make_job(const JobSpec& spec) {
     };
     StepBreakdown& b = rep.steps.breakdown;
     b.wall_ms = w;
-    b.input_ms = mean(data[r]);
-    b.compute_ms = mean(fwd[r]) + mean(bwd[r]);
-    b.communication_ms = mean(comm[r]);
-    b.unattributed_ms = std::max(0.0, w - b.input_ms - b.compute_ms - b.communication_ms);
+    b.kind_ms[PhaseKind::input] = mean(data[r]);
+    b.kind_ms[PhaseKind::compute] = mean(fwd[r]) + mean(bwd[r]);
+    b.kind_ms[PhaseKind::communication] = mean(comm[r]);
+    b.unattributed_ms = std::max(
+        0.0, w - b.kind_ms[PhaseKind::input] - b.kind_ms[PhaseKind::compute] - b.kind_ms[PhaseKind::communication]);
     StepSeries& series = rep.steps.series;
     series.stride = 1;
     for (std::size_t s = 0; s < S; ++s) {
       series.first_step.push_back(s + 1);
       series.wall_ms.push_back(wall[s]);
-      series.input_ms.push_back(data[r][s]);
-      series.compute_ms.push_back(fwd[r][s] + bwd[r][s]);
-      series.memory_ms.push_back(0);
-      series.communication_ms.push_back(comm[r][s]);
-      series.other_ms.push_back(0);
+      series.kind_ms[PhaseKind::input].push_back(data[r][s]);
+      series.kind_ms[PhaseKind::compute].push_back(fwd[r][s] + bwd[r][s]);
+      series.kind_ms[PhaseKind::memory].push_back(0);
+      series.kind_ms[PhaseKind::communication].push_back(comm[r][s]);
+      series.kind_ms[PhaseKind::other].push_back(0);
       series.unattributed_ms.push_back(0);
     }
     rep.phases.push_back(phase("data", PhaseKind::input, data[r], w));
@@ -282,7 +283,7 @@ TEST_CASE("imbalance and the waiting / collective split are exact on noiseless r
   CHECK(m.stragglers[0].excess_ms == Approx(18));
   // Job facts: means over ranks.
   CHECK(job.steps.breakdown.wall_ms == Approx(85));
-  CHECK(job.steps.breakdown.communication_ms == Approx((23.0 * 3 + 5) / 4));
+  CHECK(job.steps.breakdown.kind_ms[PhaseKind::communication] == Approx((23.0 * 3 + 5) / 4));
   CHECK(job.steps.count == 100);
   CHECK(job.steps.wall_ms.count == 400);
   CHECK(job.run.config.at("batch_size") == "32");

@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   if (!analysed) return 1;
   const auto& b = r.steps.breakdown;
   std::printf("verdict %s; steps %llu; step %.1f ms = input %.1f + compute %.1f + unattributed %.1f\n",
-              r.bottleneck.category.c_str(), static_cast<unsigned long long>(r.steps.count), b.wall_ms, b.input_ms,
-              b.compute_ms, b.unattributed_ms);
+              r.bottleneck.category.c_str(), static_cast<unsigned long long>(r.steps.count), b.wall_ms,
+              b.kind_ms[stepscope::PhaseKind::input], b.kind_ms[stepscope::PhaseKind::compute], b.unattributed_ms);
   check(r.steps.count == 11, "11 steps kept (12 profiled, the last dropped as HTA does)");
   if (mode == "compute") {
     check(r.bottleneck.category == "compute", "compute-bound MLP -> compute");

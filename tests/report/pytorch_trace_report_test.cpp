@@ -55,7 +55,8 @@ TEST_CASE("a legacy trace's own names become data/forward/backward/optimizer", "
     }
     // The parts account for the step: almost nothing left unattributed.
     const auto& b = r.steps.breakdown;
-    CHECK(b.input_ms + b.compute_ms + b.unattributed_ms == Approx(b.wall_ms).epsilon(0.01));
+    CHECK(b.kind_ms[PhaseKind::input] + b.kind_ms[PhaseKind::compute] + b.unattributed_ms ==
+          Approx(b.wall_ms).epsilon(0.01));
     CHECK(b.unattributed_ms < 0.2 * b.wall_ms);
   }
 }
@@ -63,12 +64,12 @@ TEST_CASE("a legacy trace's own names become data/forward/backward/optimizer", "
 TEST_CASE("legacy traces get the verdict their loop deserves", "[report][trace][legacy]") {
   SECTION("compute-bound MLP -> compute") {
     const Report r = analyze_legacy("compute");
-    CHECK(r.steps.breakdown.compute_ms > 0.8 * r.steps.breakdown.wall_ms);
+    CHECK(r.steps.breakdown.kind_ms[PhaseKind::compute] > 0.8 * r.steps.breakdown.wall_ms);
     CHECK(r.bottleneck.category == "compute");
   }
   SECTION("slow Dataset, no workers -> io") {
     const Report r = analyze_legacy("io");
-    CHECK(r.steps.breakdown.input_ms > 0.8 * r.steps.breakdown.wall_ms);
+    CHECK(r.steps.breakdown.kind_ms[PhaseKind::input] > 0.8 * r.steps.breakdown.wall_ms);
     CHECK(r.bottleneck.category == "io");
   }
   SECTION("the same Dataset with workers -> not io") {
@@ -156,11 +157,11 @@ TEST_CASE("a launch-bound PyTorch 2.x step is scheduling, in the trace's words",
   CHECK(r.device.facts.timeline.device_idle_fraction.value() > 0.9);
   // No input phase exists, so no GPU idle is charged to input.
   CHECK(r.device.facts.timeline.idle_host_input_fraction.value() == 0.0);
-  CHECK(r.steps.breakdown.input_ms == 0.0);
+  CHECK(r.steps.breakdown.kind_ms[PhaseKind::input] == 0.0);
   CHECK(r.device.facts.timeline.short_kernel_fraction.value() > 0.9);
   CHECK(r.bottleneck.category == "scheduling");
   // The forward work is PyTorch's operators: attributed without annotations.
-  CHECK(r.steps.breakdown.compute_ms > 0.5 * r.steps.breakdown.wall_ms);
+  CHECK(r.steps.breakdown.kind_ms[PhaseKind::compute] > 0.5 * r.steps.breakdown.wall_ms);
   // Advice for a Python trace: record_function, never STEPSCOPE_PHASE.
   auto all_text = [&r] {
     std::string text = r.bottleneck.summary;

@@ -209,7 +209,7 @@ TEST_CASE("io: a loader reading cold files through a slow volume starves the ste
   CHECK(read->share_of_step == 0);
   // The step waits (off CPU) rather than works in its input phase.
   if (r.system.input_on_cpu_fraction >= 0) CHECK(r.system.input_on_cpu_fraction < 0.5);
-  CHECK(r.steps.breakdown.input_ms > 2 * r.steps.breakdown.compute_ms);
+  CHECK(r.steps.breakdown.kind_ms[PhaseKind::input] > 2 * r.steps.breakdown.kind_ms[PhaseKind::compute]);
 }
 
 TEST_CASE("compute: matrix math dominates the step", "[scenarios][compute]") {
@@ -277,9 +277,9 @@ void pin_pipeline_hidden() {
 }
 
 // A part of the settled breakdown (what the verdict sees) as a share of the step.
-double kind_share(const Report& r, double StepBreakdown::*part) {
+double kind_share(const Report& r, PhaseKind kind) {
   const StepBreakdown b = settled_breakdown(r);
-  return b.wall_ms > 0 ? b.*part / b.wall_ms : 0.0;
+  return b.wall_ms > 0 ? b.kind_ms[kind] / b.wall_ms : 0.0;
 }
 
 TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); on a background loader it is not",
@@ -295,7 +295,7 @@ TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); o
   INFO("A: " << describe(a) << "B: " << describe(b));
   REQUIRE(a.bottleneck.category == "io");
   check_backed(a, "input_share");
-  CHECK(kind_share(a, &StepBreakdown::input_ms) >= 0.20);
+  CHECK(kind_share(a, PhaseKind::input) >= 0.20);
   // Where compute costs more than input (3.8 vs 2.5 ms on a quiet machine;
   // on a busy one the CPU wait is carved out of compute and may leave it
   // below input), io wins by the 20% rule and compute is named runner-up.
@@ -368,7 +368,7 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
     // while another test shared the two cores and the loader thread ran
     // faster or slower than in B). When it does not, the scenario is not what
     // it was built to be: try again, and skip with the reason if it never is.
-    const double half_input = kind_share(half, &StepBreakdown::input_ms);
+    const double half_input = kind_share(half, PhaseKind::input);
     if (runqueue_fraction(half) < 0.05 && half_input < 0.15) {
       if (attempt < kAttempts) {
         WARN("pipeline what-if attempt " << attempt << ": the halved run waited on its loader only " << 100 * half_input
@@ -424,7 +424,7 @@ TEST_CASE("pipeline what-if: compute 2x faster is bounded by the loader, as the 
     // note says so, and the naive Amdahl projection (no loader bound) is
     // further from the measured step. (Under load the compute, not the
     // loader, may still set the pace: then the two projections agree.)
-    const double amdahl = b.steps.wall_ms.mean * (1 - 0.5 * kind_share(b, &StepBreakdown::compute_ms));
+    const double amdahl = b.steps.wall_ms.mean * (1 - 0.5 * kind_share(b, PhaseKind::compute));
     const bool loader_bound = w->note.find("then input-bound: the loader needs") != std::string::npos;
     if (!starved(b) && !starved(half)) CHECK(loader_bound);
     if (loader_bound) CHECK(std::abs(amdahl - m) > std::abs(p - m));

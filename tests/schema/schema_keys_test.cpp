@@ -298,3 +298,60 @@ TEST_CASE("every device fact is documented and goes through the JSON as itself",
   REQUIRE(stepscope::report_from_json(other.dump(), tolerant, error));
   CHECK_FALSE(tolerant.device.facts.timeline.device_idle_fraction.has_value());
 }
+
+TEST_CASE("each phase kind's part goes through the JSON under its own name", "[schema][kinds]") {
+  // One table orders and names the kinds (stepscope::kPhaseKinds,
+  // kPhaseKindNames); the breakdown, the series and the per-rank rows hold a
+  // PerKind and write each part as "<name>_ms", the key the schema documents.
+  using stepscope::PhaseKind;
+  const Schema schema = read_schema(std::string(STEPSCOPE_SOURCE_DIR) + "/docs/report-schema.md");
+  stepscope::Report report;
+  report.steps.breakdown.wall_ms = 100;
+  stepscope::RankSummary rank;
+  rank.rank = 0;
+  double next = 1.5;  // a different value for each kind and place
+  for (PhaseKind k : stepscope::kPhaseKinds) {
+    report.steps.breakdown.kind_ms[k] = next;
+    report.steps.series.kind_ms[k] = {next + 0.25, next + 0.5};
+    rank.kind_ms[k] = next + 0.75;
+    next += 1.0;
+  }
+  report.ranks.emplace();
+  report.ranks->ranks.push_back(rank);
+
+  const json written = json::parse(stepscope::report_to_json(report));
+  std::set<std::string> names;
+  for (PhaseKind k : stepscope::kPhaseKinds) {
+    const std::string key = std::string(stepscope::phase_kind_name(k)) + "_ms";
+    INFO("kind part " << key);
+    CHECK(names.insert(key).second);  // one name per kind
+    CHECK(schema.names.at("steps").count(key) == 1);
+    CHECK(std::string(stepscope::to_string(k)) == stepscope::phase_kind_name(k));
+    PhaseKind parsed = PhaseKind::other;
+    CHECK(stepscope::parse_phase_kind(stepscope::phase_kind_name(k), parsed));
+    CHECK(parsed == k);
+    CHECK(written.at("steps").at("breakdown").at(key) == report.steps.breakdown.kind_ms[k]);
+    CHECK(written.at("steps").at("series").at(key) == json(report.steps.series.kind_ms[k]));
+    CHECK(written.at("ranks").at("ranks").at(0).at(key) == rank.kind_ms[k]);
+  }
+  CHECK(names.size() == stepscope::kPhaseKindCount);
+
+  stepscope::Report loaded;
+  std::string error;
+  REQUIRE(stepscope::report_from_json(written.dump(), loaded, error));
+  REQUIRE(loaded.ranks.has_value());
+  REQUIRE(loaded.ranks->ranks.size() == 1);
+  for (PhaseKind k : stepscope::kPhaseKinds) {
+    INFO("kind " << stepscope::phase_kind_name(k));
+    CHECK(loaded.steps.breakdown.kind_ms[k] == report.steps.breakdown.kind_ms[k]);  // back in its own slot
+    CHECK(loaded.steps.series.kind_ms[k] == report.steps.series.kind_ms[k]);
+    CHECK(loaded.ranks->ranks[0].kind_ms[k] == rank.kind_ms[k]);
+  }
+
+  // A kind outside the enum (a corrupt record) is `other`, in the container and by name.
+  const auto corrupt = static_cast<PhaseKind>(200);
+  stepscope::PerKind<double> parts;
+  parts[corrupt] = 7;
+  CHECK(parts[PhaseKind::other] == 7);
+  CHECK(std::string(stepscope::phase_kind_name(corrupt)) == stepscope::phase_kind_name(PhaseKind::other));
+}

@@ -497,13 +497,13 @@ TEST_CASE("the HTML page survives empty and hostile reports", "[tools][html]") {
   r.steps.count = 3;
   r.steps.wall_ms.mean = std::nan("");
   r.steps.breakdown.wall_ms = 10;
-  r.steps.breakdown.compute_ms = std::numeric_limits<double>::infinity();
-  r.steps.breakdown.input_ms = -5;
+  r.steps.breakdown.kind_ms[stepscope::PhaseKind::compute] = std::numeric_limits<double>::infinity();
+  r.steps.breakdown.kind_ms[stepscope::PhaseKind::input] = -5;
   r.steps.series.stride = 1;
   r.steps.series.first_step = {5, 6, 7};
   r.steps.series.wall_ms = {10, std::nan(""), 1e308};
-  r.steps.series.compute_ms = {std::numeric_limits<double>::infinity(), 2, 3};
-  r.steps.series.input_ms = {-1, 1};  // shorter than the others
+  r.steps.series.kind_ms[stepscope::PhaseKind::compute] = {std::numeric_limits<double>::infinity(), 2, 3};
+  r.steps.series.kind_ms[stepscope::PhaseKind::input] = {-1, 1};  // shorter than the others
   stepscope::PhaseSummary p;
   p.name = "x";
   p.count = 2;
