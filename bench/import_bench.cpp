@@ -7,7 +7,9 @@
 // threads when inflating on the helper), which is what a loaded machine
 // cannot hide. The pieces are measured separately so the floor is visible:
 // inflating alone (BM_V100InflateWhole, BM_V100InflateOnly) and scanning
-// already-inflated JSON (BM_V100ScanPlain).
+// already-inflated JSON (BM_V100ScanPlain), and the parse alone on one thread:
+// the fast scanner (BM_V100ScanFastScannerOnly) against simdjson On-Demand
+// (BM_V100ScanSimdjson, built only when CMake finds simdjson).
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
@@ -19,13 +21,51 @@
 #include <vector>
 
 #include "import/byte_source.hpp"
+#include "import/kineto_fast_scanner.hpp"
 #include "import/kineto_reader_internal.hpp"
 #include "import/trace_import.hpp"
 #include "timeline/timeline.hpp"
 
+// Shared with import_bench_simdjson.cpp (simdjson's benchmarks, compiled with AVX2).
+namespace import_bench {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// The V100 JSON inflated whole once per process; null (and the benchmark
+// skipped) in a build without libdeflate, which streams gzip instead.
+const stepscope::detail::WholeDocument* v100_document(benchmark::State& state) {
+  static const auto* const document = [] {
+    const std::string gz = read_file(STEPSCOPE_TEST_DATA_DIR "/traces/v100_single_rank_compute.json.gz");
+    stepscope::detail::MemoryInput input(gz);
+    stepscope::detail::WholeDocumentLoader loader;
+    auto* loaded = new stepscope::detail::WholeDocument;  // lives as long as the process
+    if (loader.load(input, std::size_t{64} << 20, *loaded) !=
+        stepscope::detail::WholeDocumentLoader::Outcome::loaded) {
+      delete loaded;
+      return static_cast<stepscope::detail::WholeDocument*>(nullptr);
+    }
+    return loaded;
+  }();
+  if (document == nullptr) state.SkipWithError("not inflated whole (a build without libdeflate streams gzip)");
+  return document;
+}
+
+void count_document(benchmark::State& state, std::size_t bytes, std::size_t kept_events) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
+  state.counters["kept_events"] = benchmark::Counter(static_cast<double>(kept_events));
+}
+
+}  // namespace import_bench
+
 namespace {
 
 using stepscope::detail::KinetoParser;
+namespace kin = stepscope::detail::kineto;
 
 const std::string kV100 = STEPSCOPE_TEST_DATA_DIR "/traces/v100_single_rank_compute.json.gz";
 
@@ -49,12 +89,7 @@ class ProcessCpu {
   double start_;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using import_bench::read_file;
 
 void run_all_analyses(const stepscope::timeline::Timeline& tl) {
   namespace t = stepscope::timeline;
@@ -148,6 +183,35 @@ void BM_V100ScanPlain(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(plain.size()) * state.iterations());
 }
 BENCHMARK(BM_V100ScanPlain)->Arg(1)->Arg(0)->ArgName("fast")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// --- the parse alone, fast scanner against simdjson On-Demand -----------------
+// Both read the same inflated document, in the importer's own padded buffer
+// (WholeDocument keeps kPadding readable bytes after the JSON, as many as
+// simdjson's padded_string_view asks for), on one thread, and stop at the
+// TraceBuilder: no timeline. docs/benchmarks-import.md, "simdjson On-Demand,
+// measured", has the figures.
+
+// The product's fast scanner on one thread into a TraceBuilder: BM_V100ScanPlain/fast:1 without
+// the second thread (it splits documents above 1 MiB) and without building the timeline.
+void BM_V100ScanFastScannerOnly(benchmark::State& state) {
+  const stepscope::detail::WholeDocument* document = import_bench::v100_document(state);
+  if (document == nullptr) return;
+  const stepscope::ImportOptions options;
+  std::size_t kept = 0;
+  for (auto _ : state) {
+    kin::TraceBuilder builder(options);
+    stepscope::detail::ChunkWindow window(*document);
+    kin::FastScanner scanner(options, window, builder);
+    if (!scanner.run()) {
+      state.SkipWithError(scanner.give_up_reason());
+      return;
+    }
+    kept = builder.events().size();
+    benchmark::DoNotOptimize(kept);
+  }
+  import_bench::count_document(state, document->size(), kept);
+}
+BENCHMARK(BM_V100ScanFastScannerOnly)->Unit(benchmark::kMillisecond);
 
 // zlib inflate of the file alone, in 256 KiB chunks: the floor of any streaming importer on one core
 // (the importer streams traces above ImportOptions::max_in_memory_json_bytes).
