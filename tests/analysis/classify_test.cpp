@@ -46,8 +46,10 @@ TEST_CASE("classify: every evidence rule fires at its threshold, not below", "[a
   const double steps = 100;
   const double wall_s = 10;  // 100 steps of 100 ms
   const std::vector<Rule> rules = {
-      {"input_share", t.moderately_bound, [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::input] = 100 * v; }, true},
-      {"memory_share", t.moderately_bound, [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::memory] = 100 * v; }, true},
+      {"input_share", t.moderately_bound,
+       [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::input] = 100 * v; }, true},
+      {"memory_share", t.moderately_bound,
+       [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::memory] = 100 * v; }, true},
       {"communication_share", t.moderately_bound,
        [](Report& r, double v) { r.steps.breakdown.kind_ms[PhaseKind::communication] = 100 * v; }, true},
       {"unattributed_share", t.scheduling_moderately_bound,
@@ -686,8 +688,8 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     // outside phases included): each part gives up 60%.
     CHECK(b.kind_ms[PhaseKind::compute] == Approx(90 * (1 - 60.0 / 100)));
     CHECK(b.unattributed_ms == Approx(5 * (1 - 60.0 / 100)));
-    CHECK(std::accumulate(b.kind_ms.begin(), b.kind_ms.end(), 0.0) + b.unattributed_ms +
-              b.cpu_wait_ms + b.page_fault_ms ==
+    CHECK(std::accumulate(b.kind_ms.begin(), b.kind_ms.end(), 0.0) + b.unattributed_ms + b.cpu_wait_ms +
+              b.page_fault_ms ==
           Approx(b.wall_ms));
     CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.kind_ms[PhaseKind::compute] / b.wall_ms));
     CHECK(ranked_cost(r.bottleneck, "scheduling") == Approx((b.unattributed_ms + b.cpu_wait_ms) / b.wall_ms));
