@@ -356,6 +356,13 @@ void breakdown_section(std::string& o, const Report& r) {
         "its last: {} ms fell between steps, {} ms of it in input phases (counted as the input wait of the step "
         "that follows).</p>",
         *s.coverage < 0.9 ? "warn" : "note", pct(*s.coverage), ms(s.between_steps_ms), ms(s.between_steps_input_ms));
+  // Epoch boundaries are outside every step and not in the coverage above.
+  if (s.loop_boundaries > 0)
+    o += fmt::format(
+        "<p id=\"loop-boundaries\" class=\"note\">{} gap{} between <code>steps()</code> loops (epoch boundaries: "
+        "evaluation, checkpointing, logging) took {} ms in all, outside every step: in neither the per-step "
+        "numbers nor the coverage.</p>",
+        s.loop_boundaries, s.loop_boundaries == 1 ? "" : "s", ms(s.between_loops_ms));
   o += "</section>\n";
 }
 

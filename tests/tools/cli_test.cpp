@@ -520,3 +520,15 @@ TEST_CASE("the HTML page survives empty and hostile reports", "[tools][html]") {
   }
   CHECK(contains(page, "</html>"));
 }
+
+TEST_CASE("the HTML page names the gaps between steps() loops (epoch boundaries)", "[tools][html]") {
+  stepscope::Report r;
+  r.steps.count = 20;
+  r.steps.coverage = 1.0;
+  CHECK_FALSE(contains(stepscope::html_report(r), "id=\"loop-boundaries\""));
+  r.steps.loop_boundaries = 2;
+  r.steps.between_loops_ms = 20.8;
+  const std::string page = stepscope::html_report(r);
+  CHECK(contains(page, "id=\"loop-boundaries\""));
+  CHECK(contains(page, "2 gaps between <code>steps()</code> loops"));
+}
