@@ -315,7 +315,10 @@ void Aggregator::consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord
   if (slot->key != key) slot = &slot_entry_miss(t, r.site, in_step);
   PhaseAggregate& agg = *slot->aggregate;
   if (in_step) t.step_kind_ns[slot->kind_slot] += self;
-  if (r.flags & kRecordLoopEnd) t.loop_ended = true;  // the fetch that found a steps() loop's end
+  // The fetch that found a steps() loop's end. Inside an outer step (a loop
+  // nested in a step) the gap before that step's successor is not between
+  // loops: the outer step's own gap_before() decides.
+  if (!in_step && (r.flags & kRecordLoopEnd)) t.loop_ended = true;
   // Input on a step thread after its last step: the wait of the next step.
   if (!in_step && t.ended_a_step && slot->kind_slot == static_cast<std::uint32_t>(PhaseKind::input) &&
       r.start_ticks >= t.last_step_end)
