@@ -130,6 +130,12 @@ class Classifier {
   // The step's input wait the loader's own work does not explain, moved to
   // scheduling on a CPU-contended machine (share of the step).
   double idle_loader_wait_ = 0;
+  // The step waits for input (>= moderately bound) while the background
+  // loader's own work is below idle_loader_work_ratio of that wait.
+  bool loader_idle() const {
+    return loader_work_share_ >= 0 && shares_.input >= kThresholds.moderately_bound &&
+           loader_work_share_ < kThresholds.idle_loader_work_ratio * shares_.input;
+  }
   detail::FaultFacts faults_;
   // Input on the critical path at or above the highly-bound tier made io lead
   // over compute (rule b); the runner-up is then compute.
@@ -347,8 +353,7 @@ void Classifier::compute_costs() {
     // does too (woken to refill the queue, it waits its turn). That part of
     // the wait is scheduling; what the loader's work could explain stays io.
     const auto& t = kThresholds;
-    if (loader_work_share_ >= 0 && shares_.input >= t.moderately_bound &&
-        loader_work_share_ < t.idle_loader_work_ratio * shares_.input) {
+    if (loader_idle()) {
       const bool contended = runqueue_fraction_ >= t.runqueue_wait_fraction;
       if (contended) {
         idle_loader_wait_ = shares_.input - loader_work_share_;
@@ -508,7 +513,7 @@ void Classifier::recommend(int category, Verdict& v) const {
   const SystemSignals& s = report_.system;
   switch (category) {
     case kIo: {
-      if (loader_work_share_ >= 0 && loader_work_share_ < t.idle_loader_work_ratio * shares_.input)
+      if (loader_idle())
         out.push_back(fmt::format(
             "The background loader's phases ({}) work {:.1f}% of a step, yet the step waits {:.1f}% for its "
             "batches: the loader is idle or waits outside its phases. Wrap its reads and waits in phases to "
