@@ -785,7 +785,7 @@ class FastScanner {
   }
 
   // A scalar at p_ (not '{' or '['). Strings are decoded only with want_string.
-  bool scalar(Scalar& s, bool want_string) {
+  STEPSCOPE_DETAIL_ALWAYS_INLINE bool scalar(Scalar& s, bool want_string) {
     const char c = *p_;
     if (c == '"') {
       ++p_;
