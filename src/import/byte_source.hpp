@@ -87,6 +87,7 @@ class WholeDocument {
   void allocate(std::size_t size);
 
   std::unique_ptr<char, Free> data_;
+  std::size_t storage_bytes_ = 0;  // what allocate() asked operator new for
   std::size_t size_ = 0;
   std::uint64_t compressed_bytes_ = 0;
   bool gzip_ = false;
@@ -118,7 +119,11 @@ class WholeDocumentLoader {
   // True when this build inflates gzip in one piece (libdeflate).
   static bool inflates_gzip();
 
-  Outcome load(RawInput& input, std::size_t limit, WholeDocument& document);
+  // With prefault_on_helper, a helper thread backs the document's pages
+  // while this thread reads the input and inflates it (see DocumentPrefault
+  // in byte_source.cpp); without, or when no thread starts, the writes
+  // fault them in as they go.
+  Outcome load(RawInput& input, std::size_t limit, WholeDocument& document, bool prefault_on_helper = false);
   // After Outcome::fallback: the input's bytes, as a new input to stream from.
   std::unique_ptr<RawInput> fallback_input() const { return std::make_unique<MemoryInput>(compressed_view_); }
 

@@ -569,3 +569,48 @@ TEST_CASE("decimals of 16 to 19 digits convert as strtod does", "[import][fast][
   }
   CHECK(compared > 150000);
 }
+
+TEST_CASE("Kineto timestamps convert as strtod does, ties included", "[import][fast][numbers]") {
+  // decimal_to_double's 64-bit path: an integer part of 1 to 53 bits and a
+  // fraction whose scaled remainder rounds. Near a microsecond timestamp
+  // (2^50 < 1712195495519695 < 2^51, a quarter microsecond apart) the
+  // fractions .125/.375/.625/.875 are exact ties, and around powers of two
+  // the shift changes.
+  using stepscope::detail::kineto::decimal_to_double;
+  std::vector<std::pair<std::uint64_t, int>> cases;
+  const std::uint64_t integers[] = {1ull,
+                                    3ull,
+                                    1712195495519695ull,
+                                    (1ull << 50) - 1,
+                                    1ull << 50,
+                                    (1ull << 51) - 1,
+                                    1ull << 51,
+                                    (1ull << 52) - 1,
+                                    1ull << 52,
+                                    (1ull << 53) - 1,
+                                    1ull << 53};
+  for (const std::uint64_t integer : integers)
+    for (std::uint64_t fraction = 0; fraction < 1000; ++fraction)
+      if (integer <= (~0ull - fraction) / 1000) cases.emplace_back(integer * 1000 + fraction, 3);
+  std::mt19937_64 random(29);
+  for (int i = 0; i < 100000; ++i) {
+    const int fraction_digits = 1 + static_cast<int>(random() % 6);
+    std::uint64_t scale = 1;
+    for (int d = 0; d < fraction_digits; ++d) scale *= 10;
+    const std::uint64_t integer = random() >> (11 + random() % 50);  // 1 to 53 bits, mostly
+    if (integer <= (~0ull - scale) / scale) cases.emplace_back(integer * scale + random() % scale, fraction_digits);
+  }
+  int compared = 0;
+  for (const auto& [mantissa, fraction_digits] : cases) {
+    std::string digits = std::to_string(mantissa);
+    if (digits.size() <= static_cast<std::size_t>(fraction_digits))
+      digits.insert(0, static_cast<std::size_t>(fraction_digits) + 1 - digits.size(), '0');
+    digits.insert(digits.size() - static_cast<std::size_t>(fraction_digits), ".");
+    const double expected = std::strtod(digits.c_str(), nullptr);
+    const double actual = decimal_to_double(mantissa, fraction_digits);
+    INFO(digits);
+    REQUIRE(std::memcmp(&expected, &actual, sizeof expected) == 0);
+    ++compared;
+  }
+  CHECK(compared > 100000);
+}
