@@ -2,6 +2,7 @@
 // view. The numbers come from the timeline analyses that reproduce Holistic
 // Trace Analysis 0.6.1 (tests/timeline/reference_test.cpp); this file only
 // lays them out under HTA's names, units (microseconds) and denominators.
+#include "import/hta_tables.hpp"
 #include "import/trace_import.hpp"
 
 #include <fmt/format.h>
@@ -24,6 +25,11 @@ double ratio(std::int64_t part, std::int64_t whole) {
 }  // namespace
 
 HtaTables hta_tables(const timeline::Timeline& tl) {
+  if (tl.device_ops.empty()) return HtaTables{};
+  return hta_tables(tl, timeline::shared_device_analyses(tl));
+}
+
+HtaTables hta_tables(const timeline::Timeline& tl, const timeline::SharedDeviceAnalyses& shared) {
   HtaTables h;
   if (tl.device_ops.empty()) return h;
   h.present = true;
@@ -37,12 +43,12 @@ HtaTables hta_tables(const timeline::Timeline& tl) {
   for (const auto& slice : timeline::kernel_type_breakdown(tl))
     h.kernel_type_breakdown.push_back({slice.label, us(slice.time_ns), slice.percent});
 
-  const timeline::CommComputeOverlap overlap = timeline::comm_compute_overlap(tl);
+  const timeline::CommComputeOverlap& overlap = shared.overlap;
   if (overlap.has_communication) h.comp_comm_overlap_pctg = overlap.overlap_percent();
 
   // HTA lists a category only when some op fell in it; "other" always (it
   // holds each stream's first op).
-  for (const auto& s : timeline::idle_time_breakdown(tl)) {
+  for (const auto& s : shared.idle) {
     const std::int64_t total = s.total_ns();
     if (s.host_wait_count > 0)
       h.idle_time_breakdown.push_back({s.stream, "host_wait", us(s.host_wait_ns), ratio(s.host_wait_ns, total)});
@@ -51,8 +57,8 @@ HtaTables hta_tables(const timeline::Timeline& tl) {
     h.idle_time_breakdown.push_back({s.stream, "other", us(s.other_ns), ratio(s.other_ns, total)});
   }
 
-  const timeline::LaunchStatsOptions cutoffs;
-  const timeline::LaunchStats l = timeline::launch_statistics(tl, cutoffs);
+  const timeline::LaunchStatsOptions cutoffs;  // the options shared.cuda_launches was computed with
+  const timeline::LaunchStats& l = shared.cuda_launches;
   h.launch_stats = {l.pairs,
                     l.short_kernels,
                     l.runtime_outliers,

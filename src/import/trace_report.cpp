@@ -1,6 +1,8 @@
 // A stepscope Report from an imported PyTorch-profiler trace, so GPU users get
 // the same breakdown, verdict, evidence and what-if as a live run.
 #include <stepscope/analysis.hpp>
+#include "import/hta_tables.hpp"
+#include "import/phase_operators.hpp"
 #include "import/trace_import.hpp"
 #include <stepscope/phase.hpp>
 #include <stepscope/version.hpp>
@@ -262,10 +264,8 @@ void fill_step_series(const Timeline& tl, const std::vector<Annotation>& annotat
   }
 }
 
-// device_facts and HTA's tables both run the launch, idle and overlap
-// analyses over the whole timeline (≈ 2 ms each on the 15 MB V100 trace):
-// the tables are computed on a second thread meanwhile. The timeline is only
-// read. Where no thread can be started they are computed here.
+// The device side: the verdict's facts and HTA's tables, from one run of the
+// launch, idle and overlap analyses they share. The timeline is only read.
 struct DeviceAnalyses {
   timeline::DeviceFacts facts;
   HtaTables hta;
@@ -273,20 +273,34 @@ struct DeviceAnalyses {
 
 DeviceAnalyses analyse_device(const Timeline& tl) {
   DeviceAnalyses out;
-  if (tl.device_ops.empty()) {  // the tables exist only with device activity
-    out.facts = timeline::device_facts(tl);
-    return out;
-  }
-  std::future<HtaTables> tables;
-  try {
-    tables = std::async(std::launch::async, [&tl] { return hta_tables(tl); });
-  } catch (const std::system_error&) {
-    // No thread: computed below on this one.
-  }
-  out.facts = timeline::device_facts(tl);
-  out.hta = tables.valid() ? tables.get() : hta_tables(tl);
+  const timeline::SharedDeviceAnalyses shared = timeline::shared_device_analyses(tl);
+  out.facts = timeline::device_facts(tl, timeline::AttributionOptions{}, shared);
+  if (!tl.device_ops.empty()) out.hta = hta_tables(tl, shared);  // the tables exist only with device activity
   return out;
 }
+
+// The device analyses and the host side of the report (phases, PyTorch's
+// phases, top operators) read the timeline only and share nothing: the
+// device side runs on a second thread meanwhile (≈ half the tail's work on
+// the V100 trace; the importer's helper thread is done by now). Where no
+// thread can be started it runs on this one. The future is waited for on
+// every path, an exception included (a std::async future joins on
+// destruction), and get() rethrows the helper's exception here.
+class DeviceAnalysesInBackground {
+ public:
+  explicit DeviceAnalysesInBackground(const Timeline& tl) : tl_(tl) {
+    try {
+      pending_ = std::async(std::launch::async, [&tl] { return analyse_device(tl); });
+    } catch (const std::system_error&) {
+      // No thread: computed in get(), on the caller's.
+    }
+  }
+  DeviceAnalyses get() { return pending_.valid() ? pending_.get() : analyse_device(tl_); }
+
+ private:
+  const Timeline& tl_;
+  std::future<DeviceAnalyses> pending_;
+};
 
 // Where the GPU's sync idle time goes: a phase of the report when the owner
 // of the sync call is one, else the operator or runtime call itself (a trace
@@ -299,8 +313,7 @@ std::string sync_idle_warning(const std::string& owner, const std::vector<PhaseS
 }
 
 // Device side: the timeline analyses' facts drive the GPU verdict.
-void describe_device(const Timeline& tl, Report& r) {
-  DeviceAnalyses analyses = analyse_device(tl);
+void describe_device(const Timeline& tl, DeviceAnalyses analyses, Report& r) {
   const timeline::DeviceFacts& f = analyses.facts;
   r.device.enabled = f.has_device_activity;
   r.device.status = f.has_device_activity ? "ok" : "no_device_activity";
@@ -333,20 +346,22 @@ void describe_device(const Timeline& tl, Report& r) {
 Report report_from_timeline(const Timeline& tl, const std::string& source) noexcept {
   Report r;
   try {
+    DeviceAnalysesInBackground device(tl);
     describe_run(tl, source, r.run);
     summarise_steps(tl, r.steps);
     const std::vector<Annotation> annotations = user_annotations(tl);
-    const std::vector<timeline::StepFrameworkPhases> framework = timeline::framework_phases(tl);
+    const timeline::FrameworkMarks marks = timeline::framework_marks(tl);
+    const std::vector<timeline::StepFrameworkPhases> framework = timeline::framework_phases(tl, marks);
     PhaseTotals totals;
     add_user_phases(tl, annotations, totals);
     add_framework_phases(framework, totals.phases, totals.kind_self_ns, totals.attributed_ns);
     r.phases = summarise_phases(totals.phases, r.steps.wall_ms.total);
-    attach_top_operators(tl, r.phases);
+    attach_top_operators(tl, marks, r.phases);
     if (r.steps.count > 0) {
       break_down_mean_step(totals, r.steps);
       fill_step_series(tl, annotations, framework, r.steps.series);
     }
-    describe_device(tl, r);
+    describe_device(tl, device.get(), r);
     analyze(r);  // ends with reword_advice_for_trace (src/analysis/advice_wording.cpp): the trace's language
   } catch (const std::exception& e) {
     r.warnings.push_back(std::string("analysis incomplete: ") + e.what());

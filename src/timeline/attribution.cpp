@@ -5,11 +5,11 @@
 #include <cctype>
 #include <map>
 #include <string>
-#include <unordered_map>
 
 #include "stepscope/report.hpp"
-#include "timeline/timeline.hpp"
+#include "timeline/device_analyses.hpp"
 #include "timeline/interval_set.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -117,7 +117,8 @@ std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const Att
 
   Intervals sync, input, host_busy;
   std::vector<const HostInterval*> sync_calls;
-  std::unordered_map<NameId, bool> input_name;
+  // Per name: 0 not yet looked at, 1 an input phase, 2 not one.
+  std::vector<unsigned char> input_name(tl.names.size(), 0);
   for (const HostInterval& h : tl.host_ops) {
     const Interval iv{h.start_ns, h.end_ns};
     if (h.kind == HostOpKind::step) continue;
@@ -127,9 +128,9 @@ std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const Att
       sync_calls.push_back(&h);
     }
     if (h.kind == HostOpKind::annotation || h.kind == HostOpKind::framework_op || h.kind == HostOpKind::python) {
-      auto [it, inserted] = input_name.try_emplace(h.name, false);
-      if (inserted) it->second = is_input_host_op(h.kind, lower(tl.name_of(h.name)), options);
-      if (it->second) input.push_back(iv);
+      unsigned char& is_input = input_name[h.name];
+      if (is_input == 0) is_input = is_input_host_op(h.kind, lower(tl.name_of(h.name)), options) ? 1 : 2;
+      if (is_input == 1) input.push_back(iv);
     }
   }
   sync = normalise(std::move(sync));
@@ -160,7 +161,7 @@ std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const Att
 
     std::map<std::string, std::int64_t> by_phase;
     for (const HostInterval* call : sync_calls) {
-      const std::int64_t t = length(intersect(idle_sync, {{call->start_ns, call->end_ns}}));
+      const std::int64_t t = length(clip(idle_sync, call->start_ns, call->end_ns));
       if (t > 0) by_phase[sync_owner(tl, *call)] += t;
     }
     for (auto& [phase, t] : by_phase) u.sync_by_phase.push_back({phase, t});
@@ -182,6 +183,18 @@ std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const Att
 }
 
 DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options) {
+  SharedDeviceAnalyses shared;
+  shared.overlap = comm_compute_overlap(tl);
+  shared.idle = idle_time_breakdown(tl);
+  // ROCm's launches count too: the verdict needs the launch evidence on any GPU
+  // (device.hta keeps HTA's CUDA-only pairing).
+  LaunchStatsOptions launch_options;
+  launch_options.include_hip_launches = true;
+  shared.launches_with_hip = launch_statistics(tl, launch_options);
+  return device_facts(tl, options, shared);
+}
+
+DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, const SharedDeviceAnalyses& shared) {
   DeviceFacts f;
   f.rank = tl.rank;
   f.world_size = tl.world_size;
@@ -231,14 +244,9 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options) 
   }
   if (f.steps > 0) f.kernels_per_step = static_cast<double>(kernels) / static_cast<double>(f.steps);
 
-  const CommComputeOverlap overlap = comm_compute_overlap(tl);
-  f.comm_compute_overlap_fraction = overlap.overlap_percent() / 100.0;
+  f.comm_compute_overlap_fraction = shared.overlap.overlap_percent() / 100.0;
 
-  // ROCm's launches count too: the verdict needs the launch evidence on any GPU
-  // (device.hta keeps HTA's CUDA-only pairing).
-  LaunchStatsOptions launch_options;
-  launch_options.include_hip_launches = true;
-  const LaunchStats launches = launch_statistics(tl, launch_options);
+  const LaunchStats& launches = shared.launches_with_hip;
   f.launches_per_step = f.steps > 0 ? static_cast<double>(launches.pairs) / static_cast<double>(f.steps) : 0.0;
   if (launches.pairs > 0) {
     f.short_kernel_fraction = static_cast<double>(launches.short_kernels) / static_cast<double>(launches.pairs);
@@ -249,7 +257,7 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options) 
   f.launch_delay_p90_ns = launches.launch_delay_p90_ns;
 
   std::int64_t host_wait = 0, kernel_wait = 0, total_idle = 0;
-  for (const StreamIdleBreakdown& s : idle_time_breakdown(tl)) {
+  for (const StreamIdleBreakdown& s : shared.idle) {
     host_wait += s.host_wait_ns;
     kernel_wait += s.kernel_wait_ns;
     total_idle += s.total_ns();

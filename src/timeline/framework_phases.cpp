@@ -6,6 +6,7 @@
 // frame inside the step). What is left is unattributed.
 #include <map>
 #include <string_view>
+#include <vector>
 
 #include "timeline/framework_phases.hpp"
 #include "timeline/interval_set.hpp"
@@ -89,33 +90,62 @@ bool is_pytorch_range(std::string_view name) {
 
 FrameworkMarks framework_marks(const Timeline& tl) {
   FrameworkMarks m;
-  for (const HostInterval& h : tl.host_ops)
-    if (h.kind == HostOpKind::step) m.step_tid.emplace(std::make_pair(h.start_ns, h.end_ns), h.tid);
+  // A name's mark depends on the op's kind too; computed once per name for
+  // the kind it last came with (a name almost always comes with one kind).
+  constexpr unsigned char kUnknown = 0xff;
+  struct NameMark {
+    HostOpKind kind;
+    unsigned char mark = kUnknown;
+  };
+  std::vector<NameMark> name_marks(tl.names.size());
+  // The lists of the thread of the previous op: a trace lists long runs of
+  // one thread's ops, so the per-thread maps are searched once per run.
+  std::int64_t cached_tid = 0;
+  bool have_cached = false;
+  detail::Intervals* cached[4] = {};  // user, data, optimizer, work of cached_tid; null until first used
+  std::map<std::int64_t, detail::Intervals>* const per_thread[4] = {&m.user, &m.data, &m.optimizer, &m.work};
+  const auto list_of = [&](int which, std::int64_t tid) -> detail::Intervals& {
+    if (!have_cached || tid != cached_tid) {
+      cached_tid = tid;
+      have_cached = true;
+      for (auto*& list : cached) list = nullptr;
+    }
+    if (cached[which] == nullptr) cached[which] = &(*per_thread[which])[tid];
+    return *cached[which];
+  };
   for (const HostInterval& h : tl.host_ops) {
-    const std::string_view name = tl.name_of(h.name);
+    if (h.kind == HostOpKind::step) {
+      m.step_tid.emplace(std::make_pair(h.start_ns, h.end_ns), h.tid);
+      continue;
+    }
+    NameMark& known = name_marks[h.name];
+    if (known.mark == kUnknown || known.kind != h.kind) {
+      known.kind = h.kind;
+      known.mark = static_cast<unsigned char>(mark_of(h, tl.name_of(h.name)));
+    }
     const Interval iv{h.start_ns, h.end_ns};
-    switch (mark_of(h, name)) {
+    switch (static_cast<Mark>(known.mark)) {
       case Mark::user:
-        m.user[h.tid].push_back(iv);
+        list_of(0, h.tid).push_back(iv);
         break;
       case Mark::data:
-        m.data[h.tid].push_back(iv);
+        list_of(1, h.tid).push_back(iv);
         break;
       case Mark::optimizer:
-        m.optimizer[h.tid].push_back(iv);
+        list_of(2, h.tid).push_back(iv);
         break;
       case Mark::backward:
         m.backward.push_back(iv);
         break;
       case Mark::work:
-        m.work[h.tid].push_back(iv);
+        list_of(3, h.tid).push_back(iv);
         break;
       case Mark::none:
         break;
     }
   }
-  for (auto* per_thread : {&m.user, &m.data, &m.optimizer, &m.work})
-    for (auto& [tid, list] : *per_thread) list = detail::normalise(std::move(list));
+  for (auto* lists : per_thread)
+    for (auto& [tid, list] : *lists) list = detail::normalise(std::move(list));
   m.backward = detail::normalise(std::move(m.backward));
   return m;
 }
@@ -126,11 +156,15 @@ std::int64_t FrameworkMarks::thread_of(const Step& s) const {
 }
 
 std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {
+  if (tl.steps.empty()) return {};
+  return framework_phases(tl, framework_marks(tl));
+}
+
+std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl, const FrameworkMarks& marks) {
   std::vector<StepFrameworkPhases> out;
   if (tl.steps.empty()) return out;
 
   // Marked intervals per thread (backward: all threads together).
-  const FrameworkMarks marks = framework_marks(tl);
   const auto& user = marks.user;
   const auto& data = marks.data;
   const auto& optimizer = marks.optimizer;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "timeline/interval_set.hpp"
 #include "timeline/timeline.hpp"
@@ -30,6 +31,10 @@ struct FrameworkMarks {
 };
 
 FrameworkMarks framework_marks(const Timeline& tl);
+
+// framework_phases() from marks already computed (report_from_timeline
+// shares one framework_marks() between this and the top operators).
+std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl, const FrameworkMarks& marks);
 
 }  // namespace timeline
 }  // namespace v1

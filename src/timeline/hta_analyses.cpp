@@ -9,6 +9,8 @@
 
 #include "timeline/timeline.hpp"
 #include "timeline/correlation_map.hpp"
+#include "timeline/device_analyses.hpp"
+#include "timeline/presorted_sort.hpp"
 #include "timeline/sweep.hpp"
 
 namespace stepscope {
@@ -16,8 +18,8 @@ inline namespace v1 {
 namespace timeline {
 
 std::vector<Interval> merge_intervals(std::vector<Interval> intervals) {
-  std::stable_sort(intervals.begin(), intervals.end(),
-                   [](const Interval& a, const Interval& b) { return a.start_ns < b.start_ns; });
+  detail::stable_sort_presorted(intervals.begin(), intervals.end(),
+                                [](const Interval& a, const Interval& b) { return a.start_ns < b.start_ns; });
   std::vector<Interval> merged;
   // HTA starts a new group when an interval starts after the running maximum
   // of all previous ends; touching intervals merge. An interval whose end is
@@ -142,23 +144,30 @@ std::vector<StreamIdleBreakdown> idle_time_breakdown(const Timeline& timeline,
     runtime_start[h.correlation] = h.start_ns;
   }
 
+  // Each stream's ops in timeline order (then by start), the streams in order
+  // of first appearance. Few streams, thousands of ops: a flat index per
+  // stream instead of a node-based map.
   std::vector<StreamIdleBreakdown> out;
-  std::unordered_map<std::int64_t, std::vector<const DeviceInterval*>> by_stream;
+  std::vector<std::vector<const DeviceInterval*>> ops_of;  // parallel to out
+  detail::CorrelationMap<std::size_t> slot_of_stream(16);  // stream -> index in out + 1
   for (const DeviceInterval& d : timeline.device_ops) {
     if (d.kind != DeviceOpKind::kernel && d.kind != DeviceOpKind::memcpy && d.kind != DeviceOpKind::memset)
       continue;
-    auto [it, inserted] = by_stream.try_emplace(d.stream);
-    if (inserted) {
+    std::size_t& slot = slot_of_stream[d.stream];
+    if (slot == 0) {
       StreamIdleBreakdown s;
       s.stream = d.stream;
       out.push_back(s);
+      ops_of.emplace_back();
+      slot = out.size();
     }
-    it->second.push_back(&d);
+    ops_of[slot - 1].push_back(&d);
   }
-  for (StreamIdleBreakdown& s : out) {
-    auto& ops = by_stream[s.stream];
-    std::stable_sort(ops.begin(), ops.end(),
-                     [](const DeviceInterval* a, const DeviceInterval* b) { return a->start_ns < b->start_ns; });
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    StreamIdleBreakdown& s = out[k];
+    auto& ops = ops_of[k];
+    detail::stable_sort_presorted(
+        ops.begin(), ops.end(), [](const DeviceInterval* a, const DeviceInterval* b) { return a->start_ns < b->start_ns; });
     ++s.other_count;  // the first op has no gap; HTA files it under "other"
     for (std::size_t i = 1; i < ops.size(); ++i) {
       const std::int64_t previous_end = ops[i - 1]->end_ns;
@@ -192,14 +201,21 @@ bool is_hip_launch_name(const std::string& name) {
          name == "hipExtModuleLaunchKernel" || name == "hipMemcpyAsync" || name == "hipMemsetAsync";
 }
 
-// numpy's default (linear interpolation) percentile.
-double percentile(std::vector<double>& sorted_values, double p) {
-  if (sorted_values.empty()) return 0.0;
-  const double rank = p / 100.0 * static_cast<double>(sorted_values.size() - 1);
+// numpy's default (linear interpolation) percentile: the values at ranks lo
+// and lo + 1 of the sorted list, found by selection instead of a full sort.
+// Reorders `values`.
+double percentile(std::vector<double>& values, double p) {
+  if (values.empty()) return 0.0;
+  const double rank = p / 100.0 * static_cast<double>(values.size() - 1);
   const auto lo = static_cast<std::size_t>(std::floor(rank));
   const auto hi = static_cast<std::size_t>(std::ceil(rank));
   const double frac = rank - static_cast<double>(lo);
-  return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac;
+  const auto at_lo = values.begin() + static_cast<std::ptrdiff_t>(lo);
+  std::nth_element(values.begin(), at_lo, values.end());
+  // After the selection every value behind rank lo is >= it: the next rank is their minimum.
+  const double lo_value = *at_lo;
+  const double hi_value = hi == lo ? lo_value : *std::min_element(at_lo + 1, values.end());
+  return lo_value + (hi_value - lo_value) * frac;
 }
 
 }  // namespace
@@ -269,8 +285,6 @@ LaunchStats launch_statistics(const Timeline& timeline, const LaunchStatsOptions
     if (p.launch_delay_ns > options.launch_delay_cutoff_ns) ++out.launch_delay_outliers;
     delays.push_back(static_cast<double>(p.launch_delay_ns));
   }
-  std::sort(delays.begin(), delays.end());
-  std::sort(runtimes.begin(), runtimes.end());
   out.launch_delay_p50_ns = percentile(delays, 50);
   out.launch_delay_p90_ns = percentile(delays, 90);
   out.launch_delay_p99_ns = percentile(delays, 99);
@@ -278,6 +292,23 @@ LaunchStats launch_statistics(const Timeline& timeline, const LaunchStatsOptions
   out.runtime_p90_ns = percentile(runtimes, 90);
   const auto steps = std::max<std::size_t>(1, timeline.steps.size());
   out.launches_per_step = static_cast<double>(out.pairs) / static_cast<double>(steps);
+  return out;
+}
+
+SharedDeviceAnalyses shared_device_analyses(const Timeline& timeline) {
+  SharedDeviceAnalyses out;
+  out.overlap = comm_compute_overlap(timeline);
+  out.idle = idle_time_breakdown(timeline);
+  const LaunchStatsOptions cuda_only;
+  out.cuda_launches = launch_statistics(timeline, cuda_only);
+  const bool any_hip_launch = std::any_of(timeline.names.begin(), timeline.names.end(), is_hip_launch_name);
+  if (any_hip_launch) {
+    LaunchStatsOptions with_hip;
+    with_hip.include_hip_launches = true;
+    out.launches_with_hip = launch_statistics(timeline, with_hip);
+  } else {
+    out.launches_with_hip = out.cuda_launches;
+  }
   return out;
 }
 

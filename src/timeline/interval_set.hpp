@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "timeline/presorted_sort.hpp"
 #include "timeline/timeline.hpp"
 
 namespace stepscope {
@@ -16,20 +17,25 @@ namespace detail {
 using Intervals = std::vector<timeline::Interval>;
 
 // Sorts and merges. Unlike the HTA merge (timeline::merge_intervals),
-// degenerate (end <= start) inputs are dropped: here they are noise.
+// degenerate (end <= start) inputs are dropped: here they are noise. The
+// lists come from the timeline nearly in time order, hence the presorted
+// sort; the merged list reuses the input's storage.
 inline Intervals normalise(Intervals v) {
   v.erase(std::remove_if(v.begin(), v.end(), [](const timeline::Interval& iv) { return iv.end_ns <= iv.start_ns; }),
           v.end());
-  std::sort(v.begin(), v.end(),
-            [](const timeline::Interval& a, const timeline::Interval& b) { return a.start_ns < b.start_ns; });
-  Intervals out;
-  for (const timeline::Interval& iv : v) {
-    if (!out.empty() && iv.start_ns <= out.back().end_ns)
-      out.back().end_ns = std::max(out.back().end_ns, iv.end_ns);
+  stable_sort_presorted(v.begin(), v.end(), [](const timeline::Interval& a, const timeline::Interval& b) {
+    return a.start_ns < b.start_ns;
+  });
+  std::size_t merged = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const timeline::Interval iv = v[i];
+    if (merged > 0 && iv.start_ns <= v[merged - 1].end_ns)
+      v[merged - 1].end_ns = std::max(v[merged - 1].end_ns, iv.end_ns);
     else
-      out.push_back(iv);
+      v[merged++] = iv;
   }
-  return out;
+  v.resize(merged);
+  return v;
 }
 
 inline Intervals intersect(const Intervals& a, const Intervals& b) {
