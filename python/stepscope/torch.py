@@ -43,7 +43,9 @@ CUDA events on that stream; nothing synchronises. Not yet run on a GPU
 (docs/python.md).
 """
 
+import functools as _functools
 import threading as _threading
+import types as _types
 
 import torch as _torch
 
@@ -179,6 +181,7 @@ def instrument(model, optimizer=None, submodules=False):
     # it still closes the phase (and whatever its submodules left open).
     original_forward = model.forward
 
+    @_functools.wraps(original_forward)  # inspect.signature(model.forward) stays the model's (ONNX export, tracing)
     def timed_forward(*args, **kwargs):
         if bind_stream is not None:
             bind_stream()
@@ -224,9 +227,19 @@ def instrument(model, optimizer=None, submodules=False):
         optimizer_phase = _stepscope.phase("optimizer")
         original_step = optimizer.step
 
-        def timed_step(*args, **kwargs):
+        # wraps: also carries an LR scheduler's mark of the step it already
+        # wrapped (_with_counter, _wrapped_by_lr_sched), or torch warns that
+        # optimizer.step() "has been overridden after learning rate scheduler initialization".
+        @_functools.wraps(getattr(original_step, "__func__", original_step))
+        def timed_step(self, *args, **kwargs):
+            if handle.removed:  # replaced again since (an LR scheduler): a plain call
+                return original_step(*args, **kwargs)
             with optimizer_phase:
                 return original_step(*args, **kwargs)
 
-        _replace_attribute(optimizer, "step", timed_step, handle)
+        # A bound method, as optimizer.step was: torch's LR schedulers wrap it
+        # through its __self__ / __func__ (torch 1.13 with_counter, 2.x
+        # patch_track_step_called); a plain function there broke the user's
+        # StepLR(optimizer, ...) with an AttributeError.
+        _replace_attribute(optimizer, "step", _types.MethodType(timed_step, optimizer), handle)
     return handle
