@@ -170,3 +170,36 @@ def test_an_lr_scheduler_works_with_an_instrumented_optimizer(scheduler_first):
         assert _counts().get(("optimizer", "step"), 0) - before == 1
     finally:
         handle.remove()
+
+
+def test_an_instrumented_model_saves_loads_and_copies_as_without_stepscope(tmp_path):
+    """word_language_model of PyTorch's examples checkpoints with
+    torch.save(model): a forward wrapper in the model's __dict__ could not be
+    pickled (PicklingError after an epoch of training), and copy.deepcopy gave
+    a copy whose forward still ran the original's weights."""
+    import copy
+
+    model, x = _small_model(), torch.randn(4, 8)
+    originals = {cls: vars(cls)["forward"] for cls in (torch.nn.Sequential, torch.nn.Linear, torch.nn.ReLU)}
+    handle = stepscope.torch.instrument(model, submodules=True)
+    try:
+        path = tmp_path / "model.pt"
+        torch.save(model, str(path))
+        loaded = torch.load(str(path))
+        assert torch.equal(loaded(x), model(x))
+        twin = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in twin.parameters():
+                p.add_(1.0)
+        assert not torch.equal(twin(x), model(x))  # the copy runs its own weights
+        before = _counts().get(("forward", "step"), 0)
+        with stepscope.step():
+            twin(x)
+            loaded(x)
+        assert _counts().get(("forward", "step"), 0) == before  # copies are not the instrumented model
+        with stepscope.step():
+            model(x)
+        assert _counts().get(("forward", "step"), 0) == before + 1
+    finally:
+        handle.remove()
+    assert all(vars(cls)["forward"] is forward for cls, forward in originals.items())  # remove() put them back
