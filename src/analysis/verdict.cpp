@@ -622,7 +622,8 @@ void Classifier::recommend(int category, Verdict& v) const {
         // Whose threads hold the CPUs: this process' own (too many threads)
         // or other processes' (a shared machine: fewer threads here would not help).
         const double own_cores = s.wall_s > 0 ? (s.cpu_user_s + s.cpu_system_s) / s.wall_s : 0;
-        const double other_cores = s.wall_s > 0 && s.other_processes_cpu_s >= 0 ? s.other_processes_cpu_s / s.wall_s : 0;
+        const double other_cores =
+            s.wall_s > 0 && s.other_processes_cpu_s >= 0 ? s.other_processes_cpu_s / s.wall_s : 0;
         const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
         if (s.cores_online > 0 && cores > 0 && other_cores >= t.other_processes_busy * s.cores_online &&
             own_cores < cores)
