@@ -33,6 +33,16 @@
 
 namespace py = pybind11;
 
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
+// src/run/runtime.hpp (not an installed header): finish() with how the run
+// ended, for the package's exit hook (finish_at_python_exit below).
+std::string finish_run(const char* ended_by) noexcept;
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope
+
 namespace {
 
 using stepscope::PhaseKind;
@@ -341,6 +351,19 @@ PYBIND11_MODULE(_core, m) {
     py::gil_scoped_release release;  // the collector drains and the report is written without the GIL
     return stepscope::finish();
   });
+  // The package's atexit hook: Python's own exit, before the interpreter is
+  // torn down. After an uncaught KeyboardInterrupt (Ctrl-C) Python ends
+  // itself by re-raising SIGINT, so the C exit handler never runs and the
+  // report was lost; ended_by is "SIGINT" then, "exit" otherwise. Not
+  // finish(): a phase an atexit handler opens later records nothing, without
+  // the after-finish() warning.
+  m.def(
+      "finish_at_python_exit",
+      [](bool interrupted) {
+        py::gil_scoped_release release;
+        return stepscope::detail::finish_run(interrupted ? "SIGINT" : "exit");
+      },
+      py::arg("interrupted"));
   m.def("snapshot_json", [] {
     stepscope::Report report;
     {

@@ -31,8 +31,10 @@ Wrong types raise TypeError / ValueError at the call; a phase used after
 into the training loop once a phase is open.
 """
 
+import atexit as _atexit
 import functools as _functools
 import json as _json
+import sys as _sys
 
 from . import _core
 
@@ -155,6 +157,21 @@ def snapshot():
 def enabled():
     """True while stepscope records (not STEPSCOPE=0, not finished, not in a forked child)."""
     return _core.enabled()
+
+
+def _finish_at_python_exit():
+    # Ctrl-C: an uncaught KeyboardInterrupt ends Python by re-raising SIGINT
+    # after this hook, so the native exit handler never runs; the report is
+    # written here, with ended_by "SIGINT". Python sets sys.last_value (3.12:
+    # also sys.last_exc) to the uncaught exception before the atexit hooks.
+    last = getattr(_sys, "last_exc", None) or getattr(_sys, "last_value", None)
+    try:
+        _core.finish_at_python_exit(isinstance(last, KeyboardInterrupt))
+    except BaseException:  # nothing may change how the program ends
+        pass
+
+
+_atexit.register(_finish_at_python_exit)
 
 
 # stepscope.torch is imported on first use (it imports torch).

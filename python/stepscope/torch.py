@@ -22,8 +22,11 @@ hand-instrumented loop would have them:
   forward    each call of the model's forward (wrapped, not hooked: in
              torch 1.13 an exception in forward skips the forward hook and
              would leave the phase open); ``submodules=True`` adds one phase
-             per named submodule, "forward.<name>" (kind compute), from its
-             forward pre-hook and forward hook, nested in it;
+             per named submodule, "forward.<name>" (kind compute), nested in
+             it. The wrapper sits on the module's class and times only the
+             instrumented instances: nothing is added to the model itself, so
+             ``torch.save(model)`` and ``copy.deepcopy(model)`` work as without
+             stepscope (a copy is not timed);
   backward   each ``torch.autograd.backward`` (``loss.backward()``) made
              while instrumented after a forward of the model, on the calling
              thread;
@@ -43,7 +46,10 @@ CUDA events on that stream; nothing synchronises. Not yet run on a GPU
 (docs/python.md).
 """
 
+import functools as _functools
 import threading as _threading
+import types as _types
+import weakref as _weakref
 
 import torch as _torch
 
@@ -88,39 +94,80 @@ class _Instrumentation:
         self._restore.clear()
 
 
-# Per thread: the submodule phases open now (a stack), and whether a forward
-# of an instrumented model ran since the last backward.
+# Per thread: whether a forward of an instrumented model ran since the last backward.
 _local = _threading.local()
 
 
-def _open_stack():
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
+class _ClassForward:
+    """The forward of one module class, wrapped once for the process: the
+    instances instrument() registered are timed, every other instance runs
+    the original untouched (one weak-dictionary lookup).
+
+    Why the class and not the instance: an instance attribute (or a hook) is
+    part of the model's __dict__, so ``torch.save(model)`` (word_language_model
+    checkpoints the whole model) failed to pickle it, and ``copy.deepcopy(model)``
+    gave a copy whose forward still ran the original model's weights. A class
+    attribute is neither pickled nor copied, and a copy is not registered.
+    """
+
+    def __init__(self, cls):
+        self.cls = cls
+        self.had_own = "forward" in vars(cls)
+        self.original = original = vars(cls)["forward"] if self.had_own else cls.forward
+        self.timed = timed = _weakref.WeakKeyDictionary()  # module -> how(original, module, args, kwargs)
+
+        @_functools.wraps(original)  # inspect.signature(model.forward) stays the model's (ONNX export, tracing)
+        def forward(module, *args, **kwargs):
+            how = timed.get(module)
+            if how is None:
+                return original(module, *args, **kwargs)
+            return how(original, module, args, kwargs)
+
+        self.wrapper = forward
+        cls.forward = forward
+
+    def release(self, module):
+        self.timed.pop(module, None)
+        if self.timed:
+            return
+        _class_forwards.pop(self.cls, None)
+        if vars(self.cls).get("forward") is not self.wrapper:
+            return  # replaced again since: leave it
+        if self.had_own:
+            self.cls.forward = self.original
+        else:
+            delattr(self.cls, "forward")
 
 
-def _close_to(stack, mark):
-    while len(stack) > mark:
-        stack.pop().__exit__(None, None, None)
+_class_forwards = {}  # module class -> _ClassForward
 
 
-def _hook_submodule(module, phase, handle):
-    # Module hooks: in torch 1.13 an exception in forward skips the forward
-    # hook, so the top model's wrapper closes what its submodules left open.
-    def pre_hook(mod, args):
-        phase.__enter__()
-        _open_stack().append(phase)
+def _time_forward(module, how, handle):
+    """Times module's forward with how(original, module, args, kwargs)."""
+    if "forward" in vars(module):
+        # The instance has a forward of its own (patched by the user): wrap that one.
+        original = vars(module)["forward"]
 
-    def post_hook(mod, args, output):
-        stack = _open_stack()
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i] is phase:
-                _close_to(stack, i)
-                return
+        @_functools.wraps(original)
+        def timed_forward(*args, **kwargs):
+            return how(lambda _m, *a, **k: original(*a, **k), module, args, kwargs)
 
-    handle._hooks.append(module.register_forward_pre_hook(pre_hook))
-    handle._hooks.append(module.register_forward_hook(post_hook))
+        _replace_attribute(module, "forward", timed_forward, handle)
+        return
+    cls = type(module)
+    entry = _class_forwards.get(cls)
+    if entry is None:
+        entry = _class_forwards[cls] = _ClassForward(cls)
+    entry.timed[module] = how
+    handle._restore.append(lambda: entry.release(module) if entry.timed.get(module) is how else None)
+
+
+def _timed_submodule(phase):
+    def timed(original, module, args, kwargs):
+        with phase:
+            return original(module, *args, **kwargs)
+
+    return timed
 
 
 def _cuda_stream_binder(model):
@@ -176,29 +223,24 @@ def instrument(model, optimizer=None, submodules=False):
     bind_stream = _cuda_stream_binder(model)
 
     # The model's forward, wrapped rather than hooked so that an exception in
-    # it still closes the phase (and whatever its submodules left open).
-    original_forward = model.forward
-
-    def timed_forward(*args, **kwargs):
+    # it still closes the phase (torch 1.13 skips the forward hook then).
+    def timed_model(original, module, args, kwargs):
         if bind_stream is not None:
             bind_stream()
-        stack = _open_stack()
-        mark = len(stack)
         forward.__enter__()
         try:
-            return original_forward(*args, **kwargs)
+            return original(module, *args, **kwargs)
         finally:
-            _close_to(stack, mark)
             forward.__exit__(None, None, None)
             _local.forward_seen = True
 
-    _replace_attribute(model, "forward", timed_forward, handle)
+    _time_forward(model, timed_model, handle)
 
     if submodules:
         for name, child in model.named_modules():
             if child is model or not name:
                 continue
-            _hook_submodule(child, _stepscope.phase("forward." + name, "compute"), handle)
+            _time_forward(child, _timed_submodule(_stepscope.phase("forward." + name, "compute")), handle)
 
     # The backward pass: torch.Tensor.backward calls torch.autograd.backward,
     # so wrapping that one function times loss.backward() whole, on the
@@ -224,9 +266,19 @@ def instrument(model, optimizer=None, submodules=False):
         optimizer_phase = _stepscope.phase("optimizer")
         original_step = optimizer.step
 
-        def timed_step(*args, **kwargs):
+        # wraps: also carries an LR scheduler's mark of the step it already
+        # wrapped (_with_counter, _wrapped_by_lr_sched), or torch warns that
+        # optimizer.step() "has been overridden after learning rate scheduler initialization".
+        @_functools.wraps(getattr(original_step, "__func__", original_step))
+        def timed_step(self, *args, **kwargs):
+            if handle.removed:  # replaced again since (an LR scheduler): a plain call
+                return original_step(*args, **kwargs)
             with optimizer_phase:
                 return original_step(*args, **kwargs)
 
-        _replace_attribute(optimizer, "step", timed_step, handle)
+        # A bound method, as optimizer.step was: torch's LR schedulers wrap it
+        # through its __self__ / __func__ (torch 1.13 with_counter, 2.x
+        # patch_track_step_called); a plain function there broke the user's
+        # StepLR(optimizer, ...) with an AttributeError.
+        _replace_attribute(optimizer, "step", _types.MethodType(timed_step, optimizer), handle)
     return handle

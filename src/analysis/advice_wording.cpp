@@ -52,6 +52,8 @@ void reword_advice_for_python(Report& r) {
       {"stepscope::steps(loader)", "stepscope.torch.steps(loader)"},
       {"stepscope::next_step()", "stepscope.next_step()"},
       {"STEPSCOPE_STEP()", "`with stepscope.step():`"},
+      {"intra-op threads x loader workers", "torch.set_num_threads() x DataLoader num_workers"},
+      {"set intra-op threads to the physical cores", "torch.set_num_threads() to the physical cores"},
   };
   rewrite_all(r, kPhrases);
 }

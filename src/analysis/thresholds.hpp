@@ -99,6 +99,12 @@ struct Thresholds {
   // cpu_utilization (of available cores) at or above this: the process keeps
   // every core it may use busy — oversubscription is likely.
   double cpu_oversubscribed = 0.90;
+  // Other processes kept at least this fraction of the machine's online CPUs
+  // busy during the run (system.other_processes_cpu_s / (wall_s x
+  // cores_online)) while this process alone fitted its cores: the CPU wait
+  // is the neighbours', and the advice says so instead of "keep threads <=
+  // cores" (PyTorch examples on a shared 2-core machine, docs/trials.md).
+  double other_processes_busy = 0.50;
   // PyTorch TensorBoard profiler plugin: more than half of the kernels are
   // shorter than their launch -> "kernels are short", fuse them.
   double short_kernel_fraction = 0.50;

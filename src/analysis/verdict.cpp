@@ -618,10 +618,32 @@ void Classifier::recommend(int category, Verdict& v) const {
             "step of work): its thread waits for a CPU like the step's. Give the loader a core (fewer "
             "intra-op threads, no other jobs on the machine) or fetch further ahead.",
             pct(shares_.input), pct(loader_work_share_)));
-      if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") || fires("cpu_utilization"))
-        out.push_back(
-            "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
-            "the step thread to its own core, and stop other jobs sharing the machine.");
+      if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") || fires("cpu_utilization")) {
+        // Whose threads hold the CPUs: this process' own (too many threads)
+        // or other processes' (a shared machine: fewer threads here would not help).
+        const double own_cores = s.wall_s > 0 ? (s.cpu_user_s + s.cpu_system_s) / s.wall_s : 0;
+        const double other_cores =
+            s.wall_s > 0 && s.other_processes_cpu_s >= 0 ? s.other_processes_cpu_s / s.wall_s : 0;
+        const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
+        if (s.cores_online > 0 && cores > 0 && other_cores >= t.other_processes_busy * s.cores_online &&
+            own_cores < cores)
+          out.push_back(fmt::format(
+              "Other processes kept {:.1f} of this machine's {} CPUs busy during the run{}, while this process used "
+              "{:.1f} of its {}: the step waits for CPUs they "
+              "hold, not for its own threads. Run where the job has its cores to itself (a quieter machine, "
+              "taskset or a cgroup CPU set, the batch system's exclusive allocation) and measure again; until "
+              "then these numbers say as much about the machine's load as about the step.",
+              other_cores, s.cores_online,
+              s.load_average_start >= 0 && s.load_average_end >= 0
+                  ? fmt::format(" (load average {:.1f} at the start, {:.1f} at the end)", s.load_average_start,
+                                s.load_average_end)
+                  : std::string(),
+              own_cores, cores));
+        else
+          out.push_back(
+              "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
+              "the step thread to its own core, and stop other jobs sharing the machine.");
+      }
       if (shares_.unattributed >= t.scheduling_moderately_bound)
         out.push_back(
             fmt::format("{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "

@@ -38,6 +38,11 @@ std::string format_summary(const Report& r) {
   const auto& w = r.steps.wall_ms;
   std::string who = r.run.rank >= 0 ? fmt::format(" rank {}/{}", r.run.rank, r.run.world_size) : "";
   line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
+  // A run a signal ended (Ctrl-C, kill, timeout, preemption) is cut short:
+  // say so first, so its numbers are not read as a whole run's.
+  if (r.ended_by.rfind("SIG", 0) == 0)
+    line(fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by,
+                     r.ended_by == "SIGINT" ? " (Ctrl-C)" : ""));
   if (r.steps.count > 0) {
     line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
                      r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));

@@ -370,6 +370,40 @@ TEST_CASE("classify: memory, communication and scheduling recommendations", "[an
     CHECK(v.category == "scheduling");
     CHECK(any_contains(v.recommendations, "oversubscribed"));
   }
+  SECTION("the CPU wait of a shared machine is the neighbours', not the run's threads") {
+    // PyTorch's mnist example with torch.set_num_threads(2) on a 2-core
+    // machine others were building on: this process used 0.6 cores, other
+    // processes 1.4. "Keep threads <= cores" told the user to do what they did.
+    const auto& t = kThresholds;
+    Shares s;
+    s.compute = 0.90;
+    s.unattributed = 0.10;
+    Report r = host_report(s);
+    r.system.cores_available = r.system.cores_online = 2;
+    r.system.load_average_start = 4.9;
+    r.system.load_average_end = 5.8;
+    r.system.runqueue_wait_s = 0.60 * r.system.wall_s;
+    r.system.cpu_user_s = 0.55 * r.system.wall_s;
+    r.system.cpu_system_s = 0.05 * r.system.wall_s;
+    for (double other : {t.other_processes_busy * 2 - 0.05, t.other_processes_busy * 2, 1.4}) {
+      INFO("other processes' cores " << other);
+      r.system.other_processes_cpu_s = other * r.system.wall_s;
+      const Verdict v = classify(r);
+      CHECK(v.category == "scheduling");
+      const bool neighbours = other >= t.other_processes_busy * 2;
+      CHECK(any_contains(v.recommendations, "Other processes kept") == neighbours);
+      CHECK(any_contains(v.recommendations, "keep threads <= cores") == !neighbours);
+      if (neighbours) CHECK(any_contains(v.recommendations, "(load average 4.9 at the start, 5.8 at the end)"));
+    }
+    // The same neighbours, but this process alone keeps both cores busy: its threads are too many.
+    r.system.cpu_user_s = 2.0 * r.system.wall_s;
+    r.system.other_processes_cpu_s = 1.4 * r.system.wall_s;
+    CHECK(any_contains(classify(r).recommendations, "keep threads <= cores"));
+    // Not measured (no /proc/stat): the general advice.
+    r.system.cpu_user_s = 0.55 * r.system.wall_s;
+    r.system.other_processes_cpu_s = -1;
+    CHECK(any_contains(classify(r).recommendations, "keep threads <= cores"));
+  }
 }
 
 TEST_CASE("classify: GPU timeline facts", "[analysis][classify][gpu]") {

@@ -4,6 +4,8 @@ processes, the report contract: finish() returns the report's path, the report
 is the C++ run time's (same schema, read by the CLI), a phase after finish()
 warns and records nothing, and without finish() the report is written at exit."""
 
+import json
+import os
 import subprocess
 import threading
 
@@ -243,3 +245,28 @@ def test_next_step_last_step_and_python_wording(tmp_path):
     texts += [f["message"] for f in report["findings"]]
     assert not any("STEPSCOPE_PHASE" in t or "stepscope::" in t for t in texts), texts
     assert any("stepscope.phase" in t for t in texts), texts
+
+
+def test_ctrl_c_leaves_the_report_and_says_so(tmp_path):
+    """An uncaught KeyboardInterrupt ends Python by re-raising SIGINT after its
+    atexit hooks, so the native exit handler never ran: Ctrl-C on a Python run
+    lost the report and the summary without a word. Python's exit status
+    (killed by SIGINT) is kept."""
+    import signal
+    import sys
+
+    out = tmp_path / "r.json"
+    script = (
+        "import stepscope\n"
+        "for i in stepscope.steps(range(1000000)):\n"
+        "    with stepscope.phase('forward'):\n"
+        "        if i == 30: raise KeyboardInterrupt\n"
+    )
+    env = dict(os.environ, STEPSCOPE_OUT=str(out), STEPSCOPE_QUIET="0", STEPSCOPE_WARMUP="5")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGINT, proc.stderr
+    assert "KeyboardInterrupt" in proc.stderr
+    assert "run ended by SIGINT (Ctrl-C)" in proc.stderr, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["complete"] is True and report["ended_by"] == "SIGINT"
+    assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 31

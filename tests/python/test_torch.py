@@ -141,3 +141,65 @@ def test_instrument_rejects_what_is_not_a_model_or_optimizer():
         stepscope.torch.instrument(object())
     with pytest.raises(TypeError, match="step"):
         stepscope.torch.instrument(_small_model(), optimizer=42)
+
+
+@pytest.mark.parametrize("scheduler_first", [False, True])
+def test_an_lr_scheduler_works_with_an_instrumented_optimizer(scheduler_first):
+    """mnist/main.py of PyTorch's examples makes StepLR(optimizer) after the
+    optimizer: torch wraps optimizer.step through its __self__/__func__, which
+    a plain function in its place broke (AttributeError in the user's code)."""
+    import warnings
+
+    model, x = _small_model(), torch.randn(4, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if scheduler_first:
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    handle = stepscope.torch.instrument(model, optimizer)
+    if not scheduler_first:
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    try:
+        before = _counts().get(("optimizer", "step"), 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" if the count was lost
+            with stepscope.step():
+                model(x).sum().backward()
+                optimizer.step()
+            scheduler.step()
+        assert optimizer._step_count == 1
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+        assert _counts().get(("optimizer", "step"), 0) - before == 1
+    finally:
+        handle.remove()
+
+
+def test_an_instrumented_model_saves_loads_and_copies_as_without_stepscope(tmp_path):
+    """word_language_model of PyTorch's examples checkpoints with
+    torch.save(model): a forward wrapper in the model's __dict__ could not be
+    pickled (PicklingError after an epoch of training), and copy.deepcopy gave
+    a copy whose forward still ran the original's weights."""
+    import copy
+
+    model, x = _small_model(), torch.randn(4, 8)
+    originals = {cls: vars(cls)["forward"] for cls in (torch.nn.Sequential, torch.nn.Linear, torch.nn.ReLU)}
+    handle = stepscope.torch.instrument(model, submodules=True)
+    try:
+        path = tmp_path / "model.pt"
+        torch.save(model, str(path))
+        loaded = torch.load(str(path))
+        assert torch.equal(loaded(x), model(x))
+        twin = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in twin.parameters():
+                p.add_(1.0)
+        assert not torch.equal(twin(x), model(x))  # the copy runs its own weights
+        before = _counts().get(("forward", "step"), 0)
+        with stepscope.step():
+            twin(x)
+            loaded(x)
+        assert _counts().get(("forward", "step"), 0) == before  # copies are not the instrumented model
+        with stepscope.step():
+            model(x)
+        assert _counts().get(("forward", "step"), 0) == before + 1
+    finally:
+        handle.remove()
+    assert all(vars(cls)["forward"] is forward for cls, forward in originals.items())  # remove() put them back
