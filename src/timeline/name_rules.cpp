@@ -1,11 +1,12 @@
 // Name-based classification. The kernel rules are HTA's regular expressions
 // (hta/common/types.py, applied with Python's re.match, i.e. anchored at the
 // start) rewritten as plain string tests: <regex> would cost more than the
-// whole import on large traces.
+// whole import on large traces. The PyTorch rules at the end (autograd nodes,
+// DDP/FSDP ranges) are what framework_phases() reads a step's structure from.
 #include <string_view>
 
-#include "timeline/timeline.hpp"
 #include "timeline/name_rules.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -38,9 +39,11 @@ bool is_memory(std::string_view name) {
 
 // The compute exclusion list: names matching it are not computation.
 bool is_excluded_from_compute(std::string_view name) {
-  static constexpr std::string_view kPrefixes[] = {
-      "nccl",    "Stream Wait Event", "runFunction",       "hip",  "job_exe",
-      "packet",  "pe_exe",            "cpum_exe_subgraph", "hccl", "collective_subgraph_execution"};
+  static constexpr std::string_view kPrefixes[] = {"nccl",        "Stream Wait Event",
+                                                   "runFunction", "hip",
+                                                   "job_exe",     "packet",
+                                                   "pe_exe",      "cpum_exe_subgraph",
+                                                   "hccl",        "collective_subgraph_execution"};
   for (std::string_view prefix : kPrefixes)
     if (starts_with(name, prefix)) return true;
   static constexpr std::string_view kAnywhere[] = {"Memcpy", "Memset", "dma", "Sync"};
@@ -71,29 +74,38 @@ HostOpKind classify_runtime_call(std::string_view name) {
   // Calls that block the host until the device has caught up: explicit
   // synchronisation and the synchronous copy entry points.
   if (name.find("Synchronize") != std::string_view::npos || name == "cudaMemcpy" || name == "cudaMemcpy2D" ||
-      name == "hipMemcpy" || name == "hipMemcpyWithStream" || name == "cuMemcpyDtoH" ||
-      name == "cuMemcpyDtoH_v2" || name == "cudaMemcpyFromSymbol" || name == "cudaMemcpyToSymbol")
+      name == "hipMemcpy" || name == "hipMemcpyWithStream" || name == "cuMemcpyDtoH" || name == "cuMemcpyDtoH_v2" ||
+      name == "cudaMemcpyFromSymbol" || name == "cudaMemcpyToSymbol")
     return HostOpKind::runtime_sync;
   return HostOpKind::runtime_other;
 }
 
 const char* to_string(KernelClass cls) {
   switch (cls) {
-    case KernelClass::computation: return "COMPUTATION";
-    case KernelClass::communication: return "COMMUNICATION";
-    case KernelClass::memory: return "MEMORY";
-    case KernelClass::other: return "OTHER";
+    case KernelClass::computation:
+      return "COMPUTATION";
+    case KernelClass::communication:
+      return "COMMUNICATION";
+    case KernelClass::memory:
+      return "MEMORY";
+    case KernelClass::other:
+      return "OTHER";
   }
   return "OTHER";
 }
 
 const char* to_string(DeviceOpKind kind) {
   switch (kind) {
-    case DeviceOpKind::kernel: return "kernel";
-    case DeviceOpKind::memcpy: return "memcpy";
-    case DeviceOpKind::memset: return "memset";
-    case DeviceOpKind::sync: return "sync";
-    case DeviceOpKind::other: return "other";
+    case DeviceOpKind::kernel:
+      return "kernel";
+    case DeviceOpKind::memcpy:
+      return "memcpy";
+    case DeviceOpKind::memset:
+      return "memset";
+    case DeviceOpKind::sync:
+      return "sync";
+    case DeviceOpKind::other:
+      return "other";
   }
   return "other";
 }
@@ -118,14 +130,43 @@ void describe_memcpy(std::string_view name, timeline::MemcpyDirection& direction
                      timeline::HostMemoryKind& host_memory) {
   using timeline::MemcpyDirection;
   direction = MemcpyDirection::unknown;
-  if (name.find("HtoD") != std::string_view::npos) direction = MemcpyDirection::host_to_device;
-  else if (name.find("DtoH") != std::string_view::npos) direction = MemcpyDirection::device_to_host;
-  else if (name.find("DtoD") != std::string_view::npos) direction = MemcpyDirection::device_to_device;
-  else if (name.find("PtoP") != std::string_view::npos) direction = MemcpyDirection::peer_to_peer;
-  else if (name.find("HtoH") != std::string_view::npos) direction = MemcpyDirection::host_to_host;
+  if (name.find("HtoD") != std::string_view::npos)
+    direction = MemcpyDirection::host_to_device;
+  else if (name.find("DtoH") != std::string_view::npos)
+    direction = MemcpyDirection::device_to_host;
+  else if (name.find("DtoD") != std::string_view::npos)
+    direction = MemcpyDirection::device_to_device;
+  else if (name.find("PtoP") != std::string_view::npos)
+    direction = MemcpyDirection::peer_to_peer;
+  else if (name.find("HtoH") != std::string_view::npos)
+    direction = MemcpyDirection::host_to_host;
   host_memory = timeline::HostMemoryKind::unknown;
-  if (name.find("Pageable") != std::string_view::npos) host_memory = timeline::HostMemoryKind::pageable;
-  else if (name.find("Pinned") != std::string_view::npos) host_memory = timeline::HostMemoryKind::pinned;
+  if (name.find("Pageable") != std::string_view::npos)
+    host_memory = timeline::HostMemoryKind::pageable;
+  else if (name.find("Pinned") != std::string_view::npos)
+    host_memory = timeline::HostMemoryKind::pinned;
+}
+
+bool is_autograd_node(std::string_view name) {
+  if (name == "torch::autograd::AccumulateGrad" || timeline::starts_with(name, "torch::autograd::CppNode<"))
+    return true;
+  // A class name: no namespace, no spaces ("autograd::engine::evaluate_function: X" is the wrapper).
+  if (name.find("::") != std::string_view::npos || name.find(' ') != std::string_view::npos) return false;
+  std::size_t digits = 0;
+  while (digits < name.size() && name[name.size() - 1 - digits] >= '0' && name[name.size() - 1 - digits] <= '9')
+    ++digits;
+  const std::string_view stem = name.substr(0, name.size() - digits);
+  constexpr std::string_view kBackward = "Backward";
+  return stem.size() > kBackward.size() &&
+         stem.compare(stem.size() - kBackward.size(), kBackward.size(), kBackward) == 0;
+}
+
+bool is_data_parallel_forward_range(std::string_view name) {
+  return name == "DistributedDataParallel.forward" || name == "FullyShardedDataParallel.forward";
+}
+
+bool is_data_parallel_backward_op(std::string_view name) {
+  return name == "torch::distributed::reducer::mul_out" || name == "torch.distributed.ddp.reducer::copy_bucket_to_grad";
 }
 
 }  // namespace detail
