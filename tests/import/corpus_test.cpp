@@ -3,6 +3,10 @@
 // them. A verdict that moves must be explained in the README.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -81,6 +85,29 @@ TEST_CASE("every corpus trace keeps its verdict", "[import][corpus]") {
     CHECK(r.run.world_size == e.world_size);
     CHECK(r.device.enabled == (std::string(e.category) != "unknown"));
   }
+}
+
+TEST_CASE("every trace in the corpus folder has its expected verdict here and its provenance in the README",
+          "[import][corpus]") {
+  // A trace dropped into the folder without an entry would be tested by
+  // nothing; one without a README row would have no licence or source.
+  const std::string dir = STEPSCOPE_TEST_DATA_DIR "/traces/corpus";
+  std::set<std::string> listed;
+  for (const Expected& e : kCorpus) listed.insert(e.file);
+  std::ifstream readme_file(dir + "/README.md");
+  REQUIRE(readme_file);
+  std::stringstream readme;
+  readme << readme_file.rdbuf();
+  std::size_t traces = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < 8 || name.compare(name.size() - 8, 8, ".json.gz") != 0) continue;
+    INFO(name);
+    ++traces;
+    CHECK(listed.count(name) == 1);
+    CHECK(readme.str().find("`" + name + "`") != std::string::npos);
+  }
+  CHECK(traces == listed.size());
 }
 
 TEST_CASE("the TorchRec trace's top phase is its sparse data distribution", "[import][corpus]") {
