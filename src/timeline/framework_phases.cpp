@@ -10,6 +10,7 @@
 
 #include "timeline/framework_phases.hpp"
 #include "timeline/interval_set.hpp"
+#include "timeline/name_rules.hpp"
 #include "timeline/timeline.hpp"
 
 namespace stepscope {
@@ -35,7 +36,9 @@ bool is_optimizer_range(std::string_view name) {
 // The autograd engine's per-node work, and the Python frame that runs it
 // ("torch/_tensor.py(396): backward", "torch/autograd/__init__.py(173): backward").
 bool is_backward_op(const HostInterval& h, std::string_view name) {
-  if (h.kind == HostOpKind::framework_op) return starts_with(name, "autograd::engine::evaluate_function:");
+  if (h.kind == HostOpKind::framework_op)
+    return starts_with(name, "autograd::engine::evaluate_function:") || detail::is_autograd_node(name) ||
+           detail::is_data_parallel_backward_op(name);
   if (h.kind == HostOpKind::python) return ends_with(name, ": backward");
   return false;
 }
@@ -50,8 +53,13 @@ Mark mark_of(const HostInterval& h, std::string_view name) {
     case HostOpKind::annotation:
       if (is_data_range(name)) return Mark::data;
       if (is_optimizer_range(name)) return Mark::optimizer;
+      if (detail::is_data_parallel_forward_range(name)) return Mark::work;  // DDP/FSDP's forward: forward
       return is_pytorch_range(name) ? Mark::none : Mark::user;
     case HostOpKind::framework_op:
+      // Kineto before PyTorch 1.10 files record_function ranges as "Operator"
+      // events, like the operators: PyTorch's own ranges are known by name.
+      if (is_data_range(name)) return Mark::data;
+      if (is_optimizer_range(name)) return Mark::optimizer;
       return is_backward_op(h, name) ? Mark::backward : Mark::work;
     case HostOpKind::python:
       // Only the module frames: outer Python frames (the script, the loop)
@@ -85,7 +93,8 @@ const char* to_string(FrameworkPhase phase) {
 }
 
 bool is_pytorch_range(std::string_view name) {
-  return starts_with(name, "ProfilerStep") || is_data_range(name) || is_optimizer_range(name);
+  return starts_with(name, "ProfilerStep") || is_data_range(name) || is_optimizer_range(name) ||
+         detail::is_data_parallel_forward_range(name);
 }
 
 FrameworkMarks framework_marks(const Timeline& tl) {

@@ -1,7 +1,8 @@
 // Name-based classification. The kernel rules are HTA's regular expressions
 // (hta/common/types.py, applied with Python's re.match, i.e. anchored at the
 // start) rewritten as plain string tests: <regex> would cost more than the
-// whole import on large traces.
+// whole import on large traces. The PyTorch rules at the end (autograd nodes,
+// DDP/FSDP ranges) are what framework_phases() reads a step's structure from.
 #include <string_view>
 
 #include "timeline/timeline.hpp"
@@ -126,6 +127,28 @@ void describe_memcpy(std::string_view name, timeline::MemcpyDirection& direction
   host_memory = timeline::HostMemoryKind::unknown;
   if (name.find("Pageable") != std::string_view::npos) host_memory = timeline::HostMemoryKind::pageable;
   else if (name.find("Pinned") != std::string_view::npos) host_memory = timeline::HostMemoryKind::pinned;
+}
+
+bool is_autograd_node(std::string_view name) {
+  if (name == "torch::autograd::AccumulateGrad" || timeline::starts_with(name, "torch::autograd::CppNode<"))
+    return true;
+  // A class name: no namespace, no spaces ("autograd::engine::evaluate_function: X" is the wrapper).
+  if (name.find("::") != std::string_view::npos || name.find(' ') != std::string_view::npos) return false;
+  std::size_t digits = 0;
+  while (digits < name.size() && name[name.size() - 1 - digits] >= '0' && name[name.size() - 1 - digits] <= '9')
+    ++digits;
+  const std::string_view stem = name.substr(0, name.size() - digits);
+  constexpr std::string_view kBackward = "Backward";
+  return stem.size() > kBackward.size() &&
+         stem.compare(stem.size() - kBackward.size(), kBackward.size(), kBackward) == 0;
+}
+
+bool is_data_parallel_forward_range(std::string_view name) {
+  return name == "DistributedDataParallel.forward" || name == "FullyShardedDataParallel.forward";
+}
+
+bool is_data_parallel_backward_op(std::string_view name) {
+  return name == "torch::distributed::reducer::mul_out" || name == "torch.distributed.ddp.reducer::copy_bucket_to_grad";
 }
 
 }  // namespace detail

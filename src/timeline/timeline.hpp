@@ -360,8 +360,8 @@ enum class FrameworkPhase : std::uint8_t { data, forward, backward, optimizer };
 inline constexpr std::size_t kFrameworkPhaseCount = 4;
 // "data", "forward", "backward", "optimizer": stepscope's standard phase names.
 STEPSCOPE_API const char* to_string(FrameworkPhase phase);
-// True for a range PyTorch itself records (ProfilerStep*, enumerate(DataLoader)#...,
-// Optimizer.step#..., Optimizer.zero_grad#...), i.e. not a user annotation.
+// True for a range PyTorch itself records (ProfilerStep*, enumerate(DataLoader)#..., Optimizer.step#...,
+// Optimizer.zero_grad#..., DDP's and FSDP's "...DataParallel.forward"), i.e. not a user annotation.
 STEPSCOPE_API bool is_pytorch_range(std::string_view name);
 
 struct StepFrameworkPhases {
