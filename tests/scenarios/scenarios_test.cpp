@@ -362,8 +362,8 @@ TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); o
   } else if (!c.step.significant || c.step.delta_ms >= 0) {
     WARN("step change " << c.step.delta_pct << "% (significant: " << c.step.significant
                         << ") judged on a shared machine: runqueue " << 100 * runqueue_fraction(a) << "% / "
-                        << 100 * runqueue_fraction(b) << "%, other processes " << 100 * others_fraction(a)
-                        << "% / " << 100 * others_fraction(b) << "% of the cores: the noise is the machine's");
+                        << 100 * runqueue_fraction(b) << "%, other processes " << 100 * others_fraction(a) << "% / "
+                        << 100 * others_fraction(b) << "% of the cores: the noise is the machine's");
   }
 }
 
