@@ -29,8 +29,8 @@
 #include "import/kineto_reader_internal.hpp"
 #include "import/kineto_semantics.hpp"
 #include "import/trace_import.hpp"
-#include "timeline/name_rules.hpp"
 #include "timeline/correlation_map.hpp"
+#include "timeline/name_rules.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -67,8 +67,7 @@ Category category_of(std::string_view cat) {
   if (cat == "gpu_memcpy" || cat == "Memcpy") return Category::memcpy;
   if (cat == "gpu_memset" || cat == "Memset") return Category::memset;
   if (cat == "cuda_sync") return Category::cuda_sync;
-  if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "Runtime" || cat == "Driver" ||
-      cat == "mtia_runtime")
+  if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "Runtime" || cat == "Driver" || cat == "mtia_runtime")
     return Category::runtime;
   if (cat == "cpu_op" || cat == "Operator") return Category::cpu_op;
   if (cat == "user_annotation") return Category::user_annotation;
@@ -124,7 +123,9 @@ class KinetoSax {
     if (skip_depth_ > 0) return true;
     key_ = Key::other;
     switch (context()) {
-      case Context::top: key_ = kineto::top_key(k); break;
+      case Context::top:
+        key_ = kineto::top_key(k);
+        break;
       case Context::event:
         key_ = kineto::event_key(k);
         if (position_.position() - event_start_ > options_.max_event_bytes) {
@@ -132,10 +133,17 @@ class KinetoSax {
                       std::to_string(options_.max_event_bytes) + " bytes");
         }
         break;
-      case Context::args: key_ = kineto::args_key(k); break;
-      case Context::distributed_info: key_ = kineto::distributed_key(k); break;
-      case Context::device: key_ = kineto::device_key(k); break;
-      default: break;
+      case Context::args:
+        key_ = kineto::args_key(k);
+        break;
+      case Context::distributed_info:
+        key_ = kineto::distributed_key(k);
+        break;
+      case Context::device:
+        key_ = kineto::device_key(k);
+        break;
+      default:
+        break;
     }
     return true;
   }
@@ -145,8 +153,7 @@ class KinetoSax {
       // nlohmann's message has line/column, which for a one-line JSON adds nothing.
       const auto colon = what.find("syntax error");
       if (colon != std::string::npos) what = what.substr(colon);
-      error_ = "invalid or truncated JSON at byte offset " + std::to_string(position) + where() +
-               ": " + what;
+      error_ = "invalid or truncated JSON at byte offset " + std::to_string(position) + where() + ": " + what;
       json_error_ = true;
     }
     return false;
@@ -187,8 +194,12 @@ class KinetoSax {
       case Context::events:
         return fail("traceEvents[" + std::to_string(event_index_++) + "] must be an object, got " +
                     kineto::type_name(s.type) + " (byte offset " + std::to_string(position_.position()) + ")");
-      case Context::event: builder_.event_scalar(event_, key_, s); return true;
-      case Context::args: TraceBuilder::args_scalar(event_, key_, s); return true;
+      case Context::event:
+        builder_.event_scalar(event_, key_, s);
+        return true;
+      case Context::args:
+        TraceBuilder::args_scalar(event_, key_, s);
+        return true;
       case Context::distributed_info: {
         const char* field = nullptr;
         if (!builder_.distributed_scalar(key_, s, field))
@@ -196,8 +207,11 @@ class KinetoSax {
                       kineto::type_name(s.type));
         return true;
       }
-      case Context::device: builder_.device_scalar(key_, s); return true;
-      case Context::devices: return true;  // tolerate junk entries in deviceProperties
+      case Context::device:
+        builder_.device_scalar(key_, s);
+        return true;
+      case Context::devices:
+        return true;  // tolerate junk entries in deviceProperties
     }
     return true;
   }
@@ -286,17 +300,20 @@ class KinetoSax {
     const EventFields& e = event_;
     switch (builder_.finish_event(e)) {
       case EventVerdict::kept:
-      case EventVerdict::ignored: return true;
+      case EventVerdict::ignored:
+        return true;
       case EventVerdict::wrong_field:
-        return fail(event_label() + ": field \"" + e.wrong_field + "\" must be " + e.wrong_expected +
-                    ", got " + e.wrong_type);
+        return fail(event_label() + ": field \"" + e.wrong_field + "\" must be " + e.wrong_expected + ", got " +
+                    e.wrong_type);
       case EventVerdict::wrong_number: {
         const bool ts_bad = e.ts.kind == NumberValue::Kind::wrong_type;
         return fail(event_label() + ": field \"" + (ts_bad ? "ts" : "dur") + "\" must be a number, got " +
                     (ts_bad ? e.ts.wrong_type : e.dur.wrong_type));
       }
-      case EventVerdict::missing_ts: return fail(event_label() + ": complete event has no \"ts\"");
-      case EventVerdict::out_of_range: return fail(event_label() + ": \"ts\"/\"dur\" out of range");
+      case EventVerdict::missing_ts:
+        return fail(event_label() + ": complete event has no \"ts\"");
+      case EventVerdict::out_of_range:
+        return fail(event_label() + ": \"ts\"/\"dur\" out of range");
     }
     return true;
   }
@@ -361,10 +378,16 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   Interner& categories = builder.categories();
 
   std::vector<Category> category_kind(categories.size());
+  // Kineto before PyTorch 1.10 files record_function ranges (the user's and
+  // PyTorch's own) under "Operator", with the operators: events of that
+  // category are told apart by name, as in a legacy trace.
+  std::vector<char> category_by_name(categories.size(), 0);
+  bool any_by_name = false;
   NameId no_category = std::numeric_limits<NameId>::max();
   for (NameId i = 0; i < categories.size(); ++i) {
     category_kind[i] = category_of(categories.text(i));
     if (categories.text(i) == kineto::kNoCategory) no_category = i;
+    if (categories.text(i) == "Operator") category_by_name[i] = 1, any_by_name = true;
   }
   // A legacy trace (PyTorch built without Kineto: torch.autograd.profiler's
   // export_chrome_trace, libtorch's RecordProfile) gives no event a category.
@@ -374,11 +397,11 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   if (legacy) result.stats.legacy_format = true;
 
   std::vector<NameFacts> facts(names.size());
-  std::vector<Category> legacy_kind(legacy ? names.size() : 0);
+  std::vector<Category> legacy_kind(legacy || any_by_name ? names.size() : 0);
   std::size_t distinct_steps = 0;
   for (NameId i = 0; i < names.size(); ++i) {
     const std::string& n = names.text(i);
-    if (legacy) legacy_kind[i] = legacy_category(n);
+    if (legacy || any_by_name) legacy_kind[i] = legacy_category(n);
     if (starts_with(n, "ProfilerStep#")) {
       facts[i].is_step = true;
       // Digits after '#'; a name without them is still a step marker for HTA.
@@ -464,7 +487,8 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
   for (std::size_t i = 0; i < events.size(); ++i) {
     if (!keep[i]) continue;
     const RawEvent& e = events[i];
-    const Category cat = legacy ? legacy_kind[e.name] : category_kind[e.category];
+    const Category cat =
+        legacy || (any_by_name && category_by_name[e.category]) ? legacy_kind[e.name] : category_kind[e.category];
     if (cat == Category::gpu_user_annotation) {
       tl.phases.push_back(timeline::Phase{e.name, e.start_ns, e.end_ns, e.tid, true});
       continue;
@@ -480,11 +504,21 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
       d.cls = kernel_class[e.name];
       d.bytes = e.bytes;
       switch (cat) {
-        case Category::kernel: d.kind = timeline::DeviceOpKind::kernel; break;
-        case Category::memcpy: d.kind = timeline::DeviceOpKind::memcpy; break;
-        case Category::memset: d.kind = timeline::DeviceOpKind::memset; break;
-        case Category::cuda_sync: d.kind = timeline::DeviceOpKind::sync; break;
-        default: d.kind = timeline::DeviceOpKind::other; break;
+        case Category::kernel:
+          d.kind = timeline::DeviceOpKind::kernel;
+          break;
+        case Category::memcpy:
+          d.kind = timeline::DeviceOpKind::memcpy;
+          break;
+        case Category::memset:
+          d.kind = timeline::DeviceOpKind::memset;
+          break;
+        case Category::cuda_sync:
+          d.kind = timeline::DeviceOpKind::sync;
+          break;
+        default:
+          d.kind = timeline::DeviceOpKind::other;
+          break;
       }
       if (d.kind == timeline::DeviceOpKind::memcpy)
         detail::describe_memcpy(names.text(e.name), d.direction, d.host_memory);
@@ -499,12 +533,24 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
     h.correlation = e.correlation;
     h.name = e.name;
     switch (cat) {
-      case Category::runtime: h.kind = runtime_kind[e.name]; break;
-      case Category::cuda_sync: h.kind = timeline::HostOpKind::runtime_sync; break;
-      case Category::cpu_op: h.kind = timeline::HostOpKind::framework_op; break;
-      case Category::user_annotation: h.kind = timeline::HostOpKind::annotation; break;
-      case Category::python_function: h.kind = timeline::HostOpKind::python; break;
-      default: h.kind = timeline::HostOpKind::other; break;
+      case Category::runtime:
+        h.kind = runtime_kind[e.name];
+        break;
+      case Category::cuda_sync:
+        h.kind = timeline::HostOpKind::runtime_sync;
+        break;
+      case Category::cpu_op:
+        h.kind = timeline::HostOpKind::framework_op;
+        break;
+      case Category::user_annotation:
+        h.kind = timeline::HostOpKind::annotation;
+        break;
+      case Category::python_function:
+        h.kind = timeline::HostOpKind::python;
+        break;
+      default:
+        h.kind = timeline::HostOpKind::other;
+        break;
     }
     if (facts[e.name].is_step) {
       h.kind = timeline::HostOpKind::step;
@@ -569,7 +615,6 @@ ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& opt
   result.ok = true;
   return result;
 }
-
 
 // The fast path, streaming: kineto::FastScanner over a ChunkWindow fed by
 // the Decoder (on a helper thread when pipelined). True with the stats filled
@@ -676,8 +721,7 @@ class SplitHelper final : public kineto::SplitHandoff {
 // The fast path over a document read whole: one scanner, or two when it is
 // large enough and a second thread is allowed (see kineto::SplitHandoff).
 bool scan_document(const WholeDocument& document, const ImportOptions& options, const ImportTuning& tuning,
-                   TraceBuilder& builder, ImportResult& result, std::string& reason,
-                   ImportDiagnostics* diagnostics) {
+                   TraceBuilder& builder, ImportResult& result, std::string& reason, ImportDiagnostics* diagnostics) {
   ChunkWindow window(document);
   kineto::FastScanner scanner(options, window, builder);
   std::unique_ptr<SplitHelper> helper;
@@ -737,7 +781,9 @@ bool run_fast(std::unique_ptr<RawInput> input, const ImportOptions& options, con
       case WholeDocumentLoader::Outcome::loaded:
         if (!scan_document(document, options, tuning, builder, result, reason, diagnostics)) return false;
         break;
-      case WholeDocumentLoader::Outcome::failed: reason = "reading the input failed"; return false;
+      case WholeDocumentLoader::Outcome::failed:
+        reason = "reading the input failed";
+        return false;
       case WholeDocumentLoader::Outcome::fallback:
         input = loader.fallback_input();
         [[fallthrough]];

@@ -97,6 +97,20 @@ STEPSCOPE_API ImportResult import_kineto_trace_from_buffer(std::string_view byte
 // timeline analyses, then the analyzer's verdict. Never throws.
 STEPSCOPE_API Report report_from_timeline(const timeline::Timeline& trace, const std::string& source) noexcept;
 
+// The steps report_from_timeline analyses: the trace's ProfilerSteps; in a
+// trace without them, the iterations its loop's own ranges mark
+// (timeline::infer_iterations, the first left out as warm-up when three or
+// more), else with device activity the whole trace as one window
+// (docs/timeline.md). `timeline` is the trace with those steps when they
+// differ from its own (restepped); `warning` says what was done.
+struct AnalysedSteps {
+  bool restepped = false;
+  timeline::Timeline timeline;
+  std::vector<timeline::Step> warmup;
+  std::string warning;
+};
+STEPSCOPE_API AnalysedSteps analysed_steps(const timeline::Timeline& trace);
+
 // HTA's tables (Report::device.hta) for one rank's timeline; present == false
 // when the trace holds no device activity. Never throws on a valid timeline.
 STEPSCOPE_API HtaTables hta_tables(const timeline::Timeline& trace);

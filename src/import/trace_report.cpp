@@ -1,11 +1,11 @@
 // A stepscope Report from an imported PyTorch-profiler trace, so GPU users get
 // the same breakdown, verdict, evidence and what-if as a live run.
 #include <stepscope/analysis.hpp>
+#include <stepscope/phase.hpp>
+#include <stepscope/version.hpp>
 #include "import/hta_tables.hpp"
 #include "import/phase_operators.hpp"
 #include "import/trace_import.hpp"
-#include <stepscope/phase.hpp>
-#include <stepscope/version.hpp>
 
 #include "stats/histogram.hpp"
 
@@ -41,10 +41,12 @@ bool contains_any(const std::string& text, std::initializer_list<const char*> wo
 // words rather than exact names; anything unrecognised is "other".
 PhaseKind annotation_kind(const std::string& name) {
   const std::string n = lower(name);
-  if (contains_any(n, {"dataloader", "data_load", "data loading", "## data", "next_batch", "get_batch", "prefetch", "input"}) ||
+  if (contains_any(
+          n, {"dataloader", "data_load", "data loading", "## data", "next_batch", "get_batch", "prefetch", "input"}) ||
       n == "data")
     return PhaseKind::input;
-  if (contains_any(n, {"allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter", "broadcast", "nccl", "comm"}))
+  if (contains_any(
+          n, {"allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter", "broadcast", "nccl", "comm"}))
     return PhaseKind::communication;
   if (contains_any(n, {"h2d", "d2h", "memcpy", "copy", "to_device", ".to("})) return PhaseKind::memory;
   if (contains_any(n, {"forward", "backward", "optimizer", "loss", "zero_grad"})) return PhaseKind::compute;
@@ -58,7 +60,9 @@ struct PhaseAcc {
   std::map<std::int64_t, bool> threads;
 };
 
-std::uint64_t ns(std::int64_t v) { return v > 0 ? static_cast<std::uint64_t>(v) : 0; }
+std::uint64_t ns(std::int64_t v) {
+  return v > 0 ? static_cast<std::uint64_t>(v) : 0;
+}
 
 // PyTorch's own phases (timeline::framework_phases), one sample per step in
 // which the phase took time: "data" is input, the others compute
@@ -90,7 +94,9 @@ std::string nothing_to_time(const Timeline& tl) {
   std::size_t annotations = 0;
   for (const auto& p : tl.phases)
     if (!p.on_device && !timeline::is_pytorch_range(tl.name_of(p.name))) ++annotations;
-  std::string what = "nothing to time: the trace has no ProfilerStep#N ranges and no GPU activity";
+  std::string what =
+      "nothing to time: the trace has no ProfilerStep#N ranges, no GPU activity and no two DataLoader fetches or "
+      "Optimizer.step calls to mark iterations by";
   what += annotations > 0 ? " (its " + std::to_string(annotations) + " record_function ranges belong to no step)"
                           : ", nor any record_function annotation";
   what +=
@@ -142,10 +148,13 @@ struct Annotation {
   std::uint64_t self_ns = 0;
 };
 
+// The step holding instant t (the steps are sorted by start and disjoint).
 const timeline::Step* step_at(const Timeline& tl, std::int64_t t) {
-  for (const auto& s : tl.steps)
-    if (t >= s.start_ns && t < s.end_ns) return &s;
-  return nullptr;
+  const auto after = std::upper_bound(tl.steps.begin(), tl.steps.end(), t,
+                                      [](std::int64_t v, const timeline::Step& s) { return v < s.start_ns; });
+  if (after == tl.steps.begin()) return nullptr;
+  const timeline::Step& s = *std::prev(after);
+  return t < s.end_ns ? &s : nullptr;
 }
 
 std::vector<Annotation> user_annotations(const Timeline& tl) {
@@ -271,11 +280,15 @@ struct DeviceAnalyses {
   HtaTables hta;
 };
 
-DeviceAnalyses analyse_device(const Timeline& tl) {
+// HTA's tables read the trace as HTA would; the verdict's facts read the
+// steps the report analyses (the same timeline unless the importer inferred
+// the iterations of a trace without ProfilerStep#N). The shared analyses
+// depend on no step.
+DeviceAnalyses analyse_device(const Timeline& trace, const Timeline& stepped) {
   DeviceAnalyses out;
-  const timeline::SharedDeviceAnalyses shared = timeline::shared_device_analyses(tl);
-  out.facts = timeline::device_facts(tl, timeline::AttributionOptions{}, shared);
-  if (!tl.device_ops.empty()) out.hta = hta_tables(tl, shared);  // the tables exist only with device activity
+  const timeline::SharedDeviceAnalyses shared = timeline::shared_device_analyses(trace);
+  out.facts = timeline::device_facts(stepped, timeline::AttributionOptions{}, shared);
+  if (!trace.device_ops.empty()) out.hta = hta_tables(trace, shared);  // the tables exist only with device activity
   return out;
 }
 
@@ -288,17 +301,18 @@ DeviceAnalyses analyse_device(const Timeline& tl) {
 // destruction), and get() rethrows the helper's exception here.
 class DeviceAnalysesInBackground {
  public:
-  explicit DeviceAnalysesInBackground(const Timeline& tl) : tl_(tl) {
+  DeviceAnalysesInBackground(const Timeline& trace, const Timeline& stepped) : trace_(trace), stepped_(stepped) {
     try {
-      pending_ = std::async(std::launch::async, [&tl] { return analyse_device(tl); });
+      pending_ = std::async(std::launch::async, [&trace, &stepped] { return analyse_device(trace, stepped); });
     } catch (const std::system_error&) {
       // No thread: computed in get(), on the caller's.
     }
   }
-  DeviceAnalyses get() { return pending_.valid() ? pending_.get() : analyse_device(tl_); }
+  DeviceAnalyses get() { return pending_.valid() ? pending_.get() : analyse_device(trace_, stepped_); }
 
  private:
-  const Timeline& tl_;
+  const Timeline& trace_;
+  const Timeline& stepped_;
   std::future<DeviceAnalyses> pending_;
 };
 
@@ -317,8 +331,8 @@ void describe_device(const Timeline& tl, DeviceAnalyses analyses, Report& r) {
   const timeline::DeviceFacts& f = analyses.facts;
   r.device.enabled = f.has_device_activity;
   r.device.status = f.has_device_activity ? "ok" : "no_device_activity";
-  r.device.reason = f.has_device_activity ? "device timeline imported from the trace"
-                                          : "the trace holds no device (GPU) activity";
+  r.device.reason =
+      f.has_device_activity ? "device timeline imported from the trace" : "the trace holds no device (GPU) activity";
   if (!tl.devices.empty()) {
     r.device.name = tl.devices.front().name;
     if (tl.devices.front().total_memory_bytes > 0)
@@ -328,27 +342,60 @@ void describe_device(const Timeline& tl, DeviceAnalyses analyses, Report& r) {
   timeline::add_device_facts(f, r.device.facts.timeline);
   r.device.hta = std::move(analyses.hta);
   if (!f.top_sync_phase.empty()) r.warnings.push_back(sync_idle_warning(f.top_sync_phase, r.phases));
-  // Without ProfilerStep annotations the whole trace is one window.
-  if (r.steps.count == 0 && f.steps > 0) {
-    r.steps.count = static_cast<std::uint64_t>(f.steps);
-    r.steps.wall_ms.count = r.steps.count;
-    r.steps.wall_ms.mean = r.steps.wall_ms.p50 = r.steps.wall_ms.p90 = r.steps.wall_ms.p99 = r.steps.wall_ms.min =
-        r.steps.wall_ms.max = f.step_time_mean_ns * 1e-6;
-    r.steps.wall_ms.total = r.steps.wall_ms.mean * static_cast<double>(f.steps);
-    r.steps.breakdown.wall_ms = r.steps.wall_ms.mean;
-    r.steps.breakdown.unattributed_ms = r.steps.wall_ms.mean;
-    r.warnings.push_back("the trace has no ProfilerStep#N annotations: analysed as one window");
-  }
 }
 
 }  // namespace
 
-Report report_from_timeline(const Timeline& tl, const std::string& source) noexcept {
+AnalysedSteps analysed_steps(const Timeline& trace) {
+  AnalysedSteps out;
+  if (!trace.steps.empty()) return out;
+  timeline::InferredIterations inferred = timeline::infer_iterations(trace);
+  if (!inferred.steps.empty()) {
+    // The first iteration starts the loader's workers, the first CUDA calls
+    // and the allocator's pools: warm-up, reported as such.
+    const std::size_t total = inferred.steps.size();
+    if (total >= 3) {
+      out.warmup.push_back(inferred.steps.front());
+      inferred.steps.erase(inferred.steps.begin());
+    }
+    out.warning = "the trace has no ProfilerStep#N annotations: " + std::to_string(total) +
+                  " iterations inferred from its " + inferred.marked_by +
+                  (out.warmup.empty() ? "" : " (the first left out as warm-up)") +
+                  ", the one after the last is not in the trace; record with a profiler schedule and prof.step() "
+                  "for exact steps";
+    out.timeline = trace;
+    out.timeline.steps = std::move(inferred.steps);
+    out.restepped = true;
+  } else if (!trace.device_ops.empty()) {
+    out.warning = "the trace has no ProfilerStep#N annotations: analysed as one window";
+    const timeline::Step whole = timeline::whole_trace_window(trace);
+    if (whole.end_ns > whole.start_ns) {
+      out.timeline = trace;
+      out.timeline.steps.push_back(whole);
+      out.restepped = true;
+    }
+  }
+  return out;
+}
+
+Report report_from_timeline(const Timeline& trace, const std::string& source) noexcept {
   Report r;
   try {
-    DeviceAnalysesInBackground device(tl);
+    const AnalysedSteps analysed = analysed_steps(trace);
+    if (!analysed.warning.empty()) r.warnings.push_back(analysed.warning);
+    const Timeline& tl = analysed.restepped ? analysed.timeline : trace;
+    const std::vector<timeline::Step>& warmup = analysed.warmup;
+    DeviceAnalysesInBackground device(trace, tl);
     describe_run(tl, source, r.run);
     summarise_steps(tl, r.steps);
+    if (!warmup.empty()) {
+      r.run.warmup_steps = warmup.size();
+      r.run.warmup_source = "inferred";
+      r.steps.warmup_excluded = warmup.size();
+      detail::DurationStats warm;
+      for (const auto& s : warmup) warm.add(ns(s.end_ns - s.start_ns));
+      r.steps.warmup_wall_ms = warm.to_distribution_ms();
+    }
     const std::vector<Annotation> annotations = user_annotations(tl);
     const timeline::FrameworkMarks marks = timeline::framework_marks(tl);
     const std::vector<timeline::StepFrameworkPhases> framework = timeline::framework_phases(tl, marks);

@@ -79,6 +79,17 @@ Windows analysis_windows(const Timeline& tl) {
   }
   if (!w.spans.empty()) return w;
   // No steps: one window over everything the trace saw.
+  const Step whole = whole_trace_window(tl);
+  if (whole.end_ns > whole.start_ns) {
+    w.numbers.push_back(whole.number);
+    w.spans.push_back({whole.start_ns, whole.end_ns});
+  }
+  return w;
+}
+
+}  // namespace
+
+Step whole_trace_window(const Timeline& tl) {
   std::int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (const DeviceInterval& d : tl.device_ops) {
     lo = std::min(lo, d.start_ns);
@@ -88,14 +99,14 @@ Windows analysis_windows(const Timeline& tl) {
     lo = std::min(lo, h.start_ns);
     hi = std::max(hi, h.end_ns);
   }
+  Step s;
+  s.number = -1;
   if (hi > lo) {
-    w.numbers.push_back(-1);
-    w.spans.push_back({lo, hi});
+    s.start_ns = lo;
+    s.end_ns = hi;
   }
-  return w;
+  return s;
 }
-
-}  // namespace
 
 std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const AttributionOptions& options) {
   Intervals busy, compute, communication, memcpy, pageable;
@@ -201,8 +212,8 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
   f.has_device_activity = !tl.device_ops.empty();
   const std::vector<StepDeviceUsage> usage = per_step_device_usage(tl, options);
   f.steps = static_cast<std::int64_t>(usage.size());
-  std::int64_t span = 0, busy = 0, idle = 0, input = 0, sched = 0, sync = 0, unattributed = 0, compute = 0,
-               comm = 0, exposed = 0, memcpy = 0, pageable = 0, kernels = 0;
+  std::int64_t span = 0, busy = 0, idle = 0, input = 0, sched = 0, sync = 0, unattributed = 0, compute = 0, comm = 0,
+               exposed = 0, memcpy = 0, pageable = 0, kernels = 0;
   std::map<std::string, std::int64_t> sync_phase;
   for (const StepDeviceUsage& u : usage) {
     span += u.span_ns();
@@ -250,8 +261,7 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
   f.launches_per_step = f.steps > 0 ? static_cast<double>(launches.pairs) / static_cast<double>(f.steps) : 0.0;
   if (launches.pairs > 0) {
     f.short_kernel_fraction = static_cast<double>(launches.short_kernels) / static_cast<double>(launches.pairs);
-    f.runtime_outlier_fraction =
-        static_cast<double>(launches.runtime_outliers) / static_cast<double>(launches.pairs);
+    f.runtime_outlier_fraction = static_cast<double>(launches.runtime_outliers) / static_cast<double>(launches.pairs);
   }
   f.launch_delay_p50_ns = launches.launch_delay_p50_ns;
   f.launch_delay_p90_ns = launches.launch_delay_p90_ns;

@@ -153,15 +153,65 @@ FrameworkMarks framework_marks(const Timeline& tl) {
         break;
     }
   }
+  std::map<std::int64_t, std::int64_t> marked_ns;
   for (auto* lists : per_thread)
-    for (auto& [tid, list] : *lists) list = detail::normalise(std::move(list));
+    for (auto& [tid, list] : *lists) {
+      list = detail::normalise(std::move(list));
+      marked_ns[tid] += detail::length(list);
+    }
+  std::int64_t most = 0;
+  for (const auto& [tid, t] : marked_ns)
+    if (t > most) most = t, m.main_tid = tid;
   m.backward = detail::normalise(std::move(m.backward));
   return m;
 }
 
+InferredIterations infer_iterations(const Timeline& tl) {
+  // Per thread: the fetches' [start, end) and the optimizer steps' [start, end).
+  std::map<std::int64_t, Intervals> fetches, optimizer_steps;
+  for (const HostInterval& h : tl.host_ops) {
+    if (h.kind != HostOpKind::annotation && h.kind != HostOpKind::framework_op) continue;
+    const std::string_view name = tl.name_of(h.name);
+    if (is_data_range(name))
+      fetches[h.tid].push_back({h.start_ns, h.end_ns});
+    else if (starts_with(name, "Optimizer.step#"))
+      optimizer_steps[h.tid].push_back({h.start_ns, h.end_ns});
+  }
+  // Nested or repeated ranges (a wrapper's __next__ around the iterator's)
+  // are one mark: normalise merges them.
+  const auto most = [](std::map<std::int64_t, Intervals>& per_thread, std::int64_t& tid) {
+    Intervals best;
+    for (auto& [t, list] : per_thread) {
+      Intervals merged = detail::normalise(std::move(list));
+      if (merged.size() > best.size()) best = std::move(merged), tid = t;
+    }
+    return best;
+  };
+  InferredIterations out;
+  std::int64_t tid = -1;
+  const Intervals fetch = most(fetches, tid);
+  if (fetch.size() >= 2) {
+    for (std::size_t i = 0; i + 1 < fetch.size(); ++i)
+      out.steps.push_back(Step{static_cast<std::int64_t>(i), fetch[i].start_ns, fetch[i + 1].start_ns, tid});
+    out.marked_by = "DataLoader fetches";
+    out.tid = tid;
+    return out;
+  }
+  tid = -1;
+  const Intervals optimizer = most(optimizer_steps, tid);
+  if (optimizer.size() >= 2) {
+    for (std::size_t i = 0; i + 1 < optimizer.size(); ++i)
+      out.steps.push_back(Step{static_cast<std::int64_t>(i), optimizer[i].end_ns, optimizer[i + 1].end_ns, tid});
+    out.marked_by = "Optimizer.step calls";
+    out.tid = tid;
+  }
+  return out;
+}
+
 std::int64_t FrameworkMarks::thread_of(const Step& s) const {
   const auto it = step_tid.find({s.start_ns, s.end_ns});
-  return it == step_tid.end() ? -1 : it->second;
+  if (it != step_tid.end()) return it->second;
+  return s.tid >= 0 ? s.tid : main_tid;
 }
 
 std::vector<StepFrameworkPhases> framework_phases(const Timeline& tl) {

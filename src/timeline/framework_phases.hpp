@@ -25,12 +25,31 @@ struct FrameworkMarks {
   std::map<std::int64_t, detail::Intervals> work;       // any other operator, runtime call, nn.Module frame
   detail::Intervals backward;                           // autograd::engine::evaluate_function:..., "...: backward"
   std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> step_tid;  // (start, end) of a ProfilerStep -> thread
+  // The thread with the most marked time (user, data, optimizer and other
+  // work): the training loop's, where no ProfilerStep names one. -1: none.
+  std::int64_t main_tid = -1;
 
-  // The thread that ran step s (-1: unknown).
+  // The thread that ran step s: its ProfilerStep's, else the one the step
+  // names (Step::tid), else main_tid (a window without ProfilerSteps).
   std::int64_t thread_of(const Step& s) const;
 };
 
 FrameworkMarks framework_marks(const Timeline& tl);
+
+// The iterations of a trace without ProfilerStep#N (recorded without a
+// profiler schedule, or never told prof.step()), from the training loop's own
+// ranges on the thread that has most of them: from the start of one
+// DataLoader fetch (enumerate(DataLoader)#...) to the start of the next;
+// without fetches, from the end of one Optimizer.step#... to the end of the
+// next. The iteration after the last mark is left out (the trace does not
+// show where it ends), as HTA leaves out the last ProfilerStep. Empty when
+// fewer than two marks exist.
+struct InferredIterations {
+  std::vector<Step> steps;     // in order, numbered from 0
+  const char* marked_by = "";  // "DataLoader fetches" or "Optimizer.step calls"; "" when empty
+  std::int64_t tid = -1;
+};
+InferredIterations infer_iterations(const Timeline& tl);
 
 // framework_phases() from marks already computed (report_from_timeline
 // shares one framework_marks() between this and the top operators).

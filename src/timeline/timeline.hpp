@@ -109,6 +109,7 @@ struct Step {
   std::int64_t number = 0;
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
+  std::int64_t tid = -1;  // the thread that ran it, where no ProfilerStep range says (inferred iterations)
 };
 
 // A user annotation (record_function / NVTX-like range).
@@ -200,15 +201,14 @@ STEPSCOPE_API std::vector<KernelTypeSlice> kernel_type_breakdown(const Timeline&
 // of the collectives the step actually waits for.
 struct CommComputeOverlap {
   bool has_communication = false;
-  std::int64_t communication_ns = 0;  // |union(COMM)|
-  std::int64_t computation_ns = 0;    // |union(COMP)|
-  std::int64_t overlapped_ns = 0;     // |union(COMM) ∩ union(COMP)|
+  std::int64_t communication_ns = 0;          // |union(COMM)|
+  std::int64_t computation_ns = 0;            // |union(COMP)|
+  std::int64_t overlapped_ns = 0;             // |union(COMM) ∩ union(COMP)|
   std::int64_t exposed_communication_ns = 0;  // communication_ns - overlapped_ns
 
   double overlap_percent() const {
-    return communication_ns > 0
-               ? 100.0 * static_cast<double>(overlapped_ns) / static_cast<double>(communication_ns)
-               : 0.0;
+    return communication_ns > 0 ? 100.0 * static_cast<double>(overlapped_ns) / static_cast<double>(communication_ns)
+                                : 0.0;
   }
 };
 STEPSCOPE_API CommComputeOverlap comm_compute_overlap(const Timeline& timeline);
@@ -268,8 +268,7 @@ struct LaunchStats {
   double launches_per_step = 0;  // pairs / steps (pairs when no steps)
 };
 STEPSCOPE_API std::vector<LaunchPair> launch_pairs(const Timeline& timeline, const LaunchStatsOptions& options = {});
-STEPSCOPE_API LaunchStats launch_statistics(const Timeline& timeline,
-                                            const LaunchStatsOptions& options = {});
+STEPSCOPE_API LaunchStats launch_statistics(const Timeline& timeline, const LaunchStatsOptions& options = {});
 
 // Per-step device usage with GPU idle time attributed to what the host was
 // doing meanwhile. Precedence when host activities overlap: sync > input >
@@ -284,12 +283,12 @@ struct StepDeviceUsage {
   std::int64_t end_ns = 0;
   std::int64_t busy_ns = 0;  // |union of all device intervals| within the window
   std::int64_t idle_ns = 0;
-  std::int64_t idle_host_input_ns = 0;      // host in a data/input phase -> io
-  std::int64_t idle_host_scheduling_ns = 0; // host busy launching / in framework ops
-  std::int64_t idle_host_sync_ns = 0;       // host blocked in a sync call
-  std::int64_t idle_unattributed_ns = 0;    // host did nothing we saw
-  std::vector<SyncIdle> sync_by_phase;      // sorted by idle_ns, largest first
-  std::int64_t compute_ns = 0;              // |union COMP| in window
+  std::int64_t idle_host_input_ns = 0;       // host in a data/input phase -> io
+  std::int64_t idle_host_scheduling_ns = 0;  // host busy launching / in framework ops
+  std::int64_t idle_host_sync_ns = 0;        // host blocked in a sync call
+  std::int64_t idle_unattributed_ns = 0;     // host did nothing we saw
+  std::vector<SyncIdle> sync_by_phase;       // sorted by idle_ns, largest first
+  std::int64_t compute_ns = 0;               // |union COMP| in window
   std::int64_t communication_ns = 0;
   std::int64_t exposed_communication_ns = 0;
   std::int64_t memcpy_ns = 0;           // |union of memcpy ops|
@@ -302,13 +301,17 @@ struct AttributionOptions {
   // Case-insensitive substrings that mark an input/data phase in a user
   // annotation's name. Operators and Python frames count as input only when
   // their name contains "dataloader" (docs/timeline.md).
-  std::vector<std::string> input_phase_markers = {"dataloader", "data_load", "data loading",
-                                                  "## data", "input", "next_batch", "get_batch",
-                                                  "prefetch"};
+  std::vector<std::string> input_phase_markers = {"dataloader", "data_load",  "data loading", "## data",
+                                                  "input",      "next_batch", "get_batch",    "prefetch"};
 };
+// The window a trace without ProfilerStep#N ranges is analysed as: from the
+// first to the last moment any host or device event covers, as step -1.
+// Empty (end_ns <= start_ns) when the trace holds no event.
+STEPSCOPE_API Step whole_trace_window(const Timeline& tl);
+
 // One entry per kept step; one whole-trace entry (step -1) when the trace has no steps.
-STEPSCOPE_API std::vector<StepDeviceUsage> per_step_device_usage(
-    const Timeline& timeline, const AttributionOptions& options = {});
+STEPSCOPE_API std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& timeline,
+                                                                 const AttributionOptions& options = {});
 
 // Compact facts for the bottleneck analyzer. Fractions are of total step
 // time (sum of analysed windows) unless said otherwise; all in [0, 1].
@@ -316,19 +319,19 @@ struct DeviceFacts {
   bool has_device_activity = false;
   int rank = 0;
   int world_size = 1;
-  std::int64_t steps = 0;              // analysed windows
+  std::int64_t steps = 0;  // analysed windows
   double step_time_mean_ns = 0;
-  double device_busy_fraction = 0;     // union of all device ops
+  double device_busy_fraction = 0;  // union of all device ops
   double device_idle_fraction = 0;
-  double idle_host_input_fraction = 0;       // io evidence
-  double idle_host_launch_bound_fraction = 0;// scheduling evidence
-  double idle_sync_fraction = 0;             // the host synced and the device had nothing queued
+  double idle_host_input_fraction = 0;         // io evidence
+  double idle_host_launch_bound_fraction = 0;  // scheduling evidence
+  double idle_sync_fraction = 0;               // the host synced and the device had nothing queued
   double idle_unattributed_fraction = 0;
-  std::string top_sync_phase;                // phase responsible for most sync idle
-  double compute_fraction = 0;               // union of COMPUTATION
-  double communication_fraction = 0;         // union of COMMUNICATION
-  double exposed_communication_fraction = 0; // COMM not hidden behind COMP
-  double comm_compute_overlap_fraction = 0;  // HTA overlap / 100, of COMM time
+  std::string top_sync_phase;                 // phase responsible for most sync idle
+  double compute_fraction = 0;                // union of COMPUTATION
+  double communication_fraction = 0;          // union of COMMUNICATION
+  double exposed_communication_fraction = 0;  // COMM not hidden behind COMP
+  double comm_compute_overlap_fraction = 0;   // HTA overlap / 100, of COMM time
   double memcpy_fraction = 0;
   double pageable_memcpy_fraction = 0;
   double kernels_per_step = 0;
@@ -337,11 +340,10 @@ struct DeviceFacts {
   double runtime_outlier_fraction = 0;  // of launch pairs
   double launch_delay_p50_ns = 0;
   double launch_delay_p90_ns = 0;
-  double host_wait_idle_fraction = 0;   // of HTA per-stream idle time summed over streams
+  double host_wait_idle_fraction = 0;  // of HTA per-stream idle time summed over streams
   double kernel_wait_idle_fraction = 0;
 };
-STEPSCOPE_API DeviceFacts device_facts(const Timeline& timeline,
-                                       const AttributionOptions& options = {});
+STEPSCOPE_API DeviceFacts device_facts(const Timeline& timeline, const AttributionOptions& options = {});
 // The facts as the report holds them (report.device.facts.timeline, in its
 // units: ms, us), shared by the Kineto import and the live CUPTI backend so
 // the analyzer reads both alike.
@@ -365,10 +367,10 @@ STEPSCOPE_API const char* to_string(FrameworkPhase phase);
 STEPSCOPE_API bool is_pytorch_range(std::string_view name);
 
 struct StepFrameworkPhases {
-  std::int64_t step = -1;   // ProfilerStep number
-  std::int64_t tid = -1;    // the thread that ran the step
-  std::int64_t span_ns = 0; // the step's wall time
-  std::int64_t user_ns = 0; // covered by the user's own annotations on the step's thread
+  std::int64_t step = -1;                            // ProfilerStep number
+  std::int64_t tid = -1;                             // the thread that ran the step
+  std::int64_t span_ns = 0;                          // the step's wall time
+  std::int64_t user_ns = 0;                          // covered by the user's own annotations on the step's thread
   std::int64_t phase_ns[kFrameworkPhaseCount] = {};  // by FrameworkPhase, disjoint from user_ns
   std::int64_t unattributed_ns = 0;                  // span - user - phases (>= 0)
 };
@@ -385,8 +387,7 @@ struct Interval {
 STEPSCOPE_API std::vector<Interval> merge_intervals(std::vector<Interval> intervals);
 STEPSCOPE_API std::int64_t total_length(const std::vector<Interval>& merged);
 // Length of the intersection of two merged lists.
-STEPSCOPE_API std::int64_t intersection_length(const std::vector<Interval>& a,
-                                               const std::vector<Interval>& b);
+STEPSCOPE_API std::int64_t intersection_length(const std::vector<Interval>& a, const std::vector<Interval>& b);
 
 }  // namespace timeline
 }  // namespace v1

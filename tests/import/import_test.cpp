@@ -1,7 +1,7 @@
 // The Kineto importer: model mapping, HTA rounding and step dropping, and
 // clear errors (never a crash or an escaping exception) on malformed input.
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <dirent.h>
 
@@ -24,8 +24,6 @@ using stepscope::test::gzip;
 using stepscope::test::read_file;
 
 const std::string kCorpus = STEPSCOPE_SOURCE_DIR "/tests/import/corpus/";
-
-
 
 ImportResult import_text(const std::string& text, ImportOptions options = {}) {
   return import_kineto_trace_from_buffer(text, options);
@@ -309,6 +307,47 @@ TEST_CASE("a legacy (pre-Kineto) trace: top-level array, no cat, string pid and 
     CHECK(by_name.at("ProfilerStep#3").kind == HostOpKind::step);
     CHECK(r.trace.phases.size() == 2);  // the two record_function ranges
   }
+}
+
+TEST_CASE("PyTorch 1.9's \"Operator\" events: record_function ranges told from operators by name", "[import][legacy]") {
+  // Kineto before PyTorch 1.10 files every record_function range, the user's
+  // and PyTorch's own, under "Operator" with the operators themselves.
+  const std::string json = R"({"traceEvents": [
+    {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": 7, "tid": 1, "ts": 100, "dur": 50},
+    {"ph": "X", "cat": "Operator", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "pid": 7, "tid": 1, "ts": 100, "dur": 20},
+    {"ph": "X", "cat": "Operator", "name": "my_forward", "pid": 7, "tid": 1, "ts": 121, "dur": 12},
+    {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 7, "tid": 1, "ts": 122, "dur": 10},
+    {"ph": "X", "cat": "Operator", "name": "CudnnConvolutionBackward", "pid": 7, "tid": 2, "ts": 134, "dur": 3},
+    {"ph": "X", "cat": "Operator", "name": "Optimizer.step#SGD.step", "pid": 7, "tid": 1, "ts": 140, "dur": 5},
+    {"ph": "X", "cat": "cpu_op", "name": "my_cpu_op_range", "pid": 7, "tid": 1, "ts": 146, "dur": 1},
+    {"ph": "X", "cat": "Operator", "name": "ProfilerStep#6", "pid": 7, "tid": 1, "ts": 150, "dur": 40}
+  ]})";
+  const ImportResult r = import_text(json);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  CHECK_FALSE(r.stats.legacy_format);
+  REQUIRE(r.trace.steps.size() == 1);
+  std::map<std::string, HostInterval> by_name;
+  for (const HostInterval& h : r.trace.host_ops) by_name[r.trace.name_of(h.name)] = h;
+  CHECK(by_name.at("ProfilerStep#5").kind == HostOpKind::step);
+  CHECK(by_name.at("my_forward").kind == HostOpKind::annotation);  // the user's range: a phase
+  CHECK(by_name.at("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__").kind == HostOpKind::annotation);
+  CHECK(by_name.at("Optimizer.step#SGD.step").kind == HostOpKind::annotation);
+  CHECK(by_name.at("aten::conv2d").kind == HostOpKind::framework_op);
+  CHECK(by_name.at("CudnnConvolutionBackward").kind == HostOpKind::framework_op);  // an autograd node
+  // Only "Operator" is read by name: a 1.10+ cpu_op stays an operator.
+  CHECK(by_name.at("my_cpu_op_range").kind == HostOpKind::framework_op);
+  std::set<std::string> phases;
+  for (const Phase& p : r.trace.phases) phases.insert(r.trace.name_of(p.name));
+  CHECK(phases.count("my_forward") == 1);
+
+  // The report: the user's range is a phase of its own, beside PyTorch's.
+  const Report report = report_from_timeline(r.trace, "operator-1.9");
+  std::set<std::string> names;
+  for (const PhaseSummary& p : report.phases) names.insert(p.name);
+  CHECK(names.count("my_forward") == 1);
+  CHECK(names.count("data") == 1);
+  CHECK(names.count("optimizer") == 1);
 }
 
 TEST_CASE("a Kineto trace still drops the few events without cat, as HTA", "[import][legacy]") {

@@ -108,6 +108,50 @@ TEST_CASE("a trace with nothing to time is an error that says how to record one"
   CHECK(error.find("1 record_function ranges belong to no step") != std::string::npos);
 }
 
+TEST_CASE("a trace without ProfilerStep is timed by the iterations its DataLoader fetches mark",
+          "[report][trace][infer]") {
+  const std::string dir = STEPSCOPE_BINARY_DIR "/pytorch_trace_report_test";
+  std::filesystem::create_directories(dir);
+  // export_chrome_trace of a loop profiled without a schedule: 12 fetches of
+  // 6 us (the first 40 us: the loader starting), 3 us of operators, a 1 us
+  // optimizer step, every 10 us.
+  const std::string path = dir + "/fetch_steps.json";
+  {
+    std::ofstream out(path);
+    out << "[";
+    std::int64_t t = 0;
+    for (int i = 0; i < 12; ++i) {
+      const int fetch = i == 0 ? 40 : 6;
+      out << (i ? "," : "")
+          << R"({"name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "ph": "X", "ts": )" << t
+          << R"(, "dur": )" << fetch << R"(, "tid": 1, "pid": "CPU functions", "args": {}},)"
+          << R"({"name": "aten::addmm", "ph": "X", "ts": )" << t + fetch
+          << R"(, "dur": 3, "tid": 1, "pid": "CPU functions", "args": {}},)"
+          << R"({"name": "Optimizer.step#SGD.step", "ph": "X", "ts": )" << t + fetch + 3
+          << R"(, "dur": 1, "tid": 1, "pid": "CPU functions", "args": {}})";
+      t += fetch + 4;
+    }
+    out << "]";
+  }
+  Report r;
+  std::string error;
+  REQUIRE(analyze_trace_file(path, r, error));
+  INFO(error);
+  // 11 iterations between the 12 fetches; the first (the slow start) is warm-up.
+  CHECK(r.steps.count == 10);
+  CHECK(r.steps.warmup_excluded == 1);
+  CHECK(r.steps.warmup_wall_ms.mean == Approx(0.044));
+  CHECK(r.steps.wall_ms.mean == Approx(0.010));
+  CHECK(r.steps.breakdown.kind_ms[PhaseKind::input] == Approx(0.006));
+  CHECK(r.steps.breakdown.unattributed_ms == Approx(0.0).margin(1e-9));
+  CHECK(r.bottleneck.category == "io");
+  bool said = false;
+  for (const std::string& w : r.warnings)
+    said = said || w.find("11 iterations inferred from its DataLoader fetches") == 0 ||
+           w.find("11 iterations inferred from its DataLoader fetches") != std::string::npos;
+  CHECK(said);
+}
+
 namespace {
 
 // A PyTorch 2.x-style inference step (categories python_function, cpu_op,

@@ -2,6 +2,9 @@
 // one step whose parts can be worked out on paper. Times in microseconds.
 #include <catch2/catch.hpp>
 
+#include <string>
+
+#include "timeline/framework_phases.hpp"
 #include "timeline/timeline.hpp"
 #include "timeline/timeline_builder.hpp"
 
@@ -108,4 +111,65 @@ TEST_CASE("a trace without ProfilerStep has no framework phases", "[timeline][ph
   StepBuilder b;
   b.host("aten::addmm", 0, 10, HostOpKind::framework_op);
   CHECK(framework_phases(b.tl).empty());
+}
+
+TEST_CASE("a trace without ProfilerStep: its DataLoader fetches mark the iterations", "[timeline][phases][infer]") {
+  StepBuilder b;
+  // Three iterations on thread 1 (fetch, forward op, optimizer), a fourth
+  // fetch whose iteration the trace does not end; thread 3 is a second loader
+  // thread with one fetch (fewer: not the loop's).
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t t = 100 * i;
+    b.host("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t + 10, t + 40, HostOpKind::annotation);
+    b.host("aten::addmm", t + 45, t + 70, HostOpKind::framework_op);
+    b.host("Optimizer.step#SGD.step", t + 80, t + 90, HostOpKind::annotation);
+  }
+  b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5, 8, HostOpKind::annotation, 3);
+  const InferredIterations it = infer_iterations(b.tl);
+  CHECK(std::string(it.marked_by) == "DataLoader fetches");
+  CHECK(it.tid == 1);
+  REQUIRE(it.steps.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(it.steps[i].number == static_cast<std::int64_t>(i));
+    CHECK(it.steps[i].start_ns == us(100 * static_cast<std::int64_t>(i) + 10));
+    CHECK(it.steps[i].end_ns == us(100 * static_cast<std::int64_t>(i) + 110));
+  }
+  // The framework phases split them, on the fetching thread (the one with
+  // the most marked time: no ProfilerStep names it).
+  b.tl.steps = it.steps;
+  const FrameworkMarks marks = framework_marks(b.tl);
+  CHECK(marks.main_tid == 1);
+  const auto phases = framework_phases(b.tl, marks);
+  REQUIRE(phases.size() == 3);
+  for (const auto& p : phases) {
+    CHECK(p.tid == 1);
+    CHECK(b.phase(p, FrameworkPhase::data) == us(30));
+    CHECK(b.phase(p, FrameworkPhase::forward) == us(25));
+    CHECK(b.phase(p, FrameworkPhase::optimizer) == us(10));
+    CHECK(p.unattributed_ns == us(35));
+  }
+}
+
+TEST_CASE("without fetches the Optimizer.step calls mark the iterations; one mark is none",
+          "[timeline][phases][infer]") {
+  StepBuilder b;
+  for (int i = 0; i < 3; ++i) {
+    const std::int64_t t = 50 * i;
+    b.host("aten::addmm", t, t + 30, HostOpKind::framework_op);
+    b.host("Optimizer.step#Adam.step", t + 30, t + 40, HostOpKind::framework_op);  // PyTorch 1.9: an "Operator"
+  }
+  const InferredIterations it = infer_iterations(b.tl);
+  CHECK(std::string(it.marked_by) == "Optimizer.step calls");
+  REQUIRE(it.steps.size() == 2);
+  CHECK(it.steps[0].start_ns == us(40));
+  CHECK(it.steps[0].end_ns == us(90));
+  CHECK(it.steps[1].start_ns == us(90));
+  CHECK(it.steps[1].end_ns == us(140));
+
+  StepBuilder one;
+  one.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 10, HostOpKind::annotation);
+  one.host("Optimizer.step#SGD.step", 20, 30, HostOpKind::annotation);
+  const InferredIterations none = infer_iterations(one.tl);
+  CHECK(none.steps.empty());
+  CHECK(std::string(none.marked_by).empty());
 }
