@@ -5,6 +5,9 @@
 //   compute     compute-bound MLP              -> compute
 //   io          slow Dataset, num_workers=0    -> io
 //   io-workers  the same Dataset, 2 workers    -> not io
+//   io-no-schedule  io without a profiler schedule or prof.step() (no
+//               ProfilerStep#N): the 15 DataLoader fetches mark 14
+//               iterations, the first warm-up -> io over 13 steps
 // Not Catch2: it exits 77 (ctest SKIP_RETURN_CODE) when torch is missing.
 #include <stepscope/import.hpp>
 
@@ -29,7 +32,7 @@ void check(bool ok, const std::string& what) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s compute|io|io-workers\n", argv[0]);
+    std::fprintf(stderr, "usage: %s compute|io|io-workers|io-no-schedule\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -65,6 +68,17 @@ int main(int argc, char** argv) {
   std::printf("verdict %s; steps %llu; step %.1f ms = input %.1f + compute %.1f + unattributed %.1f\n",
               r.bottleneck.category.c_str(), static_cast<unsigned long long>(r.steps.count), b.wall_ms,
               b.kind_ms[stepscope::PhaseKind::input], b.kind_ms[stepscope::PhaseKind::compute], b.unattributed_ms);
+  if (mode == "io-no-schedule") {
+    check(r.steps.count == 13, "13 steps: 15 fetches mark 14 iterations, the first is warm-up");
+    check(r.steps.warmup_excluded == 1, "1 warm-up iteration reported");
+    check(r.bottleneck.category == "io", "slow Dataset, 0 workers, no schedule -> io");
+    check(b.kind_ms[stepscope::PhaseKind::input] > 0.5 * b.wall_ms, "input is most of the step");
+    bool said = false;
+    for (const std::string& w : r.warnings)
+      said = said || w.find("inferred from its DataLoader fetches") != std::string::npos;
+    check(said, "a warning says the steps were inferred");
+    return failures == 0 ? 0 : 1;
+  }
   check(r.steps.count == 11, "11 steps kept (12 profiled, the last dropped as HTA does)");
   if (mode == "compute") {
     check(r.bottleneck.category == "compute", "compute-bound MLP -> compute");

@@ -4,6 +4,9 @@
     record_trace.py compute OUT.json [--steps N]     # compute-bound MLP
     record_trace.py io OUT.json [--steps N]          # slow Dataset, num_workers=0
     record_trace.py io-workers OUT.json [--steps N]  # the same Dataset, 2 workers
+    record_trace.py io-no-schedule OUT.json [--steps N]
+        # the io loop profiled as many first tries are: no schedule, no
+        # prof.step(), the trace exported after the loop (no ProfilerStep#N)
 
 The loop is what a user writes: a DataLoader, an MLP, SGD, and
 torch.profiler.profile(schedule=..., on_trace_ready=...) with prof.step()
@@ -48,7 +51,7 @@ class SlowDataset(Dataset):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["compute", "io", "io-workers"])
+    parser.add_argument("mode", choices=["compute", "io", "io-workers", "io-no-schedule"])
     parser.add_argument("out")
     parser.add_argument("--steps", type=int, default=12, help="active profiler steps")
     args = parser.parse_args()
@@ -93,9 +96,12 @@ def main():
         time.sleep(3.0)
     else:
         iterator = None
-    schedule = torch.profiler.schedule(wait=wait, warmup=warmup, active=args.steps, repeat=1)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
-                                on_trace_ready=on_trace_ready) as prof:
+    scheduled = args.mode != "io-no-schedule"
+    options = {}
+    if scheduled:
+        options = dict(schedule=torch.profiler.schedule(wait=wait, warmup=warmup, active=args.steps, repeat=1),
+                       on_trace_ready=on_trace_ready)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], **options) as prof:
         source = iterator if iterator is not None else loader
         for step, (x, y) in enumerate(source):
             if step >= total:
@@ -104,7 +110,10 @@ def main():
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
-            prof.step()
+            if scheduled:
+                prof.step()
+    if not scheduled:
+        on_trace_ready(prof)
     if not written:
         print("error: the profiler wrote no trace", file=sys.stderr)
         return 1
