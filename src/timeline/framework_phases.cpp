@@ -179,27 +179,45 @@ InferredIterations infer_iterations(const Timeline& tl) {
   }
   // Nested or repeated ranges (a wrapper's __next__ around the iterator's)
   // are one mark: normalise merges them.
-  const auto most = [](std::map<std::int64_t, Intervals>& per_thread, std::int64_t& tid) {
-    Intervals best;
-    for (auto& [t, list] : per_thread) {
-      Intervals merged = detail::normalise(std::move(list));
-      if (merged.size() > best.size()) best = std::move(merged), tid = t;
-    }
-    return best;
+  for (auto* per_thread : {&fetches, &optimizer_steps})
+    for (auto& [t, list] : *per_thread) list = detail::normalise(std::move(list));
+  const auto most = [](const std::map<std::int64_t, Intervals>& per_thread) {
+    std::int64_t tid = -1;
+    std::size_t best = 0;
+    for (const auto& [t, list] : per_thread)
+      if (list.size() > best) best = list.size(), tid = t;
+    return tid;
   };
   InferredIterations out;
-  std::int64_t tid = -1;
-  const Intervals fetch = most(fetches, tid);
-  if (fetch.size() >= 2) {
-    for (std::size_t i = 0; i + 1 < fetch.size(); ++i)
-      out.steps.push_back(Step{static_cast<std::int64_t>(i), fetch[i].start_ns, fetch[i + 1].start_ns, tid});
-    out.marked_by = "DataLoader fetches";
-    out.tid = tid;
-    return out;
+  if (const std::int64_t tid = most(fetches); tid != -1 && fetches.at(tid).size() >= 2) {
+    // An iteration starts with the first fetch after an optimizer step: a
+    // loop that fetches from two loaders (zip) or accumulates gradients over
+    // several batches updates once per iteration. Without optimizer steps on
+    // the thread (inference, evaluation), every fetch starts one.
+    const Intervals& fetch = fetches.at(tid);
+    const auto found = optimizer_steps.find(tid);
+    const Intervals* updates = found != optimizer_steps.end() && found->second.size() >= 2 ? &found->second : nullptr;
+    std::vector<std::int64_t> starts;
+    std::size_t next_update = 0;
+    for (std::size_t i = 0; i < fetch.size(); ++i) {
+      bool updated = updates == nullptr || i == 0;
+      if (updates != nullptr)
+        while (next_update < updates->size() && (*updates)[next_update].end_ns <= fetch[i].start_ns) {
+          updated = true;
+          ++next_update;
+        }
+      if (updated) starts.push_back(fetch[i].start_ns);
+    }
+    for (std::size_t i = 0; i + 1 < starts.size(); ++i)
+      out.steps.push_back(Step{static_cast<std::int64_t>(i), starts[i], starts[i + 1], tid});
+    if (!out.steps.empty()) {
+      out.marked_by = "DataLoader fetches";
+      out.tid = tid;
+      return out;
+    }
   }
-  tid = -1;
-  const Intervals optimizer = most(optimizer_steps, tid);
-  if (optimizer.size() >= 2) {
+  if (const std::int64_t tid = most(optimizer_steps); tid != -1 && optimizer_steps.at(tid).size() >= 2) {
+    const Intervals& optimizer = optimizer_steps.at(tid);
     for (std::size_t i = 0; i + 1 < optimizer.size(); ++i)
       out.steps.push_back(Step{static_cast<std::int64_t>(i), optimizer[i].end_ns, optimizer[i + 1].end_ns, tid});
     out.marked_by = "Optimizer.step calls";

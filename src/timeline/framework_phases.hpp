@@ -39,9 +39,10 @@ FrameworkMarks framework_marks(const Timeline& tl);
 // The iterations of a trace without ProfilerStep#N (recorded without a
 // profiler schedule, or never told prof.step()), from the training loop's own
 // ranges on the thread that has most of them: from the start of one
-// DataLoader fetch (enumerate(DataLoader)#...) to the start of the next;
-// without fetches, from the end of one Optimizer.step#... to the end of the
-// next. The iteration after the last mark is left out (the trace does not
+// DataLoader fetch (enumerate(DataLoader)#...) to the start of the next
+// that follows an Optimizer.step#... (every fetch where the thread makes no
+// optimizer steps: inference); without fetches, from the end of one
+// Optimizer.step to the end of the next. The iteration after the last mark is left out (the trace does not
 // show where it ends), as HTA leaves out the last ProfilerStep. Empty when
 // fewer than two marks exist.
 struct InferredIterations {

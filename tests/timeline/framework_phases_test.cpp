@@ -173,3 +173,41 @@ TEST_CASE("without fetches the Optimizer.step calls mark the iterations; one mar
   CHECK(none.steps.empty());
   CHECK(std::string(none.marked_by).empty());
 }
+
+TEST_CASE("two loaders zipped, or gradients accumulated: an iteration is one optimizer update",
+          "[timeline][phases][infer]") {
+  StepBuilder b;
+  // for (a, b) in zip(loader_a, loader_b): two fetches, the model, one update.
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t t = 100 * i;
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, t + 10, HostOpKind::annotation);
+    b.host("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t + 10, t + 20, HostOpKind::annotation);
+    if (i == 3) break;  // the loop's end: fetched, then stopped
+    b.host("aten::addmm", t + 20, t + 60, HostOpKind::framework_op);
+    b.host("Optimizer.step#SGD.step", t + 60, t + 70, HostOpKind::annotation);
+  }
+  const InferredIterations it = infer_iterations(b.tl);
+  REQUIRE(it.steps.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(it.steps[i].start_ns == us(100 * static_cast<std::int64_t>(i)));
+    CHECK(it.steps[i].end_ns == us(100 * static_cast<std::int64_t>(i) + 100));
+  }
+  b.tl.steps = it.steps;
+  const auto phases = framework_phases(b.tl, framework_marks(b.tl));
+  REQUIRE(phases.size() == 3);
+  CHECK(b.phase(phases[0], FrameworkPhase::data) == us(20));  // both fetches
+
+  // Accumulating over two batches: fetch, model, fetch, model, update.
+  StepBuilder acc;
+  for (int i = 0; i < 6; ++i) {
+    const std::int64_t t = 50 * i;
+    acc.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, t + 10, HostOpKind::annotation);
+    acc.host("aten::addmm", t + 10, t + 40, HostOpKind::framework_op);
+    if (i % 2 == 1) acc.host("Optimizer.step#AdamW.step", t + 40, t + 48, HostOpKind::annotation);
+  }
+  const InferredIterations grouped = infer_iterations(acc.tl);
+  REQUIRE(grouped.steps.size() == 2);  // updates after fetches 1, 3, 5: iterations start at fetches 0, 2, 4
+  CHECK(grouped.steps[0].start_ns == us(0));
+  CHECK(grouped.steps[0].end_ns == us(100));
+  CHECK(grouped.steps[1].end_ns == us(200));
+}
