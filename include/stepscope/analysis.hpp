@@ -42,7 +42,7 @@ STEPSCOPE_API StepBreakdown settled_breakdown(const Report& report);
 // ---- comparing two runs ("change one variable at a time") ----
 
 struct Delta {
-  std::string name;        // phase name, or "step"
+  std::string name;                // phase name, or "step"
   double base_ms = 0, new_ms = 0;  // means
   double delta_ms = 0, delta_pct = 0;
   // Combined standard error of the two means. For the step: from batch means
@@ -59,7 +59,7 @@ struct Delta {
   // floor): noise_sigmas (3) for one run each, a Student t value (99%) for
   // the between-run noise of repeats.
   double noise_factor = 3.0;
-  bool significant = false; // |delta| well above noise
+  bool significant = false;  // |delta| well above noise
   // Phases: the thread role in each run; they differ when a phase moved
   // between the step thread and a background thread (then the means measure
   // different things: waited-for time vs work beside the step).
@@ -75,11 +75,16 @@ STEPSCOPE_API const char* delta_verdict(const Delta& delta) noexcept;
 struct RunConditions {
   bool differ = false;
   std::vector<std::string> reasons;  // one sentence per condition that differs
+  // Either run shared a busy machine (other processes and this one kept most
+  // of its CPUs busy): a step change may be the neighbours', even where the
+  // two runs' conditions match. The sentence says how busy.
+  bool shared = false;
+  std::string shared_reason;
   // Per run (base, new); <0 where the report does not hold the signal.
-  double base_runqueue_fraction = -1, new_runqueue_fraction = -1;        // runnable, not running / wall
-  double base_other_cpu_cores = -1, new_other_cpu_cores = -1;            // other processes' CPU / wall
-  double base_involuntary_per_s = -1, new_involuntary_per_s = -1;        // involuntary switches / s
-  double base_load_per_core = -1, new_load_per_core = -1;                // mean 1-min load average / cores
+  double base_runqueue_fraction = -1, new_runqueue_fraction = -1;  // runnable, not running / wall
+  double base_other_cpu_cores = -1, new_other_cpu_cores = -1;      // other processes' CPU / wall
+  double base_involuntary_per_s = -1, new_involuntary_per_s = -1;  // involuntary switches / s
+  double base_load_per_core = -1, new_load_per_core = -1;          // mean 1-min load average / cores
 };
 
 struct Comparison {
@@ -93,7 +98,7 @@ struct Comparison {
   std::string base_verdict, new_verdict;
   bool verdict_changed = false;
   std::vector<std::string> config_changes;  // "batch_size: 32 -> 64"
-  std::vector<std::string> warnings;         // incl. "more than one config key changed"
+  std::vector<std::string> warnings;        // incl. "more than one config key changed"
   RunConditions conditions;
 };
 

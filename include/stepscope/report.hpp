@@ -105,7 +105,7 @@ struct Distribution {
 // can be compared with their noise and merged across ranks.
 // Bucket i (see src/core/histogram.hpp) holds counts[i] samples.
 struct HistogramData {
-  int sub_bucket_bits = 0;  // log-linear layout parameter
+  int sub_bucket_bits = 0;                                       // log-linear layout parameter
   std::vector<std::pair<std::uint32_t, std::uint64_t>> buckets;  // (index, count), count > 0
 };
 
@@ -120,10 +120,10 @@ struct PhaseCallSite {
 // Imported traces: one operator's time inside one phase (JSON
 // phases[].top_operators; src/import/phase_operators.cpp says how it is attributed).
 struct OperatorTime {
-  std::string name;        // "aten::addmm", or the kernel's name
-  std::string kind;        // "cpu_op": host self time (minus nested cpu_ops); "kernel": device time
-  std::uint64_t count = 0; // occurrences in the phase, over the measured steps
-  double self_ms = 0;      // total over the measured steps
+  std::string name;         // "aten::addmm", or the kernel's name
+  std::string kind;         // "cpu_op": host self time (minus nested cpu_ops); "kernel": device time
+  std::uint64_t count = 0;  // occurrences in the phase, over the measured steps
+  double self_ms = 0;       // total over the measured steps
 };
 
 struct PhaseSummary {
@@ -183,7 +183,7 @@ struct StepSeries {
   PerKind<std::vector<double>> kind_ms;  // as StepBreakdown::kind_ms, ms per step (JSON "<kind>_ms")
   std::vector<double> unattributed_ms;
   std::vector<double> between_steps_ms;  // as in StepBreakdown (empty in reports that predate it)
-  std::vector<double> rss_mb;  // process RSS at the end of the point's last step (0: unknown)
+  std::vector<double> rss_mb;            // process RSS at the end of the point's last step (0: unknown)
 };
 
 struct StepStats {
@@ -195,34 +195,40 @@ struct StepStats {
   // thread's exit: they hold what ran after the loop), left out; their wall.
   std::uint64_t unended_excluded = 0;
   double unended_wall_ms = 0;
-  HistogramData histogram;            // of wall_ms
+  HistogramData histogram;  // of wall_ms
   StepBreakdown breakdown;
   StepSeries series;
   // Of the step threads' wall time from each one's first step's start to its
   // last step's end, the fraction inside steps (warm-up steps included).
   // Absent when no thread completed two steps.
   std::optional<double> coverage;
-  double between_steps_ms = 0;        // total over the run of that time outside steps
+  double between_steps_ms = 0;  // total over the run of that time outside steps
   // Gaps after a steps() loop ended and before the thread's next step (epoch
   // boundaries: evaluation, checkpointing), and their total: outside every
   // step, in neither the breakdown nor the coverage.
   std::uint64_t loop_boundaries = 0;
   double between_loops_ms = 0;
+  // Of the measured steps, those that opened a steps() loop after another
+  // (the first step of each later epoch: a DataLoader restarts its workers
+  // there), their total and slowest wall time (in wall_ms too).
+  std::uint64_t loop_first_steps = 0;
+  double loop_first_ms = 0;
+  double loop_first_max_ms = 0;
   double between_steps_input_ms = 0;  // of it, in input phases on the step thread
 };
 
 // Host and operating-system signals gathered off the hot path.
 struct SystemSignals {
   bool available = false;
-  double wall_s = 0;           // from first to last record
+  double wall_s = 0;  // from first to last record
   double cpu_user_s = 0, cpu_system_s = 0;
   int cores_available = 0;     // sched_getaffinity
   double cpu_utilization = 0;  // (user+system) / (wall * cores)
   std::uint64_t minor_faults = 0, major_faults = 0;
   std::uint64_t voluntary_switches = 0, involuntary_switches = 0;
   std::uint64_t read_bytes = 0, write_bytes = 0;  // storage I/O (/proc/self/io)
-  double io_wait_s = 0;        // block I/O delay of the process (delayacct), when exposed
-  double runqueue_wait_s = 0;  // time runnable but not running (schedstat), step threads
+  double io_wait_s = 0;                           // block I/O delay of the process (delayacct), when exposed
+  double runqueue_wait_s = 0;                     // time runnable but not running (schedstat), step threads
   double rss_start_mb = 0, rss_peak_mb = 0, rss_end_mb = 0;
   // Sampled on the step thread: of the time spent in input phases, the
   // fraction it was on a CPU (working) vs off it (waiting). <0: not measured.
@@ -249,16 +255,16 @@ struct SystemSignals {
 
 // One signal the analyzer looked at.
 struct Evidence {
-  std::string signal;     // machine-readable name, e.g. "input_share"
+  std::string signal;  // machine-readable name, e.g. "input_share"
   double value = 0;
   double threshold = 0;
-  std::string comparison; // ">=", "<", ...
+  std::string comparison;  // ">=", "<", ...
   // true when the signal crossed its threshold AND points to the verdict's
   // category: it is evidence *for* the verdict. A signal that crossed its
   // threshold for another category is not (crossed is true, supports false).
   bool supports = false;
-  bool crossed = false;   // the signal crossed its threshold (whatever the verdict)
-  std::string sentence;   // human-readable explanation
+  bool crossed = false;  // the signal crossed its threshold (whatever the verdict)
+  std::string sentence;  // human-readable explanation
 };
 
 struct Verdict {
@@ -281,9 +287,9 @@ struct Finding {
 
 // Amdahl projection: the step if `target` were `speedup`× faster (0: free).
 struct WhatIf {
-  std::string target;   // phase name or kind
-  double share = 0;     // of step time
-  double speedup = 0;   // 2 = twice as fast; 0 = takes no time
+  std::string target;  // phase name or kind
+  double share = 0;    // of step time
+  double speedup = 0;  // 2 = twice as fast; 0 = takes no time
   double step_ms_now = 0, step_ms_projected = 0;
   double step_change_pct = 0;  // negative = faster
   std::string note;            // e.g. overlap caveats
@@ -298,7 +304,7 @@ struct HtaTemporalBreakdown {  // over the kernel span: first device op start to
   double idle_us = 0, compute_us = 0, non_compute_us = 0, kernel_time_us = 0;
   double idle_pctg = 0, compute_pctg = 0, non_compute_pctg = 0;
 };
-struct HtaKernelTypeRow {  // exclusive slices of the COMPUTATION/COMMUNICATION/MEMORY union
+struct HtaKernelTypeRow {   // exclusive slices of the COMPUTATION/COMMUNICATION/MEMORY union
   std::string kernel_type;  // "COMPUTATION", "COMPUTATION overlapping COMMUNICATION", ...
   double sum_us = 0;
   double percentage = 0;  // of the union
@@ -484,19 +490,18 @@ void for_each_device_fact(Fn&& fn, Sections&... sections) {
 #undef STEPSCOPE_DETAIL_FACT
 }
 
-
 // One GPU of a live CUDA run (JSON device.devices[]): every device the
 // process timed phases on or that CUPTI saw activity on (review C14).
 struct DeviceUsage {
-  int id = -1;                  // CUDA device ordinal (as the process sees it, after CUDA_VISIBLE_DEVICES)
-  std::string name;             // empty when the process made no context on it
-  bool phases_timed = false;    // phases were timed on it (a thread attached to it)
-  bool steps_ran_on = false;    // phases inside steps were timed on it
+  int id = -1;                // CUDA device ordinal (as the process sees it, after CUDA_VISIBLE_DEVICES)
+  std::string name;           // empty when the process made no context on it
+  bool phases_timed = false;  // phases were timed on it (a thread attached to it)
+  bool steps_ran_on = false;  // phases inside steps were timed on it
   double memory_capacity_mb = 0;
-  double memory_peak_mb = 0;    // whole device, sampled once per step; 0 when not sampled
+  double memory_peak_mb = 0;  // whole device, sampled once per step; 0 when not sampled
   // CUPTI, over the measured steps' windows (-1: no CUPTI analysis).
-  double busy_fraction = -1;    // of step time: union of its kernels, copies, memsets
-  double busy_ms = 0;           // that union per measured step, ms
+  double busy_fraction = -1;  // of step time: union of its kernels, copies, memsets
+  double busy_ms = 0;         // that union per measured step, ms
   // CUPTI record counts over the whole run (warm-up included).
   std::uint64_t kernels = 0;
   std::uint64_t memcpys = 0;       // host<->device and on-device copies (MEMCPY records)
@@ -512,9 +517,9 @@ struct DeviceInfo {
   std::string name;
   double memory_capacity_mb = 0;
   double memory_peak_mb = 0;
-  DeviceFactsSection facts;              // JSON device.facts: timeline facts and the backend's counters
-  HtaTables hta;                         // imported traces: HTA's tables (JSON device.hta)
-  std::vector<HtaTables> hta_ranks;      // merged reports: each rank's HTA tables, by rank (device.hta_ranks)
+  DeviceFactsSection facts;          // JSON device.facts: timeline facts and the backend's counters
+  HtaTables hta;                     // imported traces: HTA's tables (JSON device.hta)
+  std::vector<HtaTables> hta_ranks;  // merged reports: each rank's HTA tables, by rank (device.hta_ranks)
   // Live CUDA runs: the device that `name`, the memory figures and the
   // timeline facts describe (the busiest device the steps ran on; -1 when
   // none), and every device's own figures (device.devices[], C14).
@@ -531,15 +536,15 @@ struct RunInfo {
   std::string time_utc;  // ISO 8601, when the report was written
   std::string host;
   std::int64_t pid = 0;
-  int rank = -1;        // -1: unknown / single process
+  int rank = -1;  // -1: unknown / single process
   int world_size = 1;
-  std::string source = "live";  // "live", "kineto-import", "merge"
-  std::map<std::string, std::string> config;         // set_config() values, stringified
-  std::map<std::string, std::string> config_types;   // "string" or "number"
-  std::map<std::string, std::string> build;          // build options
-  std::string clock_source;   // "tsc" or "clock_monotonic"
-  double clock_tsc_ghz = 0;   // calibrated TSC frequency (0 for clock_monotonic)
-  double clock_error_ppm = 0; // estimated conversion error
+  std::string source = "live";                      // "live", "kineto-import", "merge"
+  std::map<std::string, std::string> config;        // set_config() values, stringified
+  std::map<std::string, std::string> config_types;  // "string" or "number"
+  std::map<std::string, std::string> build;         // build options
+  std::string clock_source;                         // "tsc" or "clock_monotonic"
+  double clock_tsc_ghz = 0;                         // calibrated TSC frequency (0 for clock_monotonic)
+  double clock_error_ppm = 0;                       // estimated conversion error
   std::uint64_t warmup_steps = 0;
   std::string warmup_source;  // "default", "env", "reduced"
 };
@@ -550,13 +555,13 @@ struct RunInfo {
 struct RankSummary {
   int rank = -1;
   std::string host;
-  std::uint64_t steps = 0;       // measured steps
-  double step_ms = 0;            // wall time
-  double busy_ms = 0;            // wall time outside communication phases
-  PerKind<double> kind_ms;       // the rank's breakdown parts, ms per step (JSON "<kind>_ms")
+  std::uint64_t steps = 0;  // measured steps
+  double step_ms = 0;       // wall time
+  double busy_ms = 0;       // wall time outside communication phases
+  PerKind<double> kind_ms;  // the rank's breakdown parts, ms per step (JSON "<kind>_ms")
   double unattributed_ms = 0;
-  double comm_wait_ms = 0;       // of the communication part: waiting for slower ranks (estimate)
-  std::string verdict;           // the rank's own bottleneck category
+  double comm_wait_ms = 0;  // of the communication part: waiting for slower ranks (estimate)
+  std::string verdict;      // the rank's own bottleneck category
   bool straggler = false;
 };
 
@@ -580,7 +585,7 @@ struct PhaseAcrossRanks {
 struct StepAcrossRanks {
   std::uint64_t first_step = 0;
   AcrossRanks wall_ms;
-  AcrossRanks busy_ms;           // wall outside communication: where stragglers show
+  AcrossRanks busy_ms;  // wall outside communication: where stragglers show
   AcrossRanks communication_ms;
 };
 
@@ -590,21 +595,21 @@ struct StepAcrossRanks {
 // only when the excess is a material share of the step.
 struct Straggler {
   int rank = -1;
-  std::string phase;          // where it is slow: a phase name, or "step" (outside communication)
-  double rank_ms = 0;         // its mean per step there
-  double median_ms = 0;       // the other ranks' median
-  double excess_ms = 0;       // rank_ms - median_ms
-  double robust_z = 0;        // excess / spread
-  double slow_step_fraction = 0;  // of the aligned step points, where it was materially slower
-  std::string pattern;        // "chronic" (most steps) or "one-off" (a few steps)
+  std::string phase;                      // where it is slow: a phase name, or "step" (outside communication)
+  double rank_ms = 0;                     // its mean per step there
+  double median_ms = 0;                   // the other ranks' median
+  double excess_ms = 0;                   // rank_ms - median_ms
+  double robust_z = 0;                    // excess / spread
+  double slow_step_fraction = 0;          // of the aligned step points, where it was materially slower
+  std::string pattern;                    // "chronic" (most steps) or "one-off" (a few steps)
   std::vector<std::uint64_t> slow_steps;  // first steps of its worst points (at most 8)
 };
 
 struct MultiRank {
-  int world_size = 0;             // ranks in the job
-  int ranks_merged = 0;           // reports merged
-  std::vector<int> missing_ranks; // ranks in [0, world_size) without a report (at most 64 listed)
-  std::vector<RankSummary> ranks; // by rank
+  int world_size = 0;              // ranks in the job
+  int ranks_merged = 0;            // reports merged
+  std::vector<int> missing_ranks;  // ranks in [0, world_size) without a report (at most 64 listed)
+  std::vector<RankSummary> ranks;  // by rank
   std::vector<PhaseAcrossRanks> phases;
   std::vector<StepAcrossRanks> steps;  // aligned series (bounded)
   std::uint32_t step_stride = 1;       // steps per point of `steps`

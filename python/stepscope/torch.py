@@ -66,6 +66,10 @@ def _record_loader_config(loader):
     if loader.batch_size is not None:
         _stepscope.set_config("batch_size", int(loader.batch_size))
     _stepscope.set_config("pin_memory", bool(loader.pin_memory))
+    if loader.num_workers > 0:  # what an epoch's iter(loader) restarts (the loop_restart finding)
+        _stepscope.set_config("persistent_workers", bool(getattr(loader, "persistent_workers", False)))
+        if getattr(loader, "prefetch_factor", None) is not None:
+            _stepscope.set_config("prefetch_factor", int(loader.prefetch_factor))
 
 
 def steps(loader):

@@ -118,7 +118,8 @@ Delta step_delta(const Report& a, const Report& b) {
   const double ea = batch_means_error(a.steps.series), eb = batch_means_error(b.steps.series);
   if (ea >= 0 && eb >= 0) {
     // Never below the plain standard error: batches cannot make a run quieter than its steps.
-    d.noise_ms = std::max(std::hypot(ea, eb), std::hypot(standard_error(a.steps.wall_ms), standard_error(b.steps.wall_ms)));
+    d.noise_ms =
+        std::max(std::hypot(ea, eb), std::hypot(standard_error(a.steps.wall_ms), standard_error(b.steps.wall_ms)));
     d.noise_method = "batch_means";
     d.drift = std::max(half_drift(a.steps.series), half_drift(b.steps.series));
   } else {
@@ -131,8 +132,7 @@ Delta step_delta(const Report& a, const Report& b) {
 
 // The stored verdict, or a fresh one when the report was never analysed.
 std::string verdict_of(const Report& r) {
-  if (!r.bottleneck.summary.empty() || r.bottleneck.category != "unknown")
-    return r.bottleneck.category;
+  if (!r.bottleneck.summary.empty() || r.bottleneck.category != "unknown") return r.bottleneck.category;
   return classify(r).category;
 }
 
@@ -170,9 +170,30 @@ RunConditions conditions_of(const Report& base, const Report& cand) {
     c.reasons.push_back(fmt::format("the step threads waited for a CPU {:.0f}% of the run in base vs {:.0f}% in new",
                                     100 * a.runqueue, 100 * b.runqueue));
   }
-  if (a.other_cores >= 0 && b.other_cores >= 0 && std::fabs(a.other_cores - b.other_cores) >= t.conditions_other_cpu_cores) {
-    c.reasons.push_back(fmt::format("other processes used {:.1f} cores during base vs {:.1f} during new",
-                                    a.other_cores, b.other_cores));
+  if (a.other_cores >= 0 && b.other_cores >= 0 &&
+      std::fabs(a.other_cores - b.other_cores) >= t.conditions_other_cpu_cores) {
+    c.reasons.push_back(fmt::format("other processes used {:.1f} cores during base vs {:.1f} during new", a.other_cores,
+                                    b.other_cores));
+  }
+  const auto busy_share = [&t](const Report& r, const Load& l) {
+    const SystemSignals& s = r.system;
+    if (l.other_cores < t.conditions_other_cpu_cores || s.cores_online <= 0 || s.wall_s <= 0) return -1.0;
+    const double share = (l.other_cores + (s.cpu_user_s + s.cpu_system_s) / s.wall_s) / s.cores_online;
+    return share >= t.conditions_busy_machine ? share : -1.0;
+  };
+  const double base_busy = busy_share(base, a), new_busy = busy_share(cand, b);
+  if (base_busy >= 0 || new_busy >= 0) {
+    const auto pct = [](const Report& r, const Load& l) {
+      const SystemSignals& s = r.system;
+      if (l.other_cores < 0 || s.cores_online <= 0 || s.wall_s <= 0) return std::string("?");
+      return fmt::format("{:.0f}%",
+                         100 * (l.other_cores + (s.cpu_user_s + s.cpu_system_s) / s.wall_s) / s.cores_online);
+    };
+    c.shared = true;
+    c.shared_reason = fmt::format(
+        "the machine was busy: {} of its CPUs during base, {} during new (other processes {:.1f} and {:.1f} cores); "
+        "neighbours on the same cores slow a step without making it wait for a CPU",
+        pct(base, a), pct(cand, b), std::max(0.0, a.other_cores), std::max(0.0, b.other_cores));
   }
   if (a.involuntary >= 0 && b.involuntary >= 0) {
     const double hi = std::max(a.involuntary, b.involuntary), lo = std::min(a.involuntary, b.involuntary);
@@ -183,8 +204,8 @@ RunConditions conditions_of(const Report& base, const Report& cand) {
   }
   if (a.load_per_core >= 0 && b.load_per_core >= 0 &&
       std::fabs(a.load_per_core - b.load_per_core) >= t.conditions_load_per_core) {
-    c.reasons.push_back(fmt::format("load average per core: {:.2f} in base vs {:.2f} in new", a.load_per_core,
-                                    b.load_per_core));
+    c.reasons.push_back(
+        fmt::format("load average per core: {:.2f} in base vs {:.2f} in new", a.load_per_core, b.load_per_core));
   }
   if (base.system.cores_available > 0 && cand.system.cores_available > 0 &&
       base.system.cores_available != cand.system.cores_available)
@@ -286,9 +307,10 @@ double within_step_noise(const std::vector<Report>& runs) {
 void check_side(const std::vector<Report>& runs, const char* side, std::vector<std::string>& warnings) {
   for (std::size_t i = 1; i < runs.size(); ++i) {
     if (runs[i].run.config != runs[0].run.config)
-      warnings.push_back(fmt::format("{} run {} has another config than {} run 1: repeats must be the same "
-                                     "experiment",
-                                     side, i + 1, side));
+      warnings.push_back(
+          fmt::format("{} run {} has another config than {} run 1: repeats must be the same "
+                      "experiment",
+                      side, i + 1, side));
     if (verdict_of(runs[i]) != verdict_of(runs[0]))
       warnings.push_back(fmt::format("{} runs disagree on the bottleneck ({} in run 1, {} in run {})", side,
                                      verdict_of(runs[0]), verdict_of(runs[i]), i + 1));
@@ -297,6 +319,10 @@ void check_side(const std::vector<Report>& runs, const char* side, std::vector<s
 
 // Warnings that depend on the step's significance (recomputed by compare_runs).
 void add_step_warnings(Comparison& c) {
+  if (c.conditions.shared && c.step.significant)
+    c.warnings.push_back(c.conditions.shared_reason +
+                         ": the step time difference may be theirs; repeat both runs "
+                         "on a quiet machine (or several of each: stepscope diff BASE... --vs NEW...)");
   if (c.config_changes.empty() && c.step.significant)
     c.warnings.push_back(c.conditions.differ
                              ? "no config key changed and the machine conditions differ: the step time "
@@ -361,22 +387,21 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
     if (va != vb) c.config_changes.push_back(fmt::format("{}: {} -> {}", key, va, vb));
   }
   if (c.config_changes.size() > 1)
-    c.warnings.push_back(fmt::format(
-        "more than one config key changed ({}): the difference cannot be attributed to any one of "
-        "them — change one variable at a time",
-        c.config_changes.size()));
+    c.warnings.push_back(
+        fmt::format("more than one config key changed ({}): the difference cannot be attributed to any one of "
+                    "them — change one variable at a time",
+                    c.config_changes.size()));
   add_step_warnings(c);
   const std::uint64_t min_steps = kThresholds.min_measured_steps;
   if (base.steps.wall_ms.count < min_steps || candidate.steps.wall_ms.count < min_steps)
-    c.warnings.push_back(fmt::format(
-        "fewer than {} measured steps in a run ({} vs {}): the noise estimate is unreliable",
-        min_steps, base.steps.wall_ms.count, candidate.steps.wall_ms.count));
+    c.warnings.push_back(
+        fmt::format("fewer than {} measured steps in a run ({} vs {}): the noise estimate is unreliable", min_steps,
+                    base.steps.wall_ms.count, candidate.steps.wall_ms.count));
   if (base.run.world_size != candidate.run.world_size)
-    c.warnings.push_back(fmt::format("world size differs ({} vs {})", base.run.world_size,
-                                     candidate.run.world_size));
+    c.warnings.push_back(fmt::format("world size differs ({} vs {})", base.run.world_size, candidate.run.world_size));
   if (base.run.source != candidate.run.source)
-    c.warnings.push_back(fmt::format("reports come from different sources ({} vs {})",
-                                     base.run.source, candidate.run.source));
+    c.warnings.push_back(
+        fmt::format("reports come from different sources ({} vs {})", base.run.source, candidate.run.source));
   return c;
 }
 
@@ -447,8 +472,9 @@ std::string format_comparison(const Comparison& c) {
   // Before any verdict: a difference between differently loaded machines is
   // not the code's.
   if (c.conditions.differ) {
-    out += "machine conditions differ between the runs — a step time difference may be the machine's, not the "
-           "code's:\n";
+    out +=
+        "machine conditions differ between the runs — a step time difference may be the machine's, not the "
+        "code's:\n";
     for (const std::string& r : c.conditions.reasons) out += "  " + r + "\n";
     out += "\n";
   }
@@ -459,8 +485,8 @@ std::string format_comparison(const Comparison& c) {
     out += fmt::format("{:<24} {:>11.3f} {:>11.3f} {:>+11.3f} {:>+8.1f}% {:>10.3f}  {}\n", detail::printable(d.name),
                        d.base_ms, d.new_ms, d.delta_ms, d.delta_pct, d.noise_ms, verdict);
   };
-  out += fmt::format("{:<24} {:>11} {:>11} {:>11} {:>9} {:>10}  {}\n", "name", "base ms", "new ms",
-                     "delta ms", "delta", "noise ms", "verdict");
+  out += fmt::format("{:<24} {:>11} {:>11} {:>11} {:>9} {:>10}  {}\n", "name", "base ms", "new ms", "delta ms", "delta",
+                     "noise ms", "verdict");
   out += std::string(24 + 12 * 3 + 10 + 11 + 15, '-') + "\n";
   row(c.step);
   for (const Delta& d : c.phases) row(d);
@@ -468,14 +494,14 @@ std::string format_comparison(const Comparison& c) {
   for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", detail::printable(n));
   for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", detail::printable(n));
   if (c.step.noise_method == "between_runs") {
-    out += fmt::format("(noise: spread between {} base and {} new runs; significant above {:.2f} x noise and "
-                       "{:.0f}% of the base)\n",
-                       c.base_runs, c.new_runs, c.step.noise_factor,
-                       100.0 * kThresholds.min_relative_change_repeated);
+    out += fmt::format(
+        "(noise: spread between {} base and {} new runs; significant above {:.2f} x noise and "
+        "{:.0f}% of the base)\n",
+        c.base_runs, c.new_runs, c.step.noise_factor, 100.0 * kThresholds.min_relative_change_repeated);
   } else {
-    out += fmt::format("(step noise: {}", c.step.noise_method == "batch_means"
-                                             ? "batch means over each run's step series"
-                                             : "standard error of the step times");
+    out +=
+        fmt::format("(step noise: {}", c.step.noise_method == "batch_means" ? "batch means over each run's step series"
+                                                                            : "standard error of the step times");
     out += fmt::format("; one run each: a step change below {:.1f}% of the base is within noise{})\n",
                        100.0 * std::max(kThresholds.min_relative_change, c.step.drift),
                        c.step.drift > kThresholds.min_relative_change
@@ -483,9 +509,8 @@ std::string format_comparison(const Comparison& c) {
                            : std::string());
   }
   out += "\n";
-  out += c.verdict_changed
-             ? fmt::format("bottleneck: {} -> {}\n", c.base_verdict, c.new_verdict)
-             : fmt::format("bottleneck: {} (unchanged)\n", c.base_verdict);
+  out += c.verdict_changed ? fmt::format("bottleneck: {} -> {}\n", c.base_verdict, c.new_verdict)
+                           : fmt::format("bottleneck: {} (unchanged)\n", c.base_verdict);
   if (c.config_changes.empty()) {
     out += "config: no changes\n";
   } else {
@@ -521,14 +546,18 @@ std::string comparison_to_json(const Comparison& c) {
     const RunConditions& k = c.conditions;
     json conditions{{"differ", k.differ},
                     {"reasons", k.reasons},
-                    {"base", {{"runqueue_fraction", signal(k.base_runqueue_fraction)},
-                              {"other_cpu_cores", signal(k.base_other_cpu_cores)},
-                              {"involuntary_per_s", signal(k.base_involuntary_per_s)},
-                              {"load_per_core", signal(k.base_load_per_core)}}},
-                    {"new", {{"runqueue_fraction", signal(k.new_runqueue_fraction)},
-                             {"other_cpu_cores", signal(k.new_other_cpu_cores)},
-                             {"involuntary_per_s", signal(k.new_involuntary_per_s)},
-                             {"load_per_core", signal(k.new_load_per_core)}}}};
+                    {"shared", k.shared},
+                    {"shared_reason", k.shared_reason},
+                    {"base",
+                     {{"runqueue_fraction", signal(k.base_runqueue_fraction)},
+                      {"other_cpu_cores", signal(k.base_other_cpu_cores)},
+                      {"involuntary_per_s", signal(k.base_involuntary_per_s)},
+                      {"load_per_core", signal(k.base_load_per_core)}}},
+                    {"new",
+                     {{"runqueue_fraction", signal(k.new_runqueue_fraction)},
+                      {"other_cpu_cores", signal(k.new_other_cpu_cores)},
+                      {"involuntary_per_s", signal(k.new_involuntary_per_s)},
+                      {"load_per_core", signal(k.new_load_per_core)}}}};
     json out{{"runs", {{"base", c.base_runs}, {"new", c.new_runs}}},
              {"step", delta(c.step)},
              {"phases", phases},

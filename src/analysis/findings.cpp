@@ -18,8 +18,7 @@ namespace {
 using detail::kThresholds;
 using detail::safe_div;
 
-Finding make(std::string kind, std::string severity, std::string message,
-             std::map<std::string, double> values) {
+Finding make(std::string kind, std::string severity, std::string message, std::map<std::string, double> values) {
   Finding f;
   f.kind = std::move(kind);
   f.severity = std::move(severity);
@@ -47,17 +46,16 @@ void memory_growth(const Report& r, std::vector<Finding>& out) {
   const double start = fit.intercept + fit.slope * x.front();
   const double needed = std::max(t.growth_min_mib, t.growth_min_fraction * std::max(start, 0.0));
   if (fit.slope <= 0 || fit.r2 < t.growth_min_r2 || growth < needed) return;
-  out.push_back(make(
-      "memory_growth", "warning",
-      fmt::format("Memory grows steadily: RSS rises {:.3f} MB per step ({:.0f} MB over {:.0f} steps, "
-                  "R² = {:.2f}). A steady rise that does not level off is a leak or an unbounded cache "
-                  "(tensors kept in a list, a growing history, autograd graphs retained).",
-                  fit.slope, growth, span, fit.r2),
-      {{"slope_mb_per_step", fit.slope},
-       {"r2", fit.r2},
-       {"growth_mb", growth},
-       {"start_mb", start},
-       {"points", static_cast<double>(x.size())}}));
+  out.push_back(make("memory_growth", "warning",
+                     fmt::format("Memory grows steadily: RSS rises {:.3f} MB per step ({:.0f} MB over {:.0f} steps, "
+                                 "R² = {:.2f}). A steady rise that does not level off is a leak or an unbounded cache "
+                                 "(tensors kept in a list, a growing history, autograd graphs retained).",
+                                 fit.slope, growth, span, fit.r2),
+                     {{"slope_mb_per_step", fit.slope},
+                      {"r2", fit.r2},
+                      {"growth_mb", growth},
+                      {"start_mb", start},
+                      {"points", static_cast<double>(x.size())}}));
 }
 
 void page_faults(const Report& r, std::vector<Finding>& out) {
@@ -71,15 +69,14 @@ void page_faults(const Report& r, std::vector<Finding>& out) {
   const double step_ms = r.steps.wall_ms.mean;
   std::string cost;
   if (step_ms > 0 && sys_ms > 0)
-    cost = fmt::format(" The process spent {:.2f} ms/step in the kernel ({:.0f}% of the step), an upper bound "
-                       "of their cost.",
-                       sys_ms, 100.0 * sys_ms / step_ms);
-  out.push_back(make(
-      "page_fault_storm", "warning",
-      detail::page_fault_remedy(detail::fault_facts(r)) + cost,
-      {{"minor_faults_per_step", per_step},
-       {"threshold", kThresholds.minor_faults_per_step},
-       {"system_ms_per_step", sys_ms}}));
+    cost = fmt::format(
+        " The process spent {:.2f} ms/step in the kernel ({:.0f}% of the step), an upper bound "
+        "of their cost.",
+        sys_ms, 100.0 * sys_ms / step_ms);
+  out.push_back(make("page_fault_storm", "warning", detail::page_fault_remedy(detail::fault_facts(r)) + cost,
+                     {{"minor_faults_per_step", per_step},
+                      {"threshold", kThresholds.minor_faults_per_step},
+                      {"system_ms_per_step", sys_ms}}));
 }
 
 void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
@@ -88,22 +85,23 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
   if (w.count < 2 || w.mean <= 0) return;
   const double cv = w.stddev / w.mean;
   if (cv >= t.jitter_cv) {
-    out.push_back(make(
-        "jitter", cv >= t.jitter_cv_critical ? "critical" : "warning",
-        fmt::format("Step time varies a lot: coefficient of variation {:.0f}% (stddev {:.2f} ms over a "
-                    "mean of {:.2f} ms). Means hide this; look for periodic work (logging, "
-                    "checkpointing, garbage collection) or contention.",
-                    100 * cv, w.stddev, w.mean),
-        {{"cv", cv}, {"stddev_ms", w.stddev}, {"mean_ms", w.mean}}));
+    out.push_back(make("jitter", cv >= t.jitter_cv_critical ? "critical" : "warning",
+                       fmt::format("Step time varies a lot: coefficient of variation {:.0f}% (stddev {:.2f} ms over a "
+                                   "mean of {:.2f} ms). Means hide this; look for periodic work (logging, "
+                                   "checkpointing, garbage collection) or contention.",
+                                   100 * cv, w.stddev, w.mean),
+                       {{"cv", cv}, {"stddev_ms", w.stddev}, {"mean_ms", w.mean}}));
   }
   if (w.p50 <= 0) return;
   const double p99_ratio = w.p99 / w.p50;
   const double max_ratio = w.max / w.p50;
   if (p99_ratio >= t.outlier_p99_over_p50 || max_ratio >= t.outlier_max_over_p50) {
+    const bool slowest_opened_a_loop = r.steps.loop_first_steps > 0 && r.steps.loop_first_max_ms >= 0.999 * w.max;
     out.push_back(make(
         "step_outliers", p99_ratio >= t.outlier_p99_over_p50 ? "warning" : "info",
-        fmt::format("Slow steps: p99 is {:.1f}x and the slowest step {:.1f}x the median ({:.2f} ms).",
-                    p99_ratio, max_ratio, w.p50),
+        fmt::format("Slow steps: p99 is {:.1f}x and the slowest step {:.1f}x the median ({:.2f} ms).{}", p99_ratio,
+                    max_ratio, w.p50,
+                    slowest_opened_a_loop ? " The slowest is the first step of a steps() loop (an epoch start)." : ""),
         {{"p50_ms", w.p50},
          {"p99_ms", w.p99},
          {"max_ms", w.max},
@@ -112,19 +110,67 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
   }
 }
 
+// The first step of each later steps() loop (epoch 2, 3, ...) pays again for
+// what the first epoch's warm-up paid once: a DataLoader with workers starts
+// new worker processes on every iter(loader) (pytorch/examples' dcgan at 2
+// workers: the first step of epoch 2 took 9.3x the median, docs/trials.md).
+void loop_restart(const Report& r, std::vector<Finding>& out) {
+  const auto& t = kThresholds;
+  const StepStats& s = r.steps;
+  if (s.loop_first_steps == 0 || s.wall_ms.p50 <= 0 || s.wall_ms.total <= 0) return;
+  const double n = static_cast<double>(s.loop_first_steps);
+  const double mean = s.loop_first_ms / n;
+  const double ratio = mean / s.wall_ms.p50;
+  if (ratio < t.loop_restart_over_p50) return;
+  const double extra_ms = s.loop_first_ms - n * s.wall_ms.p50;
+  const double share = extra_ms / s.wall_ms.total;
+  // What the loop restarts, where stepscope.torch.steps() recorded the
+  // DataLoader's settings; the general case otherwise (C++, other loaders).
+  const auto config = [&r](const char* key) {
+    const auto it = r.run.config.find(key);
+    return it == r.run.config.end() ? std::string() : it->second;
+  };
+  std::string cause;
+  if (config("num_workers") == "0")
+    cause =
+        "The DataLoader has no workers, so it is not their start: something the loop's start does again every "
+        "epoch (shuffling a large index, building the sampler or the dataset's iterator, a cache that is "
+        "cleared) is paid in the first step; do it once, outside the epoch loop.";
+  else if (config("persistent_workers") == "true")
+    cause =
+        "The DataLoader's workers persist (persistent_workers=True), but each epoch's iter(loader) starts their "
+        "sampling again: the first step waits while they refill their prefetch queues (a larger "
+        "prefetch_factor, or one sampler that spans the epochs, hides it).";
+  else
+    cause =
+        "Something restarts with every loop: a DataLoader with workers starts new worker processes on each "
+        "iter(loader) (DataLoader(..., persistent_workers=True) keeps them); otherwise create iterators, pools "
+        "and caches once, outside the epoch loop.";
+  out.push_back(make(
+      "loop_restart", share >= t.loop_restart_warning_share ? "warning" : "info",
+      fmt::format("The first step of each later steps() loop ({} epoch start{}) took {:.2f} ms on average, {:.1f}x "
+                  "the median step ({:.2f} ms): {:.1f} ms in all, {:.1f}% of the steps' time. {}",
+                  s.loop_first_steps, s.loop_first_steps == 1 ? "" : "s", mean, ratio, s.wall_ms.p50, extra_ms,
+                  100 * share, cause),
+      {{"loop_first_steps", n},
+       {"loop_first_mean_ms", mean},
+       {"over_p50", ratio},
+       {"extra_ms", extra_ms},
+       {"share_of_steps", share}}));
+}
+
 void warmup(const Report& r, std::vector<Finding>& out) {
   const double warm = r.steps.warmup_wall_ms.mean;
   const double steady = r.steps.wall_ms.mean;
   if (r.steps.warmup_excluded == 0 || warm <= 0 || steady <= 0) return;
   const double ratio = warm / steady;
   if (ratio < kThresholds.warmup_over_steady) return;
-  out.push_back(make(
-      "warmup_slow", "info",
-      fmt::format("The {} warm-up step(s) averaged {:.2f} ms, {:.1f}x the steady state ({:.2f} ms); "
-                  "they are excluded from the statistics (compilation, autotuning, allocator and "
-                  "cache warm-up).",
-                  r.steps.warmup_excluded, warm, ratio, steady),
-      {{"warmup_mean_ms", warm}, {"steady_mean_ms", steady}, {"ratio", ratio}}));
+  out.push_back(make("warmup_slow", "info",
+                     fmt::format("The {} warm-up step(s) averaged {:.2f} ms, {:.1f}x the steady state ({:.2f} ms); "
+                                 "they are excluded from the statistics (compilation, autotuning, allocator and "
+                                 "cache warm-up).",
+                                 r.steps.warmup_excluded, warm, ratio, steady),
+                     {{"warmup_mean_ms", warm}, {"steady_mean_ms", steady}, {"ratio", ratio}}));
 }
 
 void host_device(const Report& r, std::vector<Finding>& out) {
@@ -132,13 +178,12 @@ void host_device(const Report& r, std::vector<Finding>& out) {
     if (!p.device_ms || p.device_ms->count == 0 || p.host_ms.mean <= 0) continue;
     const double ratio = p.device_ms->mean / p.host_ms.mean;
     if (ratio < kThresholds.device_over_host) continue;
-    out.push_back(make(
-        "host_device_mismatch", "warning",
-        fmt::format("Phase '{}': the device took {:.2f} ms but the host clock saw {:.2f} ms ({:.1f}x). "
-                    "This is asynchronous work timed by host clocks: the host timer measures the "
-                    "launch only; the device time is the real cost.",
-                    p.name, p.device_ms->mean, p.host_ms.mean, ratio),
-        {{"host_mean_ms", p.host_ms.mean}, {"device_mean_ms", p.device_ms->mean}, {"ratio", ratio}}));
+    out.push_back(make("host_device_mismatch", "warning",
+                       fmt::format("Phase '{}': the device took {:.2f} ms but the host clock saw {:.2f} ms ({:.1f}x). "
+                                   "This is asynchronous work timed by host clocks: the host timer measures the "
+                                   "launch only; the device time is the real cost.",
+                                   p.name, p.device_ms->mean, p.host_ms.mean, ratio),
+                       {{"host_mean_ms", p.host_ms.mean}, {"device_mean_ms", p.device_ms->mean}, {"ratio", ratio}}));
   }
 }
 
@@ -146,26 +191,23 @@ void dropped(const Report& r, std::vector<Finding>& out) {
   if (r.dropped_records == 0) return;
   const double produced = static_cast<double>(std::max(r.total_records, r.dropped_records));
   const double fraction = safe_div(static_cast<double>(r.dropped_records), produced);
-  out.push_back(make(
-      "dropped_records", fraction >= kThresholds.dropped_critical_fraction ? "critical" : "warning",
-      fmt::format("{} of {} records ({:.2f}%) were dropped because a thread's ring was full; "
-                  "statistics cover the rest. Enlarge the ring or drain more often.",
-                  r.dropped_records, static_cast<std::uint64_t>(produced), 100 * fraction),
-      {{"dropped", static_cast<double>(r.dropped_records)},
-       {"produced", produced},
-       {"fraction", fraction}}));
+  out.push_back(
+      make("dropped_records", fraction >= kThresholds.dropped_critical_fraction ? "critical" : "warning",
+           fmt::format("{} of {} records ({:.2f}%) were dropped because a thread's ring was full; "
+                       "statistics cover the rest. Enlarge the ring or drain more often.",
+                       r.dropped_records, static_cast<std::uint64_t>(produced), 100 * fraction),
+           {{"dropped", static_cast<double>(r.dropped_records)}, {"produced", produced}, {"fraction", fraction}}));
 }
 
 void unattributed(const Report& r, std::vector<Finding>& out) {
   if (r.steps.count == 0) return;
   const detail::StepShares s = detail::step_shares(r);
   if (s.wall_ms <= 0 || s.unattributed < kThresholds.unattributed_finding) return;
-  out.push_back(make(
-      "unattributed_time", "warning",
-      fmt::format("{:.0f}% of the step ({:.2f} ms) is in no phase: framework overhead, "
-                  "synchronisation or uninstrumented work. Wrap it in STEPSCOPE_PHASE scopes.",
-                  100 * s.unattributed, s.unattributed * s.wall_ms),
-      {{"share", s.unattributed}, {"ms_per_step", s.unattributed * s.wall_ms}}));
+  out.push_back(make("unattributed_time", "warning",
+                     fmt::format("{:.0f}% of the step ({:.2f} ms) is in no phase: framework overhead, "
+                                 "synchronisation or uninstrumented work. Wrap it in STEPSCOPE_PHASE scopes.",
+                                 100 * s.unattributed, s.unattributed * s.wall_ms),
+                     {{"share", s.unattributed}, {"ms_per_step", s.unattributed * s.wall_ms}}));
 }
 
 // Steps that leave part of the loop out: the usual cause is a range-for whose
@@ -194,15 +236,13 @@ void steps_coverage(const Report& r, std::vector<Finding>& out) {
 
 void few_steps(const Report& r, std::vector<Finding>& out) {
   const bool timeline = detail::device_facts(r).present;
-  const std::uint64_t needed =
-      timeline ? kThresholds.min_steps_with_device_timeline : kThresholds.min_measured_steps;
+  const std::uint64_t needed = timeline ? kThresholds.min_steps_with_device_timeline : kThresholds.min_measured_steps;
   if (r.steps.count >= needed) return;
   out.push_back(make("few_steps", "warning",
                      fmt::format("Only {} measured step(s); at least {} are needed for reliable "
                                  "statistics and a verdict.",
                                  r.steps.count, needed),
-                     {{"steps", static_cast<double>(r.steps.count)},
-                      {"needed", static_cast<double>(needed)}}));
+                     {{"steps", static_cast<double>(r.steps.count)}, {"needed", static_cast<double>(needed)}}));
 }
 
 }  // namespace
@@ -215,6 +255,7 @@ std::vector<Finding> find_issues(const Report& facts) {
   memory_growth(facts, out);
   page_faults(facts, out);
   jitter_and_outliers(facts, out);
+  loop_restart(facts, out);
   warmup(facts, out);
   host_device(facts, out);
   unattributed(facts, out);

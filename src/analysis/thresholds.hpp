@@ -140,6 +140,12 @@ struct Thresholds {
   // Step-time outliers: p99 / p50 and max / p50.
   double outlier_p99_over_p50 = 2.0;
   double outlier_max_over_p50 = 5.0;
+  // The first steps of later steps() loops (epoch starts) averaging at least
+  // this multiple of the median step: something restarts with each loop
+  // (a DataLoader's workers). Their extra time at or above
+  // loop_restart_warning_share of the measured steps' time: a warning.
+  double loop_restart_over_p50 = 2.0;
+  double loop_restart_warning_share = 0.01;
   // Warm-up mean / steady-state mean at or above this: warm-up far slower.
   double warmup_over_steady = 3.0;
   // Device mean / host mean of a phase at or above this: the host clock saw
@@ -204,6 +210,13 @@ struct Thresholds {
   //  - other processes used at least this many more cores in one run (half a
   //    core: a neighbour that takes a core from a 2-core machine half the time);
   double conditions_other_cpu_cores = 0.5;
+  // A run during which this process and the others together kept at least
+  // this share of the machine's online CPUs busy, other processes at least
+  // conditions_other_cpu_cores of them, shared its cores: a neighbour on the
+  // same cores (hyperthread siblings, the memory bus) slows a step without
+  // making it wait for a CPU (CI: identical runs 55% apart at 0% runqueue
+  // while two compilers ran beside them).
+  double conditions_busy_machine = 0.75;
   //  - involuntary switches per second: the busier run at or above the
   //    scheduling rule's rate and at least this many times the other's;
   double conditions_involuntary_ratio = 3.0;

@@ -134,6 +134,7 @@ Aggregator::StepGap Aggregator::gap_before(ThreadInfo& t, const PhaseRecord& r, 
       // there: steps() times every fetch as its step's data phase.
       loop_gap_ns_ += between;
       ++loop_gaps_;
+      gap.after_loop = true;
     } else {
       gap.input_ns = std::min(t.between_input_ns, between);
       gap.other_ns = between - gap.input_ns;
@@ -156,6 +157,11 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
   t.ran_steps = true;
   step_wall_.add(wall);
   const StepGap gap = gap_before(t, r, wall);
+  if (__builtin_expect(gap.after_loop, 0)) {
+    ++loop_first_steps_;
+    loop_first_ns_ += wall;
+    loop_first_max_ns_ = std::max(loop_first_max_ns_, wall);
+  }
   // The step totals of the breakdown are the sums of the series points
   // (fill_report adds them up), so each step is added in one place only.
   StepPoint& point = open_point_;
@@ -501,6 +507,9 @@ void Aggregator::fill_report(Report& report) const {
   s.between_steps_ms = static_cast<double>(gap_ns_) * kNsToMs;
   s.loop_boundaries = loop_gaps_;
   s.between_loops_ms = static_cast<double>(loop_gap_ns_) * kNsToMs;
+  s.loop_first_steps = loop_first_steps_;
+  s.loop_first_ms = static_cast<double>(loop_first_ns_) * kNsToMs;
+  s.loop_first_max_ms = static_cast<double>(loop_first_max_ns_) * kNsToMs;
   s.between_steps_input_ms = static_cast<double>(gap_input_ns_) * kNsToMs;
   StepSeries& series = s.series;
   series = StepSeries{};

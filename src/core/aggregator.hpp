@@ -235,6 +235,7 @@ class Aggregator {
   // first, and for steps nested in another): updates the coverage totals.
   struct StepGap {
     std::uint64_t input_ns = 0, other_ns = 0;  // in input phases / the rest
+    bool after_loop = false;                   // the step opens a steps() loop that followed another
   };
   StepGap gap_before(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   std::uint32_t site_id_in_group(std::uint32_t group, const PhaseSite* site);
@@ -291,6 +292,9 @@ class Aggregator {
   // Gaps after a steps() loop ended (epoch boundaries): outside every step,
   // charged to no step and not in the coverage.
   std::uint64_t loop_gap_ns_ = 0, loop_gaps_ = 0;
+  // Measured steps that opened a steps() loop after another loop (the first
+  // step of epoch 2, 3, ...): count, total and slowest wall time.
+  std::uint64_t loop_first_steps_ = 0, loop_first_ns_ = 0, loop_first_max_ns_ = 0;
 
   // Series: closed points + the point being filled.
   std::vector<StepPoint> series_;

@@ -161,8 +161,8 @@ struct RankFacts {
   double wall = 0;
   PerKind<double> kind_ms;  // the breakdown's parts, ms per step
   double unattributed = 0;
-  double busy = 0;        // wall - comm
-  double busy_se = 0;     // standard error of the busy mean (noise floor)
+  double busy = 0;     // wall - comm
+  double busy_se = 0;  // standard error of the busy mean (noise floor)
   double comm() const { return kind_ms[PhaseKind::communication]; }
 };
 
@@ -276,9 +276,7 @@ struct PhaseKey {
   std::string name;
   PhaseKind kind;
   ThreadRole role;
-  bool operator<(const PhaseKey& o) const {
-    return std::tie(name, kind, role) < std::tie(o.name, o.kind, o.role);
-  }
+  bool operator<(const PhaseKey& o) const { return std::tie(name, kind, role) < std::tie(o.name, o.kind, o.role); }
 };
 
 struct PhaseAccumulator {
@@ -349,7 +347,8 @@ std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
   for (std::size_t i = 0; i < ranks.size() && i < kMaxListedRanksPerFinding; ++i)
     out += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (ranks.size() > kMaxListedRanksPerFinding) out += fmt::format(" and {} more", ranks.size() - kMaxListedRanksPerFinding);
+  if (ranks.size() > kMaxListedRanksPerFinding)
+    out += fmt::format(" and {} more", ranks.size() - kMaxListedRanksPerFinding);
   return out;
 }
 
@@ -404,6 +403,9 @@ void merge_between_steps(const std::vector<RankFacts>& ranks, StepStats& job) {
     job.between_steps_input_ms += s.between_steps_input_ms;
     job.loop_boundaries += s.loop_boundaries;
     job.between_loops_ms += s.between_loops_ms;
+    job.loop_first_steps += s.loop_first_steps;
+    job.loop_first_ms += s.loop_first_ms;
+    job.loop_first_max_ms = std::max(job.loop_first_max_ms, s.loop_first_max_ms);
     if (s.coverage) job.coverage = job.coverage ? std::min(*job.coverage, *s.coverage) : *s.coverage;
   }
 }
@@ -453,7 +455,6 @@ struct JobMerge {
 // Validates the inputs and orders them by rank; duplicates and ranks without
 // steps are left out with a warning. False (and `error`) when nothing is left.
 bool order_ranks(const std::vector<Report>& inputs, JobMerge& jm, std::string& error) {
-
   std::vector<std::string>& warnings = jm.warnings;
   std::vector<std::pair<int, const Report*>>& ordered = jm.ordered;
   ordered.reserve(inputs.size());
@@ -481,8 +482,7 @@ bool order_ranks(const std::vector<Report>& inputs, JobMerge& jm, std::string& e
   if (any_unranked)
     warnings.push_back("some reports carry no rank (run.rank); their position in the input was used as the rank");
   warn_on_world_size(inputs, warnings);
-  std::stable_sort(ordered.begin(), ordered.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<RankFacts>& ranks = jm.ranks;
   std::vector<int>& rank_ids = jm.rank_ids;
   std::vector<int> duplicates, empty_ranks;
@@ -499,7 +499,8 @@ bool order_ranks(const std::vector<Report>& inputs, JobMerge& jm, std::string& e
     rank_ids.push_back(ordered[i].first);
   }
   if (!duplicates.empty())
-    warnings.push_back(fmt::format("duplicate reports for rank(s) {}: only the first of each was merged", rank_list(duplicates)));
+    warnings.push_back(
+        fmt::format("duplicate reports for rank(s) {}: only the first of each was merged", rank_list(duplicates)));
   if (!empty_ranks.empty())
     warnings.push_back(
         fmt::format("rank(s) {} measured no steps and were left out of the statistics", rank_list(empty_ranks)));
@@ -510,7 +511,6 @@ bool order_ranks(const std::vector<Report>& inputs, JobMerge& jm, std::string& e
   jm.n = ranks.size();
   jm.world = std::max({declared_world, rank_ids.back() + 1, static_cast<int>(jm.n)});
   return true;
-
 }
 
 // Ranks in [0, world) without a report.
@@ -592,7 +592,9 @@ void merge_phases(JobMerge& jm) {
         const double per_step = p.self_ms.total / ranks[i].steps;
         v.per_step_ms = std::isfinite(v.per_step_ms) ? v.per_step_ms + per_step : per_step;
         const double occurrences_per_step = static_cast<double>(p.self_ms.count) / ranks[i].steps;
-        v.se = p.self_ms.count > 0 ? p.self_ms.stddev * occurrences_per_step / std::sqrt(static_cast<double>(p.self_ms.count)) : 0;
+        v.se = p.self_ms.count > 0
+                   ? p.self_ms.stddev * occurrences_per_step / std::sqrt(static_cast<double>(p.self_ms.count))
+                   : 0;
       }
     }
   }
@@ -776,11 +778,12 @@ void split_communication(JobMerge& jm) {
   MultiRank& m = jm.m;
 
   m.comm_ms = jm.comm_sample.summary().mean;
-  m.comm_collective_ms = jm.collective_points > 0 ? jm.collective_sum / jm.collective_points : jm.comm_sample.summary().min;
+  m.comm_collective_ms =
+      jm.collective_points > 0 ? jm.collective_sum / jm.collective_points : jm.comm_sample.summary().min;
   m.comm_collective_ms = std::min(m.comm_collective_ms, jm.comm_sample.summary().min);
-  m.expected_wait_from_imbalance_ms =
-      jm.collective_points > 0 ? jm.expected_wait_sum / jm.collective_points
-                            : jm.busy_sample.summary().max - jm.busy_sample.summary().mean;
+  m.expected_wait_from_imbalance_ms = jm.collective_points > 0
+                                          ? jm.expected_wait_sum / jm.collective_points
+                                          : jm.busy_sample.summary().max - jm.busy_sample.summary().mean;
   double wait_sum = 0;
   for (std::size_t i = 0; i < n; ++i) wait_sum += std::max(0.0, ranks[i].comm() - m.comm_collective_ms);
   m.comm_wait_ms = wait_sum / static_cast<double>(n);
@@ -903,16 +906,14 @@ void find_stragglers(JobMerge& jm) {
   MultiRank& m = jm.m;
 
   // Robust z of rank i's value against the median of the other ranks.
-  auto test = [&](const RankSample& sample, std::size_t i, double value, double se, double median_se,
-                  Candidate& out) {
+  auto test = [&](const RankSample& sample, std::size_t i, double value, double se, double median_se, Candidate& out) {
     if (!sample.has(i) || sample.size() < 2) return false;
     const double reference = sample.median_without(i);
     // With two ranks the MAD is half their difference by construction and
     // says nothing: only the measurement noise of the means counts.
     const double spread = sample.size() >= 3 ? kMadToSigma * sample.mad_for(i) : 0.0;
     const double noise = std::sqrt(se * se + median_se * median_se);
-    const double scale =
-        std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
+    const double scale = std::max({spread, noise, kRelativeSpreadFloor * std::fabs(reference), 1e-9});
     out.rank_ms = value;
     out.median_ms = reference;
     out.excess = value - reference;
@@ -1002,7 +1003,8 @@ void find_stragglers(JobMerge& jm) {
       s.slow_step_fraction = static_cast<double>(pass.slow.size()) / pass.valid_points;
       s.pattern = s.slow_step_fraction >= kChronicFraction ? "chronic" : "one-off";
       std::sort(pass.slow.begin(), pass.slow.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-      for (std::size_t j = 0; j < pass.slow.size() && j < kMaxSlowSteps; ++j) s.slow_steps.push_back(pass.slow[j].second);
+      for (std::size_t j = 0; j < pass.slow.size() && j < kMaxSlowSteps; ++j)
+        s.slow_steps.push_back(pass.slow[j].second);
       std::sort(s.slow_steps.begin(), s.slow_steps.end());
     } else {
       s.pattern = "chronic";  // no series: only the means, which say "on average"
@@ -1041,7 +1043,8 @@ void add_rank_rows(JobMerge& jm) {
       "units of 1.4826 x MAD across ranks (floored by the standard error of the means and 0.5% of the median); "
       "flagged when z >= 3.5 and the excess is >= 5% of the median step; the same test per non-communication "
       "phase names the phase. Or: outlier step points (same test per point) in < 25% of the points whose "
-      "excess alone is >= 5% of the median step on average. Below 8 ranks the MAD is the other ranks'. Chronic: materially slower in >= 50% of the aligned step points, else one-off. "
+      "excess alone is >= 5% of the median step on average. Below 8 ranks the MAD is the other ranks'. Chronic: "
+      "materially slower in >= 50% of the aligned step points, else one-off. "
       "Collective: the smallest communication time across ranks at each step point (the last rank to arrive "
       "does not wait); waiting: each rank's communication time above it.";
 }
@@ -1138,7 +1141,6 @@ void fill_job_steps(JobMerge& jm) {
   wall_histogram.apply(job.steps.wall_ms);
   if (wall_histogram.usable()) job.steps.histogram = wall_histogram.histogram.to_data();
   job.steps.warmup_wall_ms = warmup_wall.result();
-
 }
 
 // System and device facts that mean the same for the job.
@@ -1270,8 +1272,7 @@ void judge_job(JobMerge& jm) {
     e.sentence = fmt::format(
         "Of {:.2f} ms/step in communication (mean over ranks), about {:.2f} ms is the collective itself and "
         "{:.2f} ms ({:.0f}%) waiting for slower ranks (compute imbalance predicts {:.2f} ms).",
-        m.comm_ms, m.comm_collective_ms, m.comm_wait_ms, 100 * m.comm_wait_fraction,
-        m.expected_wait_from_imbalance_ms);
+        m.comm_ms, m.comm_collective_ms, m.comm_wait_ms, 100 * m.comm_wait_fraction, m.expected_wait_from_imbalance_ms);
     v.evidence.push_back(std::move(e));
   }
   {
@@ -1444,21 +1445,22 @@ std::string format_multi_rank(const Report& merged) {
     line(fmt::format("== stepscope job: {} of {} ranks merged ==", m.ranks_merged, m.world_size));
     line(fmt::format("step ms/step across ranks: min {:.3f} (rank {}), median {:.3f}, max {:.3f} (rank {})",
                      m.step_ms.min, m.step_ms.min_rank, m.step_ms.median, m.step_ms.max, m.step_ms.max_rank));
-    line(fmt::format("outside communication:     min {:.3f} (rank {}), median {:.3f}, max {:.3f} (rank {}), "
-                     "imbalance {:.1f}%",
-                     m.busy_ms.min, m.busy_ms.min_rank, m.busy_ms.median, m.busy_ms.max, m.busy_ms.max_rank,
-                     100 * m.busy_ms.imbalance));
+    line(
+        fmt::format("outside communication:     min {:.3f} (rank {}), median {:.3f}, max {:.3f} (rank {}), "
+                    "imbalance {:.1f}%",
+                    m.busy_ms.min, m.busy_ms.min_rank, m.busy_ms.median, m.busy_ms.max, m.busy_ms.max_rank,
+                    100 * m.busy_ms.imbalance));
     if (m.comm_ms > 0)
       line(fmt::format("communication: {:.3f} ms/step = collective {:.3f} + waiting for slower ranks {:.3f} ({:.0f}%)",
                        m.comm_ms, m.comm_collective_ms, m.comm_wait_ms, 100 * m.comm_wait_fraction));
     if (m.stragglers.empty()) line("stragglers: none (ranks statistically alike)");
     for (const Straggler& s : m.stragglers)
-      line(fmt::format("straggler: rank {} {} in '{}': {:.3f} vs median {:.3f} ms/step (+{:.3f}, z {:.1f}, slow in "
-                       "{:.0f}% of steps)",
-                       s.rank, s.pattern, s.phase, s.rank_ms, s.median_ms, s.excess_ms, s.robust_z,
-                       100 * s.slow_step_fraction));
-    line(fmt::format("  {:<20} {:>10} {:>10} {:>10} {:>10} {:>10}", "phase (ms/step)", "min", "median", "max", "max rank",
-                     "imbalance"));
+      line(fmt::format(
+          "straggler: rank {} {} in '{}': {:.3f} vs median {:.3f} ms/step (+{:.3f}, z {:.1f}, slow in "
+          "{:.0f}% of steps)",
+          s.rank, s.pattern, s.phase, s.rank_ms, s.median_ms, s.excess_ms, s.robust_z, 100 * s.slow_step_fraction));
+    line(fmt::format("  {:<20} {:>10} {:>10} {:>10} {:>10} {:>10}", "phase (ms/step)", "min", "median", "max",
+                     "max rank", "imbalance"));
     std::size_t shown = 0;
     for (const PhaseAcrossRanks& p : m.phases) {
       if (shown++ >= 12) break;
@@ -1467,7 +1469,8 @@ std::string format_multi_rank(const Report& merged) {
                        100 * p.per_step_ms.imbalance));
     }
     if (!m.ranks.empty() && m.ranks.size() <= 16) {
-      line(fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10}  {}", "rank", "step", "busy", "comm", "waiting", "verdict"));
+      line(
+          fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10}  {}", "rank", "step", "busy", "comm", "waiting", "verdict"));
       for (const RankSummary& r : m.ranks)
         line(fmt::format("  {:>5} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}  {}{}", r.rank, r.step_ms, r.busy_ms,
                          r.kind_ms[PhaseKind::communication], r.comm_wait_ms, r.verdict,

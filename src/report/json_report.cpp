@@ -6,8 +6,8 @@
 #include "report/json_guard.hpp"
 #include "text/printable.hpp"
 
-#include <nlohmann/json.hpp>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,9 +33,12 @@ const char* to_string(PhaseKind kind) noexcept {
 
 const char* to_string(ThreadRole role) noexcept {
   switch (role) {
-    case ThreadRole::step: return "step";
-    case ThreadRole::outside_step: return "outside_step";
-    case ThreadRole::background: return "background";
+    case ThreadRole::step:
+      return "step";
+    case ThreadRole::outside_step:
+      return "outside_step";
+    case ThreadRole::background:
+      return "background";
   }
   return "background";
 }
@@ -55,7 +58,9 @@ bool parse_thread_role(const std::string& text, ThreadRole& out) noexcept {
 namespace {
 
 // JSON has no NaN/Inf: write them as null and read null back as 0.
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json num(double v) {
+  return std::isfinite(v) ? json(v) : json(nullptr);
+}
 
 // ---- reading: every value is checked and every error names its field --------
 //
@@ -217,9 +222,12 @@ DeviceFactsSection device_facts_from(const Field& facts) {
 // device.hta: HTA's tables for an imported trace (docs/report-schema.md).
 json hta_to_j(const HtaTables& h) {
   const auto& t = h.temporal_breakdown;
-  json temporal{{"idle_us", num(t.idle_us)},           {"compute_us", num(t.compute_us)},
-                {"non_compute_us", num(t.non_compute_us)}, {"kernel_time_us", num(t.kernel_time_us)},
-                {"idle_pctg", num(t.idle_pctg)},       {"compute_pctg", num(t.compute_pctg)},
+  json temporal{{"idle_us", num(t.idle_us)},
+                {"compute_us", num(t.compute_us)},
+                {"non_compute_us", num(t.non_compute_us)},
+                {"kernel_time_us", num(t.kernel_time_us)},
+                {"idle_pctg", num(t.idle_pctg)},
+                {"compute_pctg", num(t.compute_pctg)},
                 {"non_compute_pctg", num(t.non_compute_pctg)}};
   json kernel_types = json::array();
   for (const auto& k : h.kernel_type_breakdown)
@@ -280,9 +288,9 @@ HtaTables hta_from(const Field& j) {
 }
 
 json to_j(const Distribution& d) {
-  return json{{"count", d.count}, {"total", num(d.total)}, {"mean", num(d.mean)}, {"stddev", num(d.stddev)},
-              {"min", num(d.min)},   {"max", num(d.max)},     {"p50", num(d.p50)},   {"p90", num(d.p90)},
-              {"p99", num(d.p99)}};
+  return json{{"count", d.count},        {"total", num(d.total)}, {"mean", num(d.mean)},
+              {"stddev", num(d.stddev)}, {"min", num(d.min)},     {"max", num(d.max)},
+              {"p50", num(d.p50)},       {"p90", num(d.p90)},     {"p99", num(d.p99)}};
 }
 Distribution dist_from(const Field& j) {
   Distribution d;
@@ -466,9 +474,11 @@ json to_j(const Verdict& v) {
                             {"crossed", e.crossed},
                             {"sentence", e.sentence}});
   json ranking = json::array();
-  for (const auto& [category, cost] : v.ranking) ranking.push_back(json{{"category", category}, {"share_of_step", num(cost)}});
-  return json{{"category", v.category},   {"confidence", num(v.confidence)},         {"severity", v.severity},
-              {"summary", v.summary},     {"evidence", evidence},                     {"recommendations", v.recommendations},
+  for (const auto& [category, cost] : v.ranking)
+    ranking.push_back(json{{"category", category}, {"share_of_step", num(cost)}});
+  return json{{"category", v.category}, {"confidence", num(v.confidence)},
+              {"severity", v.severity}, {"summary", v.summary},
+              {"evidence", evidence},   {"recommendations", v.recommendations},
               {"ranking", ranking}};
 }
 Verdict verdict_from(const Field& j) {
@@ -559,8 +569,12 @@ PhaseSummary phase_from(const Field& j) {
 }
 
 json to_j(const AcrossRanks& a) {
-  return json{{"min", num(a.min)},           {"median", num(a.median)}, {"max", num(a.max)},
-              {"mean", num(a.mean)},         {"min_rank", a.min_rank},  {"max_rank", a.max_rank},
+  return json{{"min", num(a.min)},
+              {"median", num(a.median)},
+              {"max", num(a.max)},
+              {"mean", num(a.mean)},
+              {"min_rank", a.min_rank},
+              {"max_rank", a.max_rank},
               {"imbalance", num(a.imbalance)}};
 }
 AcrossRanks across_from(const Field& j) {
@@ -591,7 +605,8 @@ json to_j(const MultiRank& m) {
                                r.kind_ms, num));
   json phases = json::array();
   for (const auto& p : m.phases)
-    phases.push_back(json{{"name", p.name}, {"kind", to_string(p.kind)}, {"ranks", p.ranks}, {"per_step_ms", to_j(p.per_step_ms)}});
+    phases.push_back(
+        json{{"name", p.name}, {"kind", to_string(p.kind)}, {"ranks", p.ranks}, {"per_step_ms", to_j(p.per_step_ms)}});
   json steps = json::array();
   for (const auto& s : m.steps)
     steps.push_back(json{{"first_step", s.first_step},
@@ -702,7 +717,9 @@ json to_j(const Report& r) {
            {"world_size", r.run.world_size},
            {"source", r.run.source},
            {"build", r.run.build},
-           {"clock", json{{"source", r.run.clock_source}, {"tsc_ghz", num(r.run.clock_tsc_ghz)}, {"error_ppm", num(r.run.clock_error_ppm)}}},
+           {"clock", json{{"source", r.run.clock_source},
+                          {"tsc_ghz", num(r.run.clock_tsc_ghz)},
+                          {"error_ppm", num(r.run.clock_error_ppm)}}},
            {"warmup", json{{"steps", r.run.warmup_steps}, {"source", r.run.warmup_source}}}};
   json config = json::object();
   for (const auto& [key, value] : r.run.config) {
@@ -732,7 +749,10 @@ json to_j(const Report& r) {
              {"between_steps_ms", num(r.steps.between_steps_ms)},
              {"between_steps_input_ms", num(r.steps.between_steps_input_ms)},
              {"loop_boundaries", r.steps.loop_boundaries},
-             {"between_loops_ms", num(r.steps.between_loops_ms)}};
+             {"between_loops_ms", num(r.steps.between_loops_ms)},
+             {"loop_first_steps", r.steps.loop_first_steps},
+             {"loop_first_ms", num(r.steps.loop_first_ms)},
+             {"loop_first_max_ms", num(r.steps.loop_first_max_ms)}};
   json phases = json::array();
   for (const auto& p : r.phases) phases.push_back(to_j(p));
   json findings = json::array();
@@ -817,8 +837,8 @@ Report report_from(const json& document) {
   Report r;
   r.schema_version = get_int(j, "schema_version", 0, INT32_MIN, INT32_MAX);
   if (r.schema_version != kReportSchemaVersion)
-    throw std::runtime_error("unsupported schema_version " + std::to_string(r.schema_version) + " (this stepscope reads " +
-                             std::to_string(kReportSchemaVersion) + ")");
+    throw std::runtime_error("unsupported schema_version " + std::to_string(r.schema_version) +
+                             " (this stepscope reads " + std::to_string(kReportSchemaVersion) + ")");
   const Field run = required_obj(j, "run");
   r.run.library_version = get_str(run, "library_version");
   r.run.time_utc = get_str(run, "time_utc");
@@ -868,6 +888,9 @@ Report report_from(const json& document) {
   r.steps.between_steps_input_ms = get_num(steps, "between_steps_input_ms");
   r.steps.loop_boundaries = get_u64(steps, "loop_boundaries");  // 0 in reports that predate it
   r.steps.between_loops_ms = get_num(steps, "between_loops_ms");
+  r.steps.loop_first_steps = get_u64(steps, "loop_first_steps");  // 0 in reports that predate them
+  r.steps.loop_first_ms = get_num(steps, "loop_first_ms");
+  r.steps.loop_first_max_ms = get_num(steps, "loop_first_max_ms");
   if (j.find("phases") == nullptr) bad_field("phases", "missing (every report has it)");
   for (const Field& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
   r.dropped_records = get_u64(j, "dropped_records");

@@ -291,6 +291,40 @@ TEST_CASE("compare: machine conditions that differ are said before any verdict",
   }
 }
 
+TEST_CASE("compare: both runs on a busy machine match, and the diff still says the machine was shared",
+          "[analysis][compare]") {
+  const auto& t = stepscope::detail::kThresholds;
+  // 2 cores; this process keeps one busy; other processes `others` cores.
+  for (const double others : {0.2, t.conditions_other_cpu_cores, 0.9}) {
+    Report a = run(100, 10, 100), b = run(100, 10, 100);
+    for (Report* r : {&a, &b}) {
+      r->system.cores_online = 2;
+      r->system.cpu_user_s = r->system.wall_s;
+      r->system.other_processes_cpu_s = others * r->system.wall_s;
+    }
+    b.steps.wall_ms = dist(130, 10, 100);  // +30%
+    const Comparison c = compare_reports(a, b);
+    INFO("other processes " << others << " cores\n" << format_comparison(c));
+    CHECK_FALSE(c.conditions.differ);  // the same in both runs
+    const bool busy = others >= t.conditions_other_cpu_cores && (1 + others) / 2 >= t.conditions_busy_machine;
+    CHECK(c.conditions.shared == busy);
+    CHECK(any_contains(c.warnings, "may be theirs") == busy);
+    if (busy) CHECK(c.conditions.shared_reason.find("the machine was busy") != std::string::npos);
+    const nlohmann::json j = nlohmann::json::parse(comparison_to_json(c));
+    CHECK(j.at("conditions").at("shared") == busy);
+  }
+  // The same report against itself on a busy machine: shared, but nothing differs.
+  Report busy = run(100, 10, 100);
+  busy.system.cores_online = 2;
+  busy.system.cpu_user_s = busy.system.wall_s;
+  busy.system.other_processes_cpu_s = busy.system.wall_s;
+  const Comparison self = compare_reports(busy, busy);
+  CHECK_FALSE(self.conditions.differ);
+  CHECK(self.conditions.shared);
+  CHECK_FALSE(self.step.significant);
+  CHECK_FALSE(any_contains(self.warnings, "may be theirs"));  // no change to explain
+}
+
 TEST_CASE("compare: comparison_to_json carries the verdicts and the conditions", "[analysis][compare]") {
   Report a = run(100, 10, 100), b = run(100, 10, 100);
   b.system.runqueue_wait_s = 0.5 * b.system.wall_s;

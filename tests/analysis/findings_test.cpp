@@ -21,7 +21,9 @@ const Finding* finding(const std::vector<Finding>& all, const std::string& kind)
   return nullptr;
 }
 // A pointer into a temporary would dangle: only presence checks on those.
-bool has(const std::vector<Finding>& all, const std::string& kind) { return finding(all, kind) != nullptr; }
+bool has(const std::vector<Finding>& all, const std::string& kind) {
+  return finding(all, kind) != nullptr;
+}
 const Finding* finding(std::vector<Finding>&&, const std::string&) = delete;
 
 Report steady() {
@@ -34,8 +36,7 @@ Report steady() {
 
 // RSS series: `points` points every `stride` steps, start + slope * step plus
 // a deterministic wiggle of amplitude `noise`.
-void rss_series(Report& r, std::size_t points, std::uint32_t stride, double start, double slope,
-                double noise) {
+void rss_series(Report& r, std::size_t points, std::uint32_t stride, double start, double slope, double noise) {
   StepSeries& s = r.steps.series;
   s.stride = stride;
   for (std::size_t i = 0; i < points; ++i) {
@@ -76,9 +77,9 @@ TEST_CASE("findings: no memory growth for flat, noisy, small or short series", "
     std::size_t points;
     double slope, noise;
   };
-  for (const Row& row : {Row{"flat", 50, 0.0, 5}, Row{"noise dominates (low R²)", 50, 0.2, 400},
-                         Row{"growth too small", 50, 0.05, 1}, Row{"too few points", 4, 1.0, 0},
-                         Row{"shrinking", 50, -0.5, 1}}) {
+  for (const Row& row :
+       {Row{"flat", 50, 0.0, 5}, Row{"noise dominates (low R²)", 50, 0.2, 400}, Row{"growth too small", 50, 0.05, 1},
+        Row{"too few points", 4, 1.0, 0}, Row{"shrinking", 50, -0.5, 1}}) {
     Report r = steady();
     rss_series(r, row.points, 20, 1000, row.slope, row.noise);
     INFO(row.name);
@@ -128,10 +129,8 @@ TEST_CASE("findings: step-time outliers p99/p50 and max/p50", "[analysis][findin
     double p99_ratio, max_ratio;
     const char* severity;
   };
-  for (const Row& row : {Row{t.outlier_p99_over_p50 - 0.01, 1.5, nullptr},
-                         Row{t.outlier_p99_over_p50, 3, "warning"},
-                         Row{1.2, t.outlier_max_over_p50 - 0.01, nullptr},
-                         Row{1.2, t.outlier_max_over_p50, "info"}}) {
+  for (const Row& row : {Row{t.outlier_p99_over_p50 - 0.01, 1.5, nullptr}, Row{t.outlier_p99_over_p50, 3, "warning"},
+                         Row{1.2, t.outlier_max_over_p50 - 0.01, nullptr}, Row{1.2, t.outlier_max_over_p50, "info"}}) {
     Report r = steady();
     r.steps.wall_ms.p50 = 100;
     r.steps.wall_ms.p99 = 100 * row.p99_ratio;
@@ -146,6 +145,57 @@ TEST_CASE("findings: step-time outliers p99/p50 and max/p50", "[analysis][findin
       CHECK(f->severity == row.severity);
     }
   }
+}
+
+TEST_CASE("findings: the first steps of later steps() loops (epoch starts) far slower than the median",
+          "[analysis][findings]") {
+  const auto& t = kThresholds;
+  // 1000 steps of 100 ms (100 s); 4 epoch starts.
+  for (double ratio : {t.loop_restart_over_p50 - 0.01, t.loop_restart_over_p50, 9.3}) {
+    Report r = steady();
+    r.steps.loop_first_steps = 4;
+    r.steps.loop_first_ms = 4 * 100 * ratio;
+    r.steps.loop_first_max_ms = 100 * ratio;
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "loop_restart");
+    INFO("ratio " << ratio);
+    REQUIRE((f != nullptr) == (ratio >= t.loop_restart_over_p50));
+    if (f == nullptr) continue;
+    CHECK(f->values.at("over_p50") == Approx(ratio));
+    CHECK(f->values.at("extra_ms") == Approx(4 * 100 * (ratio - 1)));
+    // 4 x 100 ms extra of 100 s is 0.4%: info; 4 x 830 ms is 3.3%: a warning.
+    CHECK(f->severity == std::string(ratio > 5 ? "warning" : "info"));
+    CHECK(f->message.find("persistent_workers=True") != std::string::npos);
+  }
+  // What the loop restarts, where stepscope.torch recorded the DataLoader's settings.
+  Report persistent = steady();
+  persistent.steps.loop_first_steps = 2;
+  persistent.steps.loop_first_ms = persistent.steps.loop_first_max_ms = 2 * 500;
+  persistent.run.config["num_workers"] = "2";
+  persistent.run.config["persistent_workers"] = "true";
+  const std::vector<Finding> refill = find_issues(persistent);
+  const Finding* f = finding(refill, "loop_restart");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("persistent_workers=True), but") != std::string::npos);
+  CHECK(f->message.find("prefetch_factor") != std::string::npos);
+  persistent.run.config["num_workers"] = "0";
+  const std::vector<Finding> no_workers = find_issues(persistent);
+  f = finding(no_workers, "loop_restart");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("no workers") != std::string::npos);
+  CHECK(f->message.find("persistent_workers=True)") == std::string::npos);
+
+  Report none = steady();  // one loop: no later loop starts
+  CHECK_FALSE(has(find_issues(none), "loop_restart"));
+  // The outlier finding says when its slowest step opened a loop.
+  Report r = steady();
+  r.steps.wall_ms.max = 930;
+  r.steps.loop_first_steps = 1;
+  r.steps.loop_first_ms = r.steps.loop_first_max_ms = 930;
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* outliers = finding(all, "step_outliers");
+  REQUIRE(outliers != nullptr);
+  CHECK(outliers->message.find("first step of a steps() loop") != std::string::npos);
 }
 
 TEST_CASE("findings: warm-up far slower than steady state", "[analysis][findings]") {

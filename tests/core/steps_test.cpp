@@ -309,6 +309,30 @@ TEST_CASE("steps() loops one after another (epochs): the gap between them is a l
   require_balanced();
 }
 
+TEST_CASE("the first step of each later steps() loop is counted: an epoch start that restarts the loader", "[steps]") {
+  // pytorch/examples' dcgan: `for epoch ...: for data in loader` with
+  // workers; each epoch's iter(loader) starts new workers, so the first step
+  // of epoch 2, 3, ... waits for them.
+  std::vector<int> v{1, 2, 3, 4};
+  // Past any warm-up, and after a step that ended no loop (whatever test ran before).
+  for (int i = 0; i < 10; ++i) {
+    STEPSCOPE_STEP();
+  }
+  const Report before = snapshot();
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (int x : stepscope::steps(v)) {
+      if (epoch > 0 && x == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the restart
+    }
+  }
+  const Report after = snapshot();
+  CHECK(after.steps.loop_first_steps - before.steps.loop_first_steps == 2);  // epochs 1 and 2
+  CHECK(after.steps.loop_boundaries - before.steps.loop_boundaries == 2);
+  // >= the sleeps, less 5% for the tick clock's calibration.
+  CHECK(after.steps.loop_first_ms - before.steps.loop_first_ms >= 38.0);
+  CHECK(after.steps.loop_first_max_ms >= 19.0);
+  require_balanced();
+}
+
 TEST_CASE("steps() call sites are told apart by file:line and reused", "[steps]") {
   const detail::StepCallSite* a = detail::step_call_site(__FILE__, 1001);
   const detail::StepCallSite* b = detail::step_call_site(__FILE__, 1002);

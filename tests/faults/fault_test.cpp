@@ -21,6 +21,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,14 +105,6 @@ bool wait_for_file(const std::string& path, double timeout_s = 30) {
   return true;
 }
 
-stepscope::Report load(const std::string& path) {
-  stepscope::Report r;
-  std::string error;
-  INFO(path << ": " << error);
-  REQUIRE(stepscope::load_report(path, r, error));
-  return r;
-}
-
 bool warned(const stepscope::Report& r, const std::string& text) {
   for (const auto& w : r.warnings)
     if (contains(w, text)) return true;
@@ -125,6 +119,25 @@ std::vector<std::string> list_dir(const std::string& path) {
     ::closedir(d);
   }
   return names;
+}
+
+// The report at `path`; on failure, what the directory holds and what the
+// probe said on stderr (STEPSCOPE_QUIET keeps only warnings there).
+stepscope::Report load(const std::string& path) {
+  stepscope::Report r;
+  std::string error;
+  const bool ok = stepscope::load_report(path, r, error);
+  if (!ok) {
+    const std::string dir = path.substr(0, path.rfind('/'));
+    std::string listing;
+    for (const std::string& name : list_dir(dir)) listing += name + " ";
+    std::ifstream err(dir + "/probe.err");
+    std::stringstream said;
+    said << err.rdbuf();
+    INFO(path << ": " << error << "\nthe directory holds: " << listing << "\nprobe.err: " << said.str());
+    REQUIRE(ok);
+  }
+  return r;
 }
 
 const stepscope::PhaseSummary* find(const stepscope::Report& r, const std::string& name) {

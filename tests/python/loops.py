@@ -4,6 +4,8 @@ the tests (a process has one stepscope run and one report):
     python loops.py compute          # an MLP on in-memory batches: compute-bound
     python loops.py slow-data W      # the same kind of step fed by a Dataset that sleeps
                                      # per sample, W DataLoader workers (0: in the step)
+    python loops.py epochs P         # 3 epochs over a DataLoader with 2 workers,
+                                     # persistent_workers=P (0 or 1)
     python loops.py compare          # instrument() and hand-instrumented phases, alternating
     python loops.py contract         # the API and report contract (finish(), then misuse)
     python loops.py at-exit          # no finish(): the report is written at exit
@@ -84,6 +86,19 @@ def slow_data_mode(workers):
     stepscope.torch.instrument(model, optimizer)
     stepscope.set_config("loop", "slow-data")
     train(model, optimizer, loader)
+
+
+def epochs_mode(persistent):
+    # pytorch/examples' dcgan shape: `for epoch in range(n): for data in
+    # loader:` with workers. Without persistent_workers every iter(loader)
+    # starts new worker processes, and the first step of each epoch waits.
+    model = mlp(64, 64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(16 * 30, 64), torch.randint(0, 10, (16 * 30,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=16, num_workers=2, persistent_workers=persistent)
+    stepscope.torch.instrument(model, optimizer)
+    stepscope.set_config("persistent_workers", persistent)
+    train(model, optimizer, loader, epochs=3)
 
 
 def compare_mode():
@@ -168,6 +183,8 @@ if __name__ == "__main__":
         compute_mode()
     elif mode == "slow-data":
         slow_data_mode(int(sys.argv[2]))
+    elif mode == "epochs":
+        epochs_mode(sys.argv[2] == "1")
     elif mode == "compare":
         compare_mode()
     elif mode == "contract":

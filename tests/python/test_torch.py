@@ -59,6 +59,21 @@ def test_workers_take_the_slow_dataset_off_the_step_and_diff_shows_the_gain(tmp_
     assert len(data) == 1 and data[0]["verdict"] == "faster", data
 
 
+def test_each_epoch_restarting_the_loader_workers_is_named_with_persistent_workers(tmp_path):
+    # 3 epochs, 2 workers: without persistent_workers the first step of
+    # epochs 2 and 3 waits for new worker processes (tens of ms against a
+    # step of about a millisecond).
+    report, _, _ = run_loop(tmp_path, "epochs0", "epochs", "0")
+    steps = report["steps"]
+    assert steps["loop_first_steps"] == 2, steps
+    findings = {f["kind"]: f for f in report["findings"]}
+    assert "loop_restart" in findings, [f["kind"] for f in report["findings"]]
+    restart = findings["loop_restart"]
+    assert restart["values"]["over_p50"] >= 2, restart
+    assert "persistent_workers=True" in restart["message"]
+    assert report["run"]["config"]["persistent_workers"] == "false"  # recorded by stepscope.torch.steps()
+
+
 def test_instrument_records_what_a_hand_instrumented_loop_records(tmp_path):
     """Epochs alternate between instrument() and the same phases by hand in
     one process; counts are equal and the means agree within noise."""
