@@ -14,8 +14,9 @@ the first batch — a DataLoader starts its workers there — and ``next()``
 after) is that step's ``data`` phase (kind input). A fetch that finds the end
 is a data phase outside any step; the last step ends with the loop (break and
 exceptions included). For a DataLoader it also records its num_workers,
-batch_size and pin_memory with set_config, so ``stepscope diff`` names the
-change between two runs.
+batch_size and pin_memory (with workers, persistent_workers and
+prefetch_factor) with set_config, so ``stepscope diff`` names the change
+between two runs; instrument() records the optimizer's class.
 
 instrument(model, optimizer): phases from the model's own hooks, as a
 hand-instrumented loop would have them:
@@ -269,6 +270,9 @@ def instrument(model, optimizer=None, submodules=False):
     if optimizer is not None:
         optimizer_phase = _stepscope.phase("optimizer")
         original_step = optimizer.step
+        # The run's configuration: `stepscope diff` names an optimizer change,
+        # and the advice knows a full-batch one (LBFGS) from a mini-batch one.
+        _stepscope.set_config("optimizer", type(optimizer).__name__)
 
         # wraps: also carries an LR scheduler's mark of the step it already
         # wrapped (_with_counter, _wrapped_by_lr_sched), or torch warns that

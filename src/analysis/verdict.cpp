@@ -566,7 +566,10 @@ void Classifier::recommend(int category, Verdict& v) const {
             "Compute on the CPU dominates: use an optimised BLAS/oneDNN build, set intra-op threads "
             "to the physical cores, vectorise hot loops, and use reduced precision (bf16) where the "
             "CPU supports it.");
-        out.push_back("A larger batch per step amortises fixed per-step overhead.");
+        // Not for a full-batch optimizer: LBFGS's closure already takes all of it.
+        const auto optimizer = report_.run.config.find("optimizer");
+        if (optimizer == report_.run.config.end() || optimizer->second != "LBFGS")
+          out.push_back("A larger batch per step amortises fixed per-step overhead.");
         if (s.available && s.compute_on_cpu_fraction >= 0 && s.compute_on_cpu_fraction < t.compute_on_cpu_working)
           out.push_back(
               "Compute phases are mostly off-CPU: they wait (device synchronisation, locks) rather "

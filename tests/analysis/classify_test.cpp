@@ -293,6 +293,23 @@ TEST_CASE("classify: pipeline A (serial preprocessing) is io, pipeline B (backgr
   CHECK(ranked_cost(vb, "io") < kThresholds.moderately_bound);
 }
 
+TEST_CASE("classify: CPU compute advice leaves out a larger batch for a full-batch optimizer", "[analysis][classify]") {
+  // pytorch/examples' time_sequence_prediction: LBFGS with a closure takes
+  // the whole data set every step; "a larger batch" cannot apply.
+  Shares s;
+  s.compute = 0.90;
+  s.unattributed = 0.10;
+  Report r = host_report(s);
+  r.run.config["optimizer"] = "SGD";
+  Verdict v = classify(r);
+  REQUIRE(v.category == "compute");
+  CHECK(any_contains(v.recommendations, "larger batch"));
+  r.run.config["optimizer"] = "LBFGS";
+  v = classify(r);
+  REQUIRE(v.category == "compute");
+  CHECK_FALSE(any_contains(v.recommendations, "larger batch"));
+}
+
 TEST_CASE("classify: io sub-cases pick their recommendations", "[analysis][classify]") {
   Shares s;
   s.input = 0.60;

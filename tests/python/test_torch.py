@@ -72,6 +72,7 @@ def test_each_epoch_restarting_the_loader_workers_is_named_with_persistent_worke
     assert restart["values"]["over_p50"] >= 2, restart
     assert "persistent_workers=True" in restart["message"]
     assert report["run"]["config"]["persistent_workers"] == "false"  # recorded by stepscope.torch.steps()
+    assert report["run"]["config"]["optimizer"] == "SGD"  # recorded by instrument()
 
 
 def test_instrument_records_what_a_hand_instrumented_loop_records(tmp_path):
