@@ -14,8 +14,7 @@ the first batch — a DataLoader starts its workers there — and ``next()``
 after) is that step's ``data`` phase (kind input). A fetch that finds the end
 is a data phase outside any step; the last step ends with the loop (break and
 exceptions included). For a DataLoader it also records its num_workers,
-batch_size and pin_memory (with workers, persistent_workers and
-prefetch_factor) with set_config, so ``stepscope diff`` names the change
+batch_size, pin_memory and persistent_workers with set_config, so ``stepscope diff`` names the change
 between two runs; instrument() records the optimizer's class.
 
 instrument(model, optimizer): phases from the model's own hooks, as a
@@ -67,10 +66,9 @@ def _record_loader_config(loader):
     if loader.batch_size is not None:
         _stepscope.set_config("batch_size", int(loader.batch_size))
     _stepscope.set_config("pin_memory", bool(loader.pin_memory))
-    if loader.num_workers > 0:  # what an epoch's iter(loader) restarts (the loop_restart finding)
-        _stepscope.set_config("persistent_workers", bool(getattr(loader, "persistent_workers", False)))
-        if getattr(loader, "prefetch_factor", None) is not None:
-            _stepscope.set_config("prefetch_factor", int(loader.prefetch_factor))
+    # What an epoch's iter(loader) restarts (the loop_restart finding). Recorded
+    # whatever num_workers is, so that 0 -> 4 workers stays one config change.
+    _stepscope.set_config("persistent_workers", bool(getattr(loader, "persistent_workers", False)))
 
 
 def steps(loader):

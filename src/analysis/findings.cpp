@@ -125,7 +125,8 @@ void loop_restart(const Report& r, std::vector<Finding>& out) {
   const double extra_ms = s.loop_first_ms - n * s.wall_ms.p50;
   const double share = extra_ms / s.wall_ms.total;
   // What the loop restarts, where stepscope.torch.steps() recorded the
-  // DataLoader's settings; the general case otherwise (C++, other loaders).
+  // DataLoader's num_workers and persistent_workers; the general case
+  // otherwise (C++, other loaders).
   const auto config = [&r](const char* key) {
     const auto it = r.run.config.find(key);
     return it == r.run.config.end() ? std::string() : it->second;

@@ -54,6 +54,7 @@ def test_workers_take_the_slow_dataset_off_the_step_and_diff_shows_the_gain(tmp_
     assert category(new) != "io", new["bottleneck"]
     assert new["run"]["config"]["num_workers"] == 4
     assert "num_workers: 0 -> 4" in diff["config_changes"]
+    assert len(diff["config_changes"]) == 1, diff["config_changes"]  # one variable changed, one named
     assert diff["step"]["verdict"] == "faster", diff["step"]
     data = [p for p in diff["phases"] if p["name"] == "data" and p["base_role"] == "step"]
     assert len(data) == 1 and data[0]["verdict"] == "faster", data
