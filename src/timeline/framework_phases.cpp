@@ -189,7 +189,13 @@ InferredIterations infer_iterations(const Timeline& tl) {
     return tid;
   };
   InferredIterations out;
-  if (const std::int64_t tid = most(fetches); tid != -1 && fetches.at(tid).size() >= 2) {
+  // The loop's thread is the one that updates the weights: fetches on
+  // another thread (a background prefetcher iterating the DataLoader) are
+  // not the step's, and its iterations are then the optimizer steps'.
+  const std::int64_t updater = most(optimizer_steps);
+  const bool updates_elsewhere = updater != -1 && optimizer_steps.at(updater).size() >= 2 &&
+                                 (fetches.count(updater) == 0 || fetches.at(updater).size() < 2);
+  if (const std::int64_t tid = most(fetches); !updates_elsewhere && tid != -1 && fetches.at(tid).size() >= 2) {
     // An iteration starts with the first fetch after an optimizer step: a
     // loop that fetches from two loaders (zip) or accumulates gradients over
     // several batches updates once per iteration. Without optimizer steps on

@@ -42,7 +42,9 @@ FrameworkMarks framework_marks(const Timeline& tl);
 // DataLoader fetch (enumerate(DataLoader)#...) to the start of the next
 // that follows an Optimizer.step#... (every fetch where the thread makes no
 // optimizer steps: inference); without fetches, from the end of one
-// Optimizer.step to the end of the next. The iteration after the last mark is left out (the trace does not
+// Optimizer.step to the end of the next (also when the fetches are on
+// another thread than the updates: a background prefetcher's fetches are not
+// the step's). The iteration after the last mark is left out (the trace does not
 // show where it ends), as HTA leaves out the last ProfilerStep. Empty when
 // fewer than two marks exist.
 struct InferredIterations {

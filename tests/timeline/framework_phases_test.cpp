@@ -166,6 +166,16 @@ TEST_CASE("without fetches the Optimizer.step calls mark the iterations; one mar
   CHECK(it.steps[1].start_ns == us(90));
   CHECK(it.steps[1].end_ns == us(140));
 
+  // A background prefetcher iterates the DataLoader on thread 5: its fetches
+  // are not the loop's; the updates on thread 1 mark the iterations.
+  for (int i = 0; i < 6; ++i)
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 20 * i, 20 * i + 15, HostOpKind::annotation,
+           5);
+  const InferredIterations prefetched = infer_iterations(b.tl);
+  CHECK(std::string(prefetched.marked_by) == "Optimizer.step calls");
+  CHECK(prefetched.tid == 1);
+  CHECK(prefetched.steps.size() == 2);
+
   StepBuilder one;
   one.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 10, HostOpKind::annotation);
   one.host("Optimizer.step#SGD.step", 20, 30, HostOpKind::annotation);
