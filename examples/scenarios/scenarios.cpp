@@ -45,8 +45,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -158,7 +158,8 @@ std::vector<std::string> write_image_shards(const std::string& dir, int shards, 
       rec[0] = static_cast<unsigned char>(label);
       // Brighter in the label's band of rows, so the task is learnable.
       for (int i = 1; i < kImageBytes; ++i)
-        rec[i] = static_cast<unsigned char>((pixel(rng) / 2) + ((i / kImageSide) * kClasses / kImageSide == label ? 100 : 0));
+        rec[i] = static_cast<unsigned char>((pixel(rng) / 2) +
+                                            ((i / kImageSide) * kClasses / kImageSide == label ? 100 : 0));
     }
     paths.push_back(dir + "/images-" + std::to_string(s) + ".bin");
     stepscope_example::write_file_synced(paths.back(), data.data(), data.size());
@@ -183,11 +184,11 @@ void decode_images(const std::vector<unsigned char>& raw, int rows, Batch& out) 
 }
 
 int scenario_io(const Options& o) {
-  const int rows = 32;                                   // images per batch: 128 KiB
-  const int shards = 4, records_per_shard = 512;         // 8 MiB on disk
+  const int rows = 32;                            // images per batch: 128 KiB
+  const int shards = 4, records_per_shard = 512;  // 8 MiB on disk
   ReadPolicy policy;
-  policy.cold = true;                                    // every read goes to storage
-  policy.bytes_per_second = 8.0 * 1024 * 1024;           // a slow network volume: ~15.6 ms per batch
+  policy.cold = true;                           // every read goes to storage
+  policy.bytes_per_second = 8.0 * 1024 * 1024;  // a slow network volume: ~15.6 ms per batch
   policy.request_bytes = 32 * 1024;
   stepscope::set_config("scenario", "io");
   stepscope::set_config("batch_size", rows);
@@ -206,7 +207,8 @@ int scenario_io(const Options& o) {
       const int shard = n % shards, chunk = (n / shards) % chunks;
       {
         STEPSCOPE_PHASE_KIND("read", PhaseKind::input);
-        readers[static_cast<std::size_t>(shard)]->read_at(static_cast<std::uint64_t>(chunk) * raw.size(), raw.data(), raw.size());
+        readers[static_cast<std::size_t>(shard)]->read_at(static_cast<std::uint64_t>(chunk) * raw.size(), raw.data(),
+                                                          raw.size());
       }
       Batch b;
       {
@@ -284,8 +286,10 @@ int scenario_memory(const Options& o) {
     }
     {
       STEPSCOPE_PHASE("data");  // the model's view of the copied batch
-      for (int i = 0; i < rows * features; ++i) batch.inputs[static_cast<std::size_t>(i)] = device_buffer[static_cast<std::size_t>(i) * 97] / 255.0f;
-      for (int r = 0; r < rows; ++r) batch.labels[static_cast<std::size_t>(r)] = device_buffer[static_cast<std::size_t>(r)] % kClasses;
+      for (int i = 0; i < rows * features; ++i)
+        batch.inputs[static_cast<std::size_t>(i)] = device_buffer[static_cast<std::size_t>(i) * 97] / 255.0f;
+      for (int r = 0; r < rows; ++r)
+        batch.labels[static_cast<std::size_t>(r)] = device_buffer[static_cast<std::size_t>(r)] % kClasses;
     }
     train_step(model, batch, rows);
   });
@@ -309,24 +313,33 @@ bool exchange(int fd, const float* out, float* in, std::size_t count) {
     }
     if ((p.revents & POLLOUT) && sent < bytes) {
       const ssize_t n = ::send(fd, send_ptr + sent, bytes - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0) sent += static_cast<std::size_t>(n);
-      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+      if (n > 0)
+        sent += static_cast<std::size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return false;
     }
     if ((p.revents & (POLLIN | POLLHUP)) && received < bytes) {
       const ssize_t n = ::recv(fd, recv_ptr + received, bytes - received, MSG_DONTWAIT);
-      if (n > 0) received += static_cast<std::size_t>(n);
-      else if (n == 0) return false;  // peer closed
-      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+      if (n > 0)
+        received += static_cast<std::size_t>(n);
+      else if (n == 0)
+        return false;  // peer closed
+      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return false;
     }
   }
   return true;
 }
 
-constexpr int kCommRows = 32, kCommFeatures = 128, kStragglerFactor = 4;
+// The peer's shard is 8x rank 0's. At 4x, CI measured rank 0's compute at
+// 1.1-1.8 ms against a peer that sometimes ran as fast as 2x (the two
+// processes on unequal vCPUs: hyperthread siblings, steal), and the
+// all-reduce wait fell to 52% of the step beside 47% of compute: "unknown".
+constexpr int kCommRows = 32, kCommFeatures = 128, kStragglerFactor = 8;
 
 // The peer rank (not instrumented: started with STEPSCOPE=0). It trains on a
-// shard 4x larger per step — the straggler — and all-reduces with rank 0
-// until rank 0 hangs up.
+// shard kStragglerFactor times larger per step — the straggler — and
+// all-reduces with rank 0 until rank 0 hangs up.
 int run_peer(int fd) {
   const int rows = kCommRows * kStragglerFactor;
   const std::vector<Batch> batches = make_batches(4, rows, kCommFeatures, kClasses, 11);
@@ -607,7 +620,8 @@ int scenario_pipeline(const Options& o, bool background, int micro_batches) {
       model.forward(batches[0].inputs.data(), batches[0].labels.data(), kPipelineRows);
       model.backward();
       model.sgd_step(0.01f, 0.9f);
-      if (i >= 3) wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (i >= 3)
+        wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(wall.begin(), wall.end());
     input_ms = kPipelineInputPerMicroBatch * wall[wall.size() / 2];
@@ -765,18 +779,26 @@ const std::vector<Scenario>& scenarios() {
       {"memory", "8 MiB fresh staging buffer + two copies per step", scenario_memory},
       {"communication", "gradients all-reduced with a straggling peer process over a socket", scenario_communication},
       {"scheduling", "spinning thread pool with 4x more threads than cores, tiny tasks", scenario_scheduling},
-      {"pipeline-a", "2.5 ms/batch slow dataset read on the step thread + 3.8 ms compute", [](const Options& o) { return scenario_pipeline(o, false, 2); }},
-      {"pipeline-b", "the same dataset on a background loader thread (queue of 4)", [](const Options& o) { return scenario_pipeline(o, true, 2); }},
-      {"pipeline-b-half", "pipeline-b with the compute halved (one micro-batch)", [](const Options& o) { return scenario_pipeline(o, true, 1); }},
-      {"page-faults", "a 48 MiB buffer mapped, touched and freed in the forward phase every step", scenario_page_faults},
-      {"trap-base", "'metrics' phase (8 parameter EMAs) ~5% of the step", [](const Options& o) { return scenario_trap(o, false); }},
-      {"trap-fast", "the same with 4 EMAs: the phase 2x faster", [](const Options& o) { return scenario_trap(o, true); }},
+      {"pipeline-a", "2.5 ms/batch slow dataset read on the step thread + 3.8 ms compute",
+       [](const Options& o) { return scenario_pipeline(o, false, 2); }},
+      {"pipeline-b", "the same dataset on a background loader thread (queue of 4)",
+       [](const Options& o) { return scenario_pipeline(o, true, 2); }},
+      {"pipeline-b-half", "pipeline-b with the compute halved (one micro-batch)",
+       [](const Options& o) { return scenario_pipeline(o, true, 1); }},
+      {"page-faults", "a 48 MiB buffer mapped, touched and freed in the forward phase every step",
+       scenario_page_faults},
+      {"trap-base", "'metrics' phase (8 parameter EMAs) ~5% of the step",
+       [](const Options& o) { return scenario_trap(o, false); }},
+      {"trap-fast", "the same with 4 EMAs: the phase 2x faster",
+       [](const Options& o) { return scenario_trap(o, true); }},
   };
   return all;
 }
 
 void usage() {
-  std::fprintf(stderr, "usage: stepscope_scenarios --scenario NAME [--steps N] [--linger N]\n       stepscope_scenarios --list\n");
+  std::fprintf(
+      stderr,
+      "usage: stepscope_scenarios --scenario NAME [--steps N] [--linger N]\n       stepscope_scenarios --list\n");
 }
 
 bool parse_int(const char* text, int min, int max, int& out) {
@@ -803,11 +825,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     bool ok = has_value;
-    if (ok && arg == "--scenario") o.scenario = argv[++i];
-    else if (ok && arg == "--steps") ok = parse_int(argv[++i], 1, 10000000, o.steps);
-    else if (ok && arg == "--linger") ok = parse_int(argv[++i], 0, 10000000, o.linger);
-    else if (ok && arg == "--peer-fd") ok = parse_int(argv[++i], 0, 1 << 20, o.peer_fd);
-    else ok = false;
+    if (ok && arg == "--scenario")
+      o.scenario = argv[++i];
+    else if (ok && arg == "--steps")
+      ok = parse_int(argv[++i], 1, 10000000, o.steps);
+    else if (ok && arg == "--linger")
+      ok = parse_int(argv[++i], 0, 10000000, o.linger);
+    else if (ok && arg == "--peer-fd")
+      ok = parse_int(argv[++i], 0, 1 << 20, o.peer_fd);
+    else
+      ok = false;
     if (!ok) {
       usage();
       return 2;
