@@ -139,6 +139,7 @@ std::string verdict_of(const Report& r) {
 // Signals of the machine around one run; <0 where not measured.
 struct Load {
   double runqueue = -1, other_cores = -1, involuntary = -1, load_per_core = -1;
+  double busy_share = -1;  // of the online CPUs, busy with this process or others
 };
 
 Load load_of(const Report& r) {
@@ -147,6 +148,8 @@ Load load_of(const Report& r) {
   if (!s.available || s.wall_s <= 0) return l;
   l.runqueue = detail::clamp01(s.runqueue_wait_s / s.wall_s);
   if (s.other_processes_cpu_s >= 0) l.other_cores = s.other_processes_cpu_s / s.wall_s;
+  if (l.other_cores >= 0 && s.cores_online > 0)
+    l.busy_share = (l.other_cores + (s.cpu_user_s + s.cpu_system_s) / s.wall_s) / s.cores_online;
   l.involuntary = static_cast<double>(s.involuntary_switches) / s.wall_s;
   const int cores = s.cores_online > 0 ? s.cores_online : s.cores_available;
   if (s.load_average_start >= 0 && s.load_average_end >= 0 && cores > 0)
@@ -175,25 +178,16 @@ RunConditions conditions_of(const Report& base, const Report& cand) {
     c.reasons.push_back(fmt::format("other processes used {:.1f} cores during base vs {:.1f} during new", a.other_cores,
                                     b.other_cores));
   }
-  const auto busy_share = [&t](const Report& r, const Load& l) {
-    const SystemSignals& s = r.system;
-    if (l.other_cores < t.conditions_other_cpu_cores || s.cores_online <= 0 || s.wall_s <= 0) return -1.0;
-    const double share = (l.other_cores + (s.cpu_user_s + s.cpu_system_s) / s.wall_s) / s.cores_online;
-    return share >= t.conditions_busy_machine ? share : -1.0;
+  const auto crowded = [&t](const Load& l) {
+    return l.other_cores >= t.conditions_other_cpu_cores && l.busy_share >= t.conditions_busy_machine;
   };
-  const double base_busy = busy_share(base, a), new_busy = busy_share(cand, b);
-  if (base_busy >= 0 || new_busy >= 0) {
-    const auto pct = [](const Report& r, const Load& l) {
-      const SystemSignals& s = r.system;
-      if (l.other_cores < 0 || s.cores_online <= 0 || s.wall_s <= 0) return std::string("?");
-      return fmt::format("{:.0f}%",
-                         100 * (l.other_cores + (s.cpu_user_s + s.cpu_system_s) / s.wall_s) / s.cores_online);
-    };
+  if (crowded(a) || crowded(b)) {
+    const auto pct = [](double share) { return share < 0 ? std::string("?") : fmt::format("{:.0f}%", 100 * share); };
     c.shared = true;
     c.shared_reason = fmt::format(
         "the machine was busy: {} of its CPUs during base, {} during new (other processes {:.1f} and {:.1f} cores); "
         "neighbours on the same cores slow a step without making it wait for a CPU",
-        pct(base, a), pct(cand, b), std::max(0.0, a.other_cores), std::max(0.0, b.other_cores));
+        pct(a.busy_share), pct(b.busy_share), std::max(0.0, a.other_cores), std::max(0.0, b.other_cores));
   }
   if (a.involuntary >= 0 && b.involuntary >= 0) {
     const double hi = std::max(a.involuntary, b.involuntary), lo = std::min(a.involuntary, b.involuntary);

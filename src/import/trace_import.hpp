@@ -102,7 +102,9 @@ STEPSCOPE_API Report report_from_timeline(const timeline::Timeline& trace, const
 // (timeline::infer_iterations, the first left out as warm-up when three or
 // more), else with device activity the whole trace as one window
 // (docs/timeline.md). `timeline` is the trace with those steps when they
-// differ from its own (restepped); `warning` says what was done.
+// differ from its own (restepped); `warning` says what was done. Copies the
+// trace when it re-steps it (may throw std::bad_alloc; report_from_timeline
+// catches it and says so in the report).
 struct AnalysedSteps {
   bool restepped = false;
   timeline::Timeline timeline;
