@@ -344,6 +344,15 @@ PYBIND11_MODULE(_core, m) {
       "Ends the step the previous call opened on this thread and opens the next");
   m.def("set_config", &set_config, py::arg("key"), py::arg("value"));
   m.def(
+      "set_rank",
+      [](int rank, int world_size) {
+        if (rank < 0 || world_size < 1 || rank >= world_size)
+          throw py::value_error("stepscope.set_rank: need 0 <= rank < world_size, got rank " + std::to_string(rank) +
+                                " of " + std::to_string(world_size));
+        stepscope::set_rank(rank, world_size);
+      },
+      py::arg("rank"), py::arg("world_size"), "This process's rank: it names the report (stepscope-report.rankN.json)");
+  m.def(
       "set_frontend", [](const std::string& name) { stepscope::set_frontend(name.c_str()); }, py::arg("name"));
   m.def("enabled", &stepscope::enabled);
   m.def("finish", [] {

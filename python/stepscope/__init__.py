@@ -44,6 +44,7 @@ __all__ = [
     "next_step",
     "steps",
     "set_config",
+    "set_rank",
     "finish",
     "snapshot",
     "enabled",
@@ -132,7 +133,33 @@ def steps(iterable):
     the last step closes when the loop ends (break and exceptions included:
     when the iterator is dropped or its ``close()`` is called). The same
     semantics as the C++ ``stepscope::steps``."""
+    _record_process_group()
     return _core.StepIterator(iterable)
+
+
+def set_rank(rank, world_size):
+    """This process's rank among world_size: it names the report
+    (``stepscope-report.rank<N>.json``) and lets ``stepscope merge`` line the
+    ranks up. Taken from RANK / WORLD_SIZE (torchrun, mpirun, srun) and from an
+    initialised ``torch.distributed`` at ``steps()`` / ``instrument()``; call it
+    where neither knows (a launcher of your own)."""
+    for value in (rank, world_size):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError("stepscope.set_rank: rank and world_size must be ints, got " + type(value).__name__)
+    _core.set_rank(rank, world_size)
+
+
+def _record_process_group():
+    # mp.spawn and hand-rolled launchers give init_process_group the rank as
+    # an argument, not RANK in the environment: without this, every rank
+    # wants ./stepscope-report.json. Only when the program uses
+    # torch.distributed already (this package never imports torch).
+    dist = _sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            _core.set_rank(int(dist.get_rank()), int(dist.get_world_size()))
+    except Exception:  # a half-torn-down group: the environment's rank stays
+        pass
 
 
 def set_config(key, value):

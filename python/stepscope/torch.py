@@ -74,6 +74,7 @@ def _record_loader_config(loader):
 def steps(loader):
     """``for batch in stepscope.torch.steps(loader):`` — see the module's help."""
     _record_loader_config(loader)
+    _stepscope._record_process_group()
     return _core.StepIterator(loader)
 
 
@@ -220,6 +221,7 @@ def instrument(model, optimizer=None, submodules=False):
             "stepscope.torch.instrument: optimizer must have a step() method (a torch.optim.Optimizer), got "
             + type(optimizer).__name__
         )
+    _stepscope._record_process_group()  # a DDP model: init_process_group ran before it was wrapped
     handle = _Instrumentation()
     forward = _stepscope.phase("forward")
     backward = _stepscope.phase("backward")

@@ -36,7 +36,9 @@ bool parse_switch(const char* text, bool& out) {
   return false;
 }
 
-const char* system_getenv(const char* name) { return std::getenv(name); }
+const char* system_getenv(const char* name) {
+  return std::getenv(name);
+}
 
 // Seconds as plain decimal digits with an optional fraction ("1", "0.5"),
 // from 0 to max: what parse_uint accepts for integers. strtod alone would
@@ -87,7 +89,8 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
   if (getenv_fn == nullptr) getenv_fn = system_getenv;
   Settings s;
   auto bad = [&](const char* name, const char* value, const std::string& expected, const std::string& fallback) {
-    warnings.push_back(std::string(name) + "='" + value + "' is invalid (expected " + expected + "); using " + fallback);
+    warnings.push_back(std::string(name) + "='" + value + "' is invalid (expected " + expected + "); using " +
+                       fallback);
   };
 
   const EarlySettings early = read_early_settings(getenv_fn);
@@ -114,7 +117,8 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
       s.interval_ms = static_cast<std::uint32_t>(n);
       s.interval_from_env = true;
     } else {
-      bad("STEPSCOPE_INTERVAL_MS", v, "milliseconds from 1 to 1000", "adaptive, 1-" + std::to_string(s.interval_ms) + " ms");
+      bad("STEPSCOPE_INTERVAL_MS", v, "milliseconds from 1 to 1000",
+          "adaptive, 1-" + std::to_string(s.interval_ms) + " ms");
     }
   }
   if (const char* v = getenv_fn("STEPSCOPE_QUIET"); v != nullptr && *v != '\0') {
@@ -132,7 +136,8 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
     if (parse_uint(v, 1000, 50'000'000, n))
       s.trace_max_events = static_cast<std::uint32_t>(n);
     else
-      bad("STEPSCOPE_TRACE_MAX_EVENTS", v, "a number of events from 1000 to 50000000", std::to_string(s.trace_max_events));
+      bad("STEPSCOPE_TRACE_MAX_EVENTS", v, "a number of events from 1000 to 50000000",
+          std::to_string(s.trace_max_events));
   }
   if (const char* v = getenv_fn("STEPSCOPE_LIVE"); v != nullptr && *v != '\0') {
     // Seconds between progress lines ("1" = every second); "0" = off.
@@ -199,7 +204,8 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
 }
 
 std::string resolve_report_path(const std::string& out, int rank) {
-  if (out.empty()) return rank >= 0 ? "stepscope-report.rank" + std::to_string(rank) + ".json" : "stepscope-report.json";
+  if (out.empty())
+    return rank >= 0 ? "stepscope-report.rank" + std::to_string(rank) + ".json" : "stepscope-report.json";
   std::string path = out;
   const std::string placeholder = "{rank}";
   const std::string value = std::to_string(rank >= 0 ? rank : 0);
@@ -249,6 +255,12 @@ std::string process_output_path(const std::string& out, const std::string& defau
              " placeholder: this process writes '" + path + "' so that processes do not overwrite each other";
   }
   return path;
+}
+
+std::string with_file_tag(const std::string& path, const std::string& tag) {
+  std::string tagged = path;
+  insert_before_extension(tagged, tag);
+  return tagged;
 }
 
 std::string fallback_report_path(int rank, long pid) {

@@ -22,8 +22,8 @@ inline constexpr std::uint64_t kDefaultWarmupSteps = 5;
 inline constexpr double kDefaultSnapshotSeconds = 10;
 
 struct Settings {
-  bool enabled = true;                // STEPSCOPE (0/off/false disables)
-  std::string out;                    // STEPSCOPE_OUT, "" = default name
+  bool enabled = true;                               // STEPSCOPE (0/off/false disables)
+  std::string out;                                   // STEPSCOPE_OUT, "" = default name
   std::uint64_t warmup_steps = kDefaultWarmupSteps;  // STEPSCOPE_WARMUP
   bool warmup_from_env = false;
   std::uint32_t ring_capacity = 16384;  // STEPSCOPE_RING_RECORDS (power of two, 64..4M)
@@ -32,14 +32,14 @@ struct Settings {
   // (1..1000) fixes the interval.
   std::uint32_t interval_ms = 20;
   bool interval_from_env = false;
-  std::string clock;                    // STEPSCOPE_CLOCK (tsc | monotonic)
-  bool quiet = false;                   // STEPSCOPE_QUIET=1: no summary on stderr
-  std::string trace;                    // STEPSCOPE_TRACE: step window to export ("" = none)
-  std::string trace_out;                // STEPSCOPE_TRACE_OUT ("" = stepscope-trace[.rankN].json.gz)
+  std::string clock;                        // STEPSCOPE_CLOCK (tsc | monotonic)
+  bool quiet = false;                       // STEPSCOPE_QUIET=1: no summary on stderr
+  std::string trace;                        // STEPSCOPE_TRACE: step window to export ("" = none)
+  std::string trace_out;                    // STEPSCOPE_TRACE_OUT ("" = stepscope-trace[.rankN].json.gz)
   std::uint32_t trace_max_events = 200000;  // STEPSCOPE_TRACE_MAX_EVENTS
-  double live_interval_s = 0;           // STEPSCOPE_LIVE: seconds between progress lines (0 = off)
-  bool live_forced = false;             // STEPSCOPE_LIVE_FORCE=1: print even when stderr is not a terminal
-  int rank = -1, world_size = 1;        // RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID
+  double live_interval_s = 0;               // STEPSCOPE_LIVE: seconds between progress lines (0 = off)
+  bool live_forced = false;                 // STEPSCOPE_LIVE_FORCE=1: print even when stderr is not a terminal
+  int rank = -1, world_size = 1;            // RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID
   // STEPSCOPE_SNAPSHOT_S: seconds between flight-recorder snapshots of the
   // report (0 = off). Why 10 s (docs/benchmarks.md, "Flight recorder"): one
   // snapshot costs the collector thread about 1 ms of CPU for 30 phases and
@@ -47,8 +47,8 @@ struct Settings {
   // run loses at most its last 10 s. Larger reports (100k phases: ~4 s) are
   // spaced out by the collector so the cost stays under 1% of a core.
   double snapshot_interval_s = kDefaultSnapshotSeconds;
-  bool signals = true;    // STEPSCOPE_SIGNALS=0: leave SIGINT/SIGTERM/SIGHUP alone
-  bool children = false;  // STEPSCOPE_CHILDREN=1: forked children write their own reports
+  bool signals = true;     // STEPSCOPE_SIGNALS=0: leave SIGINT/SIGTERM/SIGHUP alone
+  bool children = false;   // STEPSCOPE_CHILDREN=1: forked children write their own reports
   std::string merged_out;  // STEPSCOPE_MERGED_OUT: stepscope::mpi's merged report ("" = its default name)
 };
 
@@ -60,12 +60,12 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn = nu
 // allocating anything: it runs on the user's thread inside its first scope.
 // read_settings() reads the same values and words the warnings.
 struct EarlySettings {
-  bool enabled = true;               // STEPSCOPE
-  bool enabled_invalid = false;      // STEPSCOPE set to something else than a switch: enabled
+  bool enabled = true;                  // STEPSCOPE
+  bool enabled_invalid = false;         // STEPSCOPE set to something else than a switch: enabled
   std::uint32_t ring_capacity = 16384;  // STEPSCOPE_RING_RECORDS
   bool ring_capacity_invalid = false;
-  const char* clock = nullptr;       // STEPSCOPE_CLOCK, as set
-  bool children = false;             // STEPSCOPE_CHILDREN=1 (read_settings words a bad value)
+  const char* clock = nullptr;  // STEPSCOPE_CLOCK, as set
+  bool children = false;        // STEPSCOPE_CHILDREN=1 (read_settings words a bad value)
 };
 EarlySettings read_early_settings(GetEnv getenv_fn = nullptr) noexcept;
 
@@ -83,6 +83,9 @@ std::string resolve_report_path(const std::string& out, int rank);
 // (else it is left empty).
 std::string process_output_path(const std::string& out, const std::string& default_name, int rank, int world_size,
                                 long child_pid, std::string& note);
+// "dir/report.json" + ".pid7" -> "dir/report.pid7.json": the tag before the
+// file name's extension (".json.gz" counts as one), or at its end.
+std::string with_file_tag(const std::string& path, const std::string& tag);
 // Where a report goes when its path cannot be written: $TMPDIR (or /tmp),
 // named with the pid so concurrent runs do not collide.
 std::string fallback_report_path(int rank, long pid);

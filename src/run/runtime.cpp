@@ -110,7 +110,10 @@ struct Runtime {
   long child_pid = 0;
   // The "no {rank} in STEPSCOPE_OUT" note was given (mutex held).
   bool path_note_given = false;
-  std::string written_path;           // the final report's path; mutex held
+  std::string written_path;  // the final report's path; mutex held
+  // Snapshots (collector thread), then the final report (after the collector
+  // stopped, or on its thread after a signal): never two writers at once.
+  ReportFile report_file;
   std::vector<std::string> warnings;  // warn(), mutex held; copied into each report
   std::string device_notice;          // collector thread, mutex held
   // Records that could not be kept: thread past its exit handler, or no ring
@@ -660,14 +663,19 @@ namespace {
 
 // The final report (rt.mutex held, the collector's loop ended): trace first,
 // so that its warnings are in the report. Returns the path written.
-std::string write_final_report(Runtime& rt, const char* ended_by) {
+std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where) {
   const std::string path = report_path(rt);
   Report report = build_report(true);
   report.complete = true;
   report.ended_by = ended_by;
   write_trace_if_enabled(*rt.collector, report, rt.settings, path, rt.child_pid);
-  rt.written_path = write_report_with_fallback(report, path, rt.rank);
-  if (!rt.settings.quiet) std::fputs(format_summary(report).c_str(), stderr);
+  rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank);
+  if (!rt.settings.quiet) {
+    std::fputs(format_summary(report).c_str(), stderr);
+    // After a signal the collector's own line says where (write_final_after_signal).
+    if (say_where && rt.written_path != "<stderr>")
+      std::fprintf(stderr, "stepscope: report written to %s\n", rt.written_path.c_str());
+  }
   return rt.written_path;
 }
 
@@ -690,12 +698,12 @@ void write_snapshot(Runtime& rt) noexcept {
     lock.unlock();
     report.complete = false;
     report.snapshot_time_utc = report.run.time_utc;
-    std::string error;
-    if (!write_file_atomically(path, report_to_json(report) + "\n", error, /*durable=*/false)) {
+    std::string error, written;
+    if (!rt.report_file.write(path, report, /*durable=*/false, written, error)) {
       rt.snapshots_off = true;
       std::fprintf(stderr,
                    "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); no more snapshots\n",
-                   path.c_str(), error.c_str());
+                   written.c_str(), error.c_str());
     }
   } catch (...) {
     // Out of memory: the next snapshot retries.
@@ -720,7 +728,7 @@ void write_final_after_signal(Runtime& rt, int sig) noexcept {
     }
     rt.finished = true;
     rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
-    const std::string path = write_final_report(rt, termination_signal_name(sig));
+    const std::string path = write_final_report(rt, termination_signal_name(sig), /*say_where=*/false);
     if (!rt.settings.quiet)
       std::fprintf(stderr, "stepscope: %s: report written to %s\n", termination_signal_name(sig), path.c_str());
     set_final_state(kFinalWritten);
@@ -773,7 +781,7 @@ std::string finish_run(const char* ended_by) noexcept {
       pthread_join(rt.thread, nullptr);
       rt.thread_joined = true;
     }
-    write_final_report(rt, ended_by);
+    write_final_report(rt, ended_by, /*say_where=*/true);
     set_final_state(kFinalWritten);
     return rt.written_path;
   } catch (...) {

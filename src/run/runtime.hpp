@@ -24,10 +24,39 @@ Report build_report(bool final_report);
 // started, read from the environment now. Exported for that reason only.
 STEPSCOPE_API Settings run_settings() noexcept;
 
-// Writes the report to `path`; when that fails, says so on stderr, notes it
-// in the report and writes to the fallback path; as a last resort prints the
-// JSON on stderr. Returns the path written ("<stderr>" for the last resort).
-std::string write_report_with_fallback(Report& report, const std::string& path, int rank);
+// This process's report file, snapshot after snapshot and then the final
+// report. Processes that no rank tells apart (torch.multiprocessing or
+// mp.spawn workers without RANK, two runs from one directory at once) want
+// the same path: the one that finds there a report another process wrote
+// while this one ran (its file, modified since this process started) writes
+// `<name>.pid<N>.json` instead and says so, rather than replace it. The check
+// and the rename hold an flock on the directory (waited for at most
+// kDirectoryLockWaitMs), so two processes ending together do not both
+// replace an earlier run's file. When the path moves (a rank set after a
+// snapshot), this process's own earlier file there is removed.
+// Used by one thread at a time: the collector thread's snapshots, then the
+// final report after it stopped (or on it, after a signal).
+class ReportFile {
+ public:
+  static constexpr int kDirectoryLockWaitMs = 200;
+
+  // Writes `report` (with the warning, when it moves, added first) for the
+  // path `wanted`. True with `written` set to the path used.
+  bool write(const std::string& wanted, Report& report, bool durable, std::string& written, std::string& error);
+
+ private:
+  std::string moved_to_;    // set once: another process's report was at the wanted path
+  std::string moved_note_;  // why, in every report written after
+  std::string last_path_;
+  unsigned long long last_dev_ = 0, last_ino_ = 0;  // the file this process last put at last_path_
+  bool have_last_ = false;
+  long long started_ns_ = 0;  // this process's start (CLOCK_REALTIME ns), read at the first write
+};
+
+// Writes the report through `file`; when that fails, says so on stderr, notes
+// it in the report and writes to the fallback path; as a last resort prints
+// the JSON on stderr. Returns the path written ("<stderr>" for the last resort).
+std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank);
 // STEPSCOPE_TRACE: writes the captured window as a gzipped Chrome trace,
 // beside the report (report_path's directory) unless STEPSCOPE_TRACE_OUT
 // says where. A failure's reason goes to stderr and to report.warnings.

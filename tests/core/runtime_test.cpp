@@ -5,11 +5,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -29,7 +32,7 @@ struct TempDir {
 };
 
 bool exists(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
 }
 
@@ -141,7 +144,8 @@ TEST_CASE("STEPSCOPE=0 records nothing and writes no report", "[runtime]") {
 
 TEST_CASE("bad environment values: one clear warning each, safe defaults", "[runtime]") {
   TempDir dir;
-  REQUIRE(run_probe(dir, "STEPSCOPE_WARMUP=lots STEPSCOPE_RING_RECORDS=3 STEPSCOPE_INTERVAL_MS=-1", "workload 30") == 0);
+  REQUIRE(run_probe(dir, "STEPSCOPE_WARMUP=lots STEPSCOPE_RING_RECORDS=3 STEPSCOPE_INTERVAL_MS=-1", "workload 30") ==
+          0);
   const std::string err = slurp(dir.path + "/stderr.txt");
   CHECK(err.find("STEPSCOPE_WARMUP='lots' is invalid") != std::string::npos);
   CHECK(err.find("STEPSCOPE_RING_RECORDS='3' is invalid") != std::string::npos);
@@ -178,6 +182,51 @@ TEST_CASE("rank from the launcher names the report", "[runtime]") {
   CHECK(load(dir.path + "/custom-1.json").run.rank == 1);
 }
 
+TEST_CASE("processes that no rank tells apart keep a report each; a rerun replaces the earlier run's", "[runtime]") {
+  // torch.multiprocessing / mp.spawn workers without RANK, or two runs from
+  // one directory: both want ./stepscope-report.json. Both run at once, each
+  // rewriting its own file with snapshots every 0.1 s.
+  TempDir dir;
+  const std::string probe = std::string("'") + STEPSCOPE_PROBE + "'";
+  const std::string both = "cd '" + dir.path + "' && export STEPSCOPE_QUIET=1 STEPSCOPE_SNAPSHOT_S=0.1 && (" + probe +
+                           " workload 500 2>a.err & " + probe + " workload 500 2>b.err; wait)";
+  REQUIRE(std::system(both.c_str()) == 0);
+  std::vector<std::string> reports;
+  if (DIR* d = ::opendir(dir.path.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strncmp(e->d_name, "stepscope-report", 16) == 0) reports.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(reports.begin(), reports.end());
+  INFO("a.err: " << slurp(dir.path + "/a.err") << "\nb.err: " << slurp(dir.path + "/b.err"));
+  REQUIRE(reports.size() == 2);
+  CHECK(reports[0].rfind("stepscope-report.json", 0) == 0);
+  REQUIRE(reports[1].rfind("stepscope-report.pid", 0) == 0);
+  const Report first = load(dir.path + "/" + reports[0]);
+  const Report moved = load(dir.path + "/" + reports[1]);
+  CHECK(first.run.pid != moved.run.pid);
+  CHECK(reports[1] == "stepscope-report.pid" + std::to_string(moved.run.pid) + ".json");
+  CHECK(first.complete);
+  CHECK(moved.complete);
+  CHECK(first.steps.count == 495);
+  CHECK(moved.steps.count == 495);
+  const auto says_moved = [](const Report& r) {
+    return std::any_of(r.warnings.begin(), r.warnings.end(), [](const std::string& w) {
+      return w.find("holds the report of another process that ran at the same time") != std::string::npos;
+    });
+  };
+  CHECK(says_moved(moved));
+  CHECK_FALSE(says_moved(first));
+  CHECK((slurp(dir.path + "/a.err") + slurp(dir.path + "/b.err")).find("instead of replacing it") != std::string::npos);
+  // Run again alone: the earlier run's report is replaced, without a word.
+  REQUIRE(run_probe(dir, "", "workload 20") == 0);
+  const Report rerun = load(dir.path + "/stepscope-report.json");
+  CHECK(rerun.steps.count == 15);
+  CHECK(rerun.run.pid != first.run.pid);
+  CHECK_FALSE(says_moved(rerun));
+  CHECK(slurp(dir.path + "/stderr.txt").empty());
+}
+
 TEST_CASE("threads that exit lose nothing they recorded", "[runtime][concurrency]") {
   TempDir dir;
   REQUIRE(run_probe(dir, "STEPSCOPE_WARMUP=0", "threads 8") == 0);
@@ -208,7 +257,7 @@ TEST_CASE("an output path that is a FIFO or device is written in place, never re
   const std::string reader = "cat '" + fifo + "' > '" + dir.path + "/from_fifo.json' &";
   REQUIRE(std::system(reader.c_str()) == 0);
   REQUIRE(run_probe(dir, "STEPSCOPE_OUT='" + fifo + "'", "workload 10") == 0);
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat(fifo.c_str(), &st) == 0);
   CHECK(S_ISFIFO(st.st_mode));  // still a FIFO: not renamed over
   // The probe has exited; the reader may still be copying (the report

@@ -9,6 +9,8 @@ the tests (a process has one stepscope run and one report):
     python loops.py compare          # instrument() and hand-instrumented phases, alternating
     python loops.py contract         # the API and report contract (finish(), then misuse)
     python loops.py at-exit          # no finish(): the report is written at exit
+    python loops.py processes K      # two spawned workers without RANK: K "ddp" (mp.spawn +
+                                     # init_process_group) or "hogwild" (a shared model)
 
 The report goes to STEPSCOPE_OUT (the tests set it); some modes print one
 JSON line of their own observations on stdout.
@@ -177,6 +179,61 @@ def next_step_tail_mode():
     time.sleep(0.3)
 
 
+def _small_loader(rank=0, world_size=1):
+    data = torch.utils.data.TensorDataset(torch.randn(16 * 40, 32), torch.randint(0, 10, (16 * 40,)))
+    sampler = None
+    if world_size > 1:
+        sampler = torch.utils.data.distributed.DistributedSampler(data, num_replicas=world_size, rank=rank)
+    return torch.utils.data.DataLoader(data, batch_size=16, sampler=sampler)
+
+
+def _ddp_worker(rank, world_size, port):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world_size)
+    model = torch.nn.parallel.DistributedDataParallel(mlp(32, 64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    stepscope.torch.instrument(model, optimizer)
+    train(model, optimizer, _small_loader(rank, world_size))
+    dist.destroy_process_group()
+
+
+def _hogwild_worker(rank, model):
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    stepscope.torch.instrument(model, optimizer)
+    train(model, optimizer, _small_loader())
+
+
+def processes_mode(kind):
+    """Two worker processes started with the spawn method and no RANK in their
+    environment: "ddp" as PyTorch's DDP tutorial does (mp.spawn, the rank given
+    to init_process_group), "hogwild" as its mnist_hogwild example does (a
+    shared model, no process group)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    if kind == "ddp":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(_ddp_worker, args=(2, port), nprocs=2)
+        return
+    model = mlp(32, 64)
+    model.share_memory()
+    ctx = mp.get_context("spawn")
+    workers = [ctx.Process(target=_hogwild_worker, args=(rank, model)) for rank in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if any(w.exitcode != 0 for w in workers):
+        sys.exit("a worker failed: %s" % [w.exitcode for w in workers])
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "compute":
@@ -191,6 +248,8 @@ if __name__ == "__main__":
         contract_mode()
     elif mode == "at-exit":
         at_exit_mode()
+    elif mode == "processes":
+        processes_mode(sys.argv[2])
     elif mode == "next-step-tail":
         next_step_tail_mode()
     else:

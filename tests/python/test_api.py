@@ -181,6 +181,10 @@ def test_snapshot_is_the_report_structure():
         (lambda: stepscope.set_config("k", [1]), TypeError),
         (lambda: stepscope.set_config("", 1), ValueError),
         (lambda: list(stepscope.steps(5)), TypeError),
+        (lambda: stepscope.set_rank(2, 2), ValueError),
+        (lambda: stepscope.set_rank(-1, 4), ValueError),
+        (lambda: stepscope.set_rank(0, 0), ValueError),
+        (lambda: stepscope.set_rank("a", 2), TypeError),
     ],
 )
 def test_bad_input_raises_a_clear_python_exception(call, error):

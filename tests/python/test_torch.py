@@ -220,3 +220,37 @@ def test_an_instrumented_model_saves_loads_and_copies_as_without_stepscope(tmp_p
     finally:
         handle.remove()
     assert all(vars(cls)["forward"] is forward for cls, forward in originals.items())  # remove() put them back
+
+
+def test_ranks_only_torch_distributed_knows_write_a_report_each(tmp_path):
+    # PyTorch's DDP tutorial: mp.spawn, the rank an argument of
+    # init_process_group, no RANK in the environment. Before, both ranks
+    # wrote the same file and one report was lost without a word.
+    _, _, proc = run_loop(tmp_path, "ddp", "processes", "ddp")
+    names = sorted(p.name for p in tmp_path.glob("ddp*.json"))
+    assert names == ["ddp.rank0.json", "ddp.rank1.json"], (names, proc.stderr)
+    for rank in (0, 1):
+        report = json.loads((tmp_path / ("ddp.rank%d.json" % rank)).read_text())
+        assert report["run"]["rank"] == rank
+        assert report["run"]["world_size"] == 2
+        assert report["complete"]
+        # 640 samples / 16 per batch / 2 ranks = 20 batches each.
+        assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 20
+
+
+def test_workers_no_rank_tells_apart_keep_a_report_each(tmp_path):
+    # PyTorch's mnist_hogwild: spawned workers share a model, no process group.
+    _, _, proc = run_loop(tmp_path, "hog", "processes", "hogwild")
+    paths = sorted(tmp_path.glob("hog*.json"))
+    assert len(paths) == 2, ([p.name for p in paths], proc.stderr)
+    reports = {p.name: json.loads(p.read_text()) for p in paths}
+    assert "hog.json" in reports
+    moved_name = next(n for n in reports if n != "hog.json")
+    moved = reports[moved_name]
+    assert moved_name == "hog.pid%d.json" % moved["run"]["pid"]
+    assert moved["run"]["pid"] != reports["hog.json"]["run"]["pid"]
+    assert any("ran at the same time as this one" in w for w in moved["warnings"]), moved["warnings"]
+    assert "instead of replacing it" in proc.stderr
+    for report in reports.values():
+        assert report["complete"]
+        assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 40
