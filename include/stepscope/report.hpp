@@ -368,6 +368,11 @@ struct DeviceTimelineFacts {
   std::optional<double> launch_delay_p90_us;
   std::optional<double> host_wait_idle_fraction;  // of HTA's per-stream idle time, summed over streams
   std::optional<double> kernel_wait_idle_fraction;
+  std::optional<double> device_span_busy_fraction;  // of the device's own span, first to last device op
+  // Present when the device ran behind the host (busy >= 90% of its span,
+  // the step windows >= 50% idle): the windows' idle fraction; the facts above
+  // are then taken over the device's span (docs/timeline.md).
+  std::optional<double> host_window_idle_fraction;
 };
 
 // The live CUDA backend's phase timing by CUDA events (src/cuda, docs/gpu.md).
@@ -450,6 +455,8 @@ void for_each_device_fact(Fn&& fn, Sections&... sections) {
   STEPSCOPE_DETAIL_FACT(timeline, launch_delay_p90_us);
   STEPSCOPE_DETAIL_FACT(timeline, host_wait_idle_fraction);
   STEPSCOPE_DETAIL_FACT(timeline, kernel_wait_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, device_span_busy_fraction);
+  STEPSCOPE_DETAIL_FACT(timeline, host_window_idle_fraction);
   STEPSCOPE_DETAIL_FACT(events, device_times_resolved);
   STEPSCOPE_DETAIL_FACT(events, device_times_unresolved);
   STEPSCOPE_DETAIL_FACT(events, event_pool_exhausted);

@@ -228,6 +228,8 @@ DeviceFacts device_facts(const Report& report) {
   if (auto v = finite(t.short_kernel_fraction)) f.short_kernels = clamp01(*v);
   if (auto v = finite(t.kernels_per_step)) f.kernels_per_step = std::max(0.0, *v);
   if (auto v = finite(t.launch_delay_p50_us)) f.launch_delay_p50_us = std::max(0.0, *v);
+  if (auto v = finite(t.host_window_idle_fraction)) f.host_window_idle = clamp01(*v);
+  if (auto v = finite(t.device_span_busy_fraction)) f.span_busy = clamp01(*v);
   return f;
 }
 

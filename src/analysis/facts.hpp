@@ -80,6 +80,10 @@ struct DeviceFacts {
   std::optional<double> short_kernels;     // of kernels, shorter than launch
   std::optional<double> kernels_per_step;
   std::optional<double> launch_delay_p50_us;  // median delay between a launch call and its kernel
+  // The device ran behind the host: the step windows' idle fraction before
+  // the facts were taken over the device's own span, and that span's busy share.
+  std::optional<double> host_window_idle;
+  double span_busy = 0;
   bool idle_causes_rescaled = false;  // causes were given as fractions of idle time
 };
 

@@ -284,6 +284,15 @@ void Classifier::collect_device() {
         fmt::format("The GPU was idle while the host was in an input phase {:.1f}% of the time{}.",
                     pct(device_.idle_host_input), rescaled));
   }
+  // The device behind the host: its facts are over its own span (timeline::
+  // AttributionOptions); say so, as the step windows alone would read idle.
+  if (device_.host_window_idle) {
+    add(kNoCategory, Weight::info, "host_window_idle_fraction", *device_.host_window_idle, 0.5, ">=",
+        fmt::format("The GPU ran behind the host: busy {:.1f}% of its own span while the host's step windows saw it "
+                    "idle {:.1f}% (its work ran queued, after the steps that launched it), so its numbers here are "
+                    "over its own span.",
+                    pct(device_.span_busy), pct(*device_.host_window_idle)));
+  }
   // Host running ahead: kernels wait queued long after their launch, so the
   // idle time during launches is the device waiting on a dependency (another
   // stream, a collective), not the host failing to feed it.

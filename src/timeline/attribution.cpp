@@ -257,6 +257,52 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
 
   f.comm_compute_overlap_fraction = shared.overlap.overlap_percent() / 100.0;
 
+  // The device's own span, on its clock alone.
+  {
+    Intervals all, compute_ops, comm_ops, copies, pageable_copies;
+    for (const DeviceInterval& d : tl.device_ops) {
+      const Interval iv{d.start_ns, d.end_ns};
+      all.push_back(iv);
+      if (d.cls == KernelClass::computation) compute_ops.push_back(iv);
+      if (d.cls == KernelClass::communication) comm_ops.push_back(iv);
+      if (d.kind == DeviceOpKind::memcpy) {
+        copies.push_back(iv);
+        if (d.host_memory == HostMemoryKind::pageable) pageable_copies.push_back(iv);
+      }
+    }
+    all = normalise(std::move(all));
+    if (!all.empty() && all.back().end_ns > all.front().start_ns) {
+      const double device_span = static_cast<double>(all.back().end_ns - all.front().start_ns);
+      const auto over_span = [device_span](Intervals v) {
+        return static_cast<double>(length(normalise(std::move(v)))) / device_span;
+      };
+      f.device_span_busy_fraction = static_cast<double>(length(all)) / device_span;
+      // Only a device whose span is about as long as the steps it ran for
+      // (shifted, not short): one kernel in a 13 s step is busy 100% of its
+      // own span, and the step is still idle.
+      if (f.steps > 0 && f.device_span_busy_fraction >= options.device_behind_busy &&
+          f.device_idle_fraction >= options.device_behind_window_idle &&
+          device_span >= options.device_behind_min_span * static_cast<double>(span)) {
+        f.host_window_idle_fraction = f.device_idle_fraction;
+        const double idle_now = std::max(0.0, 1.0 - f.device_span_busy_fraction);
+        const double scale = idle_now / f.device_idle_fraction;  // the causes keep their proportions
+        f.idle_host_input_fraction *= scale;
+        f.idle_host_launch_bound_fraction *= scale;
+        f.idle_sync_fraction *= scale;
+        f.idle_unattributed_fraction *= scale;
+        f.device_busy_fraction = f.device_span_busy_fraction;
+        f.device_idle_fraction = idle_now;
+        const Intervals compute_union = normalise(compute_ops);
+        f.compute_fraction = over_span(compute_ops);
+        f.communication_fraction = over_span(comm_ops);
+        f.exposed_communication_fraction =
+            static_cast<double>(length(subtract(normalise(std::move(comm_ops)), compute_union))) / device_span;
+        f.memcpy_fraction = over_span(std::move(copies));
+        f.pageable_memcpy_fraction = over_span(std::move(pageable_copies));
+      }
+    }
+  }
+
   const LaunchStats& launches = shared.launches_with_hip;
   f.launches_per_step = f.steps > 0 ? static_cast<double>(launches.pairs) / static_cast<double>(f.steps) : 0.0;
   if (launches.pairs > 0) {
@@ -302,6 +348,8 @@ void add_device_facts(const DeviceFacts& f, DeviceTimelineFacts& out) {
   out.launch_delay_p90_us = f.launch_delay_p90_ns * 1e-3;
   out.host_wait_idle_fraction = f.host_wait_idle_fraction;
   out.kernel_wait_idle_fraction = f.kernel_wait_idle_fraction;
+  if (f.has_device_activity) out.device_span_busy_fraction = f.device_span_busy_fraction;
+  if (f.host_window_idle_fraction >= 0) out.host_window_idle_fraction = f.host_window_idle_fraction;
 }
 
 }  // namespace timeline

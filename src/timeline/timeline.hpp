@@ -303,6 +303,17 @@ struct AttributionOptions {
   // their name contains "dataloader" (docs/timeline.md).
   std::vector<std::string> input_phase_markers = {"dataloader", "data_load",  "data loading", "## data",
                                                   "input",      "next_batch", "get_batch",    "prefetch"};
+  // A device behind the host: busy at least device_behind_busy of its own
+  // span (first to last device op, the device's clock only) while the host's
+  // step windows see it idle at least device_behind_window_idle. Its work
+  // runs queued steps after the host launched it (an MI300X DDP trace: busy
+  // 97% of its span, kernels 22-32 ms after their launch in 16 ms steps,
+  // the windows idle 93%), over a span at least device_behind_min_span of the
+  // windows' total: the windows measure the host, not the device, and
+  // the facts are taken over the device's span instead (docs/timeline.md).
+  double device_behind_busy = 0.90;
+  double device_behind_window_idle = 0.50;
+  double device_behind_min_span = 0.50;  // the device's span against the windows' total
 };
 // The window a trace without ProfilerStep#N ranges is analysed as: from the
 // first to the last moment any host or device event covers, as step -1.
@@ -342,6 +353,11 @@ struct DeviceFacts {
   double launch_delay_p90_ns = 0;
   double host_wait_idle_fraction = 0;  // of HTA per-stream idle time summed over streams
   double kernel_wait_idle_fraction = 0;
+  // Busy over the device's own span (first to last device op); and, when the
+  // device ran behind the host (AttributionOptions), the step windows' idle
+  // fraction before the facts above were taken over that span instead (-1: not).
+  double device_span_busy_fraction = 0;
+  double host_window_idle_fraction = -1;
 };
 STEPSCOPE_API DeviceFacts device_facts(const Timeline& timeline, const AttributionOptions& options = {});
 // The facts as the report holds them (report.device.facts.timeline, in its
