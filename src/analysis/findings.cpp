@@ -188,6 +188,22 @@ void host_device(const Report& r, std::vector<Finding>& out) {
   }
 }
 
+// A device that ran behind the host (timeline::AttributionOptions): its work
+// ran after the steps that launched it, so the step windows alone would have
+// read it idle. Said where the user reads, beside the verdict it changes.
+void device_behind_host(const Report& r, std::vector<Finding>& out) {
+  const auto& t = r.device.facts.timeline;
+  if (!t.host_window_idle_fraction || !t.device_span_busy_fraction) return;
+  out.push_back(make("device_behind_host", "info",
+                     fmt::format("The GPU ran behind the host: busy {:.1f}% of its own span (first to last device "
+                                 "op) while the host's step windows saw it idle {:.1f}%: its work ran queued, after "
+                                 "the steps that launched it. The device numbers above are over its own span; the "
+                                 "host is not what the GPU waits for.",
+                                 100 * *t.device_span_busy_fraction, 100 * *t.host_window_idle_fraction),
+                     {{"device_span_busy_fraction", *t.device_span_busy_fraction},
+                      {"host_window_idle_fraction", *t.host_window_idle_fraction}}));
+}
+
 void dropped(const Report& r, std::vector<Finding>& out) {
   if (r.dropped_records == 0) return;
   const double produced = static_cast<double>(std::max(r.total_records, r.dropped_records));
@@ -259,6 +275,7 @@ std::vector<Finding> find_issues(const Report& facts) {
   loop_restart(facts, out);
   warmup(facts, out);
   host_device(facts, out);
+  device_behind_host(facts, out);
   unattributed(facts, out);
   return out;
 }

@@ -3,6 +3,7 @@
 // them. A verdict that moves must be explained in the README.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -198,12 +199,18 @@ TEST_CASE("a GPU that runs behind the host is judged over its own span, not the 
   const stepscope::Evidence* behind = find_evidence(r, "host_window_idle_fraction");
   REQUIRE(behind != nullptr);
   CHECK(behind->sentence.find("ran behind the host") != std::string::npos);
+  // ... and a finding says it where the summary is read.
+  CHECK(std::any_of(r.findings.begin(), r.findings.end(),
+                    [](const stepscope::Finding& f) { return f.kind == "device_behind_host"; }));
+  CHECK(stepscope::format_summary(r).find("The GPU ran behind the host") != std::string::npos);
   // One kernel in a 13 s step is busy 100% of its own span: not a device
   // behind the host (its span is a sliver of the step), still scheduling.
   const stepscope::Report triton = corpus_report("a100_triton_one_step.json.gz");
   CHECK_FALSE(triton.device.facts.timeline.host_window_idle_fraction.has_value());
   CHECK(triton.device.facts.timeline.device_span_busy_fraction.value_or(0) > 0.99);
   CHECK(triton.bottleneck.category == "scheduling");
+  CHECK(std::none_of(triton.findings.begin(), triton.findings.end(),
+                     [](const stepscope::Finding& f) { return f.kind == "device_behind_host"; }));
 }
 
 TEST_CASE("a PyTorch 2.x DDP training step has backward, optimizer and forward", "[import][corpus][pytorch2]") {
