@@ -204,6 +204,41 @@ void device_behind_host(const Report& r, std::vector<Finding>& out) {
                       {"host_window_idle_fraction", *t.host_window_idle_fraction}}));
 }
 
+// The step thread waited for a CPU a good part of the step, yet another
+// category leads: the verdict stands, but every number beside it carries
+// the machine's load (pytorch/examples' mnist at 2 loader workers beside two
+// busy loops on 2 cores: "compute 43%" with 36% of the step waiting for a
+// CPU, docs/trials.md). Whose threads held the CPUs decides the remedy.
+void cpu_contention(const Report& r, std::vector<Finding>& out) {
+  if (r.steps.count == 0 || r.bottleneck.category == "scheduling") return;
+  const detail::StepShares shares = detail::step_shares(r);
+  if (shares.cpu_wait < kThresholds.cpu_contention_finding) return;
+  const SystemSignals& s = r.system;
+  const double own = s.wall_s > 0 ? (s.cpu_user_s + s.cpu_system_s) / s.wall_s : -1;
+  const double others = s.wall_s > 0 && s.other_processes_cpu_s >= 0 ? s.other_processes_cpu_s / s.wall_s : -1;
+  const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
+  std::string whose;
+  if (cores > 0 && others >= kThresholds.other_processes_busy * s.cores_online)
+    whose = fmt::format(
+        "Other processes (DataLoader workers among them) kept {:.1f} of the machine's {} CPUs busy, this process "
+        "{:.1f}: measure again where the job has its cores to itself (fewer workers or intra-op threads, no other "
+        "jobs, taskset or the batch system's exclusive allocation).",
+        others, s.cores_online, own);
+  else if (cores > 0 && own >= 0)
+    whose = fmt::format(
+        "This process used {:.1f} of its {} CPUs: its own threads (intra-op threads, loader threads) outnumber "
+        "the cores; keep threads <= cores.",
+        own, cores);
+  out.push_back(make("cpu_contention", "warning",
+                     fmt::format("The step thread waited for a CPU {:.1f}% of the step ({:.2f} ms): the {} verdict "
+                                 "stands, but its times include the machine's load. {}",
+                                 100 * shares.cpu_wait, shares.cpu_wait * shares.wall_ms, r.bottleneck.category, whose),
+                     {{"cpu_wait_share", shares.cpu_wait},
+                      {"own_cores", own},
+                      {"other_processes_cores", others},
+                      {"cores", static_cast<double>(cores)}}));
+}
+
 void dropped(const Report& r, std::vector<Finding>& out) {
   if (r.dropped_records == 0) return;
   const double produced = static_cast<double>(std::max(r.total_records, r.dropped_records));
@@ -276,6 +311,7 @@ std::vector<Finding> find_issues(const Report& facts) {
   warmup(facts, out);
   host_device(facts, out);
   device_behind_host(facts, out);
+  cpu_contention(facts, out);
   unattributed(facts, out);
   return out;
 }

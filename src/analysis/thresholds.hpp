@@ -155,6 +155,10 @@ struct Thresholds {
   double dropped_critical_fraction = 0.01;
   // Unattributed share of the step: finding (TensorFlow "all other" highly).
   double unattributed_finding = 0.15;
+  // The step thread waited for a CPU at least this share of the step while
+  // the verdict is another category: the "cpu_contention" finding (its
+  // numbers carry the machine's load). The moderately-bound tier.
+  double cpu_contention_finding = 0.10;
   // Steps cover less than this fraction of the step thread's time from its
   // first step to its last: the "steps_coverage" finding, and the verdict's
   // confidence is capped at the coverage (it describes only that fraction).

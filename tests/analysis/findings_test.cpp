@@ -299,3 +299,39 @@ TEST_CASE("findings: large unattributed time and too few steps", "[analysis][fin
 TEST_CASE("findings: a clean run has no findings", "[analysis][findings]") {
   CHECK(find_issues(steady()).empty());
 }
+
+TEST_CASE("findings: a step that waited for a CPU under another verdict says its times carry the machine's load",
+          "[analysis][findings]") {
+  // pytorch/examples' mnist, 2 loader workers beside two busy loops on 2
+  // cores: compute 43% led, the step thread waited for a CPU 36% of the step.
+  const auto with_wait = [](double wait_share, double others_cores) {
+    Report r = steady();
+    r.system.available = true;
+    r.system.cores_online = 2;
+    r.system.runqueue_wait_s = wait_share * r.system.wall_s;
+    r.system.cpu_user_s = 0.6 * r.system.wall_s;
+    r.system.other_processes_cpu_s = others_cores * r.system.wall_s;
+    r.bottleneck = classify(r);
+    return r;
+  };
+  const Report busy = with_wait(0.30, 1.4);
+  REQUIRE(busy.bottleneck.category == "compute");
+  const std::vector<Finding> all = find_issues(busy);
+  const Finding* f = finding(all, "cpu_contention");
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == "warning");
+  CHECK(f->values.at("cpu_wait_share") == Approx(0.30));
+  CHECK(f->message.find("the compute verdict stands") != std::string::npos);
+  CHECK(f->message.find("Other processes") != std::string::npos);
+  // Its own threads: the other advice.
+  const std::vector<Finding> own_threads = find_issues(with_wait(0.30, 0.2));
+  const Finding* own = finding(own_threads, "cpu_contention");
+  REQUIRE(own != nullptr);
+  CHECK(own->message.find("keep threads <= cores") != std::string::npos);
+  // Below the tier, nothing.
+  CHECK_FALSE(has(find_issues(with_wait(kThresholds.cpu_contention_finding - 0.02, 1.4)), "cpu_contention"));
+  // A scheduling verdict says it already.
+  Report waits = with_wait(0.60, 1.4);
+  REQUIRE(waits.bottleneck.category == "scheduling");
+  CHECK_FALSE(has(find_issues(waits), "cpu_contention"));
+}
