@@ -1,5 +1,7 @@
 // Each analysis on small hand-built timelines whose answers can be worked
 // out on paper. Times in microseconds via us() for readability.
+#include <stepscope/report.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -82,8 +84,8 @@ TEST_CASE("kernel-type breakdown slices the union exclusively", "[timeline][kern
 TEST_CASE("comm/compute overlap and exposed communication", "[timeline][overlap]") {
   Builder b;
   b.device("gemm_kernel", 0, 10);
-  b.device("ncclKernel_AllReduce", 6, 16, 9);  // 4 us hidden, 6 us exposed
-  b.device("ncclKernel_AllReduce", 30, 40, 9); // fully exposed
+  b.device("ncclKernel_AllReduce", 6, 16, 9);   // 4 us hidden, 6 us exposed
+  b.device("ncclKernel_AllReduce", 30, 40, 9);  // fully exposed
   const CommComputeOverlap o = comm_compute_overlap(b.tl);
   CHECK(o.has_communication);
   CHECK(o.communication_ns == us(20));
@@ -99,10 +101,10 @@ TEST_CASE("comm/compute overlap and exposed communication", "[timeline][overlap]
 TEST_CASE("idle-time breakdown: host wait, kernel wait, other", "[timeline][idle]") {
   Builder b;
   b.device("k0", 0, 10, 7, DeviceOpKind::kernel, /*launch_at=*/0);
-  b.device("k1", 15, 20, 7, DeviceOpKind::kernel, /*launch_at=*/1);     // queued early: kernel wait 5
-  b.device("k2", 100, 110, 7, DeviceOpKind::kernel, /*launch_at=*/2);   // queued early, gap 80 >= 30: other
-  b.device("k3", 200, 210, 7, DeviceOpKind::kernel, /*launch_at=*/150); // launched after k2 ended: host wait 90
-  b.device("Stream Sync", 220, 230, 7, DeviceOpKind::sync);             // not a kernel/copy: ignored
+  b.device("k1", 15, 20, 7, DeviceOpKind::kernel, /*launch_at=*/1);      // queued early: kernel wait 5
+  b.device("k2", 100, 110, 7, DeviceOpKind::kernel, /*launch_at=*/2);    // queued early, gap 80 >= 30: other
+  b.device("k3", 200, 210, 7, DeviceOpKind::kernel, /*launch_at=*/150);  // launched after k2 ended: host wait 90
+  b.device("Stream Sync", 220, 230, 7, DeviceOpKind::sync);              // not a kernel/copy: ignored
   b.device("m0", 0, 1, 20, DeviceOpKind::memset, /*launch_at=*/0);
   const auto idle = idle_time_breakdown(b.tl);
   REQUIRE(idle.size() == 2);
@@ -120,10 +122,10 @@ TEST_CASE("idle-time breakdown: host wait, kernel wait, other", "[timeline][idle
 TEST_CASE("launch statistics pair runtime calls with their ops", "[timeline][launch]") {
   Builder b;
   b.tl.steps.push_back({1, 0, us(1000)});
-  b.device("tiny", 10, 11, 7, DeviceOpKind::kernel, 0, 5);        // cpu 5 > gpu 1: short; delay 5
-  b.device("long", 200, 300, 7, DeviceOpKind::kernel, 20, 90);    // cpu 70 > 50: runtime outlier; delay 110 > 100
+  b.device("tiny", 10, 11, 7, DeviceOpKind::kernel, 0, 5);      // cpu 5 > gpu 1: short; delay 5
+  b.device("long", 200, 300, 7, DeviceOpKind::kernel, 20, 90);  // cpu 70 > 50: runtime outlier; delay 110 > 100
   b.device("Memcpy HtoD (Pinned -> Device)", 95, 96, 7, DeviceOpKind::memcpy, 91, 93);  // short
-  b.device("orphan", 400, 410);  // no launch call: not paired
+  b.device("orphan", 400, 410);                                                         // no launch call: not paired
   const LaunchStats s = launch_statistics(b.tl);
   CHECK(s.pairs == 3);
   CHECK(s.short_kernels == 2);
@@ -140,9 +142,9 @@ TEST_CASE("per-step usage attributes device idle to what the host did", "[timeli
   Builder b;
   b.tl.steps.push_back({7, 0, us(100)});
   b.host("## data ##", 0, 30, HostOpKind::annotation);               // io: device idle 0-30
-  b.device("gemm_kernel", 30, 50, 7, DeviceOpKind::kernel, 29, 30);   // busy 30-50
-  b.host("aten::linear", 50, 70, HostOpKind::framework_op);           // scheduling: idle 50-70
-  b.device("gemm_kernel", 70, 80, 7, DeviceOpKind::kernel, 69, 70);   // busy 70-80
+  b.device("gemm_kernel", 30, 50, 7, DeviceOpKind::kernel, 29, 30);  // busy 30-50
+  b.host("aten::linear", 50, 70, HostOpKind::framework_op);          // scheduling: idle 50-70
+  b.device("gemm_kernel", 70, 80, 7, DeviceOpKind::kernel, 69, 70);  // busy 70-80
   b.host("## loss ##", 80, 95, HostOpKind::annotation);
   b.host("cudaStreamSynchronize", 82, 92, HostOpKind::runtime_sync);  // sync idle 82-92, in "## loss ##"
   const auto usage = per_step_device_usage(b.tl);
@@ -186,6 +188,51 @@ TEST_CASE("per-step usage: memcpy, pageable, exposed communication", "[timeline]
   const DeviceFacts f = device_facts(b.tl);
   CHECK(f.exposed_communication_fraction == Approx(0.15));
   CHECK(f.pageable_memcpy_fraction == Approx(0.05));
+}
+
+TEST_CASE("a device busy behind the host's step windows is judged over its own span", "[timeline][attribution]") {
+  // Four host steps of 100 us (0-400); every kernel launched in them runs
+  // back to back from 250 to 650 us, queued behind earlier work: the windows
+  // see the device busy only 250-400 (37.5%, idle 62.5%), its own span
+  // 400 us, all of it busy, a quarter of it communication.
+  Builder b;
+  for (int i = 0; i < 4; ++i) b.tl.steps.push_back({i + 1, us(100 * i), us(100 * (i + 1))});
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t start = 250 + 50 * i;
+    b.device(i % 4 == 3 ? "ncclKernel_AllReduce" : "gemm_kernel", start, start + 50, 7, DeviceOpKind::kernel, 10 * i,
+             10 * i + 5);
+  }
+  const DeviceFacts f = device_facts(b.tl);
+  CHECK(f.device_span_busy_fraction == Approx(1.0));
+  CHECK(f.host_window_idle_fraction == Approx(0.625));
+  CHECK(f.device_busy_fraction == Approx(1.0));
+  CHECK(f.device_idle_fraction == Approx(0.0));
+  CHECK(f.idle_host_launch_bound_fraction == Approx(0.0));
+  CHECK(f.compute_fraction == Approx(0.75));
+  CHECK(f.communication_fraction == Approx(0.25));
+  CHECK(f.exposed_communication_fraction == Approx(0.25));
+  stepscope::DeviceTimelineFacts out;
+  add_device_facts(f, out);
+  CHECK(out.host_window_idle_fraction.value_or(-1) == Approx(0.625));
+
+  // Not behind: the same kernels with gaps (busy 50% of their span) ...
+  Builder gaps;
+  for (int i = 0; i < 4; ++i) gaps.tl.steps.push_back({i + 1, us(100 * i), us(100 * (i + 1))});
+  for (int i = 0; i < 8; ++i) gaps.device("gemm_kernel", 250 + 100 * i, 300 + 100 * i);
+  const DeviceFacts g = device_facts(gaps.tl);
+  CHECK(g.device_span_busy_fraction < 0.9);
+  CHECK(g.host_window_idle_fraction < 0);
+  stepscope::DeviceTimelineFacts gaps_out;
+  add_device_facts(g, gaps_out);
+  CHECK_FALSE(gaps_out.host_window_idle_fraction.has_value());
+  // ... nor one short kernel in a long step (busy all of its own 10 us).
+  Builder one;
+  one.tl.steps.push_back({1, 0, us(1000)});
+  one.device("gemm_kernel", 500, 510);
+  const DeviceFacts o = device_facts(one.tl);
+  CHECK(o.device_span_busy_fraction == Approx(1.0));
+  CHECK(o.host_window_idle_fraction < 0);
+  CHECK(o.device_idle_fraction == Approx(0.99));
 }
 
 TEST_CASE("no steps: one whole-trace window; empty timeline is harmless", "[timeline][attribution]") {
