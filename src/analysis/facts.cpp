@@ -24,6 +24,16 @@ double mean_step_ms(const Report& report) {
   return report.steps.wall_ms.mean;
 }
 
+CpuHolders cpu_holders(const SystemSignals& s) {
+  CpuHolders h;
+  if (s.wall_s > 0) h.own_cores = (s.cpu_user_s + s.cpu_system_s) / s.wall_s;
+  if (s.wall_s > 0 && s.other_processes_cpu_s >= 0) h.other_cores = s.other_processes_cpu_s / s.wall_s;
+  h.cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
+  h.others_hold = s.cores_online > 0 && h.cores > 0 &&
+                  h.other_cores >= kThresholds.other_processes_busy * s.cores_online && h.own_cores < h.cores;
+  return h;
+}
+
 FaultFacts fault_facts(const Report& report) {
   FaultFacts f;
   const SystemSignals& s = report.system;
@@ -228,8 +238,6 @@ DeviceFacts device_facts(const Report& report) {
   if (auto v = finite(t.short_kernel_fraction)) f.short_kernels = clamp01(*v);
   if (auto v = finite(t.kernels_per_step)) f.kernels_per_step = std::max(0.0, *v);
   if (auto v = finite(t.launch_delay_p50_us)) f.launch_delay_p50_us = std::max(0.0, *v);
-  if (auto v = finite(t.host_window_idle_fraction)) f.host_window_idle = clamp01(*v);
-  if (auto v = finite(t.device_span_busy_fraction)) f.span_busy = clamp01(*v);
   return f;
 }
 

@@ -40,6 +40,16 @@ struct FaultFacts {
   bool storm = false;       // minor_per_step >= kThresholds.minor_faults_per_step
 };
 FaultFacts fault_facts(const Report& report);
+
+// Whose threads held the CPUs during the run: this process's (cores used
+// from its CPU time) or other processes' (a shared machine, where fewer
+// threads here would not help). -1 where the report cannot tell.
+struct CpuHolders {
+  double own_cores = -1, other_cores = -1;
+  int cores = 0;            // available to this process (cgroup / affinity), else online
+  bool others_hold = false;  // others used >= other_processes_busy of the machine while this process fit its cores
+};
+CpuHolders cpu_holders(const SystemSignals& s);
 // The size-aware allocator remedy for a page-fault storm (verdict and finding).
 std::string page_fault_remedy(const FaultFacts& faults);
 
@@ -80,10 +90,6 @@ struct DeviceFacts {
   std::optional<double> short_kernels;     // of kernels, shorter than launch
   std::optional<double> kernels_per_step;
   std::optional<double> launch_delay_p50_us;  // median delay between a launch call and its kernel
-  // The device ran behind the host: the step windows' idle fraction before
-  // the facts were taken over the device's own span, and that span's busy share.
-  std::optional<double> host_window_idle;
-  double span_busy = 0;
   bool idle_causes_rescaled = false;  // causes were given as fractions of idle time
 };
 

@@ -213,17 +213,16 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
   if (r.steps.count == 0 || r.bottleneck.category == "scheduling") return;
   const detail::StepShares shares = detail::step_shares(r);
   if (shares.cpu_wait < kThresholds.cpu_contention_finding) return;
-  const SystemSignals& s = r.system;
-  const double own = s.wall_s > 0 ? (s.cpu_user_s + s.cpu_system_s) / s.wall_s : -1;
-  const double others = s.wall_s > 0 && s.other_processes_cpu_s >= 0 ? s.other_processes_cpu_s / s.wall_s : -1;
-  const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
+  const detail::CpuHolders h = detail::cpu_holders(r.system);
+  const double own = h.own_cores, others = h.other_cores;
+  const int cores = h.cores;
   std::string whose;
-  if (cores > 0 && others >= kThresholds.other_processes_busy * s.cores_online)
+  if (h.others_hold)
     whose = fmt::format(
         "Other processes (DataLoader workers among them) kept {:.1f} of the machine's {} CPUs busy, this process "
         "{:.1f}: measure again where the job has its cores to itself (fewer workers or intra-op threads, no other "
         "jobs, taskset or the batch system's exclusive allocation).",
-        others, s.cores_online, own);
+        others, r.system.cores_online, own);
   else if (cores > 0 && own >= 0)
     whose = fmt::format(
         "This process used {:.1f} of its {} CPUs: its own threads (intra-op threads, loader threads) outnumber "

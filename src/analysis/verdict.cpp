@@ -23,6 +23,8 @@ inline namespace v1 {
 namespace {
 
 using detail::clamp01;
+using detail::cpu_holders;
+using detail::CpuHolders;
 using detail::kThresholds;
 using detail::safe_div;
 
@@ -283,15 +285,6 @@ void Classifier::collect_device() {
     add(kIo, Weight::primary, "idle_host_input_fraction", device_.idle_host_input, t.moderately_bound, ">=",
         fmt::format("The GPU was idle while the host was in an input phase {:.1f}% of the time{}.",
                     pct(device_.idle_host_input), rescaled));
-  }
-  // The device behind the host: its facts are over its own span (timeline::
-  // AttributionOptions); say so, as the step windows alone would read idle.
-  if (device_.host_window_idle) {
-    add(kNoCategory, Weight::info, "host_window_idle_fraction", *device_.host_window_idle, 0.5, ">=",
-        fmt::format("The GPU ran behind the host: busy {:.1f}% of its own span while the host's step windows saw it "
-                    "idle {:.1f}% (its work ran queued, after the steps that launched it), so its numbers here are "
-                    "over its own span.",
-                    pct(device_.span_busy), pct(*device_.host_window_idle)));
   }
   // Host running ahead: kernels wait queued long after their launch, so the
   // idle time during launches is the device waiting on a dependency (another
@@ -633,12 +626,10 @@ void Classifier::recommend(int category, Verdict& v) const {
       if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") || fires("cpu_utilization")) {
         // Whose threads hold the CPUs: this process' own (too many threads)
         // or other processes' (a shared machine: fewer threads here would not help).
-        const double own_cores = s.wall_s > 0 ? (s.cpu_user_s + s.cpu_system_s) / s.wall_s : 0;
-        const double other_cores =
-            s.wall_s > 0 && s.other_processes_cpu_s >= 0 ? s.other_processes_cpu_s / s.wall_s : 0;
-        const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
-        if (s.cores_online > 0 && cores > 0 && other_cores >= t.other_processes_busy * s.cores_online &&
-            own_cores < cores)
+        const CpuHolders holders = cpu_holders(s);
+        const double own_cores = std::max(0.0, holders.own_cores), other_cores = holders.other_cores;
+        const int cores = holders.cores;
+        if (holders.others_hold)
           out.push_back(fmt::format(
               "Other processes kept {:.1f} of this machine's {} CPUs busy during the run{}, while this process used "
               "{:.1f} of its {}: the step waits for CPUs they "

@@ -108,23 +108,41 @@ Step whole_trace_window(const Timeline& tl) {
   return s;
 }
 
-std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const AttributionOptions& options) {
+namespace {
+
+// The device's activity as normalised interval sets, built once for the
+// per-step windows and for the device's own span.
+struct DeviceActivity {
   Intervals busy, compute, communication, memcpy, pageable;
+};
+
+DeviceActivity device_activity(const Timeline& tl) {
+  DeviceActivity a;
   for (const DeviceInterval& d : tl.device_ops) {
     const Interval iv{d.start_ns, d.end_ns};
-    busy.push_back(iv);
-    if (d.cls == KernelClass::computation) compute.push_back(iv);
-    if (d.cls == KernelClass::communication) communication.push_back(iv);
+    a.busy.push_back(iv);
+    if (d.cls == KernelClass::computation) a.compute.push_back(iv);
+    if (d.cls == KernelClass::communication) a.communication.push_back(iv);
     if (d.kind == DeviceOpKind::memcpy) {
-      memcpy.push_back(iv);
-      if (d.host_memory == HostMemoryKind::pageable) pageable.push_back(iv);
+      a.memcpy.push_back(iv);
+      if (d.host_memory == HostMemoryKind::pageable) a.pageable.push_back(iv);
     }
   }
-  busy = normalise(std::move(busy));
-  compute = normalise(std::move(compute));
-  communication = normalise(std::move(communication));
-  memcpy = normalise(std::move(memcpy));
-  pageable = normalise(std::move(pageable));
+  a.busy = normalise(std::move(a.busy));
+  a.compute = normalise(std::move(a.compute));
+  a.communication = normalise(std::move(a.communication));
+  a.memcpy = normalise(std::move(a.memcpy));
+  a.pageable = normalise(std::move(a.pageable));
+  return a;
+}
+
+std::vector<StepDeviceUsage> usage_per_step(const Timeline& tl, const AttributionOptions& options,
+                                            const DeviceActivity& activity) {
+  const Intervals& busy = activity.busy;
+  const Intervals& compute = activity.compute;
+  const Intervals& communication = activity.communication;
+  const Intervals& memcpy = activity.memcpy;
+  const Intervals& pageable = activity.pageable;
 
   Intervals sync, input, host_busy;
   std::vector<const HostInterval*> sync_calls;
@@ -193,6 +211,12 @@ std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const Att
   return out;
 }
 
+}  // namespace
+
+std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& tl, const AttributionOptions& options) {
+  return usage_per_step(tl, options, device_activity(tl));
+}
+
 DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options) {
   SharedDeviceAnalyses shared;
   shared.overlap = comm_compute_overlap(tl);
@@ -210,7 +234,8 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
   f.rank = tl.rank;
   f.world_size = tl.world_size;
   f.has_device_activity = !tl.device_ops.empty();
-  const std::vector<StepDeviceUsage> usage = per_step_device_usage(tl, options);
+  const DeviceActivity activity = device_activity(tl);
+  const std::vector<StepDeviceUsage> usage = usage_per_step(tl, options, activity);
   f.steps = static_cast<std::int64_t>(usage.size());
   std::int64_t span = 0, busy = 0, idle = 0, input = 0, sched = 0, sync = 0, unattributed = 0, compute = 0, comm = 0,
                exposed = 0, memcpy = 0, pageable = 0, kernels = 0;
@@ -259,24 +284,11 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
 
   // The device's own span, on its clock alone.
   {
-    Intervals all, compute_ops, comm_ops, copies, pageable_copies;
-    for (const DeviceInterval& d : tl.device_ops) {
-      const Interval iv{d.start_ns, d.end_ns};
-      all.push_back(iv);
-      if (d.cls == KernelClass::computation) compute_ops.push_back(iv);
-      if (d.cls == KernelClass::communication) comm_ops.push_back(iv);
-      if (d.kind == DeviceOpKind::memcpy) {
-        copies.push_back(iv);
-        if (d.host_memory == HostMemoryKind::pageable) pageable_copies.push_back(iv);
-      }
-    }
-    all = normalise(std::move(all));
+    const Intervals& all = activity.busy;
     if (!all.empty() && all.back().end_ns > all.front().start_ns) {
       const double device_span = static_cast<double>(all.back().end_ns - all.front().start_ns);
-      const auto over_span = [device_span](Intervals v) {
-        return static_cast<double>(length(normalise(std::move(v)))) / device_span;
-      };
-      f.device_span_busy_fraction = static_cast<double>(length(all)) / device_span;
+      const auto over_span = [device_span](const Intervals& v) { return static_cast<double>(length(v)) / device_span; };
+      f.device_span_busy_fraction = over_span(all);
       // Only a device whose span is about as long as the steps it ran for
       // (shifted, not short): one kernel in a 13 s step is busy 100% of its
       // own span, and the step is still idle.
@@ -292,13 +304,11 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
         f.idle_unattributed_fraction *= scale;
         f.device_busy_fraction = f.device_span_busy_fraction;
         f.device_idle_fraction = idle_now;
-        const Intervals compute_union = normalise(compute_ops);
-        f.compute_fraction = over_span(compute_ops);
-        f.communication_fraction = over_span(comm_ops);
-        f.exposed_communication_fraction =
-            static_cast<double>(length(subtract(normalise(std::move(comm_ops)), compute_union))) / device_span;
-        f.memcpy_fraction = over_span(std::move(copies));
-        f.pageable_memcpy_fraction = over_span(std::move(pageable_copies));
+        f.compute_fraction = over_span(activity.compute);
+        f.communication_fraction = over_span(activity.communication);
+        f.exposed_communication_fraction = over_span(subtract(activity.communication, activity.compute));
+        f.memcpy_fraction = over_span(activity.memcpy);
+        f.pageable_memcpy_fraction = over_span(activity.pageable);
       }
     }
   }

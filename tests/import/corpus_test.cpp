@@ -196,10 +196,7 @@ TEST_CASE("a GPU that runs behind the host is judged over its own span, not the 
   REQUIRE(r.device.hta.present);
   CHECK(r.device.hta.temporal_breakdown.idle_pctg < 5);
   CHECK(r.bottleneck.category == "communication");
-  const stepscope::Evidence* behind = find_evidence(r, "host_window_idle_fraction");
-  REQUIRE(behind != nullptr);
-  CHECK(behind->sentence.find("ran behind the host") != std::string::npos);
-  // ... and a finding says it where the summary is read.
+  // A finding says so where the summary is read.
   CHECK(std::any_of(r.findings.begin(), r.findings.end(),
                     [](const stepscope::Finding& f) { return f.kind == "device_behind_host"; }));
   CHECK(stepscope::format_summary(r).find("The GPU ran behind the host") != std::string::npos);
