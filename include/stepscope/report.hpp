@@ -186,6 +186,16 @@ struct StepSeries {
   std::vector<double> rss_mb;            // process RSS at the end of the point's last step (0: unknown)
 };
 
+// One of the slowest measured steps (StepStats::slowest), with where its
+// time went, as StepBreakdown divides a step.
+struct SlowStep {
+  std::uint64_t step = 0;  // its number: steps in the order they started, on every thread, warm-up included
+  double wall_ms = 0;      // the step and the gap before it (as StepBreakdown::wall_ms)
+  PerKind<double> kind_ms;
+  double unattributed_ms = 0;
+  double between_steps_ms = 0;  // of wall_ms: the gap before it, in no input phase
+};
+
 struct StepStats {
   std::uint64_t count = 0;            // measured steps
   std::uint64_t warmup_excluded = 0;  // steps left out as warm-up
@@ -215,6 +225,13 @@ struct StepStats {
   double loop_first_ms = 0;
   double loop_first_max_ms = 0;
   double between_steps_input_ms = 0;  // of it, in input phases on the step thread
+  // The slowest outermost measured steps, slowest first (at most
+  // kSlowestStepsKept), where a period in their numbers shows work a loop
+  // does every N steps (finding periodic_slow_steps). Left out: the steps
+  // that opened a later steps() loop (counted in loop_first_*). Empty in
+  // imported traces and in reports that predate it.
+  static constexpr std::size_t kSlowestStepsKept = 32;
+  std::vector<SlowStep> slowest;
 };
 
 // Host and operating-system signals gathered off the hot path.

@@ -10,6 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
 
 namespace stepscope {
 inline namespace v1 {
@@ -160,6 +164,150 @@ void loop_restart(const Report& r, std::vector<Finding>& out) {
        {"share_of_steps", share}}));
 }
 
+// The steps of StepStats::slowest at or above `threshold` ms that lie on one
+// period (a, a+P, a+2P, ...), in step order, and P; 0 when they do not.
+// `all_known`: the list held every step at or above the threshold.
+std::uint64_t slow_step_period(const StepStats& s, double threshold, std::vector<const SlowStep*>& periodic,
+                               bool& all_known) {
+  const auto& t = kThresholds;
+  periodic.clear();
+  std::vector<const SlowStep*> slow;
+  for (const SlowStep& x : s.slowest)
+    if (x.wall_ms >= threshold) slow.push_back(&x);
+  if (static_cast<double>(slow.size()) < t.periodic_min_steps) return 0;
+  std::sort(slow.begin(), slow.end(), [](const SlowStep* a, const SlowStep* b) { return a->step < b->step; });
+  // When the list also holds steps that are not slow, it holds every slow
+  // step of the run: the period's slots between the first and the last can
+  // be checked for slow steps that are missing.
+  all_known = slow.size() < s.slowest.size();
+  // Candidate periods: the gaps between consecutive slow steps, and their
+  // common divisors (when only some of the period's steps are among the
+  // slowest, no gap is the period itself).
+  std::vector<std::uint64_t> candidates;
+  std::uint64_t all_gaps = 0;
+  for (std::size_t i = 1; i < slow.size(); ++i) {
+    const std::uint64_t gap = slow[i]->step - slow[i - 1]->step;
+    candidates.push_back(gap);
+    if (i >= 2) candidates.push_back(std::gcd(gap, slow[i - 1]->step - slow[i - 2]->step));
+    all_gaps = std::gcd(all_gaps, gap);
+  }
+  candidates.push_back(all_gaps);
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  // A period is taken when most slow steps lie on it, far more than chance
+  // puts there (1/P of scattered steps), and, where every slow step is known,
+  // most of its slots between the first and the last are slow; of those, the
+  // one most slow steps lie on (the shortest on a tie).
+  const double count = static_cast<double>(slow.size());
+  std::uint64_t best_period = 0, best_phase = 0;
+  std::size_t best_support = 0;
+  for (const std::uint64_t period : candidates) {
+    if (period < 2) continue;
+    std::map<std::uint64_t, std::size_t> by_phase;
+    for (const SlowStep* x : slow) ++by_phase[x->step % period];
+    const auto top = std::max_element(by_phase.begin(), by_phase.end(),
+                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+    const double n = static_cast<double>(top->second);
+    if (n < t.periodic_min_steps || n < t.periodic_fit * count || n < 2 * count / static_cast<double>(period)) continue;
+    if (all_known) {
+      std::uint64_t first = 0, last = 0;
+      bool any = false;
+      for (const SlowStep* x : slow) {
+        if (x->step % period != top->first) continue;
+        if (!any) first = x->step;
+        last = x->step;
+        any = true;
+      }
+      if (n < t.periodic_fit * static_cast<double>((last - first) / period + 1)) continue;
+    }
+    if (top->second > best_support) {
+      best_support = top->second;
+      best_period = period;
+      best_phase = top->first;
+    }
+  }
+  for (const SlowStep* x : slow)
+    if (best_period != 0 && x->step % best_period == best_phase) periodic.push_back(x);
+  return best_period;
+}
+
+// Work a loop does every N steps without a phase around it (a checkpoint,
+// logging that reads the loss, an evaluation): a few steps far slower than
+// the rest, at step numbers a period apart. The mean and the p99 blur it into
+// jitter; the period names it. Read from the slowest steps the aggregator
+// keeps (StepStats::slowest), with where their extra time went.
+void periodic_slow_steps(const Report& r, std::vector<Finding>& out) {
+  const auto& t = kThresholds;
+  const StepStats& s = r.steps;
+  const double p50 = s.wall_ms.p50;
+  if (p50 <= 0 || s.wall_ms.total <= 0 || s.slowest.empty()) return;
+  // From the threshold up: on a busy machine scattered slow steps above 2x
+  // the median can hide a period that stands far above them.
+  std::vector<const SlowStep*> periodic;
+  bool all_slow_known = false;
+  std::uint64_t best_period = 0;
+  for (double factor = t.periodic_over_p50; best_period == 0 && factor <= 16 * t.periodic_over_p50; factor *= 2)
+    best_period = slow_step_period(s, factor * p50, periodic, all_slow_known);
+  if (best_period == 0) return;
+  // Where their time went beyond an ordinary step's (the breakdown's means).
+  const StepBreakdown& b = s.breakdown;
+  double wall = 0, extra = 0, unattributed = 0, between = 0;
+  PerKind<double> kinds;
+  for (const SlowStep* x : periodic) {
+    wall += x->wall_ms;
+    extra += x->wall_ms - p50;
+    unattributed += x->unattributed_ms - b.unattributed_ms;
+    between += x->between_steps_ms - b.between_steps_ms;
+    for (PhaseKind k : kPhaseKinds) kinds[k] += x->kind_ms[k] - b.kind_ms[k];
+  }
+  const double share = extra / s.wall_ms.total;
+  std::string where = "outside every phase";
+  double where_ms = unattributed;
+  if (between > where_ms) {
+    where = "between steps, outside every phase";
+    where_ms = between;
+  }
+  for (PhaseKind k : kPhaseKinds) {
+    if (kinds[k] > where_ms) {
+      where = k == PhaseKind::input ? "in the steps' input phases" : fmt::format("in {} phases", phase_kind_name(k));
+      where_ms = kinds[k];
+    }
+  }
+  const double where_share = extra > 0 ? std::clamp(where_ms / extra, 0.0, 1.0) : 0.0;
+  std::string numbers;
+  for (std::size_t i = 0; i < periodic.size() && i < 4; ++i)
+    numbers += fmt::format("{}#{}", i == 0 ? "" : ", ", periodic[i]->step);
+  if (periodic.size() > 4) numbers += ", ...";
+  std::string advice;
+  if (where == "in the steps' input phases")
+    advice =
+        "The input stalls every {} steps: a shard or file boundary, a cache refilled, or the loader's prefetch "
+        "running dry behind a slow batch.";
+  else if (where.rfind("in ", 0) == 0)
+    advice = "Those phases do more every {} steps than in the others: look at what runs only on those steps.";
+  else
+    advice =
+        "That is work the loop does every {} steps with no phase around it (a checkpoint, logging that reads the "
+        "loss, an evaluation): put it in STEPSCOPE_PHASE scopes to see what it costs, then do it less often or "
+        "off the step's thread.";
+  out.push_back(
+      make("periodic_slow_steps", share >= t.periodic_warning_share ? "warning" : "info",
+           fmt::format(
+               "One step in every {} is slow: {}{} steps ({}) took {:.2f} ms on average against a median of {:.2f} ms, "
+               "{:.1f}% of the steps' time{}; {:.0f}% of their extra time is {}. ",
+               best_period, all_slow_known ? "" : "at least ", periodic.size(), numbers,
+               wall / static_cast<double>(periodic.size()), p50, 100 * share, all_slow_known ? "" : " at least",
+               100 * where_share, where) +
+               fmt::format(fmt::runtime(advice), best_period),
+           {{"period_steps", static_cast<double>(best_period)},
+            {"slow_steps", static_cast<double>(periodic.size())},
+            {"mean_ms", wall / static_cast<double>(periodic.size())},
+            {"p50_ms", p50},
+            {"extra_ms", extra},
+            {"share_of_steps", share},
+            {"extra_where_share", where_share}}));
+}
+
 void warmup(const Report& r, std::vector<Finding>& out) {
   const double warm = r.steps.warmup_wall_ms.mean;
   const double steady = r.steps.wall_ms.mean;
@@ -307,6 +455,7 @@ std::vector<Finding> find_issues(const Report& facts) {
   page_faults(facts, out);
   jitter_and_outliers(facts, out);
   loop_restart(facts, out);
+  periodic_slow_steps(facts, out);
   warmup(facts, out);
   host_device(facts, out);
   device_behind_host(facts, out);

@@ -146,6 +146,17 @@ struct Thresholds {
   // loop_restart_warning_share of the measured steps' time: a warning.
   double loop_restart_over_p50 = 2.0;
   double loop_restart_warning_share = 0.01;
+  // Periodic slow steps: of the slowest steps kept (StepStats::slowest),
+  // those at or above periodic_over_p50 x the median; at least
+  // periodic_min_steps of them, periodic_fit of them on one period and
+  // phase (step numbers a, a+P, a+2P, ...; P >= 2), and, when every such
+  // step is in the list, periodic_fit of the period's slots in their range
+  // slow too. A warning when their extra time is >= periodic_warning_share
+  // of the measured steps' time, else info.
+  double periodic_over_p50 = 2.0;
+  double periodic_min_steps = 4;
+  double periodic_fit = 0.75;
+  double periodic_warning_share = 0.05;
   // Warm-up mean / steady-state mean at or above this: warm-up far slower.
   double warmup_over_steady = 3.0;
   // Device mean / host mean of a phase at or above this: the host clock saw

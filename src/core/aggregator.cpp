@@ -173,6 +173,9 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
   point.between_input_ns += gap.input_ns;
   t.step_kind_ns[static_cast<int>(PhaseKind::input)] += gap.input_ns;
   add_kinds(point.kind_ns, t.step_kind_ns, std::make_index_sequence<kKindCount>{});
+  const std::uint64_t step_ns = wall + gap.input_ns + gap.other_ns;
+  if (__builtin_expect(step_ns > slow_floor_ns_, 0) && !gap.after_loop && !(r.flags & kRecordNestedStep))
+    keep_slow_step(t, r.step, step_ns, self, gap.other_ns);
   t.step_kind_ns = {};
   point.rss_mb = rss_mb_;
   if (__builtin_expect(point.n >= series_stride_, 0)) {
@@ -180,6 +183,22 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
     point = StepPoint{};
   }
   add_step_interval(r);
+}
+
+// Out of line and cold: a steady run calls it about kept * ln(steps) times.
+__attribute__((noinline, cold)) void Aggregator::keep_slow_step(const ThreadInfo& t, std::uint64_t step,
+                                                                std::uint64_t wall_ns, std::uint64_t unattributed_ns,
+                                                                std::uint64_t between_ns) {
+  const SlowStepEntry entry{step, wall_ns, unattributed_ns, between_ns, t.step_kind_ns};
+  const auto later = [](const SlowStepEntry& a, const SlowStepEntry& b) { return a.wall_ns > b.wall_ns; };
+  if (slow_steps_.size() >= StepStats::kSlowestStepsKept) {
+    std::pop_heap(slow_steps_.begin(), slow_steps_.end(), later);
+    slow_steps_.back() = entry;
+  } else {
+    slow_steps_.push_back(entry);
+  }
+  std::push_heap(slow_steps_.begin(), slow_steps_.end(), later);
+  if (slow_steps_.size() >= StepStats::kSlowestStepsKept) slow_floor_ns_ = slow_steps_.front().wall_ns;
 }
 
 void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall) {
@@ -511,6 +530,19 @@ void Aggregator::fill_report(Report& report) const {
   s.loop_first_ms = static_cast<double>(loop_first_ns_) * kNsToMs;
   s.loop_first_max_ms = static_cast<double>(loop_first_max_ns_) * kNsToMs;
   s.between_steps_input_ms = static_cast<double>(gap_input_ns_) * kNsToMs;
+  s.slowest.clear();
+  for (const SlowStepEntry& e : slow_steps_) {
+    SlowStep slow;
+    slow.step = e.step;
+    slow.wall_ms = static_cast<double>(e.wall_ns) * kNsToMs;
+    for (PhaseKind k : kPhaseKinds) slow.kind_ms[k] = static_cast<double>(e.kind_ns[detail::kind_index(k)]) * kNsToMs;
+    slow.unattributed_ms = static_cast<double>(e.unattributed_ns) * kNsToMs;
+    slow.between_steps_ms = static_cast<double>(e.between_ns) * kNsToMs;
+    s.slowest.push_back(slow);
+  }
+  std::sort(s.slowest.begin(), s.slowest.end(), [](const SlowStep& a, const SlowStep& b) {
+    return a.wall_ms != b.wall_ms ? a.wall_ms > b.wall_ms : a.step < b.step;
+  });
   StepSeries& series = s.series;
   series = StepSeries{};
   series.stride = static_cast<std::uint32_t>(series_stride_);

@@ -195,6 +195,10 @@ class Aggregator {
     std::array<std::uint64_t, kKindCount> kind_ns{};
     double rss_mb = 0;
   };
+  struct SlowStepEntry {  // one of the slowest steps so far (StepStats::slowest)
+    std::uint64_t step = 0, wall_ns = 0, unattributed_ns = 0, between_ns = 0;
+    std::array<std::uint64_t, kKindCount> kind_ns{};
+  };
   struct PendingBackground {
     std::uint32_t phase;
     ThreadId thread;
@@ -244,6 +248,8 @@ class Aggregator {
   void settle_pending();
   void add_background(ThreadId thread, std::uint32_t phase, const PhaseRecord& r);
   void add_series_point(const StepPoint& point);
+  void keep_slow_step(const ThreadInfo& t, std::uint64_t step, std::uint64_t wall_ns, std::uint64_t unattributed_ns,
+                      std::uint64_t between_ns);
   void process_background(const PendingBackground& p);
   std::uint64_t overlap_with_steps(std::uint64_t start, std::uint64_t end) const;
 
@@ -295,6 +301,13 @@ class Aggregator {
   // Measured steps that opened a steps() loop after another loop (the first
   // step of epoch 2, 3, ...): count, total and slowest wall time.
   std::uint64_t loop_first_steps_ = 0, loop_first_ns_ = 0, loop_first_max_ns_ = 0;
+
+  // The slowest outermost measured steps: a min-heap on wall time of at most
+  // StepStats::kSlowestStepsKept; once full, a step must be slower than
+  // slow_floor_ns_ (its front) to enter. A steady run enters it about
+  // kept * ln(steps) times in all.
+  std::vector<SlowStepEntry> slow_steps_;
+  std::uint64_t slow_floor_ns_ = 0;
 
   // Series: closed points + the point being filled.
   std::vector<StepPoint> series_;

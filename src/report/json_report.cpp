@@ -366,6 +366,23 @@ StepBreakdown breakdown_from(const Field& j) {
   return b;
 }
 
+json to_j(const SlowStep& x) {
+  return with_kinds(json{{"step", x.step},
+                         {"wall_ms", num(x.wall_ms)},
+                         {"unattributed_ms", num(x.unattributed_ms)},
+                         {"between_steps_ms", num(x.between_steps_ms)}},
+                    x.kind_ms, num);
+}
+SlowStep slow_step_from(const Field& j) {
+  SlowStep x;
+  x.step = get_u64(j, "step");
+  x.wall_ms = get_num(j, "wall_ms");
+  x.kind_ms = kinds_from<double>(j, num_from);
+  x.unattributed_ms = get_num(j, "unattributed_ms");
+  x.between_steps_ms = get_num(j, "between_steps_ms");
+  return x;
+}
+
 json nums(const std::vector<double>& v) {
   json a = json::array();
   for (double x : v) a.push_back(num(x));
@@ -752,7 +769,9 @@ json to_j(const Report& r) {
              {"between_loops_ms", num(r.steps.between_loops_ms)},
              {"loop_first_steps", r.steps.loop_first_steps},
              {"loop_first_ms", num(r.steps.loop_first_ms)},
-             {"loop_first_max_ms", num(r.steps.loop_first_max_ms)}};
+             {"loop_first_max_ms", num(r.steps.loop_first_max_ms)},
+             {"slowest", json::array()}};
+  for (const SlowStep& x : r.steps.slowest) steps["slowest"].push_back(to_j(x));
   json phases = json::array();
   for (const auto& p : r.phases) phases.push_back(to_j(p));
   json findings = json::array();
@@ -891,6 +910,10 @@ Report report_from(const json& document) {
   r.steps.loop_first_steps = get_u64(steps, "loop_first_steps");  // 0 in reports that predate them
   r.steps.loop_first_ms = get_num(steps, "loop_first_ms");
   r.steps.loop_first_max_ms = get_num(steps, "loop_first_max_ms");
+  for (const Field& x : get_arr(steps, "slowest")) {  // absent in reports that predate it
+    if (r.steps.slowest.size() >= StepStats::kSlowestStepsKept) break;
+    r.steps.slowest.push_back(slow_step_from(x));
+  }
   if (j.find("phases") == nullptr) bad_field("phases", "missing (every report has it)");
   for (const Field& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
   r.dropped_records = get_u64(j, "dropped_records");

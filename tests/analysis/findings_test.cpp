@@ -7,7 +7,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 using namespace stepscope;
 using namespace stepscope::test;
@@ -334,4 +337,135 @@ TEST_CASE("findings: a step that waited for a CPU under another verdict says its
   Report waits = with_wait(0.60, 1.4);
   REQUIRE(waits.bottleneck.category == "scheduling");
   CHECK_FALSE(has(find_issues(waits), "cpu_contention"));
+}
+
+namespace {
+// The slowest-steps list of a 1000-step run of 100 ms steps (steady()): the
+// given slow steps, then ordinary steps 101-103 ms filling the list.
+void slowest(Report& r, const std::vector<std::pair<std::uint64_t, SlowStep>>& slow) {
+  for (const auto& [step, x] : slow) {
+    SlowStep s = x;
+    s.step = step;
+    r.steps.slowest.push_back(s);
+  }
+  for (std::uint64_t i = 0; r.steps.slowest.size() < StepStats::kSlowestStepsKept; ++i) {
+    SlowStep s;
+    s.step = 500 + 7 * i;
+    s.wall_ms = 103 - 0.1 * static_cast<double>(i);
+    s.kind_ms = r.steps.breakdown.kind_ms;
+    s.unattributed_ms = r.steps.breakdown.unattributed_ms;
+    r.steps.slowest.push_back(s);
+  }
+  std::sort(r.steps.slowest.begin(), r.steps.slowest.end(),
+            [](const SlowStep& a, const SlowStep& b) { return a.wall_ms > b.wall_ms; });
+}
+SlowStep slow_step(const Report& r, double extra_ms, PhaseKind where, bool unattributed) {
+  SlowStep s;
+  s.kind_ms = r.steps.breakdown.kind_ms;
+  s.unattributed_ms = r.steps.breakdown.unattributed_ms;
+  if (unattributed)
+    s.unattributed_ms += extra_ms;
+  else
+    s.kind_ms[where] += extra_ms;
+  s.wall_ms = r.steps.breakdown.wall_ms + extra_ms;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("findings: one step in every N far slower is named with its period and where the time went",
+          "[analysis][findings][periodic]") {
+  const auto& t = kThresholds;
+  // Every 50th step (steps 50..1000) spends 400 ms outside every phase: a checkpoint.
+  Report r = steady();
+  std::vector<std::pair<std::uint64_t, SlowStep>> slow;
+  for (std::uint64_t step = 50; step <= 1000; step += 50)
+    slow.emplace_back(step, slow_step(r, 400, PhaseKind::other, true));
+  slowest(r, slow);
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "periodic_slow_steps");
+  REQUIRE(f != nullptr);
+  CHECK(f->values.at("period_steps") == 50);
+  CHECK(f->values.at("slow_steps") == 20);
+  CHECK(f->values.at("extra_ms") == Approx(20 * 400));
+  CHECK(f->values.at("share_of_steps") == Approx(20 * 400 / 100000.0));
+  CHECK(f->values.at("extra_where_share") == Approx(1.0));
+  CHECK(f->severity == std::string("warning"));  // 8% of the steps' time
+  CHECK(f->message.find("One step in every 50 is slow: 20 steps (#50, #100, #150, #200, ...)") != std::string::npos);
+  CHECK(f->message.find("outside every phase") != std::string::npos);
+  CHECK(f->message.find("STEPSCOPE_PHASE") != std::string::npos);
+  CHECK(f->message.find("at least") == std::string::npos);  // the list holds every slow step
+
+  // A loader that stalls every 100 steps: the extra time is input.
+  Report stall = steady();
+  slow.clear();
+  for (std::uint64_t step = 30; step <= 930; step += 100)
+    slow.emplace_back(step, slow_step(stall, 150, PhaseKind::input, false));
+  slowest(stall, slow);
+  const std::vector<Finding> stalls = find_issues(stall);
+  f = finding(stalls, "periodic_slow_steps");
+  REQUIRE(f != nullptr);
+  CHECK(f->values.at("period_steps") == 100);
+  CHECK(f->message.find("in the steps' input phases") != std::string::npos);
+  CHECK(f->message.find("input stalls every 100 steps") != std::string::npos);
+  CHECK(f->severity == std::string("info"));  // 10 x 150 ms of 100 s: 1.5%
+
+  // More periodic slow steps than the list holds: all 32 kept are slow and
+  // on the period, and the finding says "at least".
+  Report many = steady();
+  slow.clear();
+  for (std::uint64_t step = 10; step <= 1000; step += 10)
+    slow.emplace_back(step, slow_step(many, 300 + static_cast<double>(step % 7), PhaseKind::other, true));
+  std::sort(slow.begin(), slow.end(), [](const auto& a, const auto& b) { return a.second.wall_ms > b.second.wall_ms; });
+  slow.resize(StepStats::kSlowestStepsKept);
+  slowest(many, slow);
+  const std::vector<Finding> many_findings = find_issues(many);
+  f = finding(many_findings, "periodic_slow_steps");
+  REQUIRE(f != nullptr);
+  CHECK(f->values.at("period_steps") == 10);
+  CHECK(f->message.find("at least 32 steps") != std::string::npos);
+
+  // A busy machine: scattered steps at 2.5x the median fill the list beside
+  // the period's; the period, far above them, is still found.
+  Report busy = steady();
+  slow.clear();
+  for (std::uint64_t step = 50; step <= 1000; step += 50)
+    slow.emplace_back(step, slow_step(busy, 400, PhaseKind::other, true));
+  for (std::uint64_t step : {17, 58, 91, 170, 233, 402, 555, 618, 777, 940, 961, 983})
+    slow.emplace_back(step, slow_step(busy, 150, PhaseKind::compute, false));
+  slowest(busy, slow);
+  const std::vector<Finding> busy_findings = find_issues(busy);
+  f = finding(busy_findings, "periodic_slow_steps");
+  REQUIRE(f != nullptr);
+  CHECK(f->values.at("period_steps") == 50);
+  CHECK(f->values.at("slow_steps") == 20);
+
+  // Not periodic: as many slow steps at scattered numbers.
+  Report scattered = steady();
+  slow.clear();
+  for (std::uint64_t step : {17, 58, 91, 170, 233, 402, 555, 618, 777, 940})
+    slow.emplace_back(step, slow_step(scattered, 400, PhaseKind::other, true));
+  slowest(scattered, slow);
+  CHECK_FALSE(has(find_issues(scattered), "periodic_slow_steps"));
+
+  // On a period, but most of its slots between the first and the last are not slow.
+  Report sparse = steady();
+  slow.clear();
+  for (std::uint64_t step : {50, 100, 150, 200, 650, 1000})
+    slow.emplace_back(step, slow_step(sparse, 400, PhaseKind::other, true));
+  slowest(sparse, slow);
+  CHECK_FALSE(has(find_issues(sparse), "periodic_slow_steps"));
+
+  // Below the threshold, or too few: nothing.
+  Report mild = steady();
+  slow.clear();
+  for (std::uint64_t step = 50; step <= 1000; step += 50)
+    slow.emplace_back(step, slow_step(mild, 100 * (t.periodic_over_p50 - 1) - 1, PhaseKind::other, true));
+  slowest(mild, slow);
+  CHECK_FALSE(has(find_issues(mild), "periodic_slow_steps"));
+  Report few = steady();
+  slow.clear();
+  for (std::uint64_t step : {50, 100, 150}) slow.emplace_back(step, slow_step(few, 400, PhaseKind::other, true));
+  slowest(few, slow);
+  CHECK_FALSE(has(find_issues(few), "periodic_slow_steps"));
+  CHECK_FALSE(has(find_issues(steady()), "periodic_slow_steps"));
 }

@@ -685,3 +685,55 @@ TEST_CASE("per-site rows are capped; the rest share one row and are counted", "[
   for (std::size_t i = 1; i < backward->sites.size(); ++i)
     CHECK(backward->sites[i - 1].host_ms.total >= backward->sites[i].host_ms.total);
 }
+
+TEST_CASE("the slowest steps are kept, bounded, with where their time went; loop starts and nested steps are not",
+          "[aggregator][slowest]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  const auto t = agg.add_thread(1);
+  const std::uint64_t us = 1000;
+  // 400 steps of 100 us (forward 60 us); every 50th also spends 900 us in no
+  // phase (a checkpoint); step 77 is 500 us of forward. 50 us between steps.
+  std::uint64_t at = 0;
+  for (std::uint32_t step = 1; step <= 400; ++step) {
+    const bool checkpoint = step % 50 == 0;
+    const std::uint64_t forward = step == 77 ? 500 * us : 60 * us;
+    const std::uint64_t wall = forward + 40 * us + (checkpoint ? 900 * us : 0);
+    agg.consume(t, rec(kForward, at, at + forward, step, 1, true));
+    agg.consume(t, rec(kStep, at, at + wall, step, 0, true));
+    at += wall + 50 * us;
+  }
+  // A step nested in another, and the first step of a second steps() loop: both slower than all, and left out.
+  agg.consume(t, PhaseRecord{&kStep, at, at + 5000 * us, 401, 0, 0, kRecordInStep | kRecordIsStep | kRecordLoopEnd});
+  agg.consume(
+      t, PhaseRecord{&kStep, at + 10, at + 4000 * us, 402, 1, 1, kRecordInStep | kRecordIsStep | kRecordNestedStep});
+  at += 6000 * us;
+  agg.consume(t, rec(kStep, at, at + 3000 * us, 403, 0, true));  // opens a loop after the one that ended
+  agg.flush_pending();
+  Report r;
+  agg.fill_report(r);
+  REQUIRE(r.steps.loop_first_steps == 1);
+  const std::vector<SlowStep>& slow = r.steps.slowest;
+  REQUIRE(slow.size() == StepStats::kSlowestStepsKept);
+  // Slowest first: step 401 (5 ms), the eight checkpoints (1 ms + the gap), step 77, then 100 us steps.
+  CHECK(slow[0].step == 401);
+  for (std::size_t i = 1; i <= 8; ++i) {
+    INFO("rank " << i);
+    CHECK(slow[i].step % 50 == 0);
+    CHECK(slow[i].wall_ms == Approx(1.050));  // the step and the 50 us gap before it
+    CHECK(slow[i].unattributed_ms == Approx(0.940));
+    CHECK(slow[i].kind_ms[PhaseKind::compute] == Approx(0.060));
+    CHECK(slow[i].between_steps_ms == Approx(0.050));
+  }
+  CHECK(slow[1].step < slow[2].step);  // equal walls: in step order
+  CHECK(slow[9].step == 77);
+  CHECK(slow[9].kind_ms[PhaseKind::compute] == Approx(0.500));
+  for (const SlowStep& s : slow) {
+    CHECK(s.step != 402);
+    CHECK(s.step != 403);
+    CHECK(s.wall_ms >= slow.back().wall_ms);
+  }
+  for (std::size_t i = 1; i < slow.size(); ++i) CHECK(slow[i - 1].wall_ms >= slow[i].wall_ms);
+}

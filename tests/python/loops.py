@@ -6,6 +6,8 @@ the tests (a process has one stepscope run and one report):
                                      # per sample, W DataLoader workers (0: in the step)
     python loops.py epochs P         # 3 epochs over a DataLoader with 2 workers,
                                      # persistent_workers=P (0 or 1)
+    python loops.py checkpoint N     # the compute loop saving a checkpoint every N steps,
+                                     # with no phase around it
     python loops.py compare          # instrument() and hand-instrumented phases, alternating
     python loops.py contract         # the API and report contract (finish(), then misuse)
     python loops.py at-exit          # no finish(): the report is written at exit
@@ -101,6 +103,26 @@ def epochs_mode(persistent):
     stepscope.torch.instrument(model, optimizer)
     stepscope.set_config("persistent_workers", persistent)
     train(model, optimizer, loader, epochs=3)
+
+
+def checkpoint_mode(every, path):
+    # As training scripts are written: `if step % N == 0: torch.save(...)` in
+    # the loop body, no phase around it. The sleep stands for the upload or
+    # fsync behind a real checkpoint (40 ms against a step of a few ms, off
+    # CPU, so the machine's load does not blur it).
+    model = mlp(64, 128)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(32 * 300, 64), torch.randint(0, 10, (32 * 300,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=32)
+    stepscope.torch.instrument(model, optimizer)
+    for i, (x, y) in enumerate(stepscope.torch.steps(loader)):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if i > 0 and i % every == 0:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+            time.sleep(0.04)
 
 
 def compare_mode():
@@ -242,6 +264,8 @@ if __name__ == "__main__":
         slow_data_mode(int(sys.argv[2]))
     elif mode == "epochs":
         epochs_mode(sys.argv[2] == "1")
+    elif mode == "checkpoint":
+        checkpoint_mode(int(sys.argv[2]), sys.argv[3])
     elif mode == "compare":
         compare_mode()
     elif mode == "contract":

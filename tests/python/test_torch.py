@@ -76,6 +76,23 @@ def test_each_epoch_restarting_the_loader_workers_is_named_with_persistent_worke
     assert report["run"]["config"]["optimizer"] == "SGD"  # recorded by instrument()
 
 
+def test_a_checkpoint_every_n_steps_is_named_with_its_period(tmp_path):
+    # 300 steps of a few ms; every 25th also saves a checkpoint (+40 ms) with
+    # no phase around it: the jitter finding alone would say "look for
+    # periodic work"; this one says which steps, how much, and where.
+    report, _, _ = run_loop(tmp_path, "checkpoint", "checkpoint", "25", str(tmp_path / "ckpt.pt"))
+    findings = {f["kind"]: f for f in report["findings"]}
+    assert "periodic_slow_steps" in findings, [f["message"] for f in report["findings"]]
+    periodic = findings["periodic_slow_steps"]
+    assert periodic["values"]["period_steps"] == 25, periodic
+    assert periodic["values"]["slow_steps"] >= 8, periodic  # 11 checkpoints after the warm-up
+    assert "outside every phase" in periodic["message"], periodic
+    assert 'stepscope.phase("...")' in periodic["message"], periodic  # worded for Python
+    slowest = report["steps"]["slowest"]
+    assert len(slowest) == 32
+    assert all(a["wall_ms"] >= b["wall_ms"] for a, b in zip(slowest, slowest[1:]))
+
+
 def test_instrument_records_what_a_hand_instrumented_loop_records(tmp_path):
     """Epochs alternate between instrument() and the same phases by hand in
     one process; counts are equal and the means agree within noise."""

@@ -316,6 +316,13 @@ TEST_CASE("each phase kind's part goes through the JSON under its own name", "[s
     rank.kind_ms[k] = next + 0.75;
     next += 1.0;
   }
+  stepscope::SlowStep slow;
+  slow.step = 51;
+  slow.wall_ms = 80.5;
+  slow.unattributed_ms = 52.25;
+  slow.between_steps_ms = 0.125;
+  for (PhaseKind k : stepscope::kPhaseKinds) slow.kind_ms[k] = report.steps.breakdown.kind_ms[k] + 0.0625;
+  report.steps.slowest.push_back(slow);
   report.ranks.emplace();
   report.ranks->ranks.push_back(rank);
 
@@ -332,6 +339,7 @@ TEST_CASE("each phase kind's part goes through the JSON under its own name", "[s
     CHECK(parsed == k);
     CHECK(written.at("steps").at("breakdown").at(key) == report.steps.breakdown.kind_ms[k]);
     CHECK(written.at("steps").at("series").at(key) == json(report.steps.series.kind_ms[k]));
+    CHECK(written.at("steps").at("slowest").at(0).at(key) == slow.kind_ms[k]);
     CHECK(written.at("ranks").at("ranks").at(0).at(key) == rank.kind_ms[k]);
   }
   CHECK(names.size() == stepscope::kPhaseKindCount);
@@ -346,7 +354,19 @@ TEST_CASE("each phase kind's part goes through the JSON under its own name", "[s
     CHECK(loaded.steps.breakdown.kind_ms[k] == report.steps.breakdown.kind_ms[k]);  // back in its own slot
     CHECK(loaded.steps.series.kind_ms[k] == report.steps.series.kind_ms[k]);
     CHECK(loaded.ranks->ranks[0].kind_ms[k] == rank.kind_ms[k]);
+    CHECK(loaded.steps.slowest.at(0).kind_ms[k] == slow.kind_ms[k]);
   }
+  // The slowest steps' other fields, and a list longer than a report holds is cut to its bound.
+  REQUIRE(loaded.steps.slowest.size() == 1);
+  CHECK(loaded.steps.slowest[0].step == 51);
+  CHECK(loaded.steps.slowest[0].wall_ms == 80.5);
+  CHECK(loaded.steps.slowest[0].unattributed_ms == 52.25);
+  CHECK(loaded.steps.slowest[0].between_steps_ms == 0.125);
+  json long_list = written;
+  for (int i = 0; i < 100; ++i) long_list["steps"]["slowest"].push_back(written["steps"]["slowest"][0]);
+  stepscope::Report cut;
+  REQUIRE(stepscope::report_from_json(long_list.dump(), cut, error));
+  CHECK(cut.steps.slowest.size() == stepscope::StepStats::kSlowestStepsKept);
 
   // A kind outside the enum (a corrupt record) is `other`, in the container and by name.
   const auto corrupt = static_cast<PhaseKind>(200);
