@@ -669,7 +669,18 @@ struct Report {
   // has complete = true and ended_by "exit" (normal exit), "finish"
   // (stepscope::finish()), or the signal's name ("SIGINT", "SIGTERM", "SIGHUP").
   bool complete = true;
-  std::string ended_by;           // "" in a snapshot (and in reports that are not live)
+  std::string ended_by;  // "" in a snapshot (and in reports that are not live)
+  // The first termination signal the process received while recording,
+  // whether or not it ended the run: from Python, a Ctrl-C that the program
+  // or a library caught (torch.multiprocessing.spawn's workers swallow
+  // KeyboardInterrupt and exit normally) leaves ended_by "exit", and this says
+  // the run was interrupted all the same. after_s: seconds after recording
+  // started. Live reports only.
+  struct Interruption {
+    std::string signal;  // "SIGINT", "SIGTERM", "SIGHUP"
+    double after_s = 0;
+  };
+  std::optional<Interruption> interrupted;
   std::string snapshot_time_utc;  // ISO 8601; "" unless a snapshot
   // Phases named at run time (stepscope::site(), the Python module): distinct
   // sites interned, site() calls past the bound folded into "(other run-time

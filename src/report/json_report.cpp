@@ -842,6 +842,8 @@ json to_j(const Report& r) {
   if (r.ranks) out["ranks"] = to_j(*r.ranks);  // merged multi-rank reports only
   out["complete"] = r.complete;
   out["ended_by"] = r.ended_by.empty() ? json(nullptr) : json(r.ended_by);
+  out["interrupted"] =
+      r.interrupted ? json{{"signal", r.interrupted->signal}, {"after_s", r.interrupted->after_s}} : json(nullptr);
   out["snapshot_time_utc"] = r.snapshot_time_utc.empty() ? json(nullptr) : json(r.snapshot_time_utc);
   out["runtime_sites"] = json{{"sites", r.runtime_sites.sites},
                               {"overflow", r.runtime_sites.overflow},
@@ -976,6 +978,10 @@ Report report_from(const json& document) {
   // Absent in reports written before the flight recorder: those were final.
   r.complete = get_bool(j, "complete", true);
   r.ended_by = get_str(j, "ended_by");
+  if (const json* v = j.find("interrupted"); v != nullptr && !v->is_null()) {  // absent in older reports
+    const Field interrupted = get_obj(j, "interrupted");
+    r.interrupted = Report::Interruption{get_str(interrupted, "signal"), get_num(interrupted, "after_s")};
+  }
   r.snapshot_time_utc = get_str(j, "snapshot_time_utc");
   if (j.find("runtime_sites") != nullptr) {  // absent before run-time-named sites
     const Field sites = get_obj(j, "runtime_sites");

@@ -43,6 +43,14 @@ std::string format_summary(const Report& r) {
   if (r.ended_by.rfind("SIG", 0) == 0)
     line(fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by,
                      r.ended_by == "SIGINT" ? " (Ctrl-C)" : ""));
+  else if (r.interrupted)  // caught (KeyboardInterrupt in Python): the run went on to end by itself
+    line(fmt::format("run interrupted by {}{} {:.1f} s into recording: the program (or a library) caught it and "
+                     "the run {}",
+                     r.interrupted->signal, r.interrupted->signal == "SIGINT" ? " (Ctrl-C)" : "",
+                     r.interrupted->after_s,
+                     r.ended_by == "finish" ? "ended by finish()"
+                     : r.ended_by.empty()   ? "went on"
+                                            : "ended by its normal exit"));
   if (r.steps.count > 0) {
     line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
                      r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));

@@ -108,6 +108,9 @@ struct Runtime {
   // In a forked child that records (STEPSCOPE_CHILDREN=1): its pid, which
   // names its report; 0 otherwise. Written by the child's first scope (mutex held).
   long child_pid = 0;
+  // monotonic_ns() when the collector started (start_collector, mutex held):
+  // the origin of the report's interrupted.after_s.
+  std::uint64_t recording_started_ns = 0;
   // The "no {rank} in STEPSCOPE_OUT" note was given (mutex held).
   bool path_note_given = false;
   std::string written_path;  // the final report's path; mutex held
@@ -178,8 +181,71 @@ bool wait_for_final_report(long budget_ms) noexcept {
   }
 }
 
+// The first termination signal the process received while recording, and
+// when (monotonic ns), for the report's `interrupted`: also set when the
+// signal did not end the run (note_signal, any handler of ours).
+std::atomic<int> g_first_signal{0};
+std::atomic<std::uint64_t> g_first_signal_ns{0};
+
+void note_signal(int sig) noexcept {
+  int none = 0;
+  if (g_first_signal.compare_exchange_strong(none, sig)) g_first_signal_ns.store(monotonic_ns());
+}
+
+// ---- Observed handlers (the Python package) ----
+//
+// Python owns SIGINT: its handler turns Ctrl-C into KeyboardInterrupt, which
+// a program or a library may catch. torch.multiprocessing.spawn's workers
+// swallow it and exit normally, Lightning shuts down "gracefully", scripts
+// catch it to save a checkpoint: the run then ends by a normal exit and its
+// report said nothing of the Ctrl-C. For a Python run the collector puts a
+// thin handler in front of each termination signal's C handler that is
+// neither SIG_DFL (those get on_termination_signal) nor SIG_IGN: it notes
+// the signal, then calls the handler it stands in front of with the same
+// arguments, so Python (or whoever installed it) behaves exactly as before.
+// A later signal.signal() replaces it, which only ends the observation.
+// Handlers with SA_RESETHAND (one-shot) are left alone.
+struct sigaction g_observed_previous[NSIG];  // written before the handler that reads it is installed
+void on_termination_signal(int sig);
+
+void on_observed_signal(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  note_signal(sig);
+  errno = saved_errno;
+  const struct sigaction& previous = g_observed_previous[sig];
+  if ((previous.sa_flags & SA_SIGINFO) != 0) {
+    if (previous.sa_sigaction != nullptr) previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN && previous.sa_handler != nullptr) {
+    previous.sa_handler(sig);
+  }
+}
+
+// Collector thread, after install_signal_handlers. Returns the signals observed.
+std::string observe_signal_handlers() {
+  std::string observed;
+  for (int sig : kTerminationSignals) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) != 0) continue;
+    const bool siginfo = (current.sa_flags & SA_SIGINFO) != 0;
+    if (siginfo ? current.sa_sigaction == on_observed_signal
+                : (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN ||
+                   current.sa_handler == on_termination_signal))
+      continue;
+    if ((current.sa_flags & SA_RESETHAND) != 0) continue;
+    g_observed_previous[sig] = current;
+    struct sigaction ours {};
+    ours.sa_sigaction = on_observed_signal;
+    ours.sa_mask = current.sa_mask;
+    ours.sa_flags = SA_SIGINFO | (current.sa_flags & (SA_ONSTACK | SA_RESTART | SA_NODEFER));
+    if (::sigaction(sig, &ours, nullptr) == 0)
+      observed += std::string(observed.empty() ? "" : ",") + termination_signal_name(sig);
+  }
+  return observed;
+}
+
 void on_termination_signal(int sig) {
   const int saved_errno = errno;
+  note_signal(sig);
   int none = 0;
   (void)g_pending_signal.compare_exchange_strong(none, sig);
   if (Collector* collector = g_signal_collector.load()) collector->request_stop();
@@ -316,6 +382,7 @@ bool adopt_forked_child(Runtime& rt, const EarlySettings& early) noexcept {
   rt.registry = nullptr;  // a new one below (the parent's rings are the parent's)
   g_final_state.store(kFinalNone, std::memory_order_relaxed);
   g_pending_signal.store(0, std::memory_order_relaxed);
+  g_first_signal.store(0, std::memory_order_relaxed);
   g_signal_collector.store(nullptr, std::memory_order_relaxed);
   return true;
 }
@@ -450,7 +517,11 @@ Collector* start_collector(Runtime& rt) {
       rt.rank = settings.rank;
       rt.world_size = settings.world_size;
     }
-    if (settings.signals) (void)install_signal_handlers();
+    if (settings.signals) {
+      (void)install_signal_handlers();
+      if (rt.frontend == "python") (void)observe_signal_handlers();
+    }
+    rt.recording_started_ns = monotonic_ns();
     rt.settings = std::move(settings);
     rt.collector = std::move(collector);
     rt.ready = true;
@@ -591,6 +662,12 @@ Report build_report(bool final_report) {
   report.run.warmup_steps = rt.settings.warmup_steps;
   report.run.warmup_source = rt.settings.warmup_from_env ? "env" : "default";
   for (const auto& w : rt.warnings) report.warnings.push_back(w);
+  if (const int sig = g_first_signal.load(); sig != 0) {
+    const std::uint64_t at = g_first_signal_ns.load();
+    report.interrupted = Report::Interruption{
+        termination_signal_name(sig),
+        at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
+  }
   add_runtime_site_counts(report);
   if (report.device.status.empty()) {
     report.device.status = "unknown";

@@ -163,6 +163,10 @@ TEST_CASE("SIGINT, SIGTERM and SIGHUP write the final report and keep the signal
     const stepscope::Report r = load(dir / "stepscope-report.json");
     CHECK(r.complete);
     CHECK(r.ended_by == name);
+    // The ending signal is also the run's first interruption, after the 20 steps the probe announced.
+    REQUIRE(r.interrupted.has_value());
+    CHECK(r.interrupted->signal == name);
+    CHECK(r.interrupted->after_s > 0);
     CHECK(r.steps.count + r.steps.warmup_excluded >= 20);
     CHECK(r.dropped_records == 0);
   }
@@ -174,6 +178,7 @@ TEST_CASE("a normal exit says so in the report", "[faults][signals]") {
   const stepscope::Report r = load(dir / "stepscope-report.json");
   CHECK(r.complete);
   CHECK(r.ended_by == "exit");
+  CHECK_FALSE(r.interrupted.has_value());
   CHECK(r.snapshot_time_utc.empty());
 }
 

@@ -274,3 +274,67 @@ def test_ctrl_c_leaves_the_report_and_says_so(tmp_path):
     report = json.loads(out.read_text())
     assert report["complete"] is True and report["ended_by"] == "SIGINT"
     assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 31
+
+
+def _without_inherited_sigint_ignore():
+    # A shell's background job (CI) starts with SIGINT ignored, and Python
+    # then installs no handler of its own: the child gets the default back.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_a_caught_ctrl_c_is_reported_as_an_interruption(tmp_path):
+    """A Ctrl-C that the program catches (a script saving a checkpoint, a
+    library shutting down 'gracefully') used to leave a report that read as a
+    whole run: ended_by "exit" and nothing else. A real SIGINT is sent; Python
+    still raises KeyboardInterrupt from its own handler, signal.getsignal() is
+    unchanged, and a handler the program installs afterwards still works."""
+    import signal
+    import sys
+
+    out = tmp_path / "r.json"
+    script = (
+        "import os, signal, threading, stepscope\n"
+        "stepscope.enabled(); stepscope.snapshot()  # starts the collector and waits for it: its handlers are in place\n"
+        "caught = 0\n"
+        "for i in stepscope.steps(range(60)):\n"
+        "    with stepscope.phase('forward'):\n"
+        "        try:\n"
+        "            if i == 30:\n"
+        "                os.kill(os.getpid(), signal.SIGINT)\n"
+        "                signal.pthread_kill(threading.get_ident(), 0)  # a point where Python runs its handler\n"
+        "        except KeyboardInterrupt:\n"
+        "            caught += 1\n"
+        "assert caught == 1, caught\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+        "seen = []\n"
+        "signal.signal(signal.SIGINT, lambda s, f: seen.append(s))\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "signal.pthread_kill(threading.get_ident(), 0)\n"
+        "assert seen == [signal.SIGINT], seen\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, STEPSCOPE_OUT=str(out), STEPSCOPE_QUIET="0", STEPSCOPE_WARMUP="5")
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_without_inherited_sigint_ignore,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+    report = json.loads(out.read_text())
+    assert report["complete"] is True and report["ended_by"] == "exit"
+    assert report["interrupted"]["signal"] == "SIGINT", report["interrupted"]
+    assert report["interrupted"]["after_s"] > 0
+    assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 60
+    assert "run interrupted by SIGINT (Ctrl-C)" in proc.stderr, proc.stderr
+    assert "ended by its normal exit" in proc.stderr
+
+
+def test_a_run_without_signals_reports_no_interruption(tmp_path):
+    report, _, _ = run_loop(tmp_path, "at-exit", "at-exit", env={"STEPSCOPE_WARMUP": "0"})
+    assert report["ended_by"] == "exit" and report["interrupted"] is None

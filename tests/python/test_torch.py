@@ -271,3 +271,76 @@ def test_workers_no_rank_tells_apart_keep_a_report_each(tmp_path):
     for report in reports.values():
         assert report["complete"]
         assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 40
+
+
+SPAWN_LOOP = '''
+import os, sys, time
+import torch
+import torch.multiprocessing as mp
+import stepscope
+
+def worker(rank, ready_dir):
+    stepscope.set_rank(rank, 2)
+    stepscope.enabled(); stepscope.snapshot()  # starts the collector, waits for it: its signal handlers are in place
+    model = torch.nn.Linear(64, 64)
+    x = torch.randn(32, 64)
+    for i in stepscope.steps(range(10 ** 9)):
+        with stepscope.phase("forward"):
+            y = model(x).sum()
+        with stepscope.phase("backward"):
+            y.backward()
+        if i == 20:
+            open(os.path.join(ready_dir, "rank%d" % rank), "w").close()
+        time.sleep(0.002)
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(sys.argv[1],), nprocs=2)
+'''
+
+
+def test_ctrl_c_on_torch_multiprocessing_spawn_workers_is_in_their_reports(tmp_path):
+    """torch.multiprocessing.spawn's workers catch KeyboardInterrupt and exit
+    normally, so after Ctrl-C each rank's report said ended_by "exit" and read
+    as a whole run. Ctrl-C is sent as a terminal does: SIGINT to the job's
+    process group."""
+    import os
+    import signal
+    import sys
+    import time
+
+    script = tmp_path / "spawn_loop.py"
+    script.write_text(SPAWN_LOOP)
+    env = dict(os.environ, STEPSCOPE_OUT=str(tmp_path / "r.{rank}.json"), STEPSCOPE_QUIET="0")
+
+    def default_sigint():  # a background shell job starts with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not all((tmp_path / ("rank%d" % r)).exists() for r in (0, 1)):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0  # the launcher itself ends on the KeyboardInterrupt
+    for rank in (0, 1):
+        report = json.loads((tmp_path / ("r.%d.json" % rank)).read_text())
+        assert report["run"]["rank"] == rank
+        assert report["complete"] is True and report["ended_by"] == "exit", report["ended_by"]
+        assert report["interrupted"] is not None and report["interrupted"]["signal"] == "SIGINT"
+        assert report["steps"]["count"] + report["steps"]["warmup_excluded"] >= 20
+    assert stderr.count("run interrupted by SIGINT (Ctrl-C)") == 2, stderr

@@ -375,3 +375,27 @@ TEST_CASE("each phase kind's part goes through the JSON under its own name", "[s
   CHECK(parts[PhaseKind::other] == 7);
   CHECK(std::string(stepscope::phase_kind_name(corrupt)) == stepscope::phase_kind_name(PhaseKind::other));
 }
+
+TEST_CASE("the run's interruption goes through the JSON, and a report without one reads back without one", "[schema]") {
+  stepscope::Report report;
+  report.ended_by = "exit";
+  report.interrupted = stepscope::Report::Interruption{"SIGINT", 12.5};
+  const json written = json::parse(stepscope::report_to_json(report));
+  CHECK(written.at("interrupted").at("signal") == "SIGINT");
+  CHECK(written.at("interrupted").at("after_s") == 12.5);
+  stepscope::Report loaded;
+  std::string error;
+  REQUIRE(stepscope::report_from_json(written.dump(), loaded, error));
+  REQUIRE(loaded.interrupted.has_value());
+  CHECK(loaded.interrupted->signal == "SIGINT");
+  CHECK(loaded.interrupted->after_s == 12.5);
+  CHECK(stepscope::format_summary(loaded).find("run interrupted by SIGINT (Ctrl-C) 12.5 s into recording") !=
+        std::string::npos);
+
+  report.interrupted.reset();
+  const json none = json::parse(stepscope::report_to_json(report));
+  CHECK(none.at("interrupted").is_null());
+  REQUIRE(stepscope::report_from_json(none.dump(), loaded, error));
+  CHECK_FALSE(loaded.interrupted.has_value());
+  CHECK(stepscope::format_summary(loaded).find("interrupted") == std::string::npos);
+}
