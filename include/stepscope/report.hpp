@@ -587,6 +587,13 @@ struct RankSummary {
   double comm_wait_ms = 0;  // of the communication part: waiting for slower ranks (estimate)
   std::string verdict;      // the rank's own bottleneck category
   bool straggler = false;
+  // How the rank's run ended, from its report: complete = false for a
+  // flight-recorder snapshot (the rank was killed, crashed or still running);
+  // ended_by as in Report ("" for snapshots and imported traces);
+  // interrupted: Report::interrupted's signal, "" when none came.
+  bool complete = true;
+  std::string ended_by;
+  std::string interrupted;
 };
 
 // A value compared across ranks: min / median / max and who holds the extremes.

@@ -1036,6 +1036,9 @@ void add_rank_rows(JobMerge& jm) {
     r.comm_wait_ms = std::max(0.0, f.comm() - m.comm_collective_ms);
     r.verdict = f.report->bottleneck.category;
     r.straggler = jm.is_straggler[i];
+    r.complete = f.report->complete;
+    r.ended_by = f.report->ended_by;
+    if (f.report->interrupted) r.interrupted = f.report->interrupted->signal;
     m.ranks.push_back(std::move(r));
   }
   m.method =
@@ -1364,6 +1367,45 @@ void explain_stragglers(JobMerge& jm) {
   }
 }
 
+// How the ranks' runs ended. A job merged from a rank's flight-recorder
+// snapshot (the rank was killed by SIGKILL or the OOM killer, crashed, or was
+// still running) or from ranks a signal cut short is not a whole run: the
+// merged report is then not complete, and a warning per way of ending names
+// the ranks. A rank whose signal was caught (Python's KeyboardInterrupt)
+// counts as interrupted.
+void note_rank_endings(JobMerge& jm) {
+  std::vector<int> snapshots;
+  std::map<std::string, std::vector<int>> ended_by_signal, caught;
+  std::string first_snapshot_time;
+  for (const RankFacts& f : jm.ranks) {
+    const Report& r = *f.report;
+    if (!r.complete) {
+      snapshots.push_back(f.rank);
+      if (first_snapshot_time.empty() || (!r.snapshot_time_utc.empty() && r.snapshot_time_utc < first_snapshot_time))
+        first_snapshot_time = r.snapshot_time_utc;
+    } else if (r.ended_by.rfind("SIG", 0) == 0) {
+      ended_by_signal[r.ended_by].push_back(f.rank);
+    } else if (r.interrupted) {
+      caught[r.interrupted->signal].push_back(f.rank);
+    }
+  }
+  std::vector<std::string>& warnings = jm.warnings;
+  if (!snapshots.empty()) {
+    jm.job.complete = false;
+    warnings.push_back(fmt::format(
+        "rank(s) {}: the report is a flight-recorder snapshot (complete: false{}): the rank was killed (SIGKILL, "
+        "the OOM killer), crashed, or was still running; its numbers stop at its last snapshot",
+        rank_list(snapshots), first_snapshot_time.empty() ? "" : ", the earliest at " + first_snapshot_time));
+  }
+  for (const auto& [signal, ids] : ended_by_signal)
+    warnings.push_back(
+        fmt::format("rank(s) {}: ended by {}: the numbers cover the run up to it", rank_list(ids), signal));
+  for (const auto& [signal, ids] : caught)
+    warnings.push_back(
+        fmt::format("rank(s) {}: interrupted by {}, which the program caught; the numbers cover the run up to its exit",
+                    rank_list(ids), signal));
+}
+
 // Findings and warnings of the ranks, once per kind with the ranks named.
 void gather_rank_findings(JobMerge& jm) {
   const std::vector<RankFacts>& ranks = jm.ranks;
@@ -1414,6 +1456,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   fill_job_system_and_device(jm);
   judge_job(jm);
   explain_stragglers(jm);
+  note_rank_endings(jm);
   gather_rank_findings(jm);
   jm.job.warnings = std::move(jm.warnings);
   jm.job.ranks = std::move(jm.m);
@@ -1471,10 +1514,16 @@ std::string format_multi_rank(const Report& merged) {
     if (!m.ranks.empty() && m.ranks.size() <= 16) {
       line(
           fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10}  {}", "rank", "step", "busy", "comm", "waiting", "verdict"));
-      for (const RankSummary& r : m.ranks)
-        line(fmt::format("  {:>5} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}  {}{}", r.rank, r.step_ms, r.busy_ms,
+      for (const RankSummary& r : m.ranks) {
+        // A rank whose run did not end by itself says how it ended.
+        const std::string ending = !r.complete                       ? "  (snapshot: killed or crashed?)"
+                                   : r.ended_by.rfind("SIG", 0) == 0 ? "  (ended by " + r.ended_by + ")"
+                                   : !r.interrupted.empty()          ? "  (interrupted by " + r.interrupted + ")"
+                                                                     : "";
+        line(fmt::format("  {:>5} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}  {}{}{}", r.rank, r.step_ms, r.busy_ms,
                          r.kind_ms[PhaseKind::communication], r.comm_wait_ms, r.verdict,
-                         r.straggler ? "  <- straggler" : ""));
+                         r.straggler ? "  <- straggler" : "", ending));
+      }
     }
     return out;
   } catch (...) {

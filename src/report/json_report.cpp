@@ -618,7 +618,10 @@ json to_j(const MultiRank& m) {
                                     {"unattributed_ms", num(r.unattributed_ms)},
                                     {"comm_wait_ms", num(r.comm_wait_ms)},
                                     {"verdict", r.verdict},
-                                    {"straggler", r.straggler}},
+                                    {"straggler", r.straggler},
+                                    {"complete", r.complete},
+                                    {"ended_by", r.ended_by.empty() ? json(nullptr) : json(r.ended_by)},
+                                    {"interrupted", r.interrupted.empty() ? json(nullptr) : json(r.interrupted)}},
                                r.kind_ms, num));
   json phases = json::array();
   for (const auto& p : m.phases)
@@ -701,6 +704,9 @@ MultiRank multirank_from(const Field& j) {
     r.comm_wait_ms = get_num(x, "comm_wait_ms");
     r.verdict = get_str(x, "verdict");
     r.straggler = get_bool(x, "straggler");
+    r.complete = get_bool(x, "complete", true);  // absent in merged reports written before it
+    r.ended_by = get_str(x, "ended_by");
+    r.interrupted = get_str(x, "interrupted");
     m.ranks.push_back(std::move(r));
   }
   for (const Field& x : get_arr(j, "phases")) {

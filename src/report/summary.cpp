@@ -38,8 +38,17 @@ std::string format_summary(const Report& r) {
   const auto& w = r.steps.wall_ms;
   std::string who = r.run.rank >= 0 ? fmt::format(" rank {}/{}", r.run.rank, r.run.world_size) : "";
   line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
-  // A run a signal ended (Ctrl-C, kill, timeout, preemption) is cut short:
-  // say so first, so its numbers are not read as a whole run's.
+  // A run a signal ended (Ctrl-C, kill, timeout, preemption) is cut short,
+  // and a snapshot is a run that had not ended when it was written (or
+  // never did: SIGKILL, the OOM killer, a crash): say so first, so its
+  // numbers are not read as a whole run's.
+  if (!r.complete && !r.ranks)
+    line(fmt::format("snapshot of a run still going{} (complete: false): if the process is gone, it was killed "
+                     "(SIGKILL, the OOM killer) or crashed; the numbers cover the run up to then",
+                     r.snapshot_time_utc.empty() ? "" : " at " + r.snapshot_time_utc));
+  else if (!r.complete)
+    line("merged from at least one rank's snapshot (complete: false): that rank was killed, crashed or still "
+         "running; the job's numbers stop there for it (the warnings name the ranks)");
   if (r.ended_by.rfind("SIG", 0) == 0)
     line(fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by,
                      r.ended_by == "SIGINT" ? " (Ctrl-C)" : ""));

@@ -222,6 +222,9 @@ TEST_CASE("SIGKILL after a snapshot interval leaves a parseable, incomplete repo
   CHECK(r.ended_by.empty());
   CHECK_FALSE(r.snapshot_time_utc.empty());
   CHECK(r.total_records > 0);
+  // What `stepscope show` prints of it says first that the run never ended by itself.
+  CHECK(stepscope::format_summary(r).find("snapshot of a run still going at " + r.snapshot_time_utc) !=
+        std::string::npos);
   // SIGKILL cannot be caught: one that lands inside a snapshot's write leaves
   // that write's temporary file (the report beside it is the previous, whole
   // snapshot). At most that one, named for the killed process.

@@ -486,3 +486,56 @@ TEST_CASE("each rank's HTA tables are carried, by rank, and survive JSON", "[mer
   const std::string plain = report_to_json(merge_ok(make_job(spec)));
   CHECK(plain.find("\"hta_ranks\"") == std::string::npos);
 }
+
+TEST_CASE("how each rank ended is carried: snapshots make the job incomplete, signals are named", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 4;
+  std::vector<Report> ranks = make_job(spec);
+  ranks[1].complete = false;  // killed (SIGKILL, OOM): its last flight-recorder snapshot
+  ranks[1].ended_by.clear();
+  ranks[1].snapshot_time_utc = "2026-12-02T10:00:00Z";
+  ranks[2].ended_by = "SIGTERM";  // preempted
+  ranks[2].interrupted = Report::Interruption{"SIGTERM", 40};
+  ranks[3].ended_by = "exit";  // Ctrl-C caught by torch.multiprocessing.spawn's worker
+  ranks[3].interrupted = Report::Interruption{"SIGINT", 41};
+  ranks[0].ended_by = "exit";
+  const Report job = merge_ok(ranks);
+  CHECK_FALSE(job.complete);
+  const auto& rows = job.ranks->ranks;
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].complete);
+  CHECK(rows[0].ended_by == "exit");
+  CHECK(rows[0].interrupted.empty());
+  CHECK_FALSE(rows[1].complete);
+  CHECK(rows[2].ended_by == "SIGTERM");
+  CHECK(rows[3].interrupted == "SIGINT");
+  auto warned = [&job](const std::string& text) {
+    for (const auto& w : job.warnings)
+      if (w.find(text) != std::string::npos) return true;
+    return false;
+  };
+  CHECK(warned("rank(s) 1: the report is a flight-recorder snapshot"));
+  CHECK(warned("2026-12-02T10:00:00Z"));
+  CHECK(warned("rank(s) 2: ended by SIGTERM"));
+  CHECK(warned("rank(s) 3: interrupted by SIGINT, which the program caught"));
+  const std::string table = format_multi_rank(job);
+  CHECK(table.find("(snapshot: killed or crashed?)") != std::string::npos);
+  CHECK(table.find("(ended by SIGTERM)") != std::string::npos);
+  CHECK(table.find("(interrupted by SIGINT)") != std::string::npos);
+  CHECK(format_summary(job).find("merged from at least one rank's snapshot") != std::string::npos);
+
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(report_to_json(job), back, error));
+  CHECK_FALSE(back.complete);
+  CHECK_FALSE(back.ranks->ranks[1].complete);
+  CHECK(back.ranks->ranks[2].ended_by == "SIGTERM");
+  CHECK(back.ranks->ranks[3].interrupted == "SIGINT");
+  CHECK(back.ranks->ranks[0].interrupted.empty());
+
+  // Every rank ended by itself: complete, no ending warnings, no notes in the table.
+  const Report whole = merge_ok(make_job(spec));
+  CHECK(whole.complete);
+  for (const auto& w : whole.warnings) CHECK(w.find("snapshot") == std::string::npos);
+  CHECK(format_multi_rank(whole).find("(ended by") == std::string::npos);
+}
