@@ -4,6 +4,7 @@
 
 #include <stepscope/analysis.hpp>
 #include "core/atomic_file.hpp"
+#include "report/ending.hpp"
 
 #include <fmt/format.h>
 
@@ -173,7 +174,9 @@ void header(std::string& o, const Report& r) {
   o += "<header><h1>stepscope report</h1><p class=\"sub\">";
   o += esc(fmt::format("{} · {} · {} · {} · stepscope {}", run.source, who, where,
                        run.time_utc.empty() ? "time unknown" : run.time_utc, run.library_version));
-  o += "</p></header>\n";
+  o += "</p>";
+  for (const std::string& note : detail::run_ending_notes(r)) o += "<p class=\"ending\">" + esc(note) + "</p>";
+  o += "</header>\n";
 }
 
 void verdict_section(std::string& o, const Report& r) {
@@ -961,7 +964,7 @@ constexpr const char* kStyle = R"CSS(
 :root{--bg:#f6f7f9;--card:#fff;--fg:#1d2330;--mut:#5f6b7a;--line:#dfe3e8;--grid:#eceff3}
 @media (prefers-color-scheme:dark){:root{--bg:#15181d;--card:#1e232a;--fg:#e6e9ee;--mut:#9aa5b1;--line:#333a44;--grid:#2a3038}}
 *{box-sizing:border-box}body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
-main{max-width:1200px;margin:0 auto;padding:16px 20px 40px}header h1{margin:8px 0 0;font-size:22px}.sub{color:var(--mut);margin:2px 0 14px}
+main{max-width:1200px;margin:0 auto;padding:16px 20px 40px}header h1{margin:8px 0 0;font-size:22px}.sub{color:var(--mut);margin:2px 0 14px}.ending{margin:0 0 10px;padding:6px 10px;border-left:4px solid #c0392b;background:#fdf0ee}
 .card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 18px;margin:0 0 14px}
 h2{font-size:17px;margin:0 0 8px}h3{font-size:14px;margin:14px 0 6px;color:var(--mut)}
 .verdict{border-left:8px solid}.big{font-size:24px;margin:4px 0}.cat{font-weight:700;text-transform:uppercase}.sev{color:var(--mut)}

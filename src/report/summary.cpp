@@ -2,6 +2,7 @@
 #include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
+#include "report/ending.hpp"
 #include "text/printable.hpp"
 
 #include <fmt/format.h>
@@ -38,28 +39,7 @@ std::string format_summary(const Report& r) {
   const auto& w = r.steps.wall_ms;
   std::string who = r.run.rank >= 0 ? fmt::format(" rank {}/{}", r.run.rank, r.run.world_size) : "";
   line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
-  // A run a signal ended (Ctrl-C, kill, timeout, preemption) is cut short,
-  // and a snapshot is a run that had not ended when it was written (or
-  // never did: SIGKILL, the OOM killer, a crash): say so first, so its
-  // numbers are not read as a whole run's.
-  if (!r.complete && !r.ranks)
-    line(fmt::format("snapshot of a run still going{} (complete: false): if the process is gone, it was killed "
-                     "(SIGKILL, the OOM killer) or crashed; the numbers cover the run up to then",
-                     r.snapshot_time_utc.empty() ? "" : " at " + r.snapshot_time_utc));
-  else if (!r.complete)
-    line("merged from at least one rank's snapshot (complete: false): that rank was killed, crashed or still "
-         "running; the job's numbers stop there for it (the warnings name the ranks)");
-  if (r.ended_by.rfind("SIG", 0) == 0)
-    line(fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by,
-                     r.ended_by == "SIGINT" ? " (Ctrl-C)" : ""));
-  else if (r.interrupted)  // caught (KeyboardInterrupt in Python): the run went on to end by itself
-    line(fmt::format("run interrupted by {}{} {:.1f} s into recording: the program (or a library) caught it and "
-                     "the run {}",
-                     r.interrupted->signal, r.interrupted->signal == "SIGINT" ? " (Ctrl-C)" : "",
-                     r.interrupted->after_s,
-                     r.ended_by == "finish" ? "ended by finish()"
-                     : r.ended_by.empty()   ? "went on"
-                                            : "ended by its normal exit"));
+  for (const std::string& note : detail::run_ending_notes(r)) line(note);
   if (r.steps.count > 0) {
     line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
                      r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));

@@ -4,6 +4,7 @@
 // the collective itself runs. Cases: a chronic straggler, a one-off stall,
 // ranks that differ only by noise (no straggler, many seeds), two ranks,
 // imbalance arithmetic, the waiting/collective split, bad input, JSON.
+#include <stepscope/html.hpp>
 #include <stepscope/merge.hpp>
 
 #include <catch2/catch.hpp>
@@ -181,7 +182,8 @@ TEST_CASE("a chronic straggler is named, with its phase, and explains a communic
   REQUIRE(!job.what_if.empty());
   CHECK(job.what_if[0].step_change_pct < -10);
   // Per-phase across ranks: forward's max is rank 5.
-  const auto fwd = std::find_if(m.phases.begin(), m.phases.end(), [](const PhaseAcrossRanks& p) { return p.name == "forward"; });
+  const auto fwd =
+      std::find_if(m.phases.begin(), m.phases.end(), [](const PhaseAcrossRanks& p) { return p.name == "forward"; });
   REQUIRE(fwd != m.phases.end());
   CHECK(fwd->per_step_ms.max_rank == 5);
   CHECK(fwd->per_step_ms.median == Approx(5).margin(0.5));
@@ -305,7 +307,7 @@ TEST_CASE("missing, duplicate and unranked reports; inputs in any order", "[merg
   spec.ranks = 4;
   std::vector<Report> ranks = make_job(spec);
   std::reverse(ranks.begin(), ranks.end());
-  ranks.erase(ranks.begin());  // rank 3 missing
+  ranks.erase(ranks.begin());     // rank 3 missing
   ranks.push_back(ranks.back());  // rank 0 twice
   const Report job = merge_ok(ranks);
   CHECK(job.ranks->ranks_merged == 3);
@@ -523,6 +525,7 @@ TEST_CASE("how each rank ended is carried: snapshots make the job incomplete, si
   CHECK(table.find("(ended by SIGTERM)") != std::string::npos);
   CHECK(table.find("(interrupted by SIGINT)") != std::string::npos);
   CHECK(format_summary(job).find("merged from at least one rank's snapshot") != std::string::npos);
+  CHECK(html_report(job).find("<p class=\"ending\">merged from at least one rank") != std::string::npos);
 
   Report back;
   std::string error;
@@ -538,4 +541,5 @@ TEST_CASE("how each rank ended is carried: snapshots make the job incomplete, si
   CHECK(whole.complete);
   for (const auto& w : whole.warnings) CHECK(w.find("snapshot") == std::string::npos);
   CHECK(format_multi_rank(whole).find("(ended by") == std::string::npos);
+  CHECK(html_report(whole).find("class=\"ending\"") == std::string::npos);
 }

@@ -1,0 +1,43 @@
+#include "report/ending.hpp"
+
+#include <fmt/format.h>
+
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
+
+std::vector<std::string> run_ending_notes(const Report& r) noexcept {
+  std::vector<std::string> notes;
+  try {
+    // A snapshot is a run that had not ended when it was written, or never
+    // did (SIGKILL, the OOM killer, a crash); a signal cuts a run short: said
+    // first, so that the numbers are not read as a whole run's.
+    if (!r.complete && !r.ranks)
+      notes.push_back(fmt::format(
+          "snapshot of a run still going{} (complete: false): if the process is gone, it was killed (SIGKILL, the "
+          "OOM killer) or crashed; the numbers cover the run up to then",
+          r.snapshot_time_utc.empty() ? "" : " at " + r.snapshot_time_utc));
+    else if (!r.complete)
+      notes.push_back(
+          "merged from at least one rank's snapshot (complete: false): that rank was killed, crashed or still "
+          "running; the job's numbers stop there for it (the warnings name the ranks)");
+    const auto ctrl_c = [](const std::string& signal) { return signal == "SIGINT" ? " (Ctrl-C)" : ""; };
+    if (r.ended_by.rfind("SIG", 0) == 0) {
+      notes.push_back(
+          fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by, ctrl_c(r.ended_by)));
+    } else if (r.interrupted) {  // caught (KeyboardInterrupt in Python): the run went on to end by itself
+      const char* then = r.ended_by == "finish" ? "ended by finish()"
+                         : r.ended_by.empty()   ? "went on"
+                                                : "ended by its normal exit";
+      notes.push_back(fmt::format(
+          "run interrupted by {}{} {:.1f} s into recording: the program (or a library) caught it and the run {}",
+          r.interrupted->signal, ctrl_c(r.interrupted->signal), r.interrupted->after_s, then));
+    }
+  } catch (...) {
+  }
+  return notes;
+}
+
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope
