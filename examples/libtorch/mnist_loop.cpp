@@ -7,6 +7,7 @@
 //   stepscope_torch_mnist_loop --naive            # for (auto& batch : *loader) { STEPSCOPE_STEP(); ... }
 //   stepscope_torch_mnist_loop --sample-us 400 --batches 200
 //   stepscope_torch_mnist_loop --self-test        # checks steps() over a torch::data loader; exit status
+//   stepscope_torch_mnist_loop --fail-at 40       # batch 40 has the wrong shape: the c10::Error escapes main
 //
 // --naive is how a user first instruments the example: the fetch runs in the
 // loop header, between steps. The report's steps.coverage and the
@@ -95,8 +96,18 @@ float train_batch(Net& model, Batch& batch, torch::optim::Optimizer& optimizer) 
   return loss.template item<float>();
 }
 
+// --fail-at N: batch N comes out of a broken transform 27 pixels wide; the
+// model folds it into fewer rows than targets and nll_loss throws c10::Error
+// ("size mismatch"), which nothing catches (as in the original example):
+// std::terminate, then abort. The report is still
+// written, with ended_by "terminate" and the exception.
+template <typename Batch>
+void break_batch_if(Batch& batch, std::size_t index, long fail_at) {
+  if (fail_at >= 0 && index == static_cast<std::size_t>(fail_at)) batch.data = batch.data.narrow(3, 0, 27);
+}
+
 template <typename DataLoader>
-void train(Net& model, DataLoader& data_loader, torch::optim::Optimizer& optimizer, bool naive) {
+void train(Net& model, DataLoader& data_loader, torch::optim::Optimizer& optimizer, bool naive, long fail_at) {
   model.train();
   std::size_t batch_idx = 0;
   auto log = [&](float loss) {
@@ -105,10 +116,14 @@ void train(Net& model, DataLoader& data_loader, torch::optim::Optimizer& optimiz
   if (naive) {
     for (auto& batch : data_loader) {
       STEPSCOPE_STEP();
+      break_batch_if(batch, batch_idx, fail_at);
       log(train_batch(model, batch, optimizer));
     }
   } else {
-    for (auto& batch : stepscope::steps(data_loader)) log(train_batch(model, batch, optimizer));
+    for (auto& batch : stepscope::steps(data_loader)) {
+      break_batch_if(batch, batch_idx, fail_at);
+      log(train_batch(model, batch, optimizer));
+    }
   }
   std::printf("\n");
 }
@@ -153,6 +168,7 @@ int self_test() {
 int main(int argc, char** argv) {
   bool naive = false, check = false;
   int sample_us = 400, batches = 120;
+  long fail_at = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--naive") {
@@ -163,8 +179,12 @@ int main(int argc, char** argv) {
       sample_us = std::atoi(argv[++i]);
     } else if (a == "--batches" && i + 1 < argc) {
       batches = std::atoi(argv[++i]);
+    } else if (a == "--fail-at" && i + 1 < argc) {
+      fail_at = std::atol(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: stepscope_torch_mnist_loop [--naive] [--sample-us N] [--batches N] [--self-test]\n");
+      std::fprintf(
+          stderr,
+          "usage: stepscope_torch_mnist_loop [--naive] [--sample-us N] [--batches N] [--fail-at N] [--self-test]\n");
       return 2;
     }
   }
@@ -180,6 +200,6 @@ int main(int argc, char** argv) {
       torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset), kTrainBatchSize);
   Net model;
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.5));
-  train(model, *train_loader, optimizer, naive);
+  train(model, *train_loader, optimizer, naive, fail_at);
   return 0;
 }

@@ -590,10 +590,12 @@ struct RankSummary {
   // How the rank's run ended, from its report: complete = false for a
   // flight-recorder snapshot (the rank was killed, crashed or still running);
   // ended_by as in Report ("" for snapshots and imported traces);
-  // interrupted: Report::interrupted's signal, "" when none came.
+  // interrupted: Report::interrupted's signal, "" when none came;
+  // exception: Report::exception as "type: message" ("" when none).
   bool complete = true;
   std::string ended_by;
   std::string interrupted;
+  std::string exception;
 };
 
 // A value compared across ranks: min / median / max and who holds the extremes.
@@ -674,7 +676,8 @@ struct Report {
   // and snapshot_time_utc set; if the process was killed, crashed or ran out
   // of memory, the last snapshot is the report that remains. The final report
   // has complete = true and ended_by "exit" (normal exit), "finish"
-  // (stepscope::finish()), or the signal's name ("SIGINT", "SIGTERM", "SIGHUP").
+  // (stepscope::finish()), the signal's name ("SIGINT", "SIGTERM", "SIGHUP"),
+  // or "terminate" (std::terminate: an uncaught C++ exception, see exception).
   bool complete = true;
   std::string ended_by;  // "" in a snapshot (and in reports that are not live)
   // The first termination signal the process received while recording,
@@ -688,6 +691,22 @@ struct Report {
     double after_s = 0;
   };
   std::optional<Interruption> interrupted;
+  // The uncaught exception that ended the run, when one did: from Python,
+  // the one Python printed before exiting (ended_by "exit": the interpreter
+  // still ran its exit hooks); from C++, the one std::terminate was called
+  // for (ended_by "terminate": an exception escaped main or a thread's
+  // function, or a noexcept function; std::abort follows). type: Python's
+  // qualified name ("torch.cuda.OutOfMemoryError", "RuntimeError") or the
+  // demangled C++ type ("std::runtime_error"); message: the first line of
+  // str(e) or what(), cut to 400 bytes, "" when there is none. after_s:
+  // seconds after recording started. Live reports only; null otherwise, and
+  // for a std::terminate() called with no exception in flight.
+  struct UncaughtException {
+    std::string type;
+    std::string message;
+    double after_s = 0;
+  };
+  std::optional<UncaughtException> exception;
   std::string snapshot_time_utc;  // ISO 8601; "" unless a snapshot
   // Phases named at run time (stepscope::site(), the Python module): distinct
   // sites interned, site() calls past the bound folded into "(other run-time

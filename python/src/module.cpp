@@ -39,6 +39,7 @@ namespace detail {
 // src/run/runtime.hpp (not an installed header): finish() with how the run
 // ended, for the package's exit hook (finish_at_python_exit below).
 std::string finish_run(const char* ended_by) noexcept;
+void note_uncaught_exception(const char* type, const char* message) noexcept;
 }  // namespace detail
 }  // namespace v1
 }  // namespace stepscope
@@ -373,6 +374,14 @@ PYBIND11_MODULE(_core, m) {
         return stepscope::detail::finish_run(interrupted ? "SIGINT" : "exit");
       },
       py::arg("interrupted"));
+  // The exit hook, before finish_at_python_exit: the uncaught exception
+  // Python printed (sys.last_value), for the report's `exception`.
+  m.def(
+      "note_uncaught_exception",
+      [](const std::string& type, const std::string& message) {
+        stepscope::detail::note_uncaught_exception(type.c_str(), message.c_str());
+      },
+      py::arg("type"), py::arg("message"));
   m.def("snapshot_json", [] {
     stepscope::Report report;
     {

@@ -193,9 +193,36 @@ def _finish_at_python_exit():
     # also sys.last_exc) to the uncaught exception before the atexit hooks.
     last = getattr(_sys, "last_exc", None) or getattr(_sys, "last_value", None)
     try:
+        if _ended_by_exception(last):
+            # A script that died of an exception (a CUDA out-of-memory, a bad
+            # batch) still exits through here: without this its report read
+            # as a whole run that ended normally.
+            kind = type(last)
+            module = getattr(kind, "__module__", "builtins")
+            name = getattr(kind, "__qualname__", kind.__name__)
+            try:
+                message = str(last)
+            except BaseException:
+                message = ""
+            _core.note_uncaught_exception(name if module in ("builtins", None) else module + "." + name, message)
         _core.finish_at_python_exit(isinstance(last, KeyboardInterrupt))
     except BaseException:  # nothing may change how the program ends
         pass
+
+
+def _ended_by_exception(last):
+    # sys.last_value is also the last exception an interactive session
+    # (python -i, the REPL, IPython, Jupyter) printed and then went on from.
+    if last is None or isinstance(last, (KeyboardInterrupt, SystemExit)):
+        return False
+    if _sys.flags.interactive or hasattr(_sys, "ps1"):
+        return False
+    ipython = _sys.modules.get("IPython")
+    get_ipython = getattr(ipython, "get_ipython", None)
+    try:
+        return not (get_ipython is not None and get_ipython() is not None)
+    except BaseException:
+        return False
 
 
 _atexit.register(_finish_at_python_exit)

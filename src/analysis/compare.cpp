@@ -296,10 +296,30 @@ double within_step_noise(const std::vector<Report>& runs) {
   return sum / n / std::sqrt(n);
 }
 
+// A run that did not end by itself (a snapshot, a signal, an uncaught
+// exception) covers only part of what it set out to do: its steps may stop
+// before the phase mix settles, and a crash is no baseline. Said, not refused.
+void note_cut_short(const Report& r, const std::string& which, std::vector<std::string>& warnings) {
+  std::string how;
+  if (!r.complete)
+    how = "is a snapshot of a run still going (killed or crashed?)";
+  else if (r.exception)
+    how = "ended by an uncaught exception (" + r.exception->type + ")";
+  else if (r.ended_by == "terminate")
+    how = "ended by std::terminate";
+  else if (r.ended_by.rfind("SIG", 0) == 0)
+    how = "ended by " + r.ended_by;
+  else if (r.interrupted)
+    how = "was interrupted by " + r.interrupted->signal;
+  if (!how.empty())
+    warnings.push_back(fmt::format("the {} {}: its numbers cover the run only up to then", which, how));
+}
+
 // Differences between runs of one side (config, verdict) that make the side
 // not one experiment.
 void check_side(const std::vector<Report>& runs, const char* side, std::vector<std::string>& warnings) {
   for (std::size_t i = 1; i < runs.size(); ++i) {
+    note_cut_short(runs[i], fmt::format("{} run {}", side, i + 1), warnings);
     if (runs[i].run.config != runs[0].run.config)
       warnings.push_back(
           fmt::format("{} run {} has another config than {} run 1: repeats must be the same "
@@ -386,6 +406,8 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
                     "them — change one variable at a time",
                     c.config_changes.size()));
   add_step_warnings(c);
+  note_cut_short(base, "base run", c.warnings);
+  note_cut_short(candidate, "new run", c.warnings);
   const std::uint64_t min_steps = kThresholds.min_measured_steps;
   if (base.steps.wall_ms.count < min_steps || candidate.steps.wall_ms.count < min_steps)
     c.warnings.push_back(

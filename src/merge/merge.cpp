@@ -47,6 +47,12 @@ namespace stepscope {
 inline namespace v1 {
 namespace {
 
+// A rank's uncaught exception, "type: message", printable (it comes from a report file).
+std::string exception_text(const Report::UncaughtException& e) {
+  const std::string type = detail::printable(e.type, 200);
+  return e.message.empty() ? type : type + ": " + detail::printable(e.message, 400);
+}
+
 // Iglewicz & Hoaglin (1993): |modified z| > 3.5 marks an outlier.
 constexpr double kStragglerZ = 3.5;
 // Scale of a normal distribution from its median absolute deviation.
@@ -1039,6 +1045,7 @@ void add_rank_rows(JobMerge& jm) {
     r.complete = f.report->complete;
     r.ended_by = f.report->ended_by;
     if (f.report->interrupted) r.interrupted = f.report->interrupted->signal;
+    if (f.report->exception) r.exception = exception_text(*f.report->exception);
     m.ranks.push_back(std::move(r));
   }
   m.method =
@@ -1372,10 +1379,13 @@ void explain_stragglers(JobMerge& jm) {
 // still running) or from ranks a signal cut short is not a whole run: the
 // merged report is then not complete, and a warning per way of ending names
 // the ranks. A rank whose signal was caught (Python's KeyboardInterrupt)
-// counts as interrupted.
+// counts as interrupted. A rank an uncaught exception ended (in a DDP job,
+// typically the rank that ran out of memory while the others waited for it)
+// is named with its exception, one warning per rank.
 void note_rank_endings(JobMerge& jm) {
   std::vector<int> snapshots;
   std::map<std::string, std::vector<int>> ended_by_signal, caught;
+  std::vector<std::pair<int, std::string>> exceptions;
   std::string first_snapshot_time;
   for (const RankFacts& f : jm.ranks) {
     const Report& r = *f.report;
@@ -1388,6 +1398,7 @@ void note_rank_endings(JobMerge& jm) {
     } else if (r.interrupted) {
       caught[r.interrupted->signal].push_back(f.rank);
     }
+    if (r.complete && r.exception) exceptions.emplace_back(f.rank, exception_text(*r.exception));
   }
   std::vector<std::string>& warnings = jm.warnings;
   if (!snapshots.empty()) {
@@ -1404,6 +1415,11 @@ void note_rank_endings(JobMerge& jm) {
     warnings.push_back(
         fmt::format("rank(s) {}: interrupted by {}, which the program caught; the numbers cover the run up to its exit",
                     rank_list(ids), signal));
+  for (const auto& [rank, text] : exceptions)
+    warnings.push_back(fmt::format(
+        "rank {}: ended by an uncaught exception ({}): the numbers cover the run up to it; the other ranks may have "
+        "waited for this one until they were stopped",
+        rank, text));
 }
 
 // Findings and warnings of the ranks, once per kind with the ranks named.
@@ -1517,6 +1533,7 @@ std::string format_multi_rank(const Report& merged) {
       for (const RankSummary& r : m.ranks) {
         // A rank whose run did not end by itself says how it ended.
         const std::string ending = !r.complete                       ? "  (snapshot: killed or crashed?)"
+                                   : !r.exception.empty()            ? "  (uncaught exception)"
                                    : r.ended_by.rfind("SIG", 0) == 0 ? "  (ended by " + r.ended_by + ")"
                                    : !r.interrupted.empty()          ? "  (interrupted by " + r.interrupted + ")"
                                                                      : "";

@@ -1,5 +1,7 @@
 #include "report/ending.hpp"
 
+#include "text/printable.hpp"
+
 #include <fmt/format.h>
 
 namespace stepscope {
@@ -25,6 +27,13 @@ std::vector<std::string> run_ending_notes(const Report& r) noexcept {
     if (r.ended_by.rfind("SIG", 0) == 0) {
       notes.push_back(
           fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by, ctrl_c(r.ended_by)));
+    } else if (r.ended_by == "terminate") {
+      notes.push_back(r.exception
+                          ? fmt::format("run ended by std::terminate {:.1f} s into recording: uncaught exception "
+                                        "{}; the numbers cover the run up to it",
+                                        r.exception->after_s, exception_text(*r.exception))
+                          : "run ended by std::terminate (no exception in flight: std::terminate() was "
+                            "called, or a thread was left joinable): the numbers cover the run up to it");
     } else if (r.interrupted) {  // caught (KeyboardInterrupt in Python): the run went on to end by itself
       const char* then = r.ended_by == "finish" ? "ended by finish()"
                          : r.ended_by.empty()   ? "went on"
@@ -33,9 +42,21 @@ std::vector<std::string> run_ending_notes(const Report& r) noexcept {
           "run interrupted by {}{} {:.1f} s into recording: the program (or a library) caught it and the run {}",
           r.interrupted->signal, ctrl_c(r.interrupted->signal), r.interrupted->after_s, then));
     }
+    // Python: the interpreter printed the exception and still ran its exit
+    // hooks, so the run ended by a normal exit that was anything but.
+    if (r.exception && r.ended_by != "terminate")
+      notes.push_back(fmt::format(
+          "run ended by an uncaught exception {:.1f} s into recording ({}): the numbers cover the run up to it",
+          r.exception->after_s, exception_text(*r.exception)));
   } catch (...) {
   }
   return notes;
+}
+
+std::string exception_text(const Report::UncaughtException& e) {
+  // From a report file: whatever is in it, made safe to print (idempotent on the run time's own text).
+  const std::string type = printable(e.type, 200);
+  return e.message.empty() ? type : type + ": " + printable(e.message, 400);
 }
 
 }  // namespace detail

@@ -621,7 +621,8 @@ json to_j(const MultiRank& m) {
                                     {"straggler", r.straggler},
                                     {"complete", r.complete},
                                     {"ended_by", r.ended_by.empty() ? json(nullptr) : json(r.ended_by)},
-                                    {"interrupted", r.interrupted.empty() ? json(nullptr) : json(r.interrupted)}},
+                                    {"interrupted", r.interrupted.empty() ? json(nullptr) : json(r.interrupted)},
+                                    {"exception", r.exception.empty() ? json(nullptr) : json(r.exception)}},
                                r.kind_ms, num));
   json phases = json::array();
   for (const auto& p : m.phases)
@@ -707,6 +708,7 @@ MultiRank multirank_from(const Field& j) {
     r.complete = get_bool(x, "complete", true);  // absent in merged reports written before it
     r.ended_by = get_str(x, "ended_by");
     r.interrupted = get_str(x, "interrupted");
+    r.exception = get_str(x, "exception");
     m.ranks.push_back(std::move(r));
   }
   for (const Field& x : get_arr(j, "phases")) {
@@ -850,6 +852,10 @@ json to_j(const Report& r) {
   out["ended_by"] = r.ended_by.empty() ? json(nullptr) : json(r.ended_by);
   out["interrupted"] =
       r.interrupted ? json{{"signal", r.interrupted->signal}, {"after_s", r.interrupted->after_s}} : json(nullptr);
+  out["exception"] =
+      r.exception
+          ? json{{"type", r.exception->type}, {"message", r.exception->message}, {"after_s", r.exception->after_s}}
+          : json(nullptr);
   out["snapshot_time_utc"] = r.snapshot_time_utc.empty() ? json(nullptr) : json(r.snapshot_time_utc);
   out["runtime_sites"] = json{{"sites", r.runtime_sites.sites},
                               {"overflow", r.runtime_sites.overflow},
@@ -987,6 +993,11 @@ Report report_from(const json& document) {
   if (const json* v = j.find("interrupted"); v != nullptr && !v->is_null()) {  // absent in older reports
     const Field interrupted = get_obj(j, "interrupted");
     r.interrupted = Report::Interruption{get_str(interrupted, "signal"), get_num(interrupted, "after_s")};
+  }
+  if (const json* v = j.find("exception"); v != nullptr && !v->is_null()) {  // absent in older reports
+    const Field exception = get_obj(j, "exception");
+    r.exception = Report::UncaughtException{get_str(exception, "type"), get_str(exception, "message"),
+                                            get_num(exception, "after_s")};
   }
   r.snapshot_time_utc = get_str(j, "snapshot_time_utc");
   if (j.find("runtime_sites") != nullptr) {  // absent before run-time-named sites

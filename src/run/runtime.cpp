@@ -25,18 +25,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cxxabi.h>
+
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <new>
 #include <string>
 #include <thread>
+#include <typeinfo>
 
 namespace stepscope {
 inline namespace v1 {
@@ -190,6 +195,92 @@ std::atomic<std::uint64_t> g_first_signal_ns{0};
 void note_signal(int sig) noexcept {
   int none = 0;
   if (g_first_signal.compare_exchange_strong(none, sig)) g_first_signal_ns.store(monotonic_ns());
+}
+
+// ---- An uncaught exception ----
+//
+// The exception that ended the run, for the report's `exception`: noted by
+// note_uncaught_exception (the Python package's exit hook passes the one
+// Python printed; on_terminate the one std::terminate was called for). The
+// first one only; static storage, no allocation, no lock: state goes
+// 0 (none) -> 1 (being written) -> 2 (readable).
+constexpr std::size_t kExceptionTypeBytes = 200;
+constexpr std::size_t kExceptionMessageBytes = 400;
+struct ExceptionNote {
+  std::atomic<int> state{0};
+  char type[kExceptionTypeBytes + 1];
+  char message[kExceptionMessageBytes + 1];
+  std::uint64_t ns;
+};
+ExceptionNote g_exception;
+
+// The first line of `text`, at most `bytes` bytes (printable() escapes the
+// rest when the report is built).
+void copy_first_line(char* to, const char* text, std::size_t bytes) noexcept {
+  std::size_t n = 0;
+  if (text != nullptr)
+    for (; n < bytes && text[n] != '\0' && text[n] != '\n' && text[n] != '\r'; ++n) to[n] = text[n];
+  to[n] = '\0';
+}
+
+// ---- std::terminate ----
+//
+// An exception that escapes main (or a thread's function, or a noexcept
+// function) calls std::terminate, then std::abort: no exit handler runs and
+// the last snapshot was all that remained, with nothing saying why. With
+// STEPSCOPE_SIGNALS on, the collector installs on_terminate in front of the
+// process's terminate handler: it notes the exception in flight (demangled
+// type, what()), asks the collector thread for the final report as a signal
+// does (ended_by "terminate"), waits for it at most kSignalReportBudgetMs,
+// then calls the handler it replaced (std::abort by default), so the
+// program ends exactly as it would have. A terminate on the collector thread
+// itself, or after the final report, only chains.
+constexpr int kTerminateEnding = -1;  // in g_pending_signal: not a signal, std::terminate
+std::atomic<std::terminate_handler> g_previous_terminate{nullptr};
+std::atomic<long> g_collector_tid{0};
+
+void note_current_exception() noexcept {
+  std::exception_ptr current = std::current_exception();
+  if (!current) return;  // std::terminate() called directly, or a joinable std::thread destroyed
+  char type[kExceptionTypeBytes + 1] = "(unknown type)";
+  const char* message = "";
+  if (const std::type_info* info = abi::__cxa_current_exception_type()) {
+    int status = -1;
+    // Allocates (malloc): after std::bad_alloc it may fail, and the mangled name is kept.
+    char* demangled = abi::__cxa_demangle(info->name(), nullptr, nullptr, &status);
+    copy_first_line(type, status == 0 && demangled != nullptr ? demangled : info->name(), kExceptionTypeBytes);
+    std::free(demangled);
+  }
+  try {
+    std::rethrow_exception(current);
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+  }
+  note_uncaught_exception(type, message);
+}
+
+void on_terminate() noexcept {
+  static std::atomic<bool> entered{false};
+  if (!entered.exchange(true)) {
+    note_current_exception();
+    Collector* collector = g_signal_collector.load();
+    int none = 0;
+    if (collector != nullptr && g_collector_tid.load() != static_cast<long>(::syscall(SYS_gettid)) &&
+        g_final_state.load() == kFinalNone && g_pending_signal.compare_exchange_strong(none, kTerminateEnding)) {
+      collector->request_stop();
+      if (!wait_for_final_report(kSignalReportBudgetMs)) remove_pending_temp_file();
+    }
+  }
+  if (const std::terminate_handler previous = g_previous_terminate.load();
+      previous != nullptr && previous != on_terminate)
+    previous();
+  std::abort();
+}
+
+// The report's ended_by for what g_pending_signal holds.
+const char* ending_name(int pending) noexcept {
+  return pending == kTerminateEnding ? "terminate" : termination_signal_name(pending);
 }
 
 // ---- Observed handlers (the Python package) ----
@@ -383,6 +474,8 @@ bool adopt_forked_child(Runtime& rt, const EarlySettings& early) noexcept {
   g_final_state.store(kFinalNone, std::memory_order_relaxed);
   g_pending_signal.store(0, std::memory_order_relaxed);
   g_first_signal.store(0, std::memory_order_relaxed);
+  g_exception.state.store(0, std::memory_order_relaxed);
+  g_collector_tid.store(0, std::memory_order_relaxed);
   g_signal_collector.store(nullptr, std::memory_order_relaxed);
   return true;
 }
@@ -460,7 +553,7 @@ std::map<std::string, std::string> build_options() {
 }
 
 void write_snapshot(Runtime& rt) noexcept;
-void write_final_after_signal(Runtime& rt, int sig) noexcept;
+void write_final_after_signal(Runtime& rt, int pending) noexcept;
 
 // The collector thread: finishes the start-up (everything that allocates),
 // publishes the collector, then drains until finish() stops it. Returns the
@@ -520,6 +613,10 @@ Collector* start_collector(Runtime& rt) {
     if (settings.signals) {
       (void)install_signal_handlers();
       if (rt.frontend == "python") (void)observe_signal_handlers();
+      if (g_previous_terminate.load() == nullptr) {
+        const std::terminate_handler previous = std::set_terminate(on_terminate);
+        if (previous != on_terminate) g_previous_terminate.store(previous);  // on_terminate: a forked child's
+      }
     }
     rt.recording_started_ns = monotonic_ns();
     rt.settings = std::move(settings);
@@ -539,6 +636,7 @@ void* collector_thread_main(void*) {
   // Termination signals go to the application's threads: this thread writes
   // the final report a handler asks for, so it must not be the one waiting.
   block_termination_signals(nullptr);
+  g_collector_tid.store(current_tid());
   // This thread never blocks on rt.mutex while it runs the loop: finish()
   // holds it while it joins this thread (start_collector takes it only
   // briefly, before the loop; snapshots and the signal path only try_lock).
@@ -557,7 +655,7 @@ void* collector_thread_main(void*) {
     return nullptr;
   }
   collector->run_loop();
-  if (const int sig = g_pending_signal.load(); sig != 0) write_final_after_signal(rt, sig);
+  if (const int pending = g_pending_signal.load(); pending != 0) write_final_after_signal(rt, pending);
   return nullptr;
 }
 
@@ -666,6 +764,12 @@ Report build_report(bool final_report) {
     const std::uint64_t at = g_first_signal_ns.load();
     report.interrupted = Report::Interruption{
         termination_signal_name(sig),
+        at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
+  }
+  if (g_exception.state.load(std::memory_order_acquire) == 2) {
+    const std::uint64_t at = g_exception.ns;
+    report.exception = Report::UncaughtException{
+        printable(g_exception.type, kExceptionTypeBytes), printable(g_exception.message, kExceptionMessageBytes),
         at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
   }
   add_runtime_site_counts(report);
@@ -787,11 +891,12 @@ void write_snapshot(Runtime& rt) noexcept {
   }
 }
 
-// Collector thread, its loop ended by a termination signal: the final report
-// unless finish() is writing it already. A thread interrupted by the signal
+// Collector thread, its loop ended by a termination signal (or std::terminate:
+// `pending` as in g_pending_signal): the final report unless finish() is
+// writing it already. A thread interrupted by the signal
 // may hold rt.mutex (set_config, snapshot()): wait for it a bounded time, then
 // give up (the last snapshot remains) rather than miss the handler's deadline.
-void write_final_after_signal(Runtime& rt, int sig) noexcept {
+void write_final_after_signal(Runtime& rt, int pending) noexcept {
   std::uint32_t none = kFinalNone;
   if (!g_final_state.compare_exchange_strong(none, kFinalWriting)) return;
   g_mode.store(kModeDisabled, std::memory_order_release);
@@ -805,9 +910,9 @@ void write_final_after_signal(Runtime& rt, int sig) noexcept {
     }
     rt.finished = true;
     rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
-    const std::string path = write_final_report(rt, termination_signal_name(sig), /*say_where=*/false);
+    const std::string path = write_final_report(rt, ending_name(pending), /*say_where=*/false);
     if (!rt.settings.quiet)
-      std::fprintf(stderr, "stepscope: %s: report written to %s\n", termination_signal_name(sig), path.c_str());
+      std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending), path.c_str());
     set_final_state(kFinalWritten);
   } catch (...) {
     set_final_state(kFinalAbandoned);
@@ -815,6 +920,15 @@ void write_final_after_signal(Runtime& rt, int sig) noexcept {
 }
 
 }  // namespace
+
+void note_uncaught_exception(const char* type, const char* message) noexcept {
+  int none = 0;
+  if (!g_exception.state.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return;  // the first only
+  g_exception.ns = monotonic_ns();
+  copy_first_line(g_exception.type, type != nullptr && type[0] != '\0' ? type : "(unknown type)", kExceptionTypeBytes);
+  copy_first_line(g_exception.message, message, kExceptionMessageBytes);
+  g_exception.state.store(2, std::memory_order_release);
+}
 
 std::string finish_run(const char* ended_by) noexcept {
   try {

@@ -68,6 +68,11 @@ void write_trace_if_enabled(Collector& collector, Report& report, const Settings
 // "finish" (stepscope::finish()).
 std::string finish_run(const char* ended_by) noexcept;
 
+// The uncaught exception that ends the run, for the report's `exception`
+// (the first call only; bounded copies, no allocation; any thread): the
+// Python package's exit hook, and std::terminate in C++ programs.
+void note_uncaught_exception(const char* type, const char* message) noexcept;
+
 // Name of a termination signal the run time handles ("SIGTERM"), else "".
 const char* termination_signal_name(int sig) noexcept;
 

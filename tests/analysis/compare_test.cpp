@@ -446,3 +446,37 @@ TEST_CASE("compare: a phase change too small to move the step is within noise (e
   CHECK(std::string(delta_verdict(*tiny)) == "within_noise");
   CHECK(moved->significant);
 }
+
+TEST_CASE("compare: a run that did not end by itself is named, on either side", "[analysis][compare]") {
+  auto cut_short = [](const Comparison& c) {
+    std::vector<std::string> out;
+    for (const auto& w : c.warnings)
+      if (w.find("its numbers cover the run only up to then") != std::string::npos) out.push_back(w);
+    return out;
+  };
+  const Report whole = run(10, 0.5, 200);
+  CHECK(cut_short(compare_reports(whole, whole)).empty());
+
+  Report crashed = whole;
+  crashed.exception = Report::UncaughtException{"torch.cuda.OutOfMemoryError", "CUDA out of memory.", 61};
+  auto w = cut_short(compare_reports(whole, crashed));
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == "the new run ended by an uncaught exception (torch.cuda.OutOfMemoryError): its numbers cover the "
+                "run only up to then");
+
+  Report snapshot = whole;
+  snapshot.complete = false;
+  Report signalled = whole;
+  signalled.ended_by = "SIGTERM";
+  w = cut_short(compare_reports(snapshot, signalled));
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].rfind("the base run is a snapshot of a run still going", 0) == 0);
+  CHECK(w[1].rfind("the new run ended by SIGTERM", 0) == 0);
+
+  // Repeats: the second base run is the one that was cut short.
+  Report terminated = whole;
+  terminated.ended_by = "terminate";
+  w = cut_short(compare_runs({whole, terminated, whole}, {whole, whole}));
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].rfind("the base run 2 ended by std::terminate", 0) == 0);
+}

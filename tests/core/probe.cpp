@@ -22,6 +22,14 @@
 //   probe burst N            — N records in one go at start-up, then exits
 //   probe fork-early N       — forks N children before any scope; each runs
 //                              steps and exits; the parent runs none
+//   probe throw MS           — steps for MS ms, then a std::runtime_error
+//                              escapes main (std::terminate, then abort)
+//   probe throw-thread MS    — the same from a worker thread, with a type of
+//                              its own (probe::BadBatch) while main steps on
+//   probe terminate MS       — steps for MS ms, then std::terminate() with no
+//                              exception in flight
+//   probe own-terminate MS   — installs its own terminate handler (writes
+//                              "own-terminate", exits 9), then as throw
 #include <stepscope/stepscope.hpp>
 
 #include <fcntl.h>
@@ -34,9 +42,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+// A type of the program's own, outside the anonymous namespace (its demangled name is in the report).
+namespace probe {
+struct BadBatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace probe
 
 namespace {
 
@@ -156,6 +173,37 @@ int abort_after(int ms) {
   std::abort();
 }
 
+void step_for(int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < until) one_step();
+}
+
+int throw_after(int ms) {
+  step_for(ms);
+  throw std::runtime_error("CUDA out of memory. Tried to allocate 2.00 GiB\n(second line, not kept)");
+}
+
+int throw_from_thread(int ms) {
+  std::thread worker([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    throw probe::BadBatch("batch 17 has NaN labels");
+  });
+  for (;;) one_step();
+}
+
+int terminate_after(int ms) {
+  step_for(ms);
+  std::terminate();
+}
+
+int own_terminate(int ms) {
+  std::set_terminate([] {
+    touch("own-terminate");
+    std::_Exit(9);
+  });
+  return throw_after(ms);
+}
+
 void own_term_handler(int) {
   const int fd = ::open("own-handler", O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) ::close(fd);
@@ -272,6 +320,10 @@ int main(int argc, char** argv) {
   if (mode == "flood") return flood();
   if (mode == "burst") return burst(n);
   if (mode == "fork-early") return fork_early(n);
+  if (mode == "throw") return throw_after(n);
+  if (mode == "throw-thread") return throw_from_thread(n);
+  if (mode == "terminate") return terminate_after(n);
+  if (mode == "own-terminate") return own_terminate(n);
   std::fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
   return 2;
 }

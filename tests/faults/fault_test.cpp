@@ -179,7 +179,79 @@ TEST_CASE("a normal exit says so in the report", "[faults][signals]") {
   CHECK(r.complete);
   CHECK(r.ended_by == "exit");
   CHECK_FALSE(r.interrupted.has_value());
+  CHECK_FALSE(r.exception.has_value());
   CHECK(r.snapshot_time_utc.empty());
+}
+
+TEST_CASE("an uncaught exception writes the final report with the exception, and the program still aborts",
+          "[faults][terminate]") {
+  SECTION("from main") {
+    TempDir dir;
+    const int status = wait_exit(start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0", "STEPSCOPE_QUIET=0"}, {"throw", "300"}));
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGABRT);  // as without stepscope: the default handler's abort
+    const stepscope::Report r = load(dir / "stepscope-report.json");
+    CHECK(r.complete);
+    CHECK(r.ended_by == "terminate");
+    REQUIRE(r.exception.has_value());
+    CHECK(r.exception->type == "std::runtime_error");
+    CHECK(r.exception->message == "CUDA out of memory. Tried to allocate 2.00 GiB");  // the first line
+    CHECK(r.exception->after_s > 0.2);
+    CHECK(r.steps.count > 0);
+    CHECK_FALSE(r.interrupted.has_value());
+    // What the probe's stderr shows: the summary's first line says how the run ended.
+    const std::string err = slurp(dir / "probe.err");
+    CHECK(err.find("run ended by std::terminate") != std::string::npos);
+    CHECK(err.find("uncaught exception std::runtime_error: CUDA out of memory") != std::string::npos);
+    CHECK(err.find("stepscope: terminate: report written to") != std::string::npos);
+  }
+  SECTION("from a worker thread, with the program's own type") {
+    TempDir dir;
+    const int status = wait_exit(start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"throw-thread", "300"}));
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGABRT);
+    const stepscope::Report r = load(dir / "stepscope-report.json");
+    CHECK(r.ended_by == "terminate");
+    REQUIRE(r.exception.has_value());
+    CHECK(r.exception->type == "probe::BadBatch");
+    CHECK(r.exception->message == "batch 17 has NaN labels");
+    CHECK(r.steps.count > 0);
+  }
+  SECTION("std::terminate() with no exception in flight") {
+    TempDir dir;
+    const int status =
+        wait_exit(start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0", "STEPSCOPE_QUIET=0"}, {"terminate", "200"}));
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGABRT);
+    const stepscope::Report r = load(dir / "stepscope-report.json");
+    CHECK(r.complete);
+    CHECK(r.ended_by == "terminate");
+    CHECK_FALSE(r.exception.has_value());
+    CHECK(slurp(dir / "probe.err").find("no exception in flight") != std::string::npos);
+  }
+}
+
+TEST_CASE("an application's own terminate handler still runs after the report", "[faults][terminate]") {
+  TempDir dir;
+  const int status = wait_exit(start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"own-terminate", "200"}));
+  // Installed before stepscope started: stepscope's stands in front of it and then calls it.
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 9);
+  CHECK(::access((dir / "own-terminate").c_str(), F_OK) == 0);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  CHECK(r.ended_by == "terminate");
+  REQUIRE(r.exception.has_value());
+  CHECK(r.exception->type == "std::runtime_error");
+}
+
+TEST_CASE("STEPSCOPE_SIGNALS=0 leaves std::terminate alone: the last snapshot remains", "[faults][terminate]") {
+  TempDir dir;
+  const int status = wait_exit(start_probe(dir, {"STEPSCOPE_SIGNALS=0", "STEPSCOPE_SNAPSHOT_S=0.1"}, {"throw", "600"}));
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  CHECK_FALSE(r.complete);
+  CHECK_FALSE(r.exception.has_value());
 }
 
 TEST_CASE("an application's own SIGTERM handler is left alone, installed before or after stepscope starts",

@@ -543,3 +543,35 @@ TEST_CASE("how each rank ended is carried: snapshots make the job incomplete, si
   CHECK(format_multi_rank(whole).find("(ended by") == std::string::npos);
   CHECK(html_report(whole).find("class=\"ending\"") == std::string::npos);
 }
+
+TEST_CASE("a rank an uncaught exception ended is named with its exception", "[merge]") {
+  // A DDP job: rank 2 ran out of memory; the others waited for it in their collectives until they were stopped.
+  JobSpec spec;
+  spec.ranks = 4;
+  std::vector<Report> ranks = make_job(spec);
+  for (auto& r : ranks) r.ended_by = "exit";
+  ranks[2].exception = Report::UncaughtException{"torch.cuda.OutOfMemoryError", "CUDA out of memory.\x1b[2J", 30};
+  ranks[3].ended_by = "SIGTERM";
+  const Report job = merge_ok(ranks);
+  CHECK(job.complete);  // every rank's report is final
+  const auto& rows = job.ranks->ranks;
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[2].exception == "torch.cuda.OutOfMemoryError: CUDA out of memory.\\x1b[2J");  // made printable
+  CHECK(rows[0].exception.empty());
+  std::size_t exception_warnings = 0;
+  for (const auto& w : job.warnings)
+    if (w.find("uncaught exception") != std::string::npos) {
+      ++exception_warnings;
+      CHECK(w.find("rank 2: ended by an uncaught exception (torch.cuda.OutOfMemoryError: CUDA out of memory.") == 0);
+    }
+  CHECK(exception_warnings == 1);
+  const std::string table = format_multi_rank(job);
+  CHECK(table.find("(uncaught exception)") != std::string::npos);
+  CHECK(table.find("(ended by SIGTERM)") != std::string::npos);
+
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(report_to_json(job), back, error));
+  CHECK(back.ranks->ranks[2].exception == rows[2].exception);
+  CHECK(back.ranks->ranks[1].exception.empty());
+}

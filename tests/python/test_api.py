@@ -273,7 +273,76 @@ def test_ctrl_c_leaves_the_report_and_says_so(tmp_path):
     assert "run ended by SIGINT (Ctrl-C)" in proc.stderr, proc.stderr
     report = json.loads(out.read_text())
     assert report["complete"] is True and report["ended_by"] == "SIGINT"
+    assert report["exception"] is None  # Ctrl-C is an ending of its own, not an exception
     assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 31
+
+
+def _run_script(tmp_path, script, *args, extra_env=None):
+    import sys
+
+    out = tmp_path / "r.json"
+    env = dict(os.environ, STEPSCOPE_OUT=str(out), STEPSCOPE_QUIET="0", STEPSCOPE_WARMUP="5", **(extra_env or {}))
+    proc = subprocess.run(
+        [sys.executable, *args, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_an_uncaught_exception_is_in_the_report_and_its_summary(tmp_path):
+    """A script that dies of an exception (a CUDA out-of-memory, a bad batch)
+    still exits through Python's exit hooks: its report said ended_by "exit"
+    and read as a whole run. Now the exception Python printed is in the report
+    (qualified type, first line of the message) and the summary says so."""
+    script = (
+        "import stepscope, time\n"
+        "class BadBatch(ValueError): pass\n"
+        "for i in stepscope.steps(range(1000000)):\n"
+        "    with stepscope.phase('forward'):\n"
+        "        time.sleep(0.001)\n"
+        "        if i == 40: raise BadBatch('batch 40 has NaN labels\\nsecond line')\n"
+    )
+    proc, report = _run_script(tmp_path, script)
+    assert proc.returncode == 1, proc.stderr
+    assert "BadBatch: batch 40 has NaN labels" in proc.stderr  # Python's own traceback, unchanged
+    assert report["complete"] is True and report["ended_by"] == "exit"
+    assert report["exception"]["type"] == "__main__.BadBatch", report["exception"]
+    assert report["exception"]["message"] == "batch 40 has NaN labels"
+    assert report["exception"]["after_s"] >= 0.04  # 40 steps of at least 1 ms before it
+    assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 41  # the 41st ended by the raise
+    assert (
+        "run ended by an uncaught exception" in proc.stderr
+        and "(__main__.BadBatch: batch 40 has NaN labels)" in proc.stderr
+    ), proc.stderr
+
+
+def test_a_builtin_exception_is_named_as_python_names_it(tmp_path):
+    script = (
+        "import stepscope\n"
+        "for i in stepscope.steps(range(20)):\n"
+        "    with stepscope.phase('forward'): pass\n"
+        "raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+    )
+    proc, report = _run_script(tmp_path, script)
+    assert proc.returncode == 1, proc.stderr
+    assert report["exception"]["type"] == "RuntimeError"
+    assert report["exception"]["message"] == "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def test_caught_exceptions_sys_exit_and_interactive_sessions_are_not_uncaught(tmp_path):
+    """Only the exception that ended the program counts: one the program
+    caught, a sys.exit(), and the last exception an interactive session
+    printed and went on from are not it."""
+    loop = "import stepscope\nfor i in stepscope.steps(range(20)):\n    with stepscope.phase('forward'): pass\n"
+    proc, report = _run_script(tmp_path, loop + "try:\n    raise RuntimeError('x')\nexcept RuntimeError:\n    pass\n")
+    assert proc.returncode == 0, proc.stderr
+    assert report["exception"] is None and "uncaught exception" not in proc.stderr
+    proc, report = _run_script(tmp_path, loop + "import sys\nsys.exit(3)\n")
+    assert proc.returncode == 3, proc.stderr
+    assert report["exception"] is None
+    # python -i: the REPL (reading an empty stdin) prints the exception and goes on.
+    proc, report = _run_script(tmp_path, loop + "raise RuntimeError('seen at the prompt')\n", "-i")
+    assert "seen at the prompt" in proc.stderr
+    assert report["exception"] is None, report["exception"]
 
 
 def _without_inherited_sigint_ignore():

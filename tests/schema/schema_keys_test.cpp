@@ -399,3 +399,43 @@ TEST_CASE("the run's interruption goes through the JSON, and a report without on
   CHECK_FALSE(loaded.interrupted.has_value());
   CHECK(stepscope::format_summary(loaded).find("interrupted") == std::string::npos);
 }
+
+TEST_CASE("the run's uncaught exception goes through the JSON and the summary says how it ended", "[schema]") {
+  stepscope::Report report;
+  report.ended_by = "exit";  // Python: the interpreter exits through its hooks after printing it
+  report.exception = stepscope::Report::UncaughtException{"torch.cuda.OutOfMemoryError", "CUDA out of memory.", 61.25};
+  const json written = json::parse(stepscope::report_to_json(report));
+  CHECK(written.at("exception").at("type") == "torch.cuda.OutOfMemoryError");
+  CHECK(written.at("exception").at("message") == "CUDA out of memory.");
+  CHECK(written.at("exception").at("after_s") == 61.25);
+  stepscope::Report loaded;
+  std::string error;
+  REQUIRE(stepscope::report_from_json(written.dump(), loaded, error));
+  REQUIRE(loaded.exception.has_value());
+  CHECK(loaded.exception->type == "torch.cuda.OutOfMemoryError");
+  CHECK(loaded.exception->after_s == 61.25);
+  CHECK(stepscope::format_summary(loaded).find("run ended by an uncaught exception 61.2 s into recording "
+                                               "(torch.cuda.OutOfMemoryError: CUDA out of memory.)") !=
+        std::string::npos);
+
+  // C++: std::terminate wrote it; a message from a file is printed safely.
+  loaded.ended_by = "terminate";
+  loaded.exception->type = "std::runtime_error";
+  loaded.exception->message = "bad\x1b]0;owned\a";
+  const std::string summary = stepscope::format_summary(loaded);
+  CHECK(summary.find("run ended by std::terminate 61.2 s into recording: uncaught exception std::runtime_error: "
+                     "bad\\x1b]0;owned\\x07") != std::string::npos);
+  CHECK(summary.find("\x1b") == std::string::npos);
+  loaded.exception.reset();
+  CHECK(stepscope::format_summary(loaded).find("run ended by std::terminate (no exception in flight") !=
+        std::string::npos);
+
+  report.exception.reset();  // older reports have no field at all; a run without one writes null
+  const json none = json::parse(stepscope::report_to_json(report));
+  CHECK(none.at("exception").is_null());
+  json older = none;
+  older.erase("exception");
+  REQUIRE(stepscope::report_from_json(older.dump(), loaded, error));
+  CHECK_FALSE(loaded.exception.has_value());
+  CHECK(stepscope::format_summary(loaded).find("exception") == std::string::npos);
+}
