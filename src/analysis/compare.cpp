@@ -311,8 +311,7 @@ void note_cut_short(const Report& r, const std::string& which, std::vector<std::
     how = "ended by " + r.ended_by;
   else if (r.interrupted)
     how = "was interrupted by " + r.interrupted->signal;
-  if (!how.empty())
-    warnings.push_back(fmt::format("the {} {}: its numbers cover the run only up to then", which, how));
+  if (!how.empty()) warnings.push_back(fmt::format("the {} {}: its numbers cover the run only up to then", which, how));
 }
 
 // Differences between runs of one side (config, verdict) that make the side

@@ -207,7 +207,8 @@ TEST_CASE("compare: step noise from batch means holds up under autocorrelated st
   CHECK(e.step.noise_method == "standard_error");
 }
 
-TEST_CASE("compare: a run whose own halves differ by more than the delta calls it within noise", "[analysis][compare]") {
+TEST_CASE("compare: a run whose own halves differ by more than the delta calls it within noise",
+          "[analysis][compare]") {
   // Base: steady at 10 ms. New: 10 ms for its first half, 12.4 ms for its
   // second (mean 11.2 ms, +12%): the candidate moved 21% within itself, so a
   // 12% difference from the base is not evidence of a change in the code.
@@ -256,10 +257,12 @@ TEST_CASE("compare: machine conditions that differ are said before any verdict",
   };
   const std::vector<Row> rows = {
       {"same machine", [](SystemSignals&) {}, false, nullptr},
-      {"runqueue just under", [&](SystemSignals& s) { s.runqueue_wait_s = (0.01 + t.conditions_runqueue_difference - 0.002) * s.wall_s; },
+      {"runqueue just under",
+       [&](SystemSignals& s) { s.runqueue_wait_s = (0.01 + t.conditions_runqueue_difference - 0.002) * s.wall_s; },
        false, nullptr},
       {"runqueue over", [&](SystemSignals& s) { s.runqueue_wait_s = 0.40 * s.wall_s; }, true, "waited for a CPU"},
-      {"other processes", [](SystemSignals& s) { s.other_processes_cpu_s = 1.8 * s.wall_s; }, true, "other processes used"},
+      {"other processes", [](SystemSignals& s) { s.other_processes_cpu_s = 1.8 * s.wall_s; }, true,
+       "other processes used"},
       {"preempted", [](SystemSignals& s) { s.involuntary_switches = static_cast<std::uint64_t>(400 * s.wall_s); }, true,
        "involuntary"},
       {"load average", [](SystemSignals& s) { s.load_average_start = s.load_average_end = 4.0; }, true, "load average"},
@@ -414,9 +417,8 @@ TEST_CASE("compare: one run each cannot tell 3%; three repeats each can", "[anal
   std::vector<Report> mixed = base;
   mixed[1].run.config["batch_size"] = "64";
   const Comparison m = compare_runs(mixed, slower);
-  CHECK(std::any_of(m.warnings.begin(), m.warnings.end(), [](const std::string& w) {
-    return w.find("base run 2 has another config") != std::string::npos;
-  }));
+  CHECK(std::any_of(m.warnings.begin(), m.warnings.end(),
+                    [](const std::string& w) { return w.find("base run 2 has another config") != std::string::npos; }));
   // JSON carries the run counts.
   const nlohmann::json j = nlohmann::json::parse(comparison_to_json(reps));
   CHECK(j.at("runs").at("base") == 3);
@@ -425,8 +427,7 @@ TEST_CASE("compare: one run each cannot tell 3%; three repeats each can", "[anal
   CHECK(compare_runs({steady_run(10.0)}, {steady_run(10.3)}).step.noise_method == "batch_means");
 }
 
-TEST_CASE("compare: a phase change too small to move the step is within noise (end to end)",
-          "[analysis][compare]") {
+TEST_CASE("compare: a phase change too small to move the step is within noise (end to end)", "[analysis][compare]") {
   // Identical runs of a 100 ms step with a 0.02 ms phase that moved 25%
   // (seen: a 'data' phase of 0.0002 ms in a 1.1 ms step called "+25% slower"),
   // beside a phase that moved 2% of the step: only the second is called
@@ -461,8 +462,9 @@ TEST_CASE("compare: a run that did not end by itself is named, on either side", 
   crashed.exception = Report::UncaughtException{"torch.cuda.OutOfMemoryError", "CUDA out of memory.", 61};
   auto w = cut_short(compare_reports(whole, crashed));
   REQUIRE(w.size() == 1);
-  CHECK(w[0] == "the new run ended by an uncaught exception (torch.cuda.OutOfMemoryError): its numbers cover the "
-                "run only up to then");
+  CHECK(w[0] ==
+        "the new run ended by an uncaught exception (torch.cuda.OutOfMemoryError): its numbers cover the "
+        "run only up to then");
 
   Report snapshot = whole;
   snapshot.complete = false;
