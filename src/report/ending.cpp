@@ -24,9 +24,18 @@ std::vector<std::string> run_ending_notes(const Report& r) noexcept {
           "merged from at least one rank's snapshot (complete: false): that rank was killed, crashed or still "
           "running; the job's numbers stop there for it (the warnings name the ranks)");
     const auto ctrl_c = [](const std::string& signal) { return signal == "SIGINT" ? " (Ctrl-C)" : ""; };
+    // A crash: the process died of it after the report (core dump, exit status 128 + signal).
+    const auto crash = [](const std::string& signal) -> const char* {
+      if (signal == "SIGSEGV") return " (a crash: invalid memory access)";
+      if (signal == "SIGBUS") return " (a crash: bus error, e.g. a truncated memory-mapped file)";
+      if (signal == "SIGFPE") return " (a crash: arithmetic error, e.g. an integer division by zero)";
+      if (signal == "SIGILL") return " (a crash: illegal instruction)";
+      if (signal == "SIGABRT") return " (abort(): a failed assertion, a library giving up, or a corrupted heap)";
+      return "";
+    };
     if (r.ended_by.rfind("SIG", 0) == 0) {
-      notes.push_back(
-          fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by, ctrl_c(r.ended_by)));
+      notes.push_back(fmt::format("run ended by {}{}{}: the numbers cover the run up to it", r.ended_by,
+                                  ctrl_c(r.ended_by), crash(r.ended_by)));
     } else if (r.ended_by == "terminate") {
       notes.push_back(r.exception
                           ? fmt::format("run ended by std::terminate {:.1f} s into recording: uncaught exception "

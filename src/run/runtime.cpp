@@ -260,17 +260,26 @@ void note_current_exception() noexcept {
   note_uncaught_exception(type, message);
 }
 
+// Async-signal-safe, from the thread that is ending the process: asks the
+// collector thread for the final report (ended_by from `pending`, as in
+// g_pending_signal) and waits for it at most kSignalReportBudgetMs. Nothing
+// when the collector is not running yet, when this is the collector thread
+// (it would wait on itself), or when another ending is under way.
+void request_final_report(int pending) noexcept {
+  Collector* collector = g_signal_collector.load();
+  int none = 0;
+  if (collector == nullptr || g_collector_tid.load() == static_cast<long>(::syscall(SYS_gettid)) ||
+      g_final_state.load() != kFinalNone || !g_pending_signal.compare_exchange_strong(none, pending))
+    return;
+  collector->request_stop();
+  if (!wait_for_final_report(kSignalReportBudgetMs)) remove_pending_temp_file();
+}
+
 void on_terminate() noexcept {
   static std::atomic<bool> entered{false};
   if (!entered.exchange(true)) {
     note_current_exception();
-    Collector* collector = g_signal_collector.load();
-    int none = 0;
-    if (collector != nullptr && g_collector_tid.load() != static_cast<long>(::syscall(SYS_gettid)) &&
-        g_final_state.load() == kFinalNone && g_pending_signal.compare_exchange_strong(none, kTerminateEnding)) {
-      collector->request_stop();
-      if (!wait_for_final_report(kSignalReportBudgetMs)) remove_pending_temp_file();
-    }
+    request_final_report(kTerminateEnding);
   }
   if (const std::terminate_handler previous = g_previous_terminate.load();
       previous != nullptr && previous != on_terminate)
@@ -278,9 +287,53 @@ void on_terminate() noexcept {
   std::abort();
 }
 
+// ---- Crashes (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) ----
+//
+// A crash used to leave the last snapshot, or nothing in a run shorter than
+// one snapshot interval, and "killed or crashed?" for a reason. For each of
+// these signals whose disposition is SIG_DFL when the collector starts (a
+// sanitizer's, faulthandler's or the application's handler is left alone),
+// the crashing thread asks the collector thread - a healthy thread with its
+// own data - for the final report (ended_by "SIGSEGV", ...), waits for it at
+// most kSignalReportBudgetMs, then restores SIG_DFL and re-raises: the core
+// dump and the exit status are the crash's as without stepscope. The report
+// is written to a temporary file and renamed, so a writer that dies halfway
+// (a heap the crash corrupted) leaves the last snapshot in place. A crash on
+// the collector thread, or during another ending, only re-raises. SIGABRT
+// after on_terminate finds its report written.
+constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+
+void on_crash_signal(int sig) {
+  const int saved_errno = errno;
+  request_final_report(sig);
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  ::sigaction(sig, &default_action, nullptr);
+  // Blocked while this handler runs: delivered with its default action on
+  // return (and a fault re-executes its instruction, which faults again).
+  ::raise(sig);
+  errno = saved_errno;
+}
+
 // The report's ended_by for what g_pending_signal holds.
 const char* ending_name(int pending) noexcept {
-  return pending == kTerminateEnding ? "terminate" : termination_signal_name(pending);
+  switch (pending) {
+    case kTerminateEnding:
+      return "terminate";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGABRT:
+      return "SIGABRT";
+    default:
+      return termination_signal_name(pending);
+  }
 }
 
 // ---- Observed handlers (the Python package) ----
@@ -372,6 +425,18 @@ std::string install_signal_handlers() {
     ours.sa_flags = SA_RESTART;
     if (::sigaction(sig, &ours, nullptr) == 0)
       installed += std::string(installed.empty() ? "" : ",") + termination_signal_name(sig);
+  }
+  for (int sig : kCrashSignals) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) != 0) continue;
+    if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;
+    struct sigaction ours {};
+    ours.sa_handler = on_crash_signal;
+    sigemptyset(&ours.sa_mask);
+    for (int other : kTerminationSignals) sigaddset(&ours.sa_mask, other);
+    // On the thread's alternate stack when it has one (a stack overflow leaves no room on its own).
+    ours.sa_flags = SA_RESTART | SA_ONSTACK;
+    if (::sigaction(sig, &ours, nullptr) == 0) installed += std::string(",") + ending_name(sig);
   }
   return installed;
 }

@@ -12,6 +12,8 @@
 // Modes for the fault tests (tests/faults):
 //   probe forever            — steps until killed; writes "running" after 20 steps
 //   probe abort MS           — steps for MS ms, then std::abort()
+//   probe segv MS            — steps for MS ms, then a store to address 8
+//                              from a worker thread (a real SIGSEGV)
 //   probe own-handler before|after — installs its own SIGTERM handler (which
 //                              writes "own-handler" and exits 7) before or after
 //                              its first scope, then steps until killed
@@ -40,6 +42,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -204,6 +207,15 @@ int own_terminate(int ms) {
   return throw_after(ms);
 }
 
+int segv_after(int ms) {
+  std::thread worker([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    volatile std::uintptr_t address = 8;  // read at run time: the compiler cannot turn the store into a trap
+    *reinterpret_cast<volatile int*>(address) = 1;
+  });
+  for (;;) one_step();
+}
+
 void own_term_handler(int) {
   const int fd = ::open("own-handler", O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) ::close(fd);
@@ -315,6 +327,7 @@ int main(int argc, char** argv) {
   if (mode == "exit-quick") return exit_quick();
   if (mode == "forever") return forever();
   if (mode == "abort") return abort_after(n);
+  if (mode == "segv") return segv_after(n);
   if (mode == "own-handler") return own_handler(argc > 2 ? argv[2] : "before");
   if (mode == "big-exit") return big_exit(n);
   if (mode == "flood") return flood();

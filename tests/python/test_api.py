@@ -281,6 +281,8 @@ def _run_script(tmp_path, script, *args, extra_env=None):
     import sys
 
     out = tmp_path / "r.json"
+    if out.exists():
+        out.unlink()
     env = dict(os.environ, STEPSCOPE_OUT=str(out), STEPSCOPE_QUIET="0", STEPSCOPE_WARMUP="5", **(extra_env or {}))
     proc = subprocess.run(
         [sys.executable, *args, "-c", script], env=env, capture_output=True, text=True, timeout=120
@@ -343,6 +345,32 @@ def test_caught_exceptions_sys_exit_and_interactive_sessions_are_not_uncaught(tm
     proc, report = _run_script(tmp_path, loop + "raise RuntimeError('seen at the prompt')\n", "-i")
     assert "seen at the prompt" in proc.stderr
     assert report["exception"] is None, report["exception"]
+
+
+def test_a_crash_in_native_code_still_writes_the_final_report(tmp_path):
+    """A segmentation fault in an extension (here ctypes reading address 0)
+    used to leave the last snapshot at best. The crashing thread now asks the
+    collector for the final report, then the crash goes on as without
+    stepscope (killed by SIGSEGV). With faulthandler on (python -X
+    faulthandler, pytest), SIGSEGV is faulthandler's and is left alone."""
+    import signal
+
+    script = (
+        "import ctypes, stepscope, time\n"
+        "for i in stepscope.steps(range(1000000)):\n"
+        "    with stepscope.phase('forward'):\n"
+        "        time.sleep(0.001)\n"
+        "        if i == 30: ctypes.string_at(0)\n"
+    )
+    env = {"PYTHONFAULTHANDLER": ""}
+    proc, report = _run_script(tmp_path, script, extra_env=env)
+    assert proc.returncode == -signal.SIGSEGV, proc.stderr
+    assert report is not None and report["complete"] is True and report["ended_by"] == "SIGSEGV"
+    assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 30  # the 31st never ended
+    assert "run ended by SIGSEGV (a crash: invalid memory access)" in proc.stderr, proc.stderr
+    proc, report = _run_script(tmp_path, script, "-X", "faulthandler", extra_env=env)
+    assert proc.returncode == -signal.SIGSEGV and "Fatal Python error: Segmentation fault" in proc.stderr
+    assert report is None or report["complete"] is False
 
 
 def _without_inherited_sigint_ignore():
