@@ -262,16 +262,16 @@ void note_current_exception() noexcept {
 
 // Async-signal-safe, from the thread that is ending the process: asks the
 // collector thread for the final report (ended_by from `pending`, as in
-// g_pending_signal) and waits for it at most kSignalReportBudgetMs. Nothing
-// when the collector is not running yet, when this is the collector thread
-// (it would wait on itself), or when another ending is under way.
+// g_pending_signal) unless another ending is under way, and waits at most
+// kSignalReportBudgetMs for whichever report is being written (a crash during
+// the exit's report lets it finish). Nothing when the collector is not
+// running yet, or on the collector thread (it would wait on itself).
 void request_final_report(int pending) noexcept {
   Collector* collector = g_signal_collector.load();
+  if (collector == nullptr || g_collector_tid.load() == static_cast<long>(::syscall(SYS_gettid))) return;
   int none = 0;
-  if (collector == nullptr || g_collector_tid.load() == static_cast<long>(::syscall(SYS_gettid)) ||
-      g_final_state.load() != kFinalNone || !g_pending_signal.compare_exchange_strong(none, pending))
-    return;
-  collector->request_stop();
+  if (g_final_state.load() == kFinalNone && g_pending_signal.compare_exchange_strong(none, pending))
+    collector->request_stop();
   if (!wait_for_final_report(kSignalReportBudgetMs)) remove_pending_temp_file();
 }
 
@@ -299,8 +299,8 @@ void on_terminate() noexcept {
 // dump and the exit status are the crash's as without stepscope. The report
 // is written to a temporary file and renamed, so a writer that dies halfway
 // (a heap the crash corrupted) leaves the last snapshot in place. A crash on
-// the collector thread, or during another ending, only re-raises. SIGABRT
-// after on_terminate finds its report written.
+// the collector thread only re-raises; during another ending it waits for
+// that report first. SIGABRT after on_terminate finds its report written.
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 
 void on_crash_signal(int sig) {
