@@ -153,6 +153,8 @@ class StepIterator {
   }
   ~StepIterator() { close(); }
 
+  const py::object& iterable() const { return iterable_; }
+
   py::object next() {
     if (loop_ == nullptr) throw py::stop_iteration();
     if (owner_ != &stepscope::detail::t_thread_state) {
@@ -334,6 +336,9 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<py::object>())
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &StepIterator::next)
+      // len() of what it iterates (TypeError when that has none), so that
+      // tqdm(stepscope.steps(loader)) shows its total as tqdm(loader) did.
+      .def("__len__", [](StepIterator& self) { return py::len(self.iterable()); })
       .def("close", &StepIterator::close, "Ends the loop's open step now");
 
   m.def(

@@ -13,7 +13,8 @@ steps(loader): each iteration is one step; each fetch (``iter(loader)`` for
 the first batch — a DataLoader starts its workers there — and ``next()``
 after) is that step's ``data`` phase (kind input). A fetch that finds the end
 is a data phase outside any step; the last step ends with the loop (break and
-exceptions included). For a DataLoader it also records its num_workers,
+exceptions included). For a DataLoader (also inside a progress bar:
+``steps(tqdm(loader))``; ``tqdm(steps(loader))`` shows the loader's length) it also records its num_workers,
 batch_size, pin_memory and persistent_workers with set_config, so ``stepscope diff`` names the change
 between two runs; instrument() records the optimizer's class.
 
@@ -59,8 +60,22 @@ from stepscope import _core
 __all__ = ["steps", "instrument"]
 
 
+def _data_loader_in(loader):
+    # A progress bar keeps what it wraps: steps(tqdm(loader)) is still a
+    # DataLoader's loop (tqdm and its subclasses: .iterable).
+    for _ in range(4):
+        if isinstance(loader, _torch.utils.data.DataLoader):
+            return loader
+        inner = getattr(loader, "iterable", None)
+        if inner is None or inner is loader:
+            return None
+        loader = inner
+    return None
+
+
 def _record_loader_config(loader):
-    if not isinstance(loader, _torch.utils.data.DataLoader):
+    loader = _data_loader_in(loader)
+    if loader is None:
         return
     _stepscope.set_config("num_workers", int(loader.num_workers))
     if loader.batch_size is not None:

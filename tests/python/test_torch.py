@@ -344,3 +344,38 @@ def test_ctrl_c_on_torch_multiprocessing_spawn_workers_is_in_their_reports(tmp_p
         assert report["interrupted"] is not None and report["interrupted"]["signal"] == "SIGINT"
         assert report["steps"]["count"] + report["steps"]["warmup_excluded"] >= 20
     assert stderr.count("run interrupted by SIGINT (Ctrl-C)") == 2, stderr
+
+
+def test_a_progress_bar_around_the_loader_or_the_steps_keeps_both_working(tmp_path):
+    """Training loops are written `for batch in tqdm(loader)`. Wrapped either
+    way round, the loop's steps are counted, the DataLoader's configuration
+    is still recorded (steps(tqdm(loader)): tqdm keeps the loader as
+    .iterable), and the bar still shows its total (tqdm(steps(loader)) asks
+    len(), which steps() passes on)."""
+    import os
+    import sys
+
+    pytest.importorskip("tqdm")
+    out = tmp_path / "r.json"
+    script = (
+        "import torch, stepscope.torch\n"
+        "from tqdm import tqdm\n"
+        "ds = torch.utils.data.TensorDataset(torch.randn(64, 4))\n"
+        "bar = tqdm(stepscope.torch.steps(torch.utils.data.DataLoader(ds, batch_size=8)))\n"
+        "assert bar.total == 8, bar.total\n"
+        "assert sum(1 for _ in bar) == 8\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=16, pin_memory=False)\n"
+        "assert sum(1 for _ in stepscope.torch.steps(tqdm(loader))) == 4\n"
+        "try:\n"
+        "    len(stepscope.torch.steps(iter(range(3))))\n"
+        "    raise AssertionError('len() of a plain iterator')\n"
+        "except TypeError:\n"
+        "    pass\n"
+    )
+    env = dict(os.environ, STEPSCOPE_OUT=str(out), STEPSCOPE_WARMUP="0", STEPSCOPE_QUIET="1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["config"]["batch_size"] == 16  # the second loader's, seen through tqdm
+    assert report["run"]["config"]["num_workers"] == 0
+    assert report["steps"]["count"] == 12
