@@ -623,6 +623,10 @@ void Classifier::recommend(int category, Verdict& v) const {
             "step of work): its thread waits for a CPU like the step's. Give the loader a core (fewer "
             "intra-op threads, no other jobs on the machine) or fetch further ahead.",
             pct(shares_.input), pct(loader_work_share_)));
+      // The CPU-wait advice and the wrap-the-rest advice, in the order of
+      // what each part costs the step (end to end: 4% waiting for a CPU does
+      // not come before 41% in no phase).
+      std::string cpu_advice;
       if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") || fires("cpu_utilization")) {
         // Whose threads hold the CPUs: this process' own (too many threads)
         // or other processes' (a shared machine: fewer threads here would not help).
@@ -630,7 +634,7 @@ void Classifier::recommend(int category, Verdict& v) const {
         const double own_cores = std::max(0.0, holders.own_cores), other_cores = holders.other_cores;
         const int cores = holders.cores;
         if (holders.others_hold)
-          out.push_back(fmt::format(
+          cpu_advice = fmt::format(
               "Other processes kept {:.1f} of this machine's {} CPUs busy during the run{}, while this process used "
               "{:.1f} of its {}: the step waits for CPUs they "
               "hold, not for its own threads. Run where the job has its cores to itself (a quieter machine, "
@@ -641,17 +645,21 @@ void Classifier::recommend(int category, Verdict& v) const {
                   ? fmt::format(" (load average {:.1f} at the start, {:.1f} at the end)", s.load_average_start,
                                 s.load_average_end)
                   : std::string(),
-              own_cores, cores));
+              own_cores, cores);
         else
-          out.push_back(
+          cpu_advice =
               "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
-              "the step thread to its own core, and stop other jobs sharing the machine.");
+              "the step thread to its own core, and stop other jobs sharing the machine.";
       }
+      std::string wrap_advice;
       if (shares_.unattributed >= t.scheduling_moderately_bound)
-        out.push_back(
-            fmt::format("{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "
-                        "logging, synchronisation, checkpointing) in STEPSCOPE_PHASE scopes to see where it goes.",
-                        pct(shares_.unattributed)));
+        wrap_advice = fmt::format(
+            "{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "
+            "logging, synchronisation, checkpointing) in STEPSCOPE_PHASE scopes to see where it goes.",
+            pct(shares_.unattributed));
+      const bool wrap_first = shares_.unattributed > shares_.cpu_wait;
+      for (std::string* advice : {wrap_first ? &wrap_advice : &cpu_advice, wrap_first ? &cpu_advice : &wrap_advice})
+        if (!advice->empty()) out.push_back(std::move(*advice));
       out.push_back(
           "If several threads or ranks take part in a step, check load imbalance: the step waits for "
           "the slowest one.");

@@ -5,6 +5,7 @@
 #include <stepscope/analysis.hpp>
 #include "core/atomic_file.hpp"
 #include "report/ending.hpp"
+#include "report/site_label.hpp"
 
 #include <fmt/format.h>
 
@@ -113,7 +114,9 @@ constexpr KindStyle kCarvedParts[] = {
     {"page faults", "#76b7b2", "kernel time faulting fresh pages (memory)"},
 };
 
-std::vector<double> carved_parts(const StepBreakdown& b) { return {b.cpu_wait_ms, b.page_fault_ms}; }
+std::vector<double> carved_parts(const StepBreakdown& b) {
+  return {b.cpu_wait_ms, b.page_fault_ms};
+}
 
 const char* category_color(const std::string& category) {
   if (category == "io") return "#f28e2b";
@@ -226,11 +229,16 @@ void verdict_section(std::string& o, const Report& r) {
         t += fmt::format(
             "<tr class=\"{}\"><td title=\"{}\">{}</td><td><code>{}</code></td><td class=\"n\">{}</td><td "
             "class=\"n\">{} {}</td><td>{}</td></tr>",
-            e.supports ? "yes" : against ? "against" : "no",
-            e.supports ? "supports the verdict" : against ? "crossed its threshold, points to another category"
-                                                          : "below its threshold",
-            e.supports ? "&#10004;" : against ? "&#10008;" : "&#183;", esc(e.signal), num(e.value),
-            esc(e.comparison), num(e.threshold), esc(e.sentence));
+            e.supports ? "yes"
+            : against  ? "against"
+                       : "no",
+            e.supports ? "supports the verdict"
+            : against  ? "crossed its threshold, points to another category"
+                       : "below its threshold",
+            e.supports ? "&#10004;"
+            : against  ? "&#10008;"
+                       : "&#183;",
+            esc(e.signal), num(e.value), esc(e.comparison), num(e.threshold), esc(e.sentence));
       }
       return t;
     };
@@ -409,7 +417,8 @@ void series_section(std::string& o, const Report& r) {
     const std::uint64_t last = first + s.stride - 1;
     std::string info = s.stride == 1 ? fmt::format("step {}", first) : fmt::format("steps {}–{}", first, last);
     info += ": wall " + ms(at(s.wall_ms, i)) + " ms";
-    for (std::size_t k = 0; k < kBreakdownPartCount; ++k) info += fmt::format(", {} {}", kKinds[k].name, ms(at(series_of(s, k), i)));
+    for (std::size_t k = 0; k < kBreakdownPartCount; ++k)
+      info += fmt::format(", {} {}", kKinds[k].name, ms(at(series_of(s, k), i)));
     if (i < s.rss_mb.size() && s.rss_mb[i] > 0) info += fmt::format(", RSS {:.0f} MB", s.rss_mb[i]);
     o += fmt::format("<g class=\"col\" data-info=\"{}\"><title>{}</title>", esc(info), esc(info));
     double base = 0;
@@ -513,10 +522,10 @@ void call_sites_table(std::string& o, const Report& r) {
   for (const auto& p : r.phases) {
     for (const auto& site : p.sites)
       o += fmt::format(
-          "<tr><td class=\"name\">{}</td><td>{}</td><td>{}:{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+          "<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
           "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-          esc(p.name), to_string(p.thread_role), esc(site.file), site.line, site.host_ms.count, ms(site.host_ms.mean),
-          ms(site.host_ms.p50), ms(site.host_ms.p99));
+          esc(p.name), to_string(p.thread_role), esc(detail::call_site_label(site)), site.host_ms.count,
+          ms(site.host_ms.mean), ms(site.host_ms.p50), ms(site.host_ms.p99));
     if (p.sites_merged > 0)
       o += fmt::format(
           "<tr><td class=\"name\">{}</td><td colspan=\"6\">{} more call sites merged into "
@@ -549,8 +558,7 @@ void top_operators_table(std::string& o, const Report& r) {
       o += fmt::format(
           "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"name\" title=\"{}\">{}</td><td class=\"n\">{}</td>"
           "<td class=\"n\">{}</td></tr>",
-          esc(p.name), esc(op.kind), esc(op.name), esc(shorten(op.name)),
-          op.count, ms(op.self_ms));
+          esc(p.name), esc(op.kind), esc(op.name), esc(shorten(op.name)), op.count, ms(op.self_ms));
   o += "</tbody></table>";
 }
 
@@ -600,9 +608,9 @@ void phases_section(std::string& o, const Report& r) {
         "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
         "class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td class=\"n\" data-sort=\"{}\">{}</td><td class=\"n\">{}</td>",
-        esc(p.name), kKinds[detail::kind_index(p.kind)].color, to_string(p.kind),
-        to_string(p.thread_role), p.count, ms(d.mean), ms(d.p50), ms(d.p99), ms(d.max), ms(p.self_ms.mean),
-        num(share_sort), share, p.device_ms ? ms(p.device_ms->mean) : "–");
+        esc(p.name), kKinds[detail::kind_index(p.kind)].color, to_string(p.kind), to_string(p.thread_role), p.count,
+        ms(d.mean), ms(d.p50), ms(d.p99), ms(d.max), ms(p.self_ms.mean), num(share_sort), share,
+        p.device_ms ? ms(p.device_ms->mean) : "–");
     if (p.count > 0) {
       const double x_min = x_of(d.min), x_p50 = x_of(d.p50), x_p90 = x_of(d.p90), x_p99 = x_of(d.p99),
                    x_max = x_of(d.max);
@@ -865,9 +873,8 @@ void rank_breakdown_chart(std::string& o, const MultiRank& m) {
   for (std::size_t i = 0; i < m.ranks.size(); i += label_every)
     o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
                      xy(left + col_w * (static_cast<double>(i) + 0.5)), xy(bottom + 15), m.ranks[i].rank);
-  o += fmt::format(
-      "<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>",
-      xy((left + right) / 2));
+  o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>",
+                   xy((left + right) / 2));
   legend(o);
 }
 
@@ -904,9 +911,8 @@ void phases_across_ranks_table(std::string& o, const MultiRank& m) {
         "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
         "class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
-        esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median),
-        ms(p.per_step_ms.max), rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance),
-        pct(p.per_step_ms.imbalance));
+        esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median), ms(p.per_step_ms.max),
+        rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance), pct(p.per_step_ms.imbalance));
   o += "</tbody></table>";
 }
 

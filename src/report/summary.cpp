@@ -3,6 +3,7 @@
 #include <stepscope/report.hpp>
 
 #include "report/ending.hpp"
+#include "report/site_label.hpp"
 #include "text/printable.hpp"
 
 #include <fmt/format.h>
@@ -41,12 +42,14 @@ std::string format_summary(const Report& r) {
   line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
   for (const std::string& note : detail::run_ending_notes(r)) line(note);
   if (r.steps.count > 0) {
-    line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
-                     r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));
+    line(fmt::format(
+        "steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
+        r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));
     if (r.steps.unended_excluded > 0)
-      line(fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
-                       "({:.1f} ms, what ran after the loop included)",
-                       r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
+      line(
+          fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
+                      "({:.1f} ms, what ran after the loop included)",
+                      r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
     // The settled accounting: the same numbers as the verdict sentence and ranking.
     const StepBreakdown b = settled_breakdown(r);
     line("step breakdown (critical path, mean per step):");
@@ -68,9 +71,10 @@ std::string format_summary(const Report& r) {
                       "between steps, {:.1f} ms of it in input phases, counted as the next step's input)",
                       *r.steps.coverage * 100, r.steps.between_steps_ms, r.steps.between_steps_input_ms));
     if (r.steps.loop_boundaries > 0)
-      line(fmt::format("  {} gap{} between steps() loops (epoch boundaries: evaluation, checkpointing, logging) "
-                       "took {:.1f} ms in all, outside every step: in neither the per-step numbers nor the coverage",
-                       r.steps.loop_boundaries, r.steps.loop_boundaries == 1 ? "" : "s", r.steps.between_loops_ms));
+      line(
+          fmt::format("  {} gap{} between steps() loops (epoch boundaries: evaluation, checkpointing, logging) "
+                      "took {:.1f} ms in all, outside every step: in neither the per-step numbers nor the coverage",
+                      r.steps.loop_boundaries, r.steps.loop_boundaries == 1 ? "" : "s", r.steps.between_loops_ms));
   } else {
     line(fmt::format("steps: none measured ({} warm-up excluded)", r.steps.warmup_excluded));
   }
@@ -86,7 +90,7 @@ std::string format_summary(const Report& r) {
       if (p.device_ms)
         line(fmt::format("  {:<20} device: mean {:.3f} ms, p99 {:.3f} ms", "", p.device_ms->mean, p.device_ms->p99));
       for (const auto& site : p.sites)
-        line(fmt::format("    at {}:{} — {} × mean {:.3f} ms, p50 {:.3f}, p99 {:.3f}", site.file, site.line,
+        line(fmt::format("    at {} — {} × mean {:.3f} ms, p50 {:.3f}, p99 {:.3f}", detail::call_site_label(site),
                          site.host_ms.count, site.host_ms.mean, site.host_ms.p50, site.host_ms.p99));
       if (p.sites_merged > 0)
         line(fmt::format("    ({} more call sites merged into \"(other call sites)\")", p.sites_merged));
@@ -96,14 +100,16 @@ std::string format_summary(const Report& r) {
   if (v.category == "unknown") {
     line(fmt::format("verdict: UNKNOWN (confidence {:.2f}) — {}", v.confidence, v.summary));
   } else {
-    line(fmt::format("verdict: {} {}-bound (confidence {:.2f}) — {}", v.severity, upper(v.category), v.confidence, v.summary));
+    line(fmt::format("verdict: {} {}-bound (confidence {:.2f}) — {}", v.severity, upper(v.category), v.confidence,
+                     v.summary));
   }
   int shown = 0;
   for (const auto& e : v.evidence) {
     if (!e.supports || shown++ >= 5) continue;
     line(fmt::format("  evidence: {}", e.sentence));
   }
-  for (std::size_t i = 0; i < v.recommendations.size() && i < 3; ++i) line(fmt::format("  try: {}", v.recommendations[i]));
+  for (std::size_t i = 0; i < v.recommendations.size() && i < 3; ++i)
+    line(fmt::format("  try: {}", v.recommendations[i]));
   shown = 0;
   for (const auto& x : r.what_if) {
     if (shown++ >= 4) break;
@@ -113,7 +119,8 @@ std::string format_summary(const Report& r) {
   }
   for (const auto& f : r.findings) line(fmt::format("  finding [{}] {}", f.severity, f.message));
   if (r.dropped_records > 0)
-    line(fmt::format("  DROPPED {} of {} records (ring full): statistics undercount", r.dropped_records, r.total_records));
+    line(fmt::format("  DROPPED {} of {} records (ring full): statistics undercount", r.dropped_records,
+                     r.total_records));
   if (r.system.collector_cpu_ms > 0 && r.system.wall_s > 0) {
     // A run shorter than a second in ms: a 24 ms run read "over 0.0 s".
     const double wall_s = r.system.wall_s;

@@ -575,3 +575,32 @@ TEST_CASE("a rank an uncaught exception ended is named with its exception", "[me
   CHECK(back.ranks->ranks[2].exception == rows[2].exception);
   CHECK(back.ranks->ranks[1].exception.empty());
 }
+
+TEST_CASE("call sites that are not a place in a file say what they are, in the summary and the page", "[report]") {
+  // A Python user who names a phase "data" and loops with steps(): two sites under one phase.
+  Report r = make_job(JobSpec{}).front();
+  PhaseSummary& data = r.phases.front();
+  data.sites.clear();
+  for (const auto& [file, line] : {std::pair<std::string, int>{"(run time)", 0},
+                                   {"(python)", 0},
+                                   {"train.cpp", 42},
+                                   {"(other call sites)", 0},
+                                   {"evil\x1b[2J.cpp", 7}}) {
+    PhaseCallSite site;
+    site.file = file;
+    site.line = line;
+    site.host_ms.count = 3;
+    data.sites.push_back(site);
+  }
+  const std::string summary = format_summary(r);
+  CHECK(summary.find("at stepscope.phase() / stepscope::site() (named at run time) — 3 ×") != std::string::npos);
+  CHECK(summary.find("at the steps() loop's fetch / next_step() (Python) — 3 ×") != std::string::npos);
+  CHECK(summary.find("at train.cpp:42 — 3 ×") != std::string::npos);
+  CHECK(summary.find("at (other call sites) — 3 ×") != std::string::npos);
+  CHECK(summary.find("(run time):0") == std::string::npos);
+  CHECK(summary.find("evil\\x1b[2J.cpp:7") != std::string::npos);  // a file name from a report, made printable
+  CHECK(summary.find('\x1b') == std::string::npos);
+  const std::string page = html_report(r);
+  CHECK(page.find("<td>the steps() loop&#39;s fetch / next_step() (Python)</td>") != std::string::npos);
+  CHECK(page.find("<td>train.cpp:42</td>") != std::string::npos);
+}
