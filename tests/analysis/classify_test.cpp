@@ -895,3 +895,40 @@ TEST_CASE("summary: stepscope's own cost names a short run's length in ms", "[an
   text = format_summary(r);
   CHECK(text.find("over 12.5 s)") != std::string::npos);
 }
+
+TEST_CASE("classify: scheduling advice comes in the order of what each cause costs the step",
+          "[analysis][classify][recommendations]") {
+  // regression/main.py on a busy machine: 41% of the step in no phase (the
+  // manual SGD update, .item()), 4% waiting for a CPU, preempted often.
+  auto index_of = [](const Verdict& v, const std::string& text) {
+    for (std::size_t i = 0; i < v.recommendations.size(); ++i)
+      if (v.recommendations[i].find(text) != std::string::npos) return static_cast<long>(i);
+    return -1L;
+  };
+  Shares s;
+  s.input = 0.23;
+  s.compute = 0.32;
+  s.unattributed = 0.45;
+  Report r = host_report(s);
+  r.system.runqueue_wait_s = 0.04 * r.system.wall_s;
+  r.system.involuntary_switches = 10000;
+  const Verdict v = classify(r);
+  REQUIRE(v.category == "scheduling");
+  const long wrap = index_of(v, "outside every phase"), cpu = index_of(v, "oversubscribed");
+  REQUIRE(wrap >= 0);
+  REQUIRE(cpu >= 0);
+  CHECK(wrap < cpu);  // 41% before 4%
+
+  // Mostly waiting for a CPU, little outside phases: the CPU advice first.
+  Shares w;
+  w.compute = 0.60;
+  w.unattributed = 0.40;
+  Report waiting = host_report(w);
+  waiting.system.runqueue_wait_s = 0.35 * waiting.system.wall_s;
+  waiting.system.involuntary_switches = 10000;
+  const Verdict vw = classify(waiting);
+  REQUIRE(vw.category == "scheduling");
+  const long wrap2 = index_of(vw, "outside every phase"), cpu2 = index_of(vw, "oversubscribed");
+  REQUIRE(cpu2 >= 0);
+  CHECK((wrap2 < 0 || cpu2 < wrap2));
+}
