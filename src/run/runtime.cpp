@@ -186,6 +186,17 @@ bool wait_for_final_report(long budget_ms) noexcept {
   }
 }
 
+// A handler's wait for the final report: when time ran out with the report
+// still being written, its half-written temporary file is removed (the
+// process is about to die). Not when the report was given up (that writer
+// cleaned up after itself), nor in a forked child that records nothing
+// (after_fork_child: given up from the start; a temporary file it inherited
+// is the parent's).
+void wait_for_final_report_or_clean_up() noexcept {
+  if (!wait_for_final_report(kSignalReportBudgetMs) && g_final_state.load() != kFinalAbandoned)
+    remove_pending_temp_file();
+}
+
 // The first termination signal the process received while recording, and
 // when (monotonic ns), for the report's `interrupted`: also set when the
 // signal did not end the run (note_signal, any handler of ours).
@@ -272,7 +283,7 @@ void request_final_report(int pending) noexcept {
   int none = 0;
   if (g_final_state.load() == kFinalNone && g_pending_signal.compare_exchange_strong(none, pending))
     collector->request_stop();
-  if (!wait_for_final_report(kSignalReportBudgetMs)) remove_pending_temp_file();
+  wait_for_final_report_or_clean_up();
 }
 
 void on_terminate() noexcept {
@@ -393,7 +404,7 @@ void on_termination_signal(int sig) {
   int none = 0;
   (void)g_pending_signal.compare_exchange_strong(none, sig);
   if (Collector* collector = g_signal_collector.load()) collector->request_stop();
-  if (!wait_for_final_report(kSignalReportBudgetMs)) remove_pending_temp_file();
+  wait_for_final_report_or_clean_up();
   struct sigaction default_action {};
   default_action.sa_handler = SIG_DFL;
   sigemptyset(&default_action.sa_mask);
@@ -488,6 +499,12 @@ void after_fork_child() {
   g_device_begin.store(nullptr, std::memory_order_relaxed);
   g_device_end.store(nullptr, std::memory_order_relaxed);
   g_device_abandon.store(nullptr, std::memory_order_relaxed);
+  // No collector thread here: a signal, crash or std::terminate in the child
+  // must not wait for a report nobody writes (multiprocessing's
+  // Pool.terminate() and Process.terminate() send SIGTERM; each child waited
+  // the whole 5 s budget). adopt_forked_child resets both when the child records.
+  g_signal_collector.store(nullptr, std::memory_order_relaxed);
+  g_final_state.store(kFinalAbandoned, std::memory_order_relaxed);
   // The next scope decides (initialise_runtime): recording was on, or not
   // started yet. Off (STEPSCOPE=0, finished) stays off.
   if (g_mode.load(std::memory_order_relaxed) == kModeEnabled) {

@@ -373,6 +373,29 @@ def test_a_crash_in_native_code_still_writes_the_final_report(tmp_path):
     assert report is None or report["complete"] is False
 
 
+def test_a_forked_worker_that_is_terminated_or_crashes_dies_at_once(tmp_path):
+    """multiprocessing's Pool.terminate()/Process.terminate() send SIGTERM to
+    forked workers, which have no collector thread: stepscope's inherited
+    handler waited its whole 5 s report budget in each before letting it die
+    (and so would a worker's abort()). The bound asserted is half that budget,
+    not a speed: a kill and a join take milliseconds even on a busy machine."""
+    script = (
+        "import multiprocessing as mp, os, time, stepscope\n"
+        "mp.set_start_method('fork')\n"
+        "for i in stepscope.steps(range(20)):\n"
+        "    with stepscope.phase('forward'): time.sleep(0.001)\n"
+        "p = mp.Process(target=time.sleep, args=(60,)); p.start(); time.sleep(0.3)\n"
+        "t = time.monotonic(); p.terminate(); p.join(); took = time.monotonic() - t\n"
+        "assert p.exitcode == -15 and took < 2.5, (p.exitcode, took)\n"
+        "p = mp.Process(target=os.abort); t = time.monotonic(); p.start(); p.join(); took = time.monotonic() - t\n"
+        "assert p.exitcode == -6 and took < 2.5, (p.exitcode, took)\n"
+        "print('ok')\n"
+    )
+    proc, report = _run_script(tmp_path, script)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert report["complete"] is True and report["ended_by"] == "exit"  # the parent's report, untouched
+
+
 def _without_inherited_sigint_ignore():
     # A shell's background job (CI) starts with SIGINT ignored, and Python
     # then installs no handler of its own: the child gets the default back.
