@@ -193,21 +193,31 @@ def _finish_at_python_exit():
     # also sys.last_exc) to the uncaught exception before the atexit hooks.
     last = getattr(_sys, "last_exc", None) or getattr(_sys, "last_value", None)
     try:
-        if _ended_by_exception(last):
-            # A script that died of an exception (a CUDA out-of-memory, a bad
-            # batch) still exits through here: without this its report read
-            # as a whole run that ended normally.
-            kind = type(last)
-            module = getattr(kind, "__module__", "builtins")
-            name = getattr(kind, "__qualname__", kind.__name__)
-            try:
-                message = str(last)
-            except BaseException:
-                message = ""
-            _core.note_uncaught_exception(name if module in ("builtins", None) else module + "." + name, message)
+        _note_uncaught_exception(last)
+    except BaseException:  # the report is still written below
+        pass
+    try:
         _core.finish_at_python_exit(isinstance(last, KeyboardInterrupt))
     except BaseException:  # nothing may change how the program ends
         pass
+
+
+def _note_uncaught_exception(last):
+    # A script that died of an exception (a CUDA out-of-memory, a bad batch)
+    # still exits through here: without this its report read as a whole run
+    # that ended normally.
+    if not _ended_by_exception(last):
+        return
+    kind = type(last)
+    module = getattr(kind, "__module__", "builtins")
+    name = getattr(kind, "__qualname__", kind.__name__)
+    try:
+        # Lone surrogates (bytes decoded with surrogateescape) cannot cross to C++ as UTF-8: escaped.
+        message = str(last).encode("utf-8", "backslashreplace").decode("utf-8")
+    except BaseException:  # a __str__ that raises: the type alone
+        message = ""
+    qualified = name if module in ("builtins", None) else module + "." + name
+    _core.note_uncaught_exception(qualified.encode("utf-8", "backslashreplace").decode("utf-8"), message)
 
 
 def _ended_by_exception(last):

@@ -47,12 +47,6 @@ namespace stepscope {
 inline namespace v1 {
 namespace {
 
-// A rank's uncaught exception, "type: message", printable (it comes from a report file).
-std::string exception_text(const Report::UncaughtException& e) {
-  const std::string type = detail::printable(e.type, 200);
-  return e.message.empty() ? type : type + ": " + detail::printable(e.message, 400);
-}
-
 // Iglewicz & Hoaglin (1993): |modified z| > 3.5 marks an outlier.
 constexpr double kStragglerZ = 3.5;
 // Scale of a normal distribution from its median absolute deviation.
@@ -1045,7 +1039,8 @@ void add_rank_rows(JobMerge& jm) {
     r.complete = f.report->complete;
     r.ended_by = f.report->ended_by;
     if (f.report->interrupted) r.interrupted = f.report->interrupted->signal;
-    if (f.report->exception) r.exception = exception_text(*f.report->exception);
+    if (f.report->exception)
+      r.exception = detail::printable_exception(f.report->exception->type, f.report->exception->message);
     m.ranks.push_back(std::move(r));
   }
   m.method =
@@ -1398,7 +1393,8 @@ void note_rank_endings(JobMerge& jm) {
     } else if (r.interrupted) {
       caught[r.interrupted->signal].push_back(f.rank);
     }
-    if (r.complete && r.exception) exceptions.emplace_back(f.rank, exception_text(*r.exception));
+    if (r.complete && r.exception)
+      exceptions.emplace_back(f.rank, detail::printable_exception(r.exception->type, r.exception->message));
   }
   std::vector<std::string>& warnings = jm.warnings;
   if (!snapshots.empty()) {

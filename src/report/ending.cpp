@@ -64,8 +64,7 @@ std::vector<std::string> run_ending_notes(const Report& r) noexcept {
 
 std::string exception_text(const Report::UncaughtException& e) {
   // From a report file: whatever is in it, made safe to print (idempotent on the run time's own text).
-  const std::string type = printable(e.type, 200);
-  return e.message.empty() ? type : type + ": " + printable(e.message, 400);
+  return printable_exception(e.type, e.message);
 }
 
 }  // namespace detail

@@ -314,16 +314,22 @@ void on_terminate() noexcept {
 // that report first. SIGABRT after on_terminate finds its report written.
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 
-void on_crash_signal(int sig) {
-  const int saved_errno = errno;
-  request_final_report(sig);
+// From a handler of ours, after its report: the signal's default action
+// back, and the signal again. Blocked while the handler runs, it is
+// delivered with that action (the process ends) as soon as the handler
+// returns; a fault also re-executes its instruction, which faults again.
+void reraise_with_default_action(int sig) noexcept {
   struct sigaction default_action {};
   default_action.sa_handler = SIG_DFL;
   sigemptyset(&default_action.sa_mask);
   ::sigaction(sig, &default_action, nullptr);
-  // Blocked while this handler runs: delivered with its default action on
-  // return (and a fault re-executes its instruction, which faults again).
   ::raise(sig);
+}
+
+void on_crash_signal(int sig) {
+  const int saved_errno = errno;
+  request_final_report(sig);
+  reraise_with_default_action(sig);
   errno = saved_errno;
 }
 
@@ -405,13 +411,7 @@ void on_termination_signal(int sig) {
   (void)g_pending_signal.compare_exchange_strong(none, sig);
   if (Collector* collector = g_signal_collector.load()) collector->request_stop();
   wait_for_final_report_or_clean_up();
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  sigemptyset(&default_action.sa_mask);
-  ::sigaction(sig, &default_action, nullptr);
-  // Blocked while this handler runs: delivered, with its default action
-  // (the process ends), as soon as the handler returns.
-  ::raise(sig);
+  reraise_with_default_action(sig);
   errno = saved_errno;
 }
 
@@ -422,33 +422,31 @@ void block_termination_signals(sigset_t* previous) noexcept {
   ::pthread_sigmask(SIG_BLOCK, &set, previous);
 }
 
+// Installs `handler` for `sig` when its disposition is SIG_DFL (an
+// application's, a sanitizer's or faulthandler's handler is never replaced),
+// with the termination signals blocked while it runs (one ending at a time
+// per thread). True when installed.
+bool install_if_default(int sig, void (*handler)(int), int flags) {
+  struct sigaction current {};
+  if (::sigaction(sig, nullptr, &current) != 0) return false;
+  if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return false;
+  struct sigaction ours {};
+  ours.sa_handler = handler;
+  sigemptyset(&ours.sa_mask);
+  for (int other : kTerminationSignals) sigaddset(&ours.sa_mask, other);
+  ours.sa_flags = flags;
+  return ::sigaction(sig, &ours, nullptr) == 0;
+}
+
 // Collector thread, after the settings are read. Returns the signals handled.
 std::string install_signal_handlers() {
   std::string installed;
-  for (int sig : kTerminationSignals) {
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) != 0) continue;
-    if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;  // the application's
-    struct sigaction ours {};
-    ours.sa_handler = on_termination_signal;
-    sigemptyset(&ours.sa_mask);
-    for (int other : kTerminationSignals) sigaddset(&ours.sa_mask, other);  // one ending at a time per thread
-    ours.sa_flags = SA_RESTART;
-    if (::sigaction(sig, &ours, nullptr) == 0)
-      installed += std::string(installed.empty() ? "" : ",") + termination_signal_name(sig);
-  }
-  for (int sig : kCrashSignals) {
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) != 0) continue;
-    if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;
-    struct sigaction ours {};
-    ours.sa_handler = on_crash_signal;
-    sigemptyset(&ours.sa_mask);
-    for (int other : kTerminationSignals) sigaddset(&ours.sa_mask, other);
-    // On the thread's alternate stack when it has one (a stack overflow leaves no room on its own).
-    ours.sa_flags = SA_RESTART | SA_ONSTACK;
-    if (::sigaction(sig, &ours, nullptr) == 0) installed += std::string(",") + ending_name(sig);
-  }
+  const auto add = [&installed](const char* name) { installed += std::string(installed.empty() ? "" : ",") + name; };
+  for (int sig : kTerminationSignals)
+    if (install_if_default(sig, on_termination_signal, SA_RESTART)) add(termination_signal_name(sig));
+  // On the thread's alternate stack when it has one (a stack overflow leaves no room on its own).
+  for (int sig : kCrashSignals)
+    if (install_if_default(sig, on_crash_signal, SA_RESTART | SA_ONSTACK)) add(ending_name(sig));
   return installed;
 }
 

@@ -34,6 +34,15 @@ STEPSCOPE_API std::string printable(std::string_view text, std::size_t max_chars
 // Several lines: like printable() but '\n' is kept as a line break.
 STEPSCOPE_API std::string printable_lines(std::string_view text);
 
+// An exception as one printable line: "type: message", or "type" when there
+// is no message (the report's `exception`, in the summary, the page and a
+// merge's warnings).
+inline std::string printable_exception(std::string_view type, std::string_view message) {
+  std::string out = printable(type, 200);
+  if (!message.empty()) out += ": " + printable(message, 400);
+  return out;
+}
+
 }  // namespace detail
 }  // namespace v1
 }  // namespace stepscope

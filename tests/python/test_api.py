@@ -330,6 +330,21 @@ def test_a_builtin_exception_is_named_as_python_names_it(tmp_path):
     assert report["exception"]["message"] == "CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
+def test_an_exception_that_cannot_be_printed_still_leaves_the_report(tmp_path):
+    """A __str__ that raises, a message with a lone surrogate (a file name
+    decoded with surrogateescape): the exit hook must still write the report."""
+    loop = "import stepscope\nfor i in stepscope.steps(range(20)):\n    with stepscope.phase('forward'): pass\n"
+    proc, report = _run_script(
+        tmp_path, loop + "class Odd(Exception):\n    def __str__(self): raise ValueError('no')\nraise Odd()\n"
+    )
+    assert proc.returncode == 1 and report is not None, proc.stderr
+    assert report["exception"] == {"type": "__main__.Odd", "message": "", "after_s": report["exception"]["after_s"]}
+    proc, report = _run_script(tmp_path, loop + "raise OSError('cannot open ' + b'caf\\xe9.bin'.decode('utf-8', 'surrogateescape'))\n")
+    assert proc.returncode == 1 and report is not None, proc.stderr
+    assert report["exception"]["type"] == "OSError"
+    assert report["exception"]["message"] == "cannot open caf\\udce9.bin", report["exception"]
+
+
 def test_caught_exceptions_sys_exit_and_interactive_sessions_are_not_uncaught(tmp_path):
     """Only the exception that ended the program counts: one the program
     caught, a sys.exit(), and the last exception an interactive session
