@@ -182,6 +182,8 @@ options:
                    HTA's definitions and names (device.hta in the report)
   --operators      also print each phase's top operators (aten:: ops and GPU kernels
                    by self time; phases[].top_operators in the report)
+  --max-events N   refuse a trace with more than N events (default 10000000, about
+                   1.5 GB of memory at most; also bounds an endless input)
   -q, --quiet      do not print the summaries
 )";
 
@@ -218,6 +220,7 @@ struct Options {
   bool json = false, reanalyze = false, merge = false, quiet = false, any_producer = false, hta = false,
        operators = false;
   bool help = false;
+  std::uint64_t max_events = stepscope::ImportOptions{}.max_events;  // analyze
   std::vector<std::string> extras;  // what CLI11 did not recognise (unknown options, stray words)
   std::vector<std::string> vs;      // diff: the new side's repeats (after --vs)
 };
@@ -351,7 +354,9 @@ int cmd_analyze(const Options& o) {
   std::vector<stepscope::Report> reports(traces.size());
   for (std::size_t i = 0; i < traces.size(); ++i) {
     std::string why;
-    if (!stepscope::analyze_trace_file(traces[i], reports[i], why)) {
+    stepscope::ImportOptions import_options;
+    import_options.max_events = o.max_events;
+    if (!stepscope::analyze_trace_file(traces[i], import_options, reports[i], why)) {
       error(why);
       return kInputError;
     }
@@ -454,6 +459,7 @@ void add_verbs(CLI::App& app, std::vector<Verb>& verbs, Options& o) {
   analyze->add_flag("--operators", o.operators);
   analyze->add_option("--html", o.html);
   analyze->add_flag("-q,--quiet", o.quiet);
+  analyze->add_option("--max-events", o.max_events)->check(CLI::PositiveNumber);
   CLI::App* html = sub(app, "html", "REPORT");
   html->add_option("-o,--out", o.out);
   CLI::App* trace = sub(app, "trace", nullptr);

@@ -61,7 +61,9 @@ namespace {
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 }  // namespace
 
-void WholeDocument::Free::operator()(char* p) const noexcept { ::operator delete(p, std::align_val_t{alignment}); }
+void WholeDocument::Free::operator()(char* p) const noexcept {
+  ::operator delete (p, std::align_val_t{alignment});
+}
 
 void WholeDocument::allocate(std::size_t size) {
   // Raw operator new, not new char[](): value-initialising would write every
@@ -76,7 +78,7 @@ void WholeDocument::allocate(std::size_t size) {
     bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     alignment = kHugePage;
   }
-  char* p = static_cast<char*>(::operator new(bytes, std::align_val_t{alignment}));
+  char* p = static_cast<char*>(::operator new (bytes, std::align_val_t{alignment}));
 #if defined(MADV_HUGEPAGE)
   if (alignment == kHugePage) (void)madvise(p, bytes, MADV_HUGEPAGE);
 #endif
@@ -137,7 +139,6 @@ class DocumentPrefault {
   std::thread thread_;
 };
 
-
 // Reads the rest of `input`, `expected` bytes by its size, into `out` in
 // one piece. The buffer is not zero-filled first (a std::string's resize
 // writes every byte: for the 15 MB of a plain trace, a memset and page
@@ -178,7 +179,7 @@ bool WholeDocumentLoader::inflates_gzip() {
 }
 
 WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::size_t limit, WholeDocument& document,
-                                                      bool prefault_on_helper) {
+                                                       bool prefault_on_helper) {
   // A prefault helper when asked for and worth it: only for the
   // huge-page-aligned documents that allocate() makes of large inputs.
   const auto prefault = [prefault_on_helper, &document]() -> std::unique_ptr<DocumentPrefault> {
@@ -191,8 +192,8 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
   if (total < 0 || static_cast<std::uint64_t>(total) > limit) return Outcome::streamed;
   const auto size = static_cast<std::size_t>(total);
   unsigned char magic[2] = {0, 0};
-  const bool gzip = size >= 2 && input.peek(0, reinterpret_cast<char*>(magic), 2) && magic[0] == 0x1f &&
-                    magic[1] == 0x8b;
+  const bool gzip =
+      size >= 2 && input.peek(0, reinterpret_cast<char*>(magic), 2) && magic[0] == 0x1f && magic[1] == 0x8b;
   if (gzip) {
 #if STEPSCOPE_HAVE_LIBDEFLATE
     // 18 bytes: the smallest gzip member (10-byte header, 8-byte trailer).
@@ -314,6 +315,16 @@ bool Decoder::fill_input() {
 }
 
 bool Decoder::next(std::vector<char>& out) {
+  if (!next_chunk(out)) return false;
+  produced_bytes_ += out.size();
+  if (produced_bytes_ <= output_limit_) return true;
+  error_ = limit_error_;
+  over_limit_ = true;
+  out.clear();
+  return false;
+}
+
+bool Decoder::next_chunk(std::vector<char>& out) {
   if (finished_ || !error_.empty()) {
     out.clear();
     return false;
@@ -365,9 +376,8 @@ bool Decoder::next_gzip(std::vector<char>& out) {
     if (in_begin_ == in_end_ && !fill_input()) {
       if (!error_.empty()) return false;
       if (member_open_) {
-        error_ = "gzip stream truncated after " + std::to_string(compressed_bytes_) +
-                 " compressed bytes (" + std::to_string(zs.total_out) +
-                 " bytes of the last member decompressed)";
+        error_ = "gzip stream truncated after " + std::to_string(compressed_bytes_) + " compressed bytes (" +
+                 std::to_string(zs.total_out) + " bytes of the last member decompressed)";
         return false;
       }
       finished_ = true;

@@ -110,10 +110,10 @@ struct InputBytes {
 class WholeDocumentLoader {
  public:
   enum class Outcome : std::uint8_t {
-    loaded,     // `document` holds the JSON
-    streamed,   // not attempted; the input was not touched
-    fallback,   // the input was read into memory but not inflated whole: stream from fallback_input()
-    failed,     // reading the input failed part way (the streaming path words the error)
+    loaded,    // `document` holds the JSON
+    streamed,  // not attempted; the input was not touched
+    fallback,  // the input was read into memory but not inflated whole: stream from fallback_input()
+    failed,    // reading the input failed part way (the streaming path words the error)
   };
 
   // True when this build inflates gzip in one piece (libdeflate).
@@ -148,11 +148,19 @@ class Decoder {
   // error; then error() says which.
   bool next(std::vector<char>& out);
   const std::string& error() const { return error_; }
+  // At most `bytes` of output (ImportOptions::max_json_bytes): past them,
+  // next() fails with `why` as the error and over_limit() is true.
+  void limit_output(std::uint64_t bytes, std::string why) {
+    output_limit_ = bytes;
+    limit_error_ = std::move(why);
+  }
+  bool over_limit() const { return over_limit_; }
   bool gzip() const { return gzip_; }
   std::uint64_t compressed_bytes() const { return compressed_bytes_; }
 
  private:
   bool fill_input();
+  bool next_chunk(std::vector<char>& out);
   bool next_gzip(std::vector<char>& out);
 
   std::unique_ptr<RawInput> input_;
@@ -165,6 +173,10 @@ class Decoder {
   bool member_open_ = false;
   std::string error_;
   std::uint64_t compressed_bytes_ = 0;
+  std::uint64_t produced_bytes_ = 0;
+  std::uint64_t output_limit_ = ~std::uint64_t{0};
+  std::string limit_error_;
+  bool over_limit_ = false;
   struct ZState;
   std::unique_ptr<ZState> z_;
 };
@@ -201,11 +213,8 @@ class PipelinedDecoder {
 // offset for error messages.
 class ChunkStreambuf final : public std::streambuf {
  public:
-  ChunkStreambuf(Decoder& decoder, PipelinedDecoder* pipeline)
-      : decoder_(decoder), pipeline_(pipeline) {}
-  std::uint64_t position() const {
-    return consumed_before_ + static_cast<std::uint64_t>(gptr() - eback());
-  }
+  ChunkStreambuf(Decoder& decoder, PipelinedDecoder* pipeline) : decoder_(decoder), pipeline_(pipeline) {}
+  std::uint64_t position() const { return consumed_before_ + static_cast<std::uint64_t>(gptr() - eback()); }
 
  protected:
   int_type underflow() override;

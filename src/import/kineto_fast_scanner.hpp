@@ -31,8 +31,8 @@
 
 #include "import/byte_source.hpp"
 #include "import/kineto_semantics.hpp"
-#include "stepscope/export.hpp"
 #include "import/trace_import.hpp"
+#include "stepscope/export.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -54,7 +54,9 @@ constexpr std::ptrdiff_t kMaxNumberChars = 64;
 constexpr double kPowersOfTen[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
+inline bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 // Eight ASCII digits (the first in the lowest byte, bytes already minus '0')
 // as their value: combine pairs, then quads, then both halves.
@@ -347,8 +349,8 @@ class FastScanner {
         // KinetoSax checks an event's size at each of its keys, measured from
         // just after '{' to just after the key; staying 16 bytes under the
         // limit leaves any borderline event to the exact parser.
-        event_size_limit_(options.max_event_bytes > kEventSizeMargin ? options.max_event_bytes - kEventSizeMargin
-                                                                     : 0),
+        event_size_limit_(options.max_event_bytes > kEventSizeMargin ? options.max_event_bytes - kEventSizeMargin : 0),
+        max_events_(options.max_events),
         whole_document_(window.whole_document()) {
     p_ = window_.begin();
     end_ = window_.end();
@@ -430,6 +432,9 @@ class FastScanner {
   }
 
   const char* give_up_reason() const { return reason_; }
+  // It gave up at ImportOptions::max_events: the import's answer, not a
+  // reason to try the exact parser.
+  bool over_limit() const { return over_limit_; }
   bool saw_trace_events() const { return saw_trace_events_; }
   std::uint64_t events_seen() const { return events_seen_; }
   // Uncompressed bytes consumed (the whole stream after a successful run).
@@ -500,10 +505,9 @@ class FastScanner {
 #if defined(__SSE2__)
       while (end_ - p_ >= 16) {
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
-        const __m128i blank = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
-                                                        _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
-                                           _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')),
-                                                        _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        const __m128i blank =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                         _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
         const unsigned other = ~static_cast<unsigned>(_mm_movemask_epi8(blank)) & 0xFFFFu;
         if (other != 0) {
           p_ += __builtin_ctz(other);
@@ -552,8 +556,8 @@ class FastScanner {
     const __m128i space = _mm_set1_epi8(0x20);
     while (end - q >= 16) {
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-      const __m128i hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-                                        _mm_cmplt_epi8(v, space));
+      const __m128i hits =
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space));
       const int mask = _mm_movemask_epi8(hits);
       if (mask != 0) return q + __builtin_ctz(static_cast<unsigned>(mask));
       q += 16;
@@ -579,12 +583,10 @@ class FastScanner {
     if (in(c, 0xE1, 0xEC) || c == 0xEE || c == 0xEF)
       return avail >= 3 && in(at(1), 0x80, 0xBF) && in(at(2), 0x80, 0xBF) ? 3 : 0;
     if (c == 0xED) return avail >= 3 && in(at(1), 0x80, 0x9F) && in(at(2), 0x80, 0xBF) ? 3 : 0;
-    if (c == 0xF0)
-      return avail >= 4 && in(at(1), 0x90, 0xBF) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
+    if (c == 0xF0) return avail >= 4 && in(at(1), 0x90, 0xBF) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
     if (in(c, 0xF1, 0xF3))
       return avail >= 4 && in(at(1), 0x80, 0xBF) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
-    if (c == 0xF4)
-      return avail >= 4 && in(at(1), 0x80, 0x8F) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
+    if (c == 0xF4) return avail >= 4 && in(at(1), 0x80, 0x8F) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
     return 0;
   }
 
@@ -630,14 +632,30 @@ class FastScanner {
     if (end_ - p_ < 2) return invalid();
     char decoded = 0;
     switch (p_[1]) {
-      case '"': decoded = '"'; break;
-      case '\\': decoded = '\\'; break;
-      case '/': decoded = '/'; break;
-      case 'b': decoded = '\b'; break;
-      case 'f': decoded = '\f'; break;
-      case 'n': decoded = '\n'; break;
-      case 'r': decoded = '\r'; break;
-      case 't': decoded = '\t'; break;
+      case '"':
+        decoded = '"';
+        break;
+      case '\\':
+        decoded = '\\';
+        break;
+      case '/':
+        decoded = '/';
+        break;
+      case 'b':
+        decoded = '\b';
+        break;
+      case 'f':
+        decoded = '\f';
+        break;
+      case 'n':
+        decoded = '\n';
+        break;
+      case 'r':
+        decoded = '\r';
+        break;
+      case 't':
+        decoded = '\t';
+        break;
       case 'u': {
         if (end_ - p_ < 6) return invalid();
         long cp = hex4(p_ + 2);
@@ -656,7 +674,8 @@ class FastScanner {
         if constexpr (Keep) append_utf8(scratch_, static_cast<unsigned long>(cp));
         return true;
       }
-      default: return invalid();
+      default:
+        return invalid();
     }
     if constexpr (Keep) scratch_.push_back(decoded);
     p_ += 2;
@@ -732,9 +751,9 @@ class FastScanner {
 #if defined(__SSE2__)
     if (end_ - p_ >= 16) {
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
-      const __m128i hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
-                                                     _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-                                        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+      const __m128i hits =
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                       _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
       const int mask = _mm_movemask_epi8(hits);
       if (mask != 0) {
         const int at = __builtin_ctz(static_cast<unsigned>(mask));
@@ -937,7 +956,8 @@ class FastScanner {
           case Key::device_properties:
             if (c == '[') return s.device_properties();
             return s.skip_value(1);
-          default: return s.skip_value(1);
+          default:
+            return s.skip_value(1);
         }
       }
     };
@@ -985,6 +1005,10 @@ class FastScanner {
   }
 
   bool event() {
+    if (events_seen_ >= max_events_) {
+      over_limit_ = true;
+      return give_up("more events than max_events");
+    }
     const std::uint64_t event_start = window_.offset_of(p_) + 1;  // just after '{', as KinetoSax measures
     event_.reset();
     struct Member {
@@ -1019,8 +1043,10 @@ class FastScanner {
     ++events_seen_;
     switch (builder_.finish_event(event_)) {
       case EventVerdict::kept:
-      case EventVerdict::ignored: return true;
-      default: return give_up("an event the importer rejects");
+      case EventVerdict::ignored:
+        return true;
+      default:
+        return give_up("an event the importer rejects");
     }
   }
 
@@ -1094,6 +1120,7 @@ class FastScanner {
   ChunkWindow& window_;
   TraceBuilder& builder_;
   const std::uint64_t event_size_limit_;
+  const std::uint64_t max_events_;
   const bool whole_document_;  // the window is the whole document: views into it stay valid
   std::uint64_t split_offset_ = kNoSplit;
   SplitHandoff* split_ = nullptr;
@@ -1104,6 +1131,7 @@ class FastScanner {
   EventFields event_;
   std::uint64_t events_seen_ = 0;
   bool saw_trace_events_ = false;
+  bool over_limit_ = false;
   const char* reason_ = nullptr;
 };
 

@@ -245,6 +245,7 @@ class KinetoSax {
         }
         return true;
       case Context::events:
+        if (event_index_ >= options_.max_events) return fail(too_many_events(options_.max_events));
         if (!is_object)
           return fail("traceEvents[" + std::to_string(event_index_) + "] must be an object, got array" +
                       " (byte offset " + std::to_string(position_.position()) + ")");
@@ -579,6 +580,7 @@ void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportR
 ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& options) {
   ImportResult result;
   Decoder decoder(std::move(input));
+  decoder.limit_output(options.max_json_bytes, too_many_bytes(options.max_json_bytes));
   std::unique_ptr<PipelinedDecoder> pipeline;
   if (options.pipelined_decompression) {
     pipeline = std::make_unique<PipelinedDecoder>(decoder);
@@ -600,6 +602,10 @@ ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& opt
   result.stats.events_seen = sax.events_seen();
   result.stats.fractional_timestamps = sax.builder().fractional_timestamps();
 
+  if (decoder.over_limit()) {
+    result.error = decoder.error();
+    return result;
+  }
   // A decompression failure explains whatever the JSON parser then tripped on.
   if (!decoder.error().empty()) {
     result.error = (decoder.gzip() ? "gzip: " : "input: ") + decoder.error();
@@ -629,6 +635,7 @@ ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& opt
 bool scan_stream(std::unique_ptr<RawInput> input, const ImportOptions& options, TraceBuilder& builder,
                  ImportResult& result, std::string& reason) {
   Decoder decoder(std::move(input));
+  decoder.limit_output(options.max_json_bytes, too_many_bytes(options.max_json_bytes));
   std::unique_ptr<PipelinedDecoder> pipeline;
   if (options.pipelined_decompression) {
     pipeline = std::make_unique<PipelinedDecoder>(decoder);
@@ -638,6 +645,14 @@ bool scan_stream(std::unique_ptr<RawInput> input, const ImportOptions& options, 
   kineto::FastScanner scanner(options, window, builder);
   const bool scanned = scanner.run();
   pipeline.reset();  // joins the helper: the decoder's state is ours again
+  // A limit is the answer: the exact parser would only reach it again (and
+  // an endless stream behind a FIFO cannot be read from its start again).
+  if (decoder.over_limit()) result.error = decoder.error();
+  if (scanner.over_limit()) result.error = too_many_events(options.max_events);
+  if (!result.error.empty()) {
+    reason = "over a limit";
+    return false;
+  }
   if (!scanned) {
     reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
     return false;
@@ -729,6 +744,11 @@ class SplitHelper final : public kineto::SplitHandoff {
 // large enough and a second thread is allowed (see kineto::SplitHandoff).
 bool scan_document(const WholeDocument& document, const ImportOptions& options, const ImportTuning& tuning,
                    TraceBuilder& builder, ImportResult& result, std::string& reason, ImportDiagnostics* diagnostics) {
+  if (document.size() > options.max_json_bytes) {
+    result.error = too_many_bytes(options.max_json_bytes);
+    reason = "over a limit";
+    return false;
+  }
   ChunkWindow window(document);
   kineto::FastScanner scanner(options, window, builder);
   std::unique_ptr<SplitHelper> helper;
@@ -751,6 +771,12 @@ bool scan_document(const WholeDocument& document, const ImportOptions& options, 
   const bool scanned = scanner.run();
   const bool handed_over = scanner.handed_over();
   if (helper != nullptr && !handed_over) helper->abandon();
+  const std::uint64_t events = scanner.events_seen() + (handed_over ? helper->scanner().events_seen() : 0);
+  if (scanner.over_limit() || events > options.max_events) {
+    result.error = too_many_events(options.max_events);
+    reason = "over a limit";
+    return false;
+  }
   if (!scanned) {
     reason = scanner.give_up_reason() != nullptr ? scanner.give_up_reason() : "unknown";
     return false;
@@ -762,7 +788,7 @@ bool scan_document(const WholeDocument& document, const ImportOptions& options, 
   result.stats.compressed_bytes = document.compressed_bytes();
   result.stats.gzip = document.gzip();
   result.stats.uncompressed_bytes = handed_over ? helper->scanner().position() : scanner.position();
-  result.stats.events_seen = scanner.events_seen() + (handed_over ? helper->scanner().events_seen() : 0);
+  result.stats.events_seen = events;
   if (handed_over) builder.append(helper->builder());
   if (diagnostics != nullptr) {
     diagnostics->whole_document = true;
@@ -819,6 +845,7 @@ ImportResult run_import(std::unique_ptr<RawInput> input, const ReopenInput& reop
       return result;
     }
     if (diagnostics != nullptr) diagnostics->fast_path_gave_up = reason;
+    if (!result.error.empty()) return result;  // a limit of ImportOptions: final
     if (parser == KinetoParser::fast_only) {
       ImportResult failed;
       failed.error = "fast path gave up: " + reason;
@@ -894,6 +921,17 @@ ImportResult import_kineto_buffer_with(std::string_view bytes, const ImportOptio
     };
     return run_import(std::make_unique<MemoryInput>(bytes), reopen, options, parser, diagnostics, tuning);
   });
+}
+
+std::string too_many_events(std::uint64_t max_events) {
+  return "the trace has more than " + std::to_string(max_events) +
+         " events: the import stops there to bound its memory and time (ImportOptions::max_events; "
+         "`stepscope analyze --max-events N` raises it)";
+}
+
+std::string too_many_bytes(std::uint64_t max_json_bytes) {
+  return "the trace has more than " + std::to_string(max_json_bytes) +
+         " bytes of JSON: the import stops there to bound its time (ImportOptions::max_json_bytes)";
 }
 
 }  // namespace detail

@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "stepscope/export.hpp"
 #include "import/trace_import.hpp"
+#include "stepscope/export.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -24,10 +24,10 @@ enum class KinetoParser : std::uint8_t {
 };
 
 struct ImportDiagnostics {
-  bool fast_path_used = false;          // the result came from the fast scanner
-  std::string fast_path_gave_up;        // why it handed over, when it did
-  bool whole_document = false;          // the fast scanner read the JSON whole (not streamed)
-  bool split_parse = false;             // ... and a helper thread parsed its second part
+  bool fast_path_used = false;    // the result came from the fast scanner
+  std::string fast_path_gave_up;  // why it handed over, when it did
+  bool whole_document = false;    // the fast scanner read the JSON whole (not streamed)
+  bool split_parse = false;       // ... and a helper thread parsed its second part
 };
 
 // Where the two-thread parse of a whole document splits; tests move it.
@@ -38,13 +38,15 @@ struct ImportTuning {
   std::int64_t split_search_from = -1;
 };
 
+// The errors of ImportOptions::max_events and max_json_bytes (both parsers).
+std::string too_many_events(std::uint64_t max_events);
+std::string too_many_bytes(std::uint64_t max_json_bytes);
+
 STEPSCOPE_API ImportResult import_kineto_trace_with(const std::string& path, const ImportOptions& options,
-                                                    KinetoParser parser,
-                                                    ImportDiagnostics* diagnostics = nullptr,
+                                                    KinetoParser parser, ImportDiagnostics* diagnostics = nullptr,
                                                     const ImportTuning& tuning = {}) noexcept;
 STEPSCOPE_API ImportResult import_kineto_buffer_with(std::string_view bytes, const ImportOptions& options,
-                                                     KinetoParser parser,
-                                                     ImportDiagnostics* diagnostics = nullptr,
+                                                     KinetoParser parser, ImportDiagnostics* diagnostics = nullptr,
                                                      const ImportTuning& tuning = {}) noexcept;
 
 }  // namespace detail

@@ -53,6 +53,15 @@ struct ImportOptions {
   // chunks, so memory follows what is kept, not the size of the file. 0:
   // always stream.
   std::size_t max_in_memory_json_bytes = 64u << 20;
+  // Bounds on one import, so that a hostile or endless input (a gzip bomb of
+  // identical events, a generator behind a FIFO) ends with an error naming
+  // the limit instead of taking all memory or running forever: at most this
+  // many elements of traceEvents (memory follows the events kept, about 150
+  // bytes each at the peak: docs/benchmarks-import.md, "Memory bound") and at
+  // most this many bytes of JSON. Real traces are far below both (the largest
+  // in tests/data: 0.2 M events, 36 MB).
+  std::uint64_t max_events = 10'000'000;
+  std::uint64_t max_json_bytes = std::uint64_t{8} << 30;
 };
 
 struct ImportStats {
@@ -95,6 +104,11 @@ STEPSCOPE_API ImportResult import_kineto_trace_from_buffer(std::string_view byte
 // Builds the same Report a live run writes, from an imported trace: steps from
 // ProfilerStep#N, phases from user annotations, device facts from the
 // timeline analyses, then the analyzer's verdict. Never throws.
+// analyze_trace_file (stepscope/import.hpp) with the importer's options
+// (`stepscope analyze --max-events`).
+STEPSCOPE_API bool analyze_trace_file(const std::string& path, const ImportOptions& options, Report& out,
+                                      std::string& error) noexcept;
+
 STEPSCOPE_API Report report_from_timeline(const timeline::Timeline& trace, const std::string& source) noexcept;
 
 // The steps report_from_timeline analyses: the trace's ProfilerSteps; in a

@@ -419,8 +419,13 @@ Report report_from_timeline(const Timeline& trace, const std::string& source) no
 }
 
 bool analyze_trace_file(const std::string& path, Report& out, std::string& error) noexcept {
+  return analyze_trace_file(path, ImportOptions{}, out, error);
+}
+
+bool analyze_trace_file(const std::string& path, const ImportOptions& options, Report& out,
+                        std::string& error) noexcept {
   try {
-    ImportResult imported = import_kineto_trace(path);
+    ImportResult imported = import_kineto_trace(path, options);
     if (!imported.ok) {
       error = imported.error;
       return false;

@@ -248,6 +248,51 @@ TEST_CASE("a gzip input is capped while it is decompressed", "[tools][cli][fault
   CHECK(contains(r.err, "bomb.json.gz' decompresses to more than the 256 MiB this tool reads whole"));
 }
 
+TEST_CASE("analyze refuses a gzip bomb of identical events at --max-events, in bounded memory",
+          "[tools][cli][faults]") {
+  TempDir dir;
+  // 4 M identical kernels, each kept: ~400 MB of JSON in ~1.5 MB of gzip, ~500 MB resident if imported whole.
+  gzFile gz = gzopen((dir / "bomb.json.gz").c_str(), "wb9");
+  REQUIRE(gz != nullptr);
+  const std::string head = R"({"traceEvents":[)";
+  REQUIRE(gzwrite(gz, head.data(), static_cast<unsigned>(head.size())) == static_cast<int>(head.size()));
+  std::string block;
+  for (int i = 0; i < 10000; ++i)
+    block += R"({"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1000,"dur":1,"args":{"stream":7}},)";
+  for (int i = 0; i < 400; ++i)
+    REQUIRE(gzwrite(gz, block.data(), static_cast<unsigned>(block.size())) == static_cast<int>(block.size()));
+  const std::string tail = R"({"ph":"i","name":"end","pid":0,"tid":0,"ts":0}]})";
+  REQUIRE(gzwrite(gz, tail.data(), static_cast<unsigned>(tail.size())) == static_cast<int>(tail.size()));
+  REQUIRE(gzclose(gz) == Z_OK);
+  // 400 MiB of address space: far less than importing every event needs.
+  const std::string limit = STEPSCOPE_TEST_ASAN ? "" : "ulimit -v 409600 && ";
+  const auto r = run(dir, "(" + limit + tool() + " analyze bomb.json.gz --max-events 100000 -q)");
+  INFO(r.err);
+  CHECK(r.status == kInputError);
+  CHECK(contains(r.err, "bomb.json.gz: the trace has more than 100000 events"));
+  CHECK(contains(r.err, "--max-events"));
+  CHECK_FALSE(exists(dir / "bomb.stepscope.json"));
+  // A limit that is not a positive number is a usage error.
+  CHECK(run(dir, tool() + " analyze bomb.json.gz --max-events 0").status == 2);
+  CHECK(run(dir, tool() + " analyze bomb.json.gz --max-events lots").status == 2);
+}
+
+TEST_CASE("analyze ends on an endless valid stream of events behind a FIFO", "[tools][cli][faults]") {
+  TempDir dir;
+  REQUIRE(run(dir, "mkfifo endless.json").status == 0);
+  // The writer never ends its traceEvents (yes(1) repeats one event and a newline until the reader leaves).
+  // The harness's timeout only stops a regression from hanging the test; the tool must end by itself.
+  const std::string writer =
+      R"({ printf '{"traceEvents":['; yes '{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1000,"dur":1},'; })"
+      " > endless.json 2>/dev/null & writer=$!; ";
+  const auto r =
+      run(dir, "(" + writer + "timeout 600 " + tool() +
+                   " analyze endless.json --max-events 50000 -q; rc=$?; kill $writer 2>/dev/null; exit $rc)");
+  INFO(r.err);
+  CHECK(r.status == kInputError);
+  CHECK(contains(r.err, "endless.json: the trace has more than 50000 events"));
+}
+
 #if STEPSCOPE_TEST_HAS_MERGE
 TEST_CASE("merge warns when the reports disagree on the world size and counts ranks", "[tools][cli][merge][faults]") {
   TempDir dir;
