@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -291,6 +292,29 @@ TEST_CASE("analyze ends on an endless valid stream of events behind a FIFO", "[t
   INFO(r.err);
   CHECK(r.status == kInputError);
   CHECK(contains(r.err, "endless.json: the trace has more than 50000 events"));
+}
+
+TEST_CASE("trace validate holds one event at a time, not a DOM of the trace", "[tools][cli][faults]") {
+  TempDir dir;
+  // 100 MB of short complete events (~1 M): a DOM of them took ~7x the text (2.3 GB for 193 MiB).
+  std::string text = R"({"traceEvents":[{"ph":"M","name":"process_name","pid":1,"tid":1,"args":{"name":"p"}},)"
+                     R"({"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"t"}})";
+  for (long ts = 0; text.size() < 100'000'000; ts += 20)
+    text += R"(,{"ph":"X","cat":"step","name":"step","pid":1,"tid":1,"ts":)" + std::to_string(ts) + R"(,"dur":10})";
+  text += "]}";
+  spit(dir / "big.json", text);
+  const std::size_t events =
+      std::count(text.begin(), text.end(), '{') - 5;  // the top object, the metadata and their args
+  text = std::string();
+  // 600 MiB of address space: the text, the intervals and the program, not a DOM.
+  const std::string limit = STEPSCOPE_TEST_ASAN ? "" : "ulimit -v 614400 && ";
+  const auto r = run(dir, "(" + limit + tool() + " trace validate big.json)");
+  INFO(r.err);
+  CHECK(r.status == kOk);
+  CHECK(contains(r.out, "big.json: " + std::to_string(events + 2) + " events (" + std::to_string(events) +
+                            " complete, 2 metadata, 0 instant), 1 process, 1 thread, " + std::to_string(events) +
+                            " steps marked"));
+  CHECK(contains(r.out, "valid\n"));
 }
 
 #if STEPSCOPE_TEST_HAS_MERGE
