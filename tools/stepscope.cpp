@@ -240,6 +240,14 @@ bool write_report(const stepscope::Report& report, const std::string& path) {
   return false;
 }
 
+// The report of an analysed trace: derived data, written without fsync (write_trace_report_file).
+bool write_analyzed(const stepscope::Report& report, const std::string& path) {
+  std::string why;
+  if (stepscope::write_trace_report_file(report, path, why)) return true;
+  error("cannot write the report to " + quoted(path) + ": " + why);
+  return false;
+}
+
 bool write_html(const stepscope::Report& report, const std::string& path) {
   std::string why;
   if (stepscope::write_html_report(report, path, why)) return true;
@@ -366,7 +374,7 @@ int cmd_analyze(const Options& o) {
     std::string path = stem(traces[i]) + ".stepscope.json";
     if (!o.out_dir.empty()) path = o.out_dir + "/" + base_name(path);
     if (!o.merge && !o.out.empty()) path = o.out;
-    if (!write_report(reports[i], path)) return kFailure;
+    if (!write_analyzed(reports[i], path)) return kFailure;
     std::fprintf(stderr, "stepscope: report written to %s\n", stepscope::detail::printable(path).c_str());
     if (!o.merge && !o.html.empty()) {
       if (!write_html(reports[i], o.html)) return kFailure;

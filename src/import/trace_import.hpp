@@ -109,6 +109,14 @@ STEPSCOPE_API ImportResult import_kineto_trace_from_buffer(std::string_view byte
 STEPSCOPE_API bool analyze_trace_file(const std::string& path, const ImportOptions& options, Report& out,
                                       std::string& error) noexcept;
 
+// Writes the report of an analysed trace as write_report_file does (atomic
+// rename, links, devices and FIFOs in place) but without the fsync: the
+// report is derived from a trace that is still there, so a machine crash
+// loses nothing one more run does not give back (a compiler does not fsync
+// its output either), and the fsync was 0.2-6 ms of a 30 ms `stepscope
+// analyze` on a shared disk (docs/benchmarks-import.md).
+STEPSCOPE_API bool write_trace_report_file(const Report& report, const std::string& path, std::string& error);
+
 STEPSCOPE_API Report report_from_timeline(const timeline::Timeline& trace, const std::string& source) noexcept;
 
 // The steps report_from_timeline analyses: the trace's ProfilerSteps; in a

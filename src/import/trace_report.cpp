@@ -3,6 +3,7 @@
 #include <stepscope/analysis.hpp>
 #include <stepscope/phase.hpp>
 #include <stepscope/version.hpp>
+#include "core/atomic_file.hpp"
 #include "import/hta_tables.hpp"
 #include "import/phase_operators.hpp"
 #include "import/trace_import.hpp"
@@ -301,7 +302,12 @@ DeviceAnalyses analyse_device(const Timeline& trace, const Timeline& stepped) {
 // destruction), and get() rethrows the helper's exception here.
 class DeviceAnalysesInBackground {
  public:
+  // Below this many ops the analyses cost less than starting a thread
+  // (~0.2 ms here; the V100 trace's 60 k ops take ~1.5 ms).
+  static constexpr std::size_t kMinOpsForThread = 8192;
+
   DeviceAnalysesInBackground(const Timeline& trace, const Timeline& stepped) : trace_(trace), stepped_(stepped) {
+    if (trace.host_ops.size() + trace.device_ops.size() < kMinOpsForThread) return;
     try {
       pending_ = std::async(std::launch::async, [&trace, &stepped] { return analyse_device(trace, stepped); });
     } catch (const std::system_error&) {
@@ -416,6 +422,15 @@ Report report_from_timeline(const Timeline& trace, const std::string& source) no
     r.warnings.push_back("analysis incomplete");
   }
   return r;
+}
+
+bool write_trace_report_file(const Report& report, const std::string& path, std::string& error) {
+  try {
+    return detail::write_file_atomically(path, report_to_json(report) + "\n", error, /*durable=*/false);
+  } catch (const std::exception& e) {
+    error = e.what();
+    return false;
+  }
 }
 
 bool analyze_trace_file(const std::string& path, Report& out, std::string& error) noexcept {
