@@ -183,7 +183,7 @@ options:
   --operators      also print each phase's top operators (aten:: ops and GPU kernels
                    by self time; phases[].top_operators in the report)
   --max-events N   refuse a trace with more than N events (default 10000000, about
-                   1.5 GB of memory at most; also bounds an endless input)
+                   1.3 GB of memory at most; also bounds an endless input)
   -q, --quiet      do not print the summaries
 )";
 
