@@ -34,6 +34,31 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   return h;
 }
 
+double phase_host_ms_per_step(const PhaseSummary& p, const Report& report) {
+  const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
+  return p.self_ms.mean * static_cast<double>(p.count) / steps;
+}
+
+double phase_device_ms_per_step(const PhaseSummary& p, const Report& report) {
+  if (!p.device_ms || p.device_ms->count == 0) return 0;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
+  return p.device_ms->mean * static_cast<double>(p.count) / steps;
+}
+
+ClockFacts clock_facts(const Report& report) {
+  ClockFacts c;
+  const StepStats& s = report.steps;
+  c.device = s.clock == "device" && s.host_breakdown.has_value();
+  c.host_wall_ms = c.device ? s.host_breakdown->wall_ms : s.breakdown.wall_ms;
+  if (!c.device) return c;
+  for (const PhaseSummary& p : report.phases) {
+    if (p.thread_role != ThreadRole::step || p.kind == PhaseKind::input || !p.device_ms) continue;
+    c.host_wait_ms += std::max(0.0, phase_host_ms_per_step(p, report) - phase_device_ms_per_step(p, report));
+  }
+  c.host_paced = c.host_wait_ms < kThresholds.host_wait_paced * std::max(s.breakdown.wall_ms, 1e-9);
+  return c;
+}
+
 FaultFacts fault_facts(const Report& report) {
   FaultFacts f;
   const SystemSignals& s = report.system;
@@ -43,6 +68,14 @@ FaultFacts fault_facts(const Report& report) {
   f.fresh_mib_per_step = f.minor_per_step * 4096.0 / (1024.0 * 1024.0);
   f.kernel_share = clamp01(safe_div(s.cpu_system_s, s.wall_s));
   f.storm = f.minor_per_step >= kThresholds.minor_faults_per_step;
+  const ClockFacts clock = clock_facts(report);
+  if (clock.device) {
+    // The host's waits for the device are the CUDA driver's (kernel time when
+    // it yields or spins in a syscall), not fault cost: left out; and a fault
+    // costs a device-paced step nothing (the host was ahead anyway).
+    f.kernel_share = clamp01(f.kernel_share - safe_div(clock.host_wait_ms, clock.host_wall_ms));
+    f.storm = f.storm && clock.host_paced && f.kernel_share >= kThresholds.device_run_fault_kernel_share;
+  }
   return f;
 }
 
@@ -99,7 +132,10 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   // did not wait for a CPU.
   const double stored_wait = b.cpu_wait_ms, stored_faults = b.page_fault_ms;
   b.cpu_wait_ms = b.page_fault_ms = 0;
-  if (stored_wait > 0 || (sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
+  // On a device-paced step the host's costs are hidden behind the device's
+  // work: the host's CPU wait and faults take nothing from its parts.
+  const bool host_paced = clock_facts(report).host_paced;
+  if (stored_wait > 0 || (host_paced && sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
     PerKind<double>& phases = b.kind_ms;
     // The share of each kind's time its threads were on or waiting for a CPU
     // (sampled for input and compute; the others are assumed runnable).

@@ -30,14 +30,39 @@ struct StepShares {
 // table, HTML and JSON show.
 StepShares step_shares(const Report& report);
 
+// The step's clock (StepStats::clock). On a device-clocked run the host runs
+// ahead of the device and blocks wherever the launch queue fills or a value is
+// read back: a phase's host self time beyond its device time (input phases
+// aside: their host time is the host's own work) is time the host waited for
+// the device, paying for the backlog of the phases before it.
+struct ClockFacts {
+  bool device = false;      // the figures come from the device timeline
+  double host_wall_ms = 0;  // the host-clocked step (its breakdown's wall)
+  double host_wait_ms = 0;  // per step, the host's time waiting for the device
+  // The device waits for the host: the host waited for the device less than
+  // kThresholds.host_wait_paced of the step (always, on host-clocked runs).
+  // Host costs (CPU wait, page faults) cost a step only when it is host-paced.
+  bool host_paced = true;
+};
+ClockFacts clock_facts(const Report& report);
+
+// A phase's host time per step and device time per step (0 without device time).
+double phase_host_ms_per_step(const PhaseSummary& p, const Report& report);
+double phase_device_ms_per_step(const PhaseSummary& p, const Report& report);
+
 // Page-fault facts: minor faults per measured step, the fresh memory they
 // touch (4 KiB pages assumed: the report does not record the page size), and
 // the share of the run's wall time the process spent in the kernel.
 struct FaultFacts {
   double minor_per_step = 0;
   double fresh_mib_per_step = 0;
-  double kernel_share = 0;  // cpu_system_s / wall_s, clamped to [0, 1]
-  bool storm = false;       // minor_per_step >= kThresholds.minor_faults_per_step
+  // cpu_system_s / wall_s, clamped to [0, 1]; on a device-clocked run less
+  // the host's waits for the device (the CUDA driver's blocking waits are
+  // kernel time, not fault cost).
+  double kernel_share = 0;
+  // minor_per_step >= kThresholds.minor_faults_per_step; on a device-clocked
+  // run only where the step is host-paced and the kernel time left is material.
+  bool storm = false;
 };
 FaultFacts fault_facts(const Report& report);
 

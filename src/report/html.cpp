@@ -287,13 +287,21 @@ void breakdown_section(std::string& o, const Report& r) {
         "<table "
         "class=\"stats\"><tr><th>ms/step</th><th>mean</th><th>stddev</th><th>min</th><th>p50</th><th>p90</th><th>p99</"
         "th>"
-        "<th>max</th></tr><tr><td>wall</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr></table>",
+        "<th>max</th></tr><tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>{}</table>",
         s.count, s.count == 1 ? "" : "s", s.warmup_excluded, s.warmup_excluded == 1 ? "" : "s",
         s.warmup_excluded > 0
             ? fmt::format(" (warm-up mean {} ms, max {} ms)", ms(s.warmup_wall_ms.mean), ms(s.warmup_wall_ms.max))
             : "",
-        ms(w.mean), ms(w.stddev), ms(w.min), ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max));
+        s.clock == "device" ? "wall (device)" : "wall", ms(w.mean), ms(w.stddev), ms(w.min), ms(w.p50), ms(w.p90),
+        ms(w.p99), ms(w.max),
+        s.host_wall_ms ? fmt::format("<tr><td>host clock</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+                                     "class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+                                     "class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                                     ms(s.host_wall_ms->mean), ms(s.host_wall_ms->stddev), ms(s.host_wall_ms->min),
+                                     ms(s.host_wall_ms->p50), ms(s.host_wall_ms->p90), ms(s.host_wall_ms->p99),
+                                     ms(s.host_wall_ms->max))
+                       : std::string());
     // Mean breakdown as one horizontal stacked bar (SVG, 1000 units wide).
     // The settled accounting: the same numbers as the verdict and the summary.
     const StepBreakdown settled = settled_breakdown(r);

@@ -225,3 +225,82 @@ TEST_CASE("what-if: a merged job goes at its slowest rank's pace", "[analysis][w
   REQUIRE(alone != nullptr);
   CHECK(alone->step_ms_projected == Approx(11.5));
 }
+
+TEST_CASE("what-if: a background loader's pace bounds the step (issue 29 item 3)", "[analysis][whatif][pipeline]") {
+  // A loader at 40 ms per batch; the step waits 59% of its 40.5 ms for it.
+  Shares s;
+  s.input = 0.59;
+  s.compute = 0.41;
+  Report r = host_report(s, 100, 40.5);
+  add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.59, 0.59 * 40.5);
+  add_phase(r, "train", PhaseKind::compute, ThreadRole::step, 0.41, 0.41 * 40.5);
+  add_phase(r, "load_batch", PhaseKind::input, ThreadRole::background, 0, 40).overlap_with_steps = 0.95;
+  const std::vector<WhatIf> all = project_what_if(r);
+  // Made 2x faster for real: 20.6 ms.
+  const WhatIf* loader_2x = find(all, "load_batch", 2);
+  REQUIRE(loader_2x != nullptr);
+  CHECK(loader_2x->step_ms_projected == Approx(20.6).epsilon(0.05));
+  CHECK(loader_2x->note.find("sets the pace") != std::string::npos);
+  const WhatIf* data_2x = find(all, "data", 2);
+  REQUIRE(data_2x != nullptr);
+  CHECK(data_2x->step_ms_projected == Approx(20.6).epsilon(0.05));
+  // Without the loader's wait the step is its own work.
+  const WhatIf* data_free = find(all, "data", 0);
+  REQUIRE(data_free != nullptr);
+  CHECK(data_free->step_ms_projected == Approx(0.41 * 40.5).epsilon(0.05));
+}
+
+TEST_CASE("what-if: a part never promises more than its whole; CPU wait has its own (issue 32 item 4)",
+          "[analysis][whatif]") {
+  // backward is 90% of the step by the host clock, but 57% of the step was
+  // waiting for a CPU: compute costs 39%.
+  Shares s;
+  s.compute = 0.9;
+  s.other = 0.1;
+  Report r = host_report(s, 100, 100);
+  r.system.runqueue_wait_s = 0.57 * r.system.wall_s;
+  add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.9, 90);
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* kind = find(all, "kind:compute", 0);
+  const WhatIf* backward = find(all, "backward", 0);
+  const WhatIf* cpu_wait = find(all, "cpu_wait", 0);
+  REQUIRE(kind != nullptr);
+  REQUIRE(backward != nullptr);
+  REQUIRE(cpu_wait != nullptr);
+  CHECK(backward->step_change_pct >= kind->step_change_pct - 1e-9);
+  CHECK(backward->share <= kind->share + 1e-9);
+  CHECK(kind->step_change_pct == Approx(-100 * settled_breakdown(r).kind_ms[PhaseKind::compute] / 100));
+  CHECK(cpu_wait->step_change_pct == Approx(-57).margin(0.5));
+  for (const WhatIf& w : all) CHECK(w.step_change_pct >= -100);
+}
+
+TEST_CASE("what-if: a device-clocked step is the slower of the host's issue work and the device",
+          "[analysis][whatif][pipeline]") {
+  // The H200's slow-input loop: the host waits 40 ms for data, then launches
+  // 3.65 ms of work the device runs in 8.7 ms, overlapping the next fetch.
+  // The device's data phase is 35.1 ms (the fetch less the hidden backlog).
+  Shares s;
+  s.input = 35.1 / 43.8;
+  s.compute = 8.7 / 43.8;
+  Report r = host_report(s, 100, 43.8);
+  r.steps.clock = "device";
+  Shares h;
+  h.input = 40 / 43.65;
+  h.compute = 3.65 / 43.65;
+  r.steps.host_breakdown = host_report(h, 100, 43.65).steps.breakdown;
+  PhaseSummary& data = add_phase(r, "data", PhaseKind::input, ThreadRole::step, 35.1 / 43.8, 40);
+  data.device_ms = dist(35.1, 0.1, data.count);
+  PhaseSummary& train = add_phase(r, "train", PhaseKind::compute, ThreadRole::step, 8.7 / 43.8, 3.65);
+  train.device_ms = dist(8.7, 0.1, train.count);
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* data_free = find(all, "data", 0);
+  REQUIRE(data_free != nullptr);
+  CHECK(data_free->step_ms_projected == Approx(8.7).epsilon(0.1));  // the GPU's own work, not 3.65
+  const WhatIf* data_2x = find(all, "data", 2);
+  REQUIRE(data_2x != nullptr);
+  CHECK(data_2x->step_ms_projected == Approx(23.65).epsilon(0.1));
+  // Kernels twice as fast: the step is still the host's fetch.
+  const WhatIf* compute_2x = find(all, "kind:compute", 2);
+  REQUIRE(compute_2x != nullptr);
+  CHECK(compute_2x->step_change_pct > -2);
+}
