@@ -212,13 +212,13 @@ int input(int steps) {
 // wherever the queue fills (the optimizer's many small launches queue behind
 // the backward's long kernels). With `item`, each step ends reading the loss
 // back (loss.item(): a synchronous 4-byte copy that waits for the step's work).
-// Device truth per step: 4 x 2.25 + 4 x 4.05 + 40 x 0.006 = 25.44 ms (the
-// H200's 8.48 ms three times over, so that a host starved of CPU on a busy
-// machine still runs ahead); the optimizer's 0.24 ms of it is 0.9%.
+// Device truth per step: 4 x 7.5 + 4 x 13.5 + 40 x 0.02 = 84.8 ms (the
+// H200's 8.48 ms ten times over, so that a host starved of CPU on a busy
+// 2-core machine still runs ahead); the optimizer's 0.8 ms of it is 0.9%.
 int behind(int steps, bool item) {
-  simcuda::set_kernel_ns("forward", 2'250'000);
-  simcuda::set_kernel_ns("long", 4'050'000);
-  simcuda::set_kernel_ns("tiny", 6'000);
+  simcuda::set_kernel_ns("forward", 7'500'000);
+  simcuda::set_kernel_ns("long", 13'500'000);
+  simcuda::set_kernel_ns("tiny", 20'000);
   void* loss_device = nullptr;
   if (cudaMalloc(&loss_device, sizeof(float)) != cudaSuccess) return 2;
   float loss = 0;
