@@ -493,17 +493,29 @@ void Aggregator::add_device_time(const PhaseSite* site, bool in_step, std::uint6
 // ended, so it holds the GPU idle the phase caused (an input wait, launch
 // gaps, a synchronous copy) and none of the time the host spent blocked there
 // while the device worked off earlier phases' backlog. The period is the
-// larger of the device's step and the host's (a host-bound loop leaves the
-// device idle between steps); the host-clocked figures stay beside them.
+// device's step where the host waits for it, else the larger of the device's
+// step and the host's (a host-bound loop leaves the device idle between
+// steps); the host-clocked figures stay beside them.
 void Aggregator::fill_device_clock(Report& report) const {
   StepStats& s = report.steps;
   const std::uint64_t timed = step_device_.moments.count();
   if (s.count == 0 || timed == 0 || timed * 10 < s.count * 9) return;
   const Distribution device = step_device_.to_distribution_ms();
   const StepBreakdown host = s.breakdown;
+  // The host's time waiting for the device per step: step phases' host self
+  // time beyond their device time (input phases' is their own work). Where
+  // it is a tenth of the step the device paces it, and the host's mean (its
+  // measured steps start while the queue fills, a few device steps earlier)
+  // says nothing of the period.
+  const double measured = static_cast<double>(s.count);
+  double host_wait = 0;
+  for (const PhaseSummary& p : report.phases)
+    if (p.thread_role == ThreadRole::step && p.kind != PhaseKind::input && p.device_ms)
+      host_wait += std::max(0.0, (p.self_ms.mean - p.device_ms->mean) * static_cast<double>(p.count) / measured);
+  const bool device_paced = host_wait >= 0.1 * host.wall_ms;  // kThresholds.host_wait_paced (analysis)
   StepBreakdown& b = s.breakdown;
   b = StepBreakdown{};
-  b.wall_ms = std::max(device.mean, host.wall_ms);
+  b.wall_ms = device_paced ? device.mean : std::max(device.mean, host.wall_ms);
   // The host's time between steps shows only where the device did not hide it.
   const double gap = host.between_steps_ms + host.between_steps_input_ms;
   const double between = std::clamp(b.wall_ms - device.mean, 0.0, gap);
@@ -525,7 +537,6 @@ void Aggregator::fill_device_clock(Report& report) const {
   s.wall_ms = device;
   s.histogram = step_device_.histogram.to_data();
   s.clock = "device";
-  const double measured = static_cast<double>(s.count);
   for (PhaseSummary& p : report.phases) {
     if (p.thread_role != ThreadRole::step || !p.device_ms || p.device_ms->count == 0) continue;
     p.host_share_of_step = p.share_of_step;
