@@ -11,13 +11,14 @@ namespace stepscope {
 inline namespace v1 {
 namespace detail {
 
-double clamp01(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0; }
+double clamp01(double v) {
+  return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0;
+}
 
 double safe_div(double a, double b) {
   if (b == 0 || !std::isfinite(a) || !std::isfinite(b)) return 0;
   return a / b;
 }
-
 
 double mean_step_ms(const Report& report) {
   if (report.steps.breakdown.wall_ms > 0) return report.steps.breakdown.wall_ms;
@@ -144,7 +145,7 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
     if (sys.input_on_cpu_fraction >= 0) runnable[PhaseKind::input] = clamp01(sys.input_on_cpu_fraction);
     if (sys.compute_on_cpu_fraction >= 0) runnable[PhaseKind::compute] = clamp01(sys.compute_on_cpu_fraction);
     const double outside = std::max(0.0, b.unattributed_ms);  // runnable as far as anyone knows
-    double exposed = outside;  // step time in which waiting for a CPU was possible
+    double exposed = outside;                                 // step time in which waiting for a CPU was possible
     for (PhaseKind k : kPhaseKinds) exposed += std::max(0.0, phases[k]) * runnable[k];
     const double wait = std::min(
         stored_wait > 0 ? stored_wait : clamp01(safe_div(sys.runqueue_wait_s, sys.wall_s)) * b.wall_ms, exposed);
@@ -180,7 +181,9 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
 
 }  // namespace
 
-StepBreakdown settled_breakdown(const Report& report) { return settle(report.steps.breakdown, report); }
+StepBreakdown settled_breakdown(const Report& report) {
+  return settle(report.steps.breakdown, report);
+}
 
 }  // namespace detail
 }  // namespace v1

@@ -20,8 +20,8 @@ struct StepShares {
   double wall_ms = 0;  // mean step time they are fractions of
   double input = 0, compute = 0, memory = 0, communication = 0, other = 0;
   double unattributed = 0;
-  double cpu_wait = 0;    // carved out of the phases: waiting for a CPU (scheduling)
-  double page_fault = 0;  // carved out of the other parts: kernel time faulting pages (memory)
+  double cpu_wait = 0;          // carved out of the phases: waiting for a CPU (scheduling)
+  double page_fault = 0;        // carved out of the other parts: kernel time faulting pages (memory)
   double between_steps = 0;     // on the step thread between steps, in no input phase
   bool from_breakdown = false;  // false: summed from phases' share_of_step
 };
@@ -71,7 +71,7 @@ FaultFacts fault_facts(const Report& report);
 // threads here would not help). -1 where the report cannot tell.
 struct CpuHolders {
   double own_cores = -1, other_cores = -1;
-  int cores = 0;            // available to this process (cgroup / affinity), else online
+  int cores = 0;             // available to this process (cgroup / affinity), else online
   bool others_hold = false;  // others used >= other_processes_busy of the machine while this process fit its cores
 };
 CpuHolders cpu_holders(const SystemSignals& s);
@@ -105,17 +105,17 @@ struct DeviceFacts {
   double busy = 0;       // device_busy_fraction (or 1 - idle)
   double idle = 0;       // device_idle_fraction (or 1 - busy)
   bool has_idle_host_input = false;
-  double idle_host_input = 0;   // idle while the host was in an input phase
-  double idle_launch = 0;       // idle while the host was launching / in framework ops
-  double idle_sync = 0;         // idle while the host blocked in a sync with nothing queued
-  std::optional<double> compute;           // union of compute kernels
-  std::optional<double> exposed_comm;      // comm kernels not overlapped by compute
-  std::optional<double> memcpy;            // device time in copies
-  std::optional<double> pageable_memcpy;   // device time in copies from pageable memory
-  std::optional<double> short_kernels;     // of kernels, shorter than launch
+  double idle_host_input = 0;             // idle while the host was in an input phase
+  double idle_launch = 0;                 // idle while the host was launching / in framework ops
+  double idle_sync = 0;                   // idle while the host blocked in a sync with nothing queued
+  std::optional<double> compute;          // union of compute kernels
+  std::optional<double> exposed_comm;     // comm kernels not overlapped by compute
+  std::optional<double> memcpy;           // device time in copies
+  std::optional<double> pageable_memcpy;  // device time in copies from pageable memory
+  std::optional<double> short_kernels;    // of kernels, shorter than launch
   std::optional<double> kernels_per_step;
   std::optional<double> launch_delay_p50_us;  // median delay between a launch call and its kernel
-  bool idle_causes_rescaled = false;  // causes were given as fractions of idle time
+  bool idle_causes_rescaled = false;          // causes were given as fractions of idle time
 };
 
 DeviceFacts device_facts(const Report& report);

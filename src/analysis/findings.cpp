@@ -372,22 +372,22 @@ void host_waits_for_device(const Report& r, std::vector<Finding>& out) {
     if (wait < kThresholds.host_wait_phase_share * step_ms || wait < 0.5 * host) continue;
     std::string where;
     if (behind != nullptr)
-      where = fmt::format(" The device work behind it is mostly in '{}' ({:.2f} ms per step on the device, {:.2f} ms "
-                          "on the host clock).",
-                          behind->name, detail::phase_device_ms_per_step(*behind, r),
-                          detail::phase_host_ms_per_step(*behind, r));
-    out.push_back(make("host_waits_for_device", "info",
-                       fmt::format("The host waits for the GPU in '{}': {:.2f} ms per step on the host clock ({:.0f}% "
-                                   "of the host's step), {:.2f} ms on the device. This is where the backlog is paid "
-                                   "(a value read back, a synchronize, a full launch queue), not the cost of '{}': "
-                                   "its share of the step is its device time.{}",
-                                   p.name, host, 100 * detail::safe_div(host, clock.host_wall_ms), device, p.name,
-                                   where),
-                       {{"host_ms", host},
-                        {"device_ms", device},
-                        {"wait_ms", wait},
-                        {"wait_share", wait / step_ms},
-                        {"behind_device_ms", behind != nullptr ? detail::phase_device_ms_per_step(*behind, r) : 0}}));
+      where = fmt::format(
+          " The device work behind it is mostly in '{}' ({:.2f} ms per step on the device, {:.2f} ms "
+          "on the host clock).",
+          behind->name, detail::phase_device_ms_per_step(*behind, r), detail::phase_host_ms_per_step(*behind, r));
+    out.push_back(
+        make("host_waits_for_device", "info",
+             fmt::format("The host waits for the GPU in '{}': {:.2f} ms per step on the host clock ({:.0f}% "
+                         "of the host's step), {:.2f} ms on the device. This is where the backlog is paid "
+                         "(a value read back, a synchronize, a full launch queue), not the cost of '{}': "
+                         "its share of the step is its device time.{}",
+                         p.name, host, 100 * detail::safe_div(host, clock.host_wall_ms), device, p.name, where),
+             {{"host_ms", host},
+              {"device_ms", device},
+              {"wait_ms", wait},
+              {"wait_share", wait / step_ms},
+              {"behind_device_ms", behind != nullptr ? detail::phase_device_ms_per_step(*behind, r) : 0}}));
   }
 }
 

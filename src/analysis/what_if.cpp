@@ -111,9 +111,9 @@ Pipeline pipeline(const Report& facts) {
 // What a target costs per step on each side of the pipeline.
 struct Part {
   std::string target;
-  double share = 0;      // of the step: what the summary shows for it
-  double host = 0;       // host cost, ms per step
-  double device = 0;     // device time, ms per step (device-clocked runs)
+  double share = 0;          // of the step: what the summary shows for it
+  double host = 0;           // host cost, ms per step
+  double device = 0;         // device time, ms per step (device-clocked runs)
   bool device_work = false;  // kernels / copies / collectives: k× faster leaves the launches
   bool feed = false;         // the step's wait for a background loader that sets the pace
   std::string note;
@@ -158,13 +158,14 @@ Part phase_part(const Report& facts, const Pipeline& pl, const PhaseSummary& p) 
   part.device = detail::phase_device_ms_per_step(p, facts);
   part.device_work = is_device_kind(p.kind);
   if (p.device_ms && p.device_ms->count * 10 < p.count * 9)
-    part.note = fmt::format("not projected: only {} of its {} occurrences have device time", p.device_ms->count,
-                            p.count);
+    part.note =
+        fmt::format("not projected: only {} of its {} occurrences have device time", p.device_ms->count, p.count);
   else
-    part.note = fmt::format("device {:.2f} ms, host {:.2f} ms per step: the step is max(host issue {:.2f}, device "
-                            "{:.2f}) ms{}",
-                            part.device, detail::phase_host_ms_per_step(p, facts), pl.host, pl.device_ms,
-                            pl.exposed > 0 ? fmt::format(" + {:.2f} ms exposed", pl.exposed) : "");
+    part.note = fmt::format(
+        "device {:.2f} ms, host {:.2f} ms per step: the step is max(host issue {:.2f}, device "
+        "{:.2f}) ms{}",
+        part.device, detail::phase_host_ms_per_step(p, facts), pl.host, pl.device_ms,
+        pl.exposed > 0 ? fmt::format(" + {:.2f} ms exposed", pl.exposed) : "");
   return part;
 }
 
@@ -222,9 +223,10 @@ std::optional<Part> launch_part(const Report& facts, const Pipeline& pl) {
   part.note = fmt::format(
       "the GPU idles {:.2f} ms per step while the host launches{}: what CUDA graphs, fusing kernels or "
       "torch.compile can save (the host's launch rate bounds this loop, not the kernels)",
-      part.host, kernels > 0 ? fmt::format(" ({:.0f} kernels per step, {:.1f} us of idle each)", kernels,
-                                           1000.0 * part.host / kernels)
-                             : "");
+      part.host,
+      kernels > 0
+          ? fmt::format(" ({:.0f} kernels per step, {:.1f} us of idle each)", kernels, 1000.0 * part.host / kernels)
+          : "");
   return part;
 }
 
@@ -287,8 +289,7 @@ void background_what_if(const Report& facts, const Pipeline& pl, const PhaseSumm
       w.note = fmt::format(
           "background phase: its {:.1f}% of step-equivalent work is overlapped with the step{}; "
           "making it faster does not shorten the step unless the step starts waiting for it",
-          100 * work_share,
-          p.overlap_with_steps ? fmt::format(" ({:.0f}% overlap)", 100 * *p.overlap_with_steps) : "");
+          100 * work_share, p.overlap_with_steps ? fmt::format(" ({:.0f}% overlap)", 100 * *p.overlap_with_steps) : "");
     }
     out.push_back(w);
   }
@@ -305,7 +306,8 @@ void no_part_beyond_its_whole(const Report& facts, std::vector<WhatIf>& out) {
     if (phase == nullptr) continue;
     const std::string kind = std::string("kind:") + phase_kind_name(phase->kind);
     for (const WhatIf& whole : out) {
-      if (whole.target != kind || whole.speedup != w.speedup || whole.step_ms_projected <= w.step_ms_projected) continue;
+      if (whole.target != kind || whole.speedup != w.speedup || whole.step_ms_projected <= w.step_ms_projected)
+        continue;
       w.step_ms_projected = whole.step_ms_projected;
       w.step_change_pct = whole.step_change_pct;
       w.share = std::min(w.share, whole.share);
@@ -322,8 +324,7 @@ bool is_input_target(const std::string& target, const Report& facts) {
 
 // Applies the loader bound to a projection and says which bound holds.
 void bound_by_loader(WhatIf& w, double loader_ms) {
-  const std::string change =
-      w.speedup == 0 ? w.target + " free" : fmt::format("{} {:g}x faster", w.target, w.speedup);
+  const std::string change = w.speedup == 0 ? w.target + " free" : fmt::format("{} {:g}x faster", w.target, w.speedup);
   std::string bound;
   if (w.step_ms_projected < loader_ms) {
     w.step_ms_projected = loader_ms;
@@ -365,15 +366,15 @@ void bound_by_ranks(WhatIf& w, const MultiRank& m) {
   }
   const double collective = m.comm_collective_ms * (communication ? 1.0 - saved : 1.0);
   const double bound = pace + collective;
-  const std::string change =
-      w.speedup == 0 ? w.target + " free" : fmt::format("{} {:g}x faster", w.target, w.speedup);
+  const std::string change = w.speedup == 0 ? w.target + " free" : fmt::format("{} {:g}x faster", w.target, w.speedup);
   std::string note;
   if (w.step_ms_projected < bound) {
     w.step_ms_projected = bound;
     w.step_change_pct = w.step_ms_now > 0 ? 100.0 * (bound - w.step_ms_now) / w.step_ms_now : 0.0;
-    note = fmt::format("{} on every rank: {:.2f} -> {:.2f} ms, then bound by the slowest rank: rank {} needs "
-                       "{:.2f} ms per step outside communication, the collective {:.2f} ms",
-                       change, w.step_ms_now, bound, slowest, pace, collective);
+    note = fmt::format(
+        "{} on every rank: {:.2f} -> {:.2f} ms, then bound by the slowest rank: rank {} needs "
+        "{:.2f} ms per step outside communication, the collective {:.2f} ms",
+        change, w.step_ms_now, bound, slowest, pace, collective);
   } else {
     note = fmt::format("{} on every rank: the slowest rank (rank {}, {:.2f} ms outside communication) keeps pace",
                        change, slowest, pace);
@@ -401,8 +402,7 @@ std::vector<WhatIf> project_what_if(const Report& facts) {
   for (const Part& part : kind_parts(facts, pl))
     if (part.share >= min_share)
       for (double k : kSpeedups) out.push_back(project(pl, part, k));
-  if (const std::optional<Part> launch = launch_part(facts, pl))
-    out.push_back(project(pl, *launch, 0.0));
+  if (const std::optional<Part> launch = launch_part(facts, pl)) out.push_back(project(pl, *launch, 0.0));
 
   // What feeds the step bounds every projection but those of the feed itself.
   if (pl.loader > 0)
@@ -415,9 +415,8 @@ std::vector<WhatIf> project_what_if(const Report& facts) {
   no_part_beyond_its_whole(facts, out);
 
   // Largest possible gain first; stable so phases precede kinds on ties.
-  std::stable_sort(out.begin(), out.end(), [](const WhatIf& a, const WhatIf& b) {
-    return a.step_change_pct < b.step_change_pct;
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const WhatIf& a, const WhatIf& b) { return a.step_change_pct < b.step_change_pct; });
   return out;
 }
 

@@ -931,7 +931,8 @@ Report report_from(const json& document) {
   r.steps.loop_first_max_ms = get_num(steps, "loop_first_max_ms");
   r.steps.clock = get_str(steps, "clock", "host") == "device" ? "device" : "host";  // "host" in reports that predate it
   if (steps.find("host_wall_ms") != nullptr) r.steps.host_wall_ms = dist_from(get_obj(steps, "host_wall_ms"));
-  if (steps.find("host_breakdown") != nullptr) r.steps.host_breakdown = breakdown_from(get_obj(steps, "host_breakdown"));
+  if (steps.find("host_breakdown") != nullptr)
+    r.steps.host_breakdown = breakdown_from(get_obj(steps, "host_breakdown"));
   for (const Field& x : get_arr(steps, "slowest")) {  // absent in reports that predate it
     if (r.steps.slowest.size() >= StepStats::kSlowestStepsKept) break;
     r.steps.slowest.push_back(slow_step_from(x));

@@ -48,9 +48,10 @@ std::string format_summary(const Report& r) {
         r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max,
         device ? ", paced by the device" : ""));
     if (const auto& h = r.steps.host_wall_ms)
-      line(fmt::format("  host clock: {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}): where the host ran ahead "
-                       "of the GPU and waited",
-                       h->mean, h->p50, h->p90, h->p99));
+      line(
+          fmt::format("  host clock: {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}): where the host ran ahead "
+                      "of the GPU and waited",
+                      h->mean, h->p50, h->p90, h->p99));
     if (r.steps.unended_excluded > 0)
       line(
           fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
@@ -96,9 +97,9 @@ std::string format_summary(const Report& r) {
                        p.host_ms.mean, p.host_ms.p50, p.host_ms.p99, p.self_ms.mean, share));
       if (p.device_ms)
         line(fmt::format("  {:<20} device: mean {:.3f} ms, p99 {:.3f} ms{}", "", p.device_ms->mean, p.device_ms->p99,
-                         p.host_share_of_step ? fmt::format(" (share on the device; host clock {:.1f}%)",
-                                                            *p.host_share_of_step * 100)
-                                              : ""));
+                         p.host_share_of_step
+                             ? fmt::format(" (share on the device; host clock {:.1f}%)", *p.host_share_of_step * 100)
+                             : ""));
       for (const auto& site : p.sites)
         line(fmt::format("    at {} — {} × mean {:.3f} ms, p50 {:.3f}, p99 {:.3f}", detail::call_site_label(site),
                          site.host_ms.count, site.host_ms.mean, site.host_ms.p50, site.host_ms.p99));

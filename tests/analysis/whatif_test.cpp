@@ -132,7 +132,7 @@ TEST_CASE("what-if: bounded by the background loader's time per batch", "[analys
     const char* note;
   };
   for (const Row& row : {Row{2.5, 1, 2.5, 2.5, "then input-bound: the loader needs 2.50 ms per batch"},
-                         Row{2.5, 2, 1.9, 1.25, nullptr},   // two workers: 1.25 ms per batch
+                         Row{2.5, 2, 1.9, 1.25, nullptr},  // two workers: 1.25 ms per batch
                          Row{1.0, 1, 1.9, 1.0, "keeps up"}}) {
     Shares s;
     s.input = 0.0;

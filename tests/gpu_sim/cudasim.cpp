@@ -629,7 +629,8 @@ void sleep_until(std::int64_t t) {
 // A full launch queue (STEPSCOPE_SIM_LAUNCH_QUEUE): the host waits, without
 // the lock, until the oldest operation in flight on `st` ends.
 std::size_t launch_queue_depth() {
-  static const auto depth = static_cast<std::size_t>(std::max<std::int64_t>(0, env_int("STEPSCOPE_SIM_LAUNCH_QUEUE", 0)));
+  static const auto depth =
+      static_cast<std::size_t>(std::max<std::int64_t>(0, env_int("STEPSCOPE_SIM_LAUNCH_QUEUE", 0)));
   return depth;
 }
 void wait_for_queue_slot(std::unique_lock<std::mutex>& lock, Sim& s, Stream& st) {

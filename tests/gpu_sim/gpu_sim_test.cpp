@@ -528,7 +528,7 @@ TEST_CASE("device-true accounting: a device that runs behind the host", "[gpu-si
   REQUIRE(optimizer->host_share_of_step.has_value());
   if (steady) CHECK(backward->share_of_step == Approx(kBehindBackwardMs / kBehindStepMs).epsilon(0.1));
   CHECK(optimizer->share_of_step < (steady ? 0.03 : 0.1));  // truth 0.9%
-  CHECK(*optimizer->host_share_of_step > 0.2);  // where the host paid for the backlog
+  CHECK(*optimizer->host_share_of_step > 0.2);              // where the host paid for the backlog
   const StepBreakdown settled = settled_breakdown(r);
   if (steady) CHECK(settled.kind_ms[PhaseKind::compute] == Approx(kBehindStepMs).epsilon(0.1));
 
