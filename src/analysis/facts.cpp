@@ -74,7 +74,12 @@ FaultFacts fault_facts(const Report& report) {
     // The host's waits for the device are the CUDA driver's (kernel time when
     // it yields or spins in a syscall), not fault cost: left out; and a fault
     // costs a device-paced step nothing (the host was ahead anyway).
-    f.kernel_share = clamp01(f.kernel_share - safe_div(clock.host_wait_ms, clock.host_wall_ms));
+    // CUPTI's synchronisation records time the waits in sync calls (run
+    // total, warm-up included): the larger of the two estimates is taken out.
+    const double steps_run = static_cast<double>(report.steps.count + report.steps.warmup_excluded);
+    const double sync_ms = safe_div(report.device.facts.cupti.cupti_sync_ms.value_or(0), std::max(steps_run, 1.0));
+    const double driver_wait_ms = std::max(clock.host_wait_ms, std::isfinite(sync_ms) ? sync_ms : 0.0);
+    f.kernel_share = clamp01(f.kernel_share - safe_div(driver_wait_ms, clock.host_wall_ms));
     f.storm = f.storm && clock.host_paced && f.kernel_share >= kThresholds.device_run_fault_kernel_share;
   }
   return f;

@@ -563,7 +563,7 @@ TEST_CASE("device-true accounting: a device that runs behind the host", "[gpu-si
 
 TEST_CASE("device-true accounting: loss.item() is where the host waits", "[gpu-sim][accounting]") {
   Run run;
-  probe(run, "behind-item 15", "STEPSCOPE_SIM_DRIVER_WAIT=spin");
+  probe(run, "behind-item 15", "STEPSCOPE_SIM_DRIVER_WAIT=spin STEPSCOPE_SIM_DRIVER_WAIT_FAULT_PAGES=1500");
   const Report& r = run.report;
   INFO(format_summary(r));
   REQUIRE(r.steps.clock == "device");
@@ -581,6 +581,10 @@ TEST_CASE("device-true accounting: loss.item() is where the host waits", "[gpu-s
   REQUIRE(wait != nullptr);
   CHECK(wait->message.find("'loss_item'") != std::string::npos);
   CHECK(wait->message.find("'backward'") != std::string::npos);
+  // The wait in loss.item() is the driver's kernel time and faults: no storm.
+  CHECK(static_cast<double>(r.system.minor_faults) / static_cast<double>(r.steps.count) >= 1000);
+  CHECK_FALSE(has_finding(r, "page_fault_storm"));
+  CHECK(settled_breakdown(r).page_fault_ms == 0);
 }
 
 TEST_CASE("device-true accounting: a launch-bound loop's lever is the host", "[gpu-sim][accounting]") {
