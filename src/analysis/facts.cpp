@@ -35,6 +35,10 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   return h;
 }
 
+const Distribution& clocked_ms(const PhaseSummary& p) {
+  return p.host_share_of_step && p.device_ms && p.device_ms->count > 0 ? *p.device_ms : p.host_ms;
+}
+
 double phase_host_ms_per_step(const PhaseSummary& p, const Report& report) {
   const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
   return p.self_ms.mean * static_cast<double>(p.count) / steps;

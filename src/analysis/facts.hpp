@@ -46,6 +46,11 @@ struct ClockFacts {
 };
 ClockFacts clock_facts(const Report& report);
 
+// A phase's time on its report's clock: device_ms where the device clocks it
+// (steps.clock "device" marks such phases with host_share_of_step), else
+// host_ms. What `diff` compares.
+const Distribution& clocked_ms(const PhaseSummary& p);
+
 // A phase's host time per step and device time per step (0 without device time).
 double phase_host_ms_per_step(const PhaseSummary& p, const Report& report);
 double phase_device_ms_per_step(const PhaseSummary& p, const Report& report);
