@@ -596,7 +596,8 @@ void phases_section(std::string& o, const Report& r) {
        "axis: "
        "whiskers min–p99, box p50–p90, dot max. The small histogram is the full distribution (log-spaced bins, "
        "square-root heights). "
-       "Self = exclusive of nested phases. Share = self time as a fraction of step time (step-thread phases); "
+       "Self = exclusive of nested phases. Share = self time as a fraction of step time (step-thread phases; on a "
+       "device-clocked run, the phase's device time, with the host clock's share beside it); "
        "background "
        "phases show how much of their time overlapped a step instead. Click a column header to sort.</p>";
   o += "<table id=\"phase-table\" class=\"phases "
@@ -607,9 +608,11 @@ void phases_section(std::string& o, const Report& r) {
                    ms(std::pow(10, log_lo)), ms(std::pow(10, log_hi)));
   for (const auto& p : r.phases) {
     const auto& d = p.host_ms;
-    const std::string share = p.thread_role == ThreadRole::step
-                                  ? pct(p.share_of_step)
-                                  : (p.overlap_with_steps ? "overlap " + pct(*p.overlap_with_steps) : std::string("–"));
+    // Device-clocked runs: the share is the device's; the host clock's beside it.
+    const std::string share =
+        p.thread_role == ThreadRole::step
+            ? pct(p.share_of_step) + (p.host_share_of_step ? " (host " + pct(*p.host_share_of_step) + ")" : "")
+            : (p.overlap_with_steps ? "overlap " + pct(*p.overlap_with_steps) : std::string("–"));
     const double share_sort = p.thread_role == ThreadRole::step ? p.share_of_step : -1;
     o += fmt::format(
         "<tr><td class=\"name\">{}</td><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td>{}</td>"

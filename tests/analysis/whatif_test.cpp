@@ -304,3 +304,23 @@ TEST_CASE("what-if: a device-clocked step is the slower of the host's issue work
   REQUIRE(compute_2x != nullptr);
   CHECK(compute_2x->step_change_pct > -2);
 }
+
+TEST_CASE("what-if: a projection the data cannot support says so", "[analysis][whatif][pipeline]") {
+  // A device-clocked step whose 'forward' has device time on a third of its
+  // occurrences: its device share is not known, so no number is projected.
+  Shares s;
+  s.compute = 1.0;
+  Report r = host_report(s, 90, 10);
+  r.steps.clock = "device";
+  r.steps.host_breakdown = r.steps.breakdown;
+  PhaseSummary& fwd = add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.5, 5);
+  fwd.device_ms = dist(5, 0.1, fwd.count / 3);
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* w = find(all, "forward", 0);
+  REQUIRE(w != nullptr);
+  CHECK(w->note.rfind("not projected", 0) == 0);
+  CHECK(w->step_ms_projected == Approx(w->step_ms_now));
+  // The summary says so instead of printing a number.
+  r.what_if = {*w};
+  CHECK(format_summary(r).find("what if forward were free: not projected") != std::string::npos);
+}
