@@ -148,6 +148,11 @@ struct PhaseSummary {
   std::uint64_t sites_merged = 0;
   // Imported traces: the phase's top cpu_ops, then its top kernels, each by self time.
   std::vector<OperatorTime> top_operators;
+  // With StepStats::clock "device": share_of_step is the phase's device time
+  // (outermost phases: the device time it accounts for, the GPU idle it
+  // causes included) over the device-paced step, and this is its host self
+  // time's share, kept beside it. Absent on host-clocked runs.
+  std::optional<double> host_share_of_step;
 };
 
 // Mean milliseconds per measured step, by what the step thread was doing.
@@ -232,6 +237,16 @@ struct StepStats {
   // imported traces and in reports that predate it.
   static constexpr std::size_t kSlowestStepsKept = 32;
   std::vector<SlowStep> slowest;
+  // Which clock paces wall_ms, histogram and breakdown: "host", or "device"
+  // when the steps have device time (a GPU run timed by CUDA events): then a
+  // step is what the device's step boundaries say, its parts are the device
+  // time each kind accounts for (docs/gpu.md, "Device-true accounting"), and
+  // the host-clocked figures are kept beside them (below). On a loop that
+  // launches without waiting the host runs ahead and pays for the backlog
+  // wherever it blocks, so its clock misplaces time; the device's does not.
+  std::string clock = "host";
+  std::optional<Distribution> host_wall_ms;     // clock "device": the host-paced step times
+  std::optional<StepBreakdown> host_breakdown;  // clock "device": the host-clocked breakdown
 };
 
 // Host and operating-system signals gathered off the hot path.

@@ -99,11 +99,13 @@ void end_to_end_floor(Delta& d, double base_step_ms) {
 Delta phase_delta(const PhaseSummary& a, const PhaseSummary& b) {
   Delta d;
   d.name = a.name;
-  d.base_ms = a.host_ms.mean;
-  d.new_ms = b.host_ms.mean;
+  // On the report's clock: a device-clocked phase's device time.
+  const Distribution &ta = detail::clocked_ms(a), &tb = detail::clocked_ms(b);
+  d.base_ms = ta.mean;
+  d.new_ms = tb.mean;
   finish_delta(d);
-  d.noise_ms = std::hypot(standard_error(a.host_ms), standard_error(b.host_ms));
-  d.significant = a.host_ms.count > 0 && b.host_ms.count > 0 && significant(d);
+  d.noise_ms = std::hypot(standard_error(ta), standard_error(tb));
+  d.significant = ta.count > 0 && tb.count > 0 && significant(d);
   d.base_role = to_string(a.thread_role);
   d.new_role = to_string(b.thread_role);
   return d;
@@ -446,9 +448,10 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
                        double& within) {
       for (const Report& r : runs) {
         for (const PhaseSummary& p : r.phases) {
-          if (p.name != d.name || to_string(p.thread_role) != role || p.host_ms.count == 0) continue;
-          out.push_back(p.host_ms.mean);
-          within += standard_error(p.host_ms);
+          const Distribution& t = detail::clocked_ms(p);
+          if (p.name != d.name || to_string(p.thread_role) != role || t.count == 0) continue;
+          out.push_back(t.mean);
+          within += standard_error(t);
           break;
         }
       }

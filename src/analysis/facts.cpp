@@ -11,13 +11,14 @@ namespace stepscope {
 inline namespace v1 {
 namespace detail {
 
-double clamp01(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0; }
+double clamp01(double v) {
+  return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0;
+}
 
 double safe_div(double a, double b) {
   if (b == 0 || !std::isfinite(a) || !std::isfinite(b)) return 0;
   return a / b;
 }
-
 
 double mean_step_ms(const Report& report) {
   if (report.steps.breakdown.wall_ms > 0) return report.steps.breakdown.wall_ms;
@@ -34,6 +35,35 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   return h;
 }
 
+const Distribution& clocked_ms(const PhaseSummary& p) {
+  return p.host_share_of_step && p.device_ms && p.device_ms->count > 0 ? *p.device_ms : p.host_ms;
+}
+
+double phase_host_ms_per_step(const PhaseSummary& p, const Report& report) {
+  const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
+  return p.self_ms.mean * static_cast<double>(p.count) / steps;
+}
+
+double phase_device_ms_per_step(const PhaseSummary& p, const Report& report) {
+  if (!p.device_ms || p.device_ms->count == 0) return 0;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
+  return p.device_ms->mean * static_cast<double>(p.count) / steps;
+}
+
+ClockFacts clock_facts(const Report& report) {
+  ClockFacts c;
+  const StepStats& s = report.steps;
+  c.device = s.clock == "device" && s.host_breakdown.has_value();
+  c.host_wall_ms = c.device ? s.host_breakdown->wall_ms : s.breakdown.wall_ms;
+  if (!c.device) return c;
+  for (const PhaseSummary& p : report.phases) {
+    if (p.thread_role != ThreadRole::step || p.kind == PhaseKind::input || !p.device_ms) continue;
+    c.host_wait_ms += std::max(0.0, phase_host_ms_per_step(p, report) - phase_device_ms_per_step(p, report));
+  }
+  c.host_paced = c.host_wait_ms < kThresholds.host_wait_paced * std::max(s.breakdown.wall_ms, 1e-9);
+  return c;
+}
+
 FaultFacts fault_facts(const Report& report) {
   FaultFacts f;
   const SystemSignals& s = report.system;
@@ -43,6 +73,19 @@ FaultFacts fault_facts(const Report& report) {
   f.fresh_mib_per_step = f.minor_per_step * 4096.0 / (1024.0 * 1024.0);
   f.kernel_share = clamp01(safe_div(s.cpu_system_s, s.wall_s));
   f.storm = f.minor_per_step >= kThresholds.minor_faults_per_step;
+  const ClockFacts clock = clock_facts(report);
+  if (clock.device) {
+    // The host's waits for the device are the CUDA driver's (kernel time when
+    // it yields or spins in a syscall), not fault cost: left out; and a fault
+    // costs a device-paced step nothing (the host was ahead anyway).
+    // CUPTI's synchronisation records time the waits in sync calls (run
+    // total, warm-up included): the larger of the two estimates is taken out.
+    const double steps_run = static_cast<double>(report.steps.count + report.steps.warmup_excluded);
+    const double sync_ms = safe_div(report.device.facts.cupti.cupti_sync_ms.value_or(0), std::max(steps_run, 1.0));
+    const double driver_wait_ms = std::max(clock.host_wait_ms, std::isfinite(sync_ms) ? sync_ms : 0.0);
+    f.kernel_share = clamp01(f.kernel_share - safe_div(driver_wait_ms, clock.host_wall_ms));
+    f.storm = f.storm && clock.host_paced && f.kernel_share >= kThresholds.device_run_fault_kernel_share;
+  }
   return f;
 }
 
@@ -99,7 +142,10 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
   // did not wait for a CPU.
   const double stored_wait = b.cpu_wait_ms, stored_faults = b.page_fault_ms;
   b.cpu_wait_ms = b.page_fault_ms = 0;
-  if (stored_wait > 0 || (sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
+  // On a device-paced step the host's costs are hidden behind the device's
+  // work: the host's CPU wait and faults take nothing from its parts.
+  const bool host_paced = clock_facts(report).host_paced;
+  if (stored_wait > 0 || (host_paced && sys.available && sys.wall_s > 0 && sys.runqueue_wait_s > 0)) {
     PerKind<double>& phases = b.kind_ms;
     // The share of each kind's time its threads were on or waiting for a CPU
     // (sampled for input and compute; the others are assumed runnable).
@@ -108,7 +154,7 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
     if (sys.input_on_cpu_fraction >= 0) runnable[PhaseKind::input] = clamp01(sys.input_on_cpu_fraction);
     if (sys.compute_on_cpu_fraction >= 0) runnable[PhaseKind::compute] = clamp01(sys.compute_on_cpu_fraction);
     const double outside = std::max(0.0, b.unattributed_ms);  // runnable as far as anyone knows
-    double exposed = outside;  // step time in which waiting for a CPU was possible
+    double exposed = outside;                                 // step time in which waiting for a CPU was possible
     for (PhaseKind k : kPhaseKinds) exposed += std::max(0.0, phases[k]) * runnable[k];
     const double wait = std::min(
         stored_wait > 0 ? stored_wait : clamp01(safe_div(sys.runqueue_wait_s, sys.wall_s)) * b.wall_ms, exposed);
@@ -144,7 +190,9 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
 
 }  // namespace
 
-StepBreakdown settled_breakdown(const Report& report) { return settle(report.steps.breakdown, report); }
+StepBreakdown settled_breakdown(const Report& report) {
+  return settle(report.steps.breakdown, report);
+}
 
 }  // namespace detail
 }  // namespace v1

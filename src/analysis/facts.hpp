@@ -20,8 +20,8 @@ struct StepShares {
   double wall_ms = 0;  // mean step time they are fractions of
   double input = 0, compute = 0, memory = 0, communication = 0, other = 0;
   double unattributed = 0;
-  double cpu_wait = 0;    // carved out of the phases: waiting for a CPU (scheduling)
-  double page_fault = 0;  // carved out of the other parts: kernel time faulting pages (memory)
+  double cpu_wait = 0;          // carved out of the phases: waiting for a CPU (scheduling)
+  double page_fault = 0;        // carved out of the other parts: kernel time faulting pages (memory)
   double between_steps = 0;     // on the step thread between steps, in no input phase
   bool from_breakdown = false;  // false: summed from phases' share_of_step
 };
@@ -30,14 +30,44 @@ struct StepShares {
 // table, HTML and JSON show.
 StepShares step_shares(const Report& report);
 
+// The step's clock (StepStats::clock). On a device-clocked run the host runs
+// ahead of the device and blocks wherever the launch queue fills or a value is
+// read back: a phase's host self time beyond its device time (input phases
+// aside: their host time is the host's own work) is time the host waited for
+// the device, paying for the backlog of the phases before it.
+struct ClockFacts {
+  bool device = false;      // the figures come from the device timeline
+  double host_wall_ms = 0;  // the host-clocked step (its breakdown's wall)
+  double host_wait_ms = 0;  // per step, the host's time waiting for the device
+  // The device waits for the host: the host waited for the device less than
+  // kThresholds.host_wait_paced of the step (always, on host-clocked runs).
+  // Host costs (CPU wait, page faults) cost a step only when it is host-paced.
+  bool host_paced = true;
+};
+ClockFacts clock_facts(const Report& report);
+
+// A phase's time on its report's clock: device_ms where the device clocks it
+// (steps.clock "device" marks such phases with host_share_of_step), else
+// host_ms. What `diff` compares.
+const Distribution& clocked_ms(const PhaseSummary& p);
+
+// A phase's host time per step and device time per step (0 without device time).
+double phase_host_ms_per_step(const PhaseSummary& p, const Report& report);
+double phase_device_ms_per_step(const PhaseSummary& p, const Report& report);
+
 // Page-fault facts: minor faults per measured step, the fresh memory they
 // touch (4 KiB pages assumed: the report does not record the page size), and
 // the share of the run's wall time the process spent in the kernel.
 struct FaultFacts {
   double minor_per_step = 0;
   double fresh_mib_per_step = 0;
-  double kernel_share = 0;  // cpu_system_s / wall_s, clamped to [0, 1]
-  bool storm = false;       // minor_per_step >= kThresholds.minor_faults_per_step
+  // cpu_system_s / wall_s, clamped to [0, 1]; on a device-clocked run less
+  // the host's waits for the device (the CUDA driver's blocking waits are
+  // kernel time, not fault cost).
+  double kernel_share = 0;
+  // minor_per_step >= kThresholds.minor_faults_per_step; on a device-clocked
+  // run only where the step is host-paced and the kernel time left is material.
+  bool storm = false;
 };
 FaultFacts fault_facts(const Report& report);
 
@@ -46,7 +76,7 @@ FaultFacts fault_facts(const Report& report);
 // threads here would not help). -1 where the report cannot tell.
 struct CpuHolders {
   double own_cores = -1, other_cores = -1;
-  int cores = 0;            // available to this process (cgroup / affinity), else online
+  int cores = 0;             // available to this process (cgroup / affinity), else online
   bool others_hold = false;  // others used >= other_processes_busy of the machine while this process fit its cores
 };
 CpuHolders cpu_holders(const SystemSignals& s);
@@ -80,17 +110,17 @@ struct DeviceFacts {
   double busy = 0;       // device_busy_fraction (or 1 - idle)
   double idle = 0;       // device_idle_fraction (or 1 - busy)
   bool has_idle_host_input = false;
-  double idle_host_input = 0;   // idle while the host was in an input phase
-  double idle_launch = 0;       // idle while the host was launching / in framework ops
-  double idle_sync = 0;         // idle while the host blocked in a sync with nothing queued
-  std::optional<double> compute;           // union of compute kernels
-  std::optional<double> exposed_comm;      // comm kernels not overlapped by compute
-  std::optional<double> memcpy;            // device time in copies
-  std::optional<double> pageable_memcpy;   // device time in copies from pageable memory
-  std::optional<double> short_kernels;     // of kernels, shorter than launch
+  double idle_host_input = 0;             // idle while the host was in an input phase
+  double idle_launch = 0;                 // idle while the host was launching / in framework ops
+  double idle_sync = 0;                   // idle while the host blocked in a sync with nothing queued
+  std::optional<double> compute;          // union of compute kernels
+  std::optional<double> exposed_comm;     // comm kernels not overlapped by compute
+  std::optional<double> memcpy;           // device time in copies
+  std::optional<double> pageable_memcpy;  // device time in copies from pageable memory
+  std::optional<double> short_kernels;    // of kernels, shorter than launch
   std::optional<double> kernels_per_step;
   std::optional<double> launch_delay_p50_us;  // median delay between a launch call and its kernel
-  bool idle_causes_rescaled = false;  // causes were given as fractions of idle time
+  bool idle_causes_rescaled = false;          // causes were given as fractions of idle time
 };
 
 DeviceFacts device_facts(const Report& report);

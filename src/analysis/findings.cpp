@@ -67,6 +67,9 @@ void page_faults(const Report& r, std::vector<Finding>& out) {
   const double steps = static_cast<double>(r.steps.count);
   const double per_step = static_cast<double>(r.system.minor_faults) / steps;
   if (per_step < kThresholds.minor_faults_per_step) return;
+  // On a GPU run the kernel time is mostly the CUDA driver's waits for the
+  // device: a storm only where what is left costs a host-paced step.
+  if (detail::clock_facts(r).device && !detail::fault_facts(r).storm) return;
   // Kernel time of the whole process per step: an upper bound of what the
   // faults cost (it also holds syscalls), shown so the user can judge.
   const double sys_ms = r.system.cpu_system_s * 1000.0 / steps;
@@ -239,6 +242,9 @@ std::uint64_t slow_step_period(const StepStats& s, double threshold, std::vector
 void periodic_slow_steps(const Report& r, std::vector<Finding>& out) {
   const auto& t = kThresholds;
   const StepStats& s = r.steps;
+  // The slowest steps are host-clocked: a host that runs ahead of the device
+  // and blocks where the queue fills makes slow steps the device never had.
+  if (const detail::ClockFacts clock = detail::clock_facts(r); clock.device && !clock.host_paced) return;
   const double p50 = s.wall_ms.p50;
   if (p50 <= 0 || s.wall_ms.total <= 0 || s.slowest.empty()) return;
   // From the threshold up: on a busy machine scattered slow steps above 2x
@@ -323,16 +329,65 @@ void warmup(const Report& r, std::vector<Finding>& out) {
 }
 
 void host_device(const Report& r, std::vector<Finding>& out) {
+  const double step_ms = detail::mean_step_ms(r);
   for (const PhaseSummary& p : r.phases) {
     if (!p.device_ms || p.device_ms->count == 0 || p.host_ms.mean <= 0) continue;
     const double ratio = p.device_ms->mean / p.host_ms.mean;
     if (ratio < kThresholds.device_over_host) continue;
+    // A difference that matters: in ms, and of the step.
+    const double gap = p.device_ms->mean - p.host_ms.mean;
+    if (gap < kThresholds.device_host_min_ms || gap < kThresholds.device_host_min_share * step_ms) continue;
     out.push_back(make("host_device_mismatch", "warning",
                        fmt::format("Phase '{}': the device took {:.2f} ms but the host clock saw {:.2f} ms ({:.1f}x). "
                                    "This is asynchronous work timed by host clocks: the host timer measures the "
                                    "launch only; the device time is the real cost.",
                                    p.name, p.device_ms->mean, p.host_ms.mean, ratio),
                        {{"host_mean_ms", p.host_ms.mean}, {"device_mean_ms", p.device_ms->mean}, {"ratio", ratio}}));
+  }
+}
+
+// A device-clocked run: a phase whose host time is mostly a wait for the
+// device is where the host pays for the backlog the phases before it queued
+// (a loss.item(), a synchronize, a full launch queue), not what it costs.
+// Named with the phase whose device time exceeds its host time the most: the
+// device work really behind the wait.
+void host_waits_for_device(const Report& r, std::vector<Finding>& out) {
+  const detail::ClockFacts clock = detail::clock_facts(r);
+  const double step_ms = r.steps.breakdown.wall_ms;
+  if (!clock.device || step_ms <= 0) return;
+  const PhaseSummary* behind = nullptr;
+  double behind_excess = 0;
+  for (const PhaseSummary& p : r.phases) {
+    if (p.thread_role != ThreadRole::step || !p.device_ms) continue;
+    const double excess = detail::phase_device_ms_per_step(p, r) - detail::phase_host_ms_per_step(p, r);
+    if (excess > behind_excess) {
+      behind = &p;
+      behind_excess = excess;
+    }
+  }
+  for (const PhaseSummary& p : r.phases) {
+    if (p.thread_role != ThreadRole::step || p.kind == PhaseKind::input || !p.device_ms || &p == behind) continue;
+    const double host = detail::phase_host_ms_per_step(p, r), device = detail::phase_device_ms_per_step(p, r);
+    const double wait = host - device;
+    if (wait < kThresholds.host_wait_phase_share * step_ms || wait < 0.5 * host) continue;
+    std::string where;
+    if (behind != nullptr)
+      where = fmt::format(
+          " The device work behind it is mostly in '{}' ({:.2f} ms per step on the device, {:.2f} ms "
+          "on the host clock).",
+          behind->name, detail::phase_device_ms_per_step(*behind, r), detail::phase_host_ms_per_step(*behind, r));
+    out.push_back(
+        make("host_waits_for_device", "info",
+             fmt::format("The host waits for the GPU in '{}': {:.2f} ms per step on the host clock ({:.0f}% "
+                         "of the host's step), {:.2f} ms on the device. This is where the backlog is paid "
+                         "(a value read back, a synchronize, a full launch queue), not the cost of '{}': "
+                         "its share of the step is its device time.{}",
+                         p.name, host, 100 * detail::safe_div(host, clock.host_wall_ms), device, p.name, where),
+             {{"host_ms", host},
+              {"device_ms", device},
+              {"wait_ms", wait},
+              {"wait_share", wait / step_ms},
+              {"behind_device_ms", behind != nullptr ? detail::phase_device_ms_per_step(*behind, r) : 0}}));
   }
 }
 
@@ -458,6 +513,7 @@ std::vector<Finding> find_issues(const Report& facts) {
   periodic_slow_steps(facts, out);
   warmup(facts, out);
   host_device(facts, out);
+  host_waits_for_device(facts, out);
   device_behind_host(facts, out);
   cpu_contention(facts, out);
   unattributed(facts, out);

@@ -162,6 +162,20 @@ struct Thresholds {
   // Device mean / host mean of a phase at or above this: the host clock saw
   // only the launch of asynchronous work.
   double device_over_host = 2.0;
+  // ... and only where the difference matters: at least this many ms and
+  // this fraction of the step (issue 27: "data: device 0.00 ms, host 0.00
+  // ms (12.9x)" said nothing).
+  double device_host_min_ms = 0.05;
+  double device_host_min_share = 0.01;
+  // Device-clocked runs (StepStats::clock "device"): the step is host-paced
+  // while the host waits for the device less than this fraction of it; a
+  // phase whose host time is mostly such a wait (host_waits_for_device) is
+  // named when the wait is at least host_wait_phase_share of the step.
+  double host_wait_paced = 0.10;
+  double host_wait_phase_share = 0.10;
+  // Device-clocked runs: a page-fault storm costs the step only where the
+  // kernel time left after the host's waits for the device is this much of it.
+  double device_run_fault_kernel_share = 0.05;
   // Dropped records as a fraction of produced: warning above 0, critical here.
   double dropped_critical_fraction = 0.01;
   // Unattributed share of the step: finding (TensorFlow "all other" highly).

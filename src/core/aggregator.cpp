@@ -469,11 +469,79 @@ void Aggregator::flush_pending() {
   pending_.clear();
 }
 
-void Aggregator::add_device_time(const PhaseSite* site, bool in_step, std::uint64_t step, std::uint64_t device_ns) {
+void Aggregator::add_device_time(const PhaseSite* site, bool in_step, std::uint64_t step, std::uint64_t device_ns,
+                                 std::uint8_t depth) {
   if (is_warmup(step)) return;
+  if (site->is_step) {  // the device's step boundaries: outermost steps only
+    if (depth < step_device_depth_) {
+      step_device_ = DurationStats{};
+      step_device_depth_ = depth;
+    }
+    if (depth == step_device_depth_) step_device_.add(device_ns);
+    return;
+  }
   const std::uint32_t id = phase_id(site);
   if (id >= device_.size()) device_.resize(phase_info_.size());
   device_[id][in_step ? 0 : 1].add(device_ns);
+  if (in_step && depth < kDeviceDepths) device_kind_ns_[depth][detail::kind_index(site->kind)] += device_ns;
+}
+
+// The device-true accounting (docs/gpu.md): when the device timed (nearly)
+// every measured step, the step is paced by the device's step boundaries and
+// its parts are the device time of the step's outermost phases. A phase's
+// device time runs from when the device reached its start to when its work
+// ended, so it holds the GPU idle the phase caused (an input wait, launch
+// gaps, a synchronous copy) and none of the time the host spent blocked there
+// while the device worked off earlier phases' backlog. The period is the
+// device's step where the host waits for it, else the larger of the device's
+// step and the host's (a host-bound loop leaves the device idle between
+// steps); the host-clocked figures stay beside them.
+void Aggregator::fill_device_clock(Report& report) const {
+  StepStats& s = report.steps;
+  const std::uint64_t timed = step_device_.moments.count();
+  if (s.count == 0 || timed == 0 || timed * 10 < s.count * 9) return;
+  const Distribution device = step_device_.to_distribution_ms();
+  const StepBreakdown host = s.breakdown;
+  // The host's time waiting for the device per step: step phases' host self
+  // time beyond their device time (input phases' is their own work). Where
+  // it is a tenth of the step the device paces it, and the host's mean (its
+  // measured steps start while the queue fills, a few device steps earlier)
+  // says nothing of the period.
+  const double measured = static_cast<double>(s.count);
+  double host_wait = 0;
+  for (const PhaseSummary& p : report.phases)
+    if (p.thread_role == ThreadRole::step && p.kind != PhaseKind::input && p.device_ms)
+      host_wait += std::max(0.0, (p.self_ms.mean - p.device_ms->mean) * static_cast<double>(p.count) / measured);
+  const bool device_paced = host_wait >= 0.1 * host.wall_ms;  // kThresholds.host_wait_paced (analysis)
+  StepBreakdown& b = s.breakdown;
+  b = StepBreakdown{};
+  b.wall_ms = device_paced ? device.mean : std::max(device.mean, host.wall_ms);
+  // The host's time between steps shows only where the device did not hide it.
+  const double gap = host.between_steps_ms + host.between_steps_input_ms;
+  const double between = std::clamp(b.wall_ms - device.mean, 0.0, gap);
+  b.between_steps_input_ms = gap > 0 ? between * host.between_steps_input_ms / gap : 0;
+  b.between_steps_ms = between - b.between_steps_input_ms;
+  const std::size_t depth = std::min<std::size_t>(step_device_depth_ + 1u, kDeviceDepths - 1);
+  const double n = static_cast<double>(timed);
+  double parts = 0;
+  for (PhaseKind k : kPhaseKinds) parts += static_cast<double>(device_kind_ns_[depth][detail::kind_index(k)]);
+  parts = parts * kNsToMs / n;
+  const double room = b.wall_ms - between;
+  const double scale = parts > room && parts > 0 ? room / parts : 1.0;
+  for (PhaseKind k : kPhaseKinds)
+    b.kind_ms[k] = static_cast<double>(device_kind_ns_[depth][detail::kind_index(k)]) * kNsToMs / n * scale;
+  b.kind_ms[PhaseKind::input] += b.between_steps_input_ms;
+  b.unattributed_ms = std::max(0.0, room - parts * scale);
+  s.host_wall_ms = s.wall_ms;
+  s.host_breakdown = host;
+  s.wall_ms = device;
+  s.histogram = step_device_.histogram.to_data();
+  s.clock = "device";
+  for (PhaseSummary& p : report.phases) {
+    if (p.thread_role != ThreadRole::step || !p.device_ms || p.device_ms->count == 0) continue;
+    p.host_share_of_step = p.share_of_step;
+    p.share_of_step = p.device_ms->mean * static_cast<double>(p.count) / measured / b.wall_ms;
+  }
 }
 
 std::vector<std::string> Aggregator::notes() const {
@@ -562,6 +630,10 @@ void Aggregator::fill_report(Report& report) const {
 
   // Shares of the breakdown's wall time (gaps between steps included), so they agree with it.
   fill_phases(report, s.breakdown.wall_ms > 0 ? s.breakdown.wall_ms * static_cast<double>(s.count) : s.wall_ms.total);
+  s.clock = "host";
+  s.host_wall_ms.reset();
+  s.host_breakdown.reset();
+  fill_device_clock(report);
   report.total_records = records_;
 }
 

@@ -102,8 +102,10 @@ class Aggregator {
   // loop (it passes each contiguous run of a drained ring).
   void consume(ThreadId thread, const PhaseRecord* records, std::size_t count);
   void consume(ThreadId thread, const PhaseRecord& record) { consume(thread, &record, 1); }
-  // Device time for a phase occurrence resolved later by a device backend.
-  void add_device_time(const PhaseSite* site, bool in_step, std::uint64_t step, std::uint64_t device_ns);
+  // Device time for a phase (or step) occurrence resolved later by a device
+  // backend; depth: the record's nesting depth on its thread.
+  void add_device_time(const PhaseSite* site, bool in_step, std::uint64_t step, std::uint64_t device_ns,
+                       std::uint8_t depth = 0);
   // Latest process RSS (MB), attached to the steps that complete after it.
   void set_rss_mb(double mb) { rss_mb_ = mb; }
   // Processes background records still waiting for their steps to complete.
@@ -277,6 +279,14 @@ class Aggregator {
   std::array<std::vector<std::array<std::uint32_t, 2>>, 2> retired_threads_;
   // Device time per phase, [phase][in_step ? 0 : 1] (not per thread).
   std::vector<std::array<DurationStats, 2>> device_;
+  // The device-true accounting (fill_device_clock): the measured steps'
+  // device times (outermost steps: the least step depth seen), and the device
+  // time of in-step phases by kind at each nesting depth below kDeviceDepths.
+  static constexpr std::size_t kDeviceDepths = 8;
+  DurationStats step_device_;
+  std::uint8_t step_device_depth_ = 0xff;
+  std::array<std::array<std::uint64_t, kKindCount>, kDeviceDepths> device_kind_ns_{};
+  void fill_device_clock(Report& report) const;
 
   // Steps.
   DurationStats step_wall_, step_warmup_wall_, step_unended_wall_;

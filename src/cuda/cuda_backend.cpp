@@ -327,7 +327,7 @@ class CudaBackend final : public DeviceBackend {
       ++record_failed_;
       pool_.give_back(r.device_slot);
     } else {
-      pending_.push_back(Pending{r.site, r.step, r.device_slot, (r.flags & kRecordInStep) != 0});
+      pending_.push_back(Pending{r.site, r.step, r.device_slot, (r.flags & kRecordInStep) != 0, r.depth});
       // The devices the steps ran on choose the device the facts describe (C14).
       if (r.flags & kRecordInStep)
         if (const SlotBlock* b = pool_.block_of(r.device_slot)) step_devices_ |= device_bit(b->device);
@@ -467,6 +467,7 @@ class CudaBackend final : public DeviceBackend {
     std::uint32_t step;
     std::uint16_t slot;
     bool in_step;
+    std::uint8_t depth;  // nesting depth on its thread: the device accounting takes the outermost phases of a step
   };
 
   // False when `s`'s events must not be recorded into `stream` now: it is
@@ -618,7 +619,8 @@ class CudaBackend final : public DeviceBackend {
       if (q == cudaSuccess &&
           cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(s->begin_event), static_cast<cudaEvent_t>(s->end_event)) ==
               cudaSuccess) {
-        aggregator.add_device_time(p.site, p.in_step, p.step, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5));
+        aggregator.add_device_time(p.site, p.in_step, p.step, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5),
+                                   p.depth);
         ++resolved_;
       } else {
         (void)cudaGetLastError();

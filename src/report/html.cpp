@@ -287,13 +287,21 @@ void breakdown_section(std::string& o, const Report& r) {
         "<table "
         "class=\"stats\"><tr><th>ms/step</th><th>mean</th><th>stddev</th><th>min</th><th>p50</th><th>p90</th><th>p99</"
         "th>"
-        "<th>max</th></tr><tr><td>wall</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr></table>",
+        "<th>max</th></tr><tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>{}</table>",
         s.count, s.count == 1 ? "" : "s", s.warmup_excluded, s.warmup_excluded == 1 ? "" : "s",
         s.warmup_excluded > 0
             ? fmt::format(" (warm-up mean {} ms, max {} ms)", ms(s.warmup_wall_ms.mean), ms(s.warmup_wall_ms.max))
             : "",
-        ms(w.mean), ms(w.stddev), ms(w.min), ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max));
+        s.clock == "device" ? "wall (device)" : "wall", ms(w.mean), ms(w.stddev), ms(w.min), ms(w.p50), ms(w.p90),
+        ms(w.p99), ms(w.max),
+        s.host_wall_ms ? fmt::format("<tr><td>host clock</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+                                     "class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+                                     "class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                                     ms(s.host_wall_ms->mean), ms(s.host_wall_ms->stddev), ms(s.host_wall_ms->min),
+                                     ms(s.host_wall_ms->p50), ms(s.host_wall_ms->p90), ms(s.host_wall_ms->p99),
+                                     ms(s.host_wall_ms->max))
+                       : std::string());
     // Mean breakdown as one horizontal stacked bar (SVG, 1000 units wide).
     // The settled accounting: the same numbers as the verdict and the summary.
     const StepBreakdown settled = settled_breakdown(r);
@@ -588,7 +596,8 @@ void phases_section(std::string& o, const Report& r) {
        "axis: "
        "whiskers min–p99, box p50–p90, dot max. The small histogram is the full distribution (log-spaced bins, "
        "square-root heights). "
-       "Self = exclusive of nested phases. Share = self time as a fraction of step time (step-thread phases); "
+       "Self = exclusive of nested phases. Share = self time as a fraction of step time (step-thread phases; on a "
+       "device-clocked run, the phase's device time, with the host clock's share beside it); "
        "background "
        "phases show how much of their time overlapped a step instead. Click a column header to sort.</p>";
   o += "<table id=\"phase-table\" class=\"phases "
@@ -599,9 +608,11 @@ void phases_section(std::string& o, const Report& r) {
                    ms(std::pow(10, log_lo)), ms(std::pow(10, log_hi)));
   for (const auto& p : r.phases) {
     const auto& d = p.host_ms;
-    const std::string share = p.thread_role == ThreadRole::step
-                                  ? pct(p.share_of_step)
-                                  : (p.overlap_with_steps ? "overlap " + pct(*p.overlap_with_steps) : std::string("–"));
+    // Device-clocked runs: the share is the device's; the host clock's beside it.
+    const std::string share =
+        p.thread_role == ThreadRole::step
+            ? pct(p.share_of_step) + (p.host_share_of_step ? " (host " + pct(*p.host_share_of_step) + ")" : "")
+            : (p.overlap_with_steps ? "overlap " + pct(*p.overlap_with_steps) : std::string("–"));
     const double share_sort = p.thread_role == ThreadRole::step ? p.share_of_step : -1;
     o += fmt::format(
         "<tr><td class=\"name\">{}</td><td><i class=\"sw\" style=\"background:{}\"></i>{}</td><td>{}</td>"

@@ -536,6 +536,7 @@ json to_j(const PhaseSummary& p) {
          {"histogram", to_j(p.histogram)}};
   j["overlap_with_steps"] = p.overlap_with_steps ? num(*p.overlap_with_steps) : json(nullptr);
   j["device_ms"] = p.device_ms ? to_j(*p.device_ms) : json(nullptr);
+  if (p.host_share_of_step) j["host_share_of_step"] = num(*p.host_share_of_step);
   if (!p.sites.empty()) {
     json sites = json::array();
     for (const PhaseCallSite& site : p.sites)
@@ -566,6 +567,7 @@ PhaseSummary phase_from(const Field& j) {
   p.histogram = hist_from(get_obj(j, "histogram"));
   if (j.find("overlap_with_steps") != nullptr) p.overlap_with_steps = get_num(j, "overlap_with_steps");
   if (j.find("device_ms") != nullptr) p.device_ms = dist_from(get_obj(j, "device_ms"));
+  if (j.find("host_share_of_step") != nullptr) p.host_share_of_step = get_num(j, "host_share_of_step");
   for (const Field& x : get_arr(j, "sites")) {
     PhaseCallSite site;
     site.file = get_str(x, "file");
@@ -780,6 +782,9 @@ json to_j(const Report& r) {
              {"loop_first_max_ms", num(r.steps.loop_first_max_ms)},
              {"slowest", json::array()}};
   for (const SlowStep& x : r.steps.slowest) steps["slowest"].push_back(to_j(x));
+  steps["clock"] = r.steps.clock;
+  if (r.steps.host_wall_ms) steps["host_wall_ms"] = to_j(*r.steps.host_wall_ms);
+  if (r.steps.host_breakdown) steps["host_breakdown"] = to_j(*r.steps.host_breakdown);
   json phases = json::array();
   for (const auto& p : r.phases) phases.push_back(to_j(p));
   json findings = json::array();
@@ -924,6 +929,10 @@ Report report_from(const json& document) {
   r.steps.loop_first_steps = get_u64(steps, "loop_first_steps");  // 0 in reports that predate them
   r.steps.loop_first_ms = get_num(steps, "loop_first_ms");
   r.steps.loop_first_max_ms = get_num(steps, "loop_first_max_ms");
+  r.steps.clock = get_str(steps, "clock", "host") == "device" ? "device" : "host";  // "host" in reports that predate it
+  if (steps.find("host_wall_ms") != nullptr) r.steps.host_wall_ms = dist_from(get_obj(steps, "host_wall_ms"));
+  if (steps.find("host_breakdown") != nullptr)
+    r.steps.host_breakdown = breakdown_from(get_obj(steps, "host_breakdown"));
   for (const Field& x : get_arr(steps, "slowest")) {  // absent in reports that predate it
     if (r.steps.slowest.size() >= StepStats::kSlowestStepsKept) break;
     r.steps.slowest.push_back(slow_step_from(x));

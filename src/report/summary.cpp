@@ -42,9 +42,16 @@ std::string format_summary(const Report& r) {
   line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
   for (const std::string& note : detail::run_ending_notes(r)) line(note);
   if (r.steps.count > 0) {
+    const bool device = r.steps.clock == "device";
     line(fmt::format(
-        "steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
-        r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max));
+        "steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f}){}",
+        r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max,
+        device ? ", paced by the device" : ""));
+    if (const auto& h = r.steps.host_wall_ms)
+      line(
+          fmt::format("  host clock: {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}): where the host ran ahead "
+                      "of the GPU and waited",
+                      h->mean, h->p50, h->p90, h->p99));
     if (r.steps.unended_excluded > 0)
       line(
           fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
@@ -52,7 +59,8 @@ std::string format_summary(const Report& r) {
                       r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
     // The settled accounting: the same numbers as the verdict sentence and ranking.
     const StepBreakdown b = settled_breakdown(r);
-    line("step breakdown (critical path, mean per step):");
+    line(device ? "step breakdown (critical path on the device timeline, mean per step):"
+                : "step breakdown (critical path, mean per step):");
     auto part_line = [&](const char* name, double ms) {
       const double f = b.wall_ms > 0 ? ms / b.wall_ms : 0;
       line(fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%  {}", name, ms, f * 100, bar(f, 30)));
@@ -88,7 +96,10 @@ std::string format_summary(const Report& r) {
                        detail::printable(p.name, 20), to_string(p.kind), to_string(p.thread_role), p.count,
                        p.host_ms.mean, p.host_ms.p50, p.host_ms.p99, p.self_ms.mean, share));
       if (p.device_ms)
-        line(fmt::format("  {:<20} device: mean {:.3f} ms, p99 {:.3f} ms", "", p.device_ms->mean, p.device_ms->p99));
+        line(fmt::format("  {:<20} device: mean {:.3f} ms, p99 {:.3f} ms{}", "", p.device_ms->mean, p.device_ms->p99,
+                         p.host_share_of_step
+                             ? fmt::format(" (share on the device; host clock {:.1f}%)", *p.host_share_of_step * 100)
+                             : ""));
       for (const auto& site : p.sites)
         line(fmt::format("    at {} — {} × mean {:.3f} ms, p50 {:.3f}, p99 {:.3f}", detail::call_site_label(site),
                          site.host_ms.count, site.host_ms.mean, site.host_ms.p50, site.host_ms.p99));
@@ -113,6 +124,11 @@ std::string format_summary(const Report& r) {
   shown = 0;
   for (const auto& x : r.what_if) {
     if (shown++ >= 4) break;
+    if (x.note.rfind("not projected", 0) == 0) {
+      line(fmt::format("  what if {} were {}: {}", x.target,
+                       x.speedup == 0 ? std::string("free") : fmt::format("{:g}x faster", x.speedup), x.note));
+      continue;
+    }
     line(fmt::format("  what if {} were {}: step {:.3f} -> {:.3f} ms ({:+.1f}%)", x.target,
                      x.speedup == 0 ? std::string("free") : fmt::format("{:g}x faster", x.speedup), x.step_ms_now,
                      x.step_ms_projected, x.step_change_pct));

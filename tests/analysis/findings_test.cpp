@@ -469,3 +469,55 @@ TEST_CASE("findings: one step in every N far slower is named with its period and
   CHECK_FALSE(has(find_issues(few), "periodic_slow_steps"));
   CHECK_FALSE(has(find_issues(steady()), "periodic_slow_steps"));
 }
+
+TEST_CASE("findings: host/device disagreement only where it matters (issue 27)", "[analysis][findings]") {
+  // "data: device 0.00 ms, host 0.00 ms (12.9x)": a ratio of nothing.
+  struct Row {
+    double host_ms, device_ms;
+    bool expected;
+  };
+  const double step_ms = steady().steps.breakdown.wall_ms;
+  const double floor_ms = std::max(kThresholds.device_host_min_ms, kThresholds.device_host_min_share * step_ms);
+  for (const Row& row : {Row{0.0001, 0.0013, false}, Row{0.001, 0.9 * floor_ms, false},
+                         Row{0.001, floor_ms + 0.01, true}, Row{0.05, 5.0, true}}) {
+    Report r = steady();
+    PhaseSummary& p = add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.001, row.host_ms);
+    p.device_ms = dist(row.device_ms, 0, p.count);
+    INFO("host " << row.host_ms << " device " << row.device_ms);
+    const std::vector<Finding> all = find_issues(r);
+    CHECK((finding(all, "host_device_mismatch") != nullptr) == row.expected);
+  }
+}
+
+TEST_CASE("findings: on a device-paced GPU run, kernel time is the driver's waits, not page faults",
+          "[analysis][findings]") {
+  // 2000 faults per step and 25% kernel time, on a step the device paces:
+  // the host's waits for the device (the optimizer's 2.6 ms) are that kernel
+  // time, and a host that is ahead loses nothing to its faults.
+  Shares s;
+  s.compute = 1.0;
+  Report r = host_report(s, 100, 8.5);
+  r.system.minor_faults = 2000 * 100;
+  r.system.cpu_system_s = 0.25 * r.system.wall_s;
+  r.steps.clock = "device";
+  StepBreakdown host = r.steps.breakdown;
+  host.wall_ms = 7.3;
+  r.steps.host_breakdown = host;
+  PhaseSummary& backward = add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 5.4 / 8.5, 2.8);
+  backward.device_ms = dist(5.4, 0.01, backward.count);
+  PhaseSummary& optimizer = add_phase(r, "optimizer", PhaseKind::compute, ThreadRole::step, 0.07 / 8.5, 2.64);
+  optimizer.device_ms = dist(0.07, 0.001, optimizer.count);
+  const std::vector<Finding> all = find_issues(r);
+  CHECK(finding(all, "page_fault_storm") == nullptr);
+  CHECK(settled_breakdown(r).page_fault_ms == 0);
+  const Finding* wait = finding(all, "host_waits_for_device");
+  REQUIRE(wait != nullptr);
+  CHECK(wait->message.find("'optimizer'") != std::string::npos);
+  CHECK(wait->message.find("'backward'") != std::string::npos);
+  // The same signals on a host-clocked (CPU) run are a storm.
+  r.steps.clock = "host";
+  r.steps.host_breakdown.reset();
+  const std::vector<Finding> on_cpu = find_issues(r);
+  CHECK(finding(on_cpu, "page_fault_storm") != nullptr);
+  CHECK(finding(on_cpu, "host_waits_for_device") == nullptr);
+}

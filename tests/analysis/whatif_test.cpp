@@ -132,7 +132,7 @@ TEST_CASE("what-if: bounded by the background loader's time per batch", "[analys
     const char* note;
   };
   for (const Row& row : {Row{2.5, 1, 2.5, 2.5, "then input-bound: the loader needs 2.50 ms per batch"},
-                         Row{2.5, 2, 1.9, 1.25, nullptr},   // two workers: 1.25 ms per batch
+                         Row{2.5, 2, 1.9, 1.25, nullptr},  // two workers: 1.25 ms per batch
                          Row{1.0, 1, 1.9, 1.0, "keeps up"}}) {
     Shares s;
     s.input = 0.0;
@@ -224,4 +224,111 @@ TEST_CASE("what-if: a merged job goes at its slowest rank's pace", "[analysis][w
   const WhatIf* alone = find(single, "kind:communication", 0);
   REQUIRE(alone != nullptr);
   CHECK(alone->step_ms_projected == Approx(11.5));
+}
+
+TEST_CASE("what-if: a background loader's pace bounds the step (issue 29 item 3)", "[analysis][whatif][pipeline]") {
+  // A loader at 40 ms per batch; the step waits 59% of its 40.5 ms for it.
+  Shares s;
+  s.input = 0.59;
+  s.compute = 0.41;
+  Report r = host_report(s, 100, 40.5);
+  add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.59, 0.59 * 40.5);
+  add_phase(r, "train", PhaseKind::compute, ThreadRole::step, 0.41, 0.41 * 40.5);
+  add_phase(r, "load_batch", PhaseKind::input, ThreadRole::background, 0, 40).overlap_with_steps = 0.95;
+  const std::vector<WhatIf> all = project_what_if(r);
+  // Made 2x faster for real: 20.6 ms.
+  const WhatIf* loader_2x = find(all, "load_batch", 2);
+  REQUIRE(loader_2x != nullptr);
+  CHECK(loader_2x->step_ms_projected == Approx(20.6).epsilon(0.05));
+  CHECK(loader_2x->note.find("sets the pace") != std::string::npos);
+  const WhatIf* data_2x = find(all, "data", 2);
+  REQUIRE(data_2x != nullptr);
+  CHECK(data_2x->step_ms_projected == Approx(20.6).epsilon(0.05));
+  // Without the loader's wait the step is its own work.
+  const WhatIf* data_free = find(all, "data", 0);
+  REQUIRE(data_free != nullptr);
+  CHECK(data_free->step_ms_projected == Approx(0.41 * 40.5).epsilon(0.05));
+}
+
+TEST_CASE("what-if: a part never promises more than its whole; CPU wait has its own (issue 32 item 4)",
+          "[analysis][whatif]") {
+  // backward is 90% of the step by the host clock, and 57% of the step was
+  // waiting for a CPU (the settled breakdown: compute 39%, CPU wait 57%).
+  // Removing backward removes its waiting too (a thread with less to do
+  // waits less), so the kind it belongs to promises as much, never less; the
+  // CPU wait is a lever of its own.
+  Shares s;
+  s.compute = 0.9;
+  s.other = 0.1;
+  Report r = host_report(s, 100, 100);
+  r.system.runqueue_wait_s = 0.57 * r.system.wall_s;
+  add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.9, 90);
+  add_phase(r, "forward_part", PhaseKind::compute, ThreadRole::step, 0.95, 95);  // a bad share: capped by its kind
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* kind = find(all, "kind:compute", 0);
+  const WhatIf* backward = find(all, "backward", 0);
+  const WhatIf* part = find(all, "forward_part", 0);
+  const WhatIf* cpu_wait = find(all, "cpu_wait", 0);
+  REQUIRE(kind != nullptr);
+  REQUIRE(backward != nullptr);
+  REQUIRE(part != nullptr);
+  REQUIRE(cpu_wait != nullptr);
+  CHECK(kind->step_change_pct == Approx(-90));
+  CHECK(backward->step_change_pct == Approx(-90));
+  CHECK(part->step_change_pct == Approx(kind->step_change_pct));  // never more than its whole
+  CHECK(part->share <= kind->share + 1e-9);
+  CHECK(kind->note.find("CPU wait included") != std::string::npos);
+  CHECK(cpu_wait->step_change_pct == Approx(-57).margin(0.5));
+  for (const WhatIf& w : all) CHECK(w.step_change_pct >= -100);
+}
+
+TEST_CASE("what-if: a device-clocked step is the slower of the host's issue work and the device",
+          "[analysis][whatif][pipeline]") {
+  // The H200's slow-input loop: the host waits 40 ms for data, then launches
+  // 3.65 ms of work the device runs in 8.7 ms, overlapping the next fetch.
+  // The device's data phase is 35.1 ms (the fetch less the hidden backlog).
+  Shares s;
+  s.input = 35.1 / 43.8;
+  s.compute = 8.7 / 43.8;
+  Report r = host_report(s, 100, 43.8);
+  r.steps.clock = "device";
+  Shares h;
+  h.input = 40 / 43.65;
+  h.compute = 3.65 / 43.65;
+  r.steps.host_breakdown = host_report(h, 100, 43.65).steps.breakdown;
+  PhaseSummary& data = add_phase(r, "data", PhaseKind::input, ThreadRole::step, 35.1 / 43.8, 40);
+  data.device_ms = dist(35.1, 0.1, data.count);
+  PhaseSummary& train = add_phase(r, "train", PhaseKind::compute, ThreadRole::step, 8.7 / 43.8, 3.65);
+  train.device_ms = dist(8.7, 0.1, train.count);
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* data_free = find(all, "data", 0);
+  REQUIRE(data_free != nullptr);
+  CHECK(data_free->step_ms_projected == Approx(8.7).epsilon(0.1));  // the GPU's own work, not 3.65
+  const WhatIf* data_2x = find(all, "data", 2);
+  REQUIRE(data_2x != nullptr);
+  CHECK(data_2x->step_ms_projected == Approx(23.65).epsilon(0.1));
+  // Kernels twice as fast: the step is still the host's fetch.
+  const WhatIf* compute_2x = find(all, "kind:compute", 2);
+  REQUIRE(compute_2x != nullptr);
+  CHECK(compute_2x->step_change_pct > -2);
+}
+
+TEST_CASE("what-if: a projection the data cannot support says so", "[analysis][whatif][pipeline]") {
+  // A device-clocked step whose 'forward' has device time on a third of its
+  // occurrences: its device share is not known, so no number is projected.
+  Shares s;
+  s.compute = 1.0;
+  Report r = host_report(s, 90, 10);
+  r.steps.clock = "device";
+  r.steps.host_breakdown = r.steps.breakdown;
+  PhaseSummary& fwd = add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.5, 5);
+  fwd.device_ms = dist(5, 0.1, fwd.count / 3);
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* w = find(all, "forward", 0);
+  REQUIRE(w != nullptr);
+  CHECK(w->note.rfind("not projected", 0) == 0);
+  CHECK(w->step_ms_projected == Approx(w->step_ms_now));
+  // The summary says so instead of printing a number.
+  r.what_if = {*w};
+  CHECK(format_summary(r).find("what if forward were free: not projected") != std::string::npos);
 }

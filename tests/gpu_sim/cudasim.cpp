@@ -26,6 +26,15 @@
 //   cuptiActivityGetNumDroppedRecords;
 // - NVTX: an injection library (NVTX_INJECTION64_PATH = this library) that
 //   counts domain range pushes and pops per thread.
+// - what the H200 showed (issue 27): STEPSCOPE_SIM_LAUNCH_QUEUE=N bounds the
+//   kernels in flight per stream (queued or running): a launch into a full
+//   queue blocks the host until the oldest ends, so a host that runs ahead
+//   pays for the backlog in whichever phase launches then;
+//   STEPSCOPE_SIM_DRIVER_WAIT=spin makes every host wait (synchronize, a
+//   synchronous copy such as loss.item(), a full queue) yield in a loop, as
+//   the driver does, so the waits are kernel CPU time; with
+//   STEPSCOPE_SIM_DRIVER_WAIT_FAULT_PAGES=N each wait also faults N fresh
+//   pages (the driver's own page faults);
 // Counters (simcuda_counter, or the file named by STEPSCOPE_SIM_COUNTERS,
 // written at exit) let tests check what the backend did to the device.
 #include <cuda.h>
@@ -35,6 +44,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +117,7 @@ struct Stream {
   unsigned flags = 0;
   std::uint32_t id = 0;
   std::int64_t tail_ns = 0;
+  std::deque<std::int64_t> in_flight;  // end times of its launched kernels (STEPSCOPE_SIM_LAUNCH_QUEUE)
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
   std::uint32_t capture_thread = 0;
@@ -549,6 +561,9 @@ cudaError_t enqueue(Sim& s, Stream& st, const Op& op, std::uint32_t correlation)
   if (st.capture == cudaStreamCaptureStatusInvalidated) return cudaErrorStreamCaptureInvalidated;
   const std::int64_t start = ready_time(s, st);
   const std::int64_t end = start + op.duration_ns;
+  // The device idled between two operations of this stream (the host fell
+  // behind): tests of device-paced figures read it ("device_gap_ns").
+  if (st.tail_ns > 0 && start > st.tail_ns) s.count("device_gap_ns", static_cast<std::uint64_t>(start - st.tail_ns));
   advance(s, st, end);
   Record r;
   r.start = start;
@@ -587,9 +602,50 @@ cudaError_t enqueue(Sim& s, Stream& st, const Op& op, std::uint32_t correlation)
   return cudaSuccess;
 }
 
+// How the host waits for the device (STEPSCOPE_SIM_DRIVER_WAIT*): asleep, or
+// yielding in a loop as the CUDA driver does (kernel CPU time).
 void sleep_until(std::int64_t t) {
-  for (std::int64_t n = now_ns(); n < t; n = now_ns())
-    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::int64_t>(t - n, 1'000'000)));
+  static const bool spin = [] {
+    const char* v = std::getenv("STEPSCOPE_SIM_DRIVER_WAIT");
+    return v != nullptr && std::strcmp(v, "spin") == 0;
+  }();
+  static const std::int64_t fault_pages = env_int("STEPSCOPE_SIM_DRIVER_WAIT_FAULT_PAGES", 0);
+  if (fault_pages > 0 && now_ns() < t) {
+    const std::size_t bytes = static_cast<std::size_t>(fault_pages) * 4096;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      for (std::size_t i = 0; i < bytes; i += 4096) static_cast<volatile char*>(p)[i] = 1;
+      munmap(p, bytes);
+    }
+  }
+  for (std::int64_t n = now_ns(); n < t; n = now_ns()) {
+    if (spin)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::int64_t>(t - n, 1'000'000)));
+  }
+}
+
+// A full launch queue (STEPSCOPE_SIM_LAUNCH_QUEUE): the host waits, without
+// the lock, until the oldest operation in flight on `st` ends.
+std::size_t launch_queue_depth() {
+  static const auto depth =
+      static_cast<std::size_t>(std::max<std::int64_t>(0, env_int("STEPSCOPE_SIM_LAUNCH_QUEUE", 0)));
+  return depth;
+}
+void wait_for_queue_slot(std::unique_lock<std::mutex>& lock, Sim& s, Stream& st) {
+  const std::size_t depth = launch_queue_depth();
+  if (depth == 0 || st.capture != cudaStreamCaptureStatusNone) return;
+  for (;;) {
+    const std::int64_t now = now_ns();
+    while (!st.in_flight.empty() && st.in_flight.front() <= now) st.in_flight.pop_front();
+    if (st.in_flight.size() < depth) break;
+    const std::int64_t until = st.in_flight.front();
+    s.count("launch_queue_full");
+    lock.unlock();
+    sleep_until(until);
+    lock.lock();
+  }
 }
 
 // Synchronising call: waits (without the lock) for device time `until`,
@@ -648,15 +704,17 @@ Op copy_op(Sim& s, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind
 cudaError_t launch(std::uint32_t correlation, const void* func, void** args, cudaStream_t stream,
                    bool per_thread_default) {
   Sim& s = sim();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::unique_lock<std::mutex> lock(s.mu);
   if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
   Stream* st = resolve_stream(s, stream, per_thread_default);
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  wait_for_queue_slot(lock, s, *st);
   Op op;
   auto it = s.kernel_names.find(func);
   op.name = it != s.kernel_names.end() ? it->second.c_str() : "kernel";
   op.duration_ns = kernel_time(s, op.name, args);
   const cudaError_t e = enqueue(s, *st, op, correlation);
+  if (launch_queue_depth() > 0 && st->capture == cudaStreamCaptureStatusNone) st->in_flight.push_back(st->tail_ns);
   s.count("launches");
   if (s.lose_after_launches >= 0 && static_cast<std::int64_t>(s.counters["launches"]) >= s.lose_after_launches) {
     s.sticky = cudaErrorLaunchFailure;

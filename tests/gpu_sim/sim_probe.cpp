@@ -206,6 +206,50 @@ int input(int steps) {
   return 0;
 }
 
+// The H200's libtorch conv net as users write it (issue 27): no stream
+// binding, kernels on the legacy stream, nothing waits in the loop, so the
+// device runs behind the host; with STEPSCOPE_SIM_LAUNCH_QUEUE the host blocks
+// wherever the queue fills (the optimizer's many small launches queue behind
+// the backward's long kernels). With `item`, each step ends reading the loss
+// back (loss.item(): a synchronous 4-byte copy that waits for the step's work).
+// Device truth per step: 4 x 7.5 + 4 x 13.5 + 40 x 0.02 = 84.8 ms (the
+// H200's 8.48 ms ten times over, so that a host starved of CPU on a busy
+// 2-core machine still runs ahead); the optimizer's 0.8 ms of it is 0.9%.
+int behind(int steps, bool item) {
+  simcuda::set_kernel_ns("forward", 7'500'000);
+  simcuda::set_kernel_ns("long", 13'500'000);
+  simcuda::set_kernel_ns("tiny", 20'000);
+  void* loss_device = nullptr;
+  if (cudaMalloc(&loss_device, sizeof(float)) != cudaSuccess) return 2;
+  float loss = 0;
+  for (int i = 0; i < steps; ++i) {
+    STEPSCOPE_STEP();
+    {
+      STEPSCOPE_PHASE_KIND("data", stepscope::PhaseKind::input);
+      busy_wait_us(20);
+    }
+    {
+      STEPSCOPE_PHASE_KIND("forward", stepscope::PhaseKind::compute);
+      for (int k = 0; k < 4; ++k) launch(forward_kernel, nullptr);
+    }
+    {
+      STEPSCOPE_PHASE_KIND("backward", stepscope::PhaseKind::compute);
+      for (int k = 0; k < 4; ++k) launch(long_kernel, nullptr);
+    }
+    {
+      STEPSCOPE_PHASE_KIND("optimizer", stepscope::PhaseKind::compute);
+      for (int k = 0; k < 40; ++k) launch(tiny_kernel, nullptr);
+    }
+    if (item) {
+      STEPSCOPE_PHASE_KIND("loss_item", stepscope::PhaseKind::other);
+      (void)cudaMemcpy(&loss, loss_device, sizeof(float), cudaMemcpyDeviceToHost);
+    }
+  }
+  (void)cudaDeviceSynchronize();
+  std::printf("loss=%g\n", static_cast<double>(loss));
+  return 0;
+}
+
 // The device goes away in the middle of step `steps / 2`, inside a phase.
 int lost(int steps) {
   simcuda::set_kernel_ns("forward", 1 * kMs);
@@ -412,6 +456,8 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   const int steps = argc >= 3 ? std::atoi(argv[2]) : 20;
   if (mode == "async") return async_forward(steps, true);
+  if (mode == "behind") return behind(steps, false);
+  if (mode == "behind-item") return behind(steps, true);
   if (mode == "unbound") return async_forward(steps, false);
   if (mode == "user-stream") return user_stream(steps);
   if (mode == "capture") return capture(steps);
