@@ -10,6 +10,7 @@
 #include "stats/clock.hpp"
 #include "core/device_backend.hpp"
 #include "cuda/cupti_activity.hpp"
+#include "cuda/cupti_windows.hpp"
 #include "cuda/event_pool.hpp"
 
 #include <stepscope/cuda.hpp>
@@ -190,7 +191,8 @@ using DeviceGet = CUresult (*)(CUdevice*, int);
 
 class CudaBackend final : public DeviceBackend {
  public:
-  CudaBackend(bool nvtx, bool cupti_wanted) : pool_(create_pair, destroy_pair, nullptr), nvtx_(nvtx) {
+  CudaBackend(bool nvtx, bool cupti_wanted, WindowSchedule windows)
+      : pool_(create_pair, destroy_pair, nullptr), nvtx_(nvtx) {
     clock_.start();
     set_callback_warmup(warmup_steps_);
     void* fn = nullptr;
@@ -212,8 +214,8 @@ class CudaBackend final : public DeviceBackend {
     if (!cupti_wanted) {
       cupti_status_ = "cupti_disabled";
       cupti_reason_ = "CUPTI activity turned off by STEPSCOPE_CUPTI=0; phase device times from CUDA events only";
-    } else if (!cupti_.start(cupti_status_, cupti_reason_)) {
-      // status/reason set by start()
+    } else if (cupti_.start(cupti_status_, cupti_reason_, windows.always())) {
+      windows_.start(windows, windows.always(), &CuptiActivity::set_collecting_of, &cupti_);
     }
     set_context_destroy_handler(&on_context_destroy);
   }
@@ -222,6 +224,7 @@ class CudaBackend final : public DeviceBackend {
     warmup_steps_ = settings.warmup_steps;
     quiet_ = settings.quiet;
     set_callback_warmup(warmup_steps_);
+    windows_.set_warmup(warmup_steps_);
   }
 
   // CUPTI resource callback, on the thread calling cudaDeviceReset (or
@@ -244,6 +247,7 @@ class CudaBackend final : public DeviceBackend {
 
   // ---- hot path -------------------------------------------------------------
   std::uint16_t begin(const PhaseSite* site) noexcept {
+    windows_.follow(g_steps_started.load(std::memory_order_relaxed));
     ThreadDevice& td = t_device;
     const ThreadState& ts = t_thread_state;
     if (!td.bound && ts.step_depth == 0) return nvtx_ ? nvtx_only(site) : 0;
@@ -305,12 +309,17 @@ class CudaBackend final : public DeviceBackend {
   void on_record(const PhaseRecord& r) override {
     // Every step and phase reaches the CUPTI timeline, whether or not it got
     // an event slot (pool exhausted, thread not attached, NVTX only): C7.
+    // Only what ran wholly inside a collection window: the rest has no
+    // device activity to explain it (cupti_windows.hpp).
     if (cupti_.active()) {
       const std::int64_t start = clock_.to_ns(r.start_ticks), stop = clock_.to_ns(r.end_ticks);
-      if (r.flags & kRecordIsStep)
-        cupti_.add_step(r.step, start, stop);
-      else if ((r.flags & kRecordInStep) && r.site != nullptr)
+      const Collected where = windows_.classify(start, stop);
+      if (r.flags & kRecordIsStep) {
+        if (r.step > warmup_steps_ && !(r.flags & (kRecordNestedStep | kRecordUnendedStep))) windows_.add_step(where, stop - start);
+        if (where == Collected::yes) cupti_.add_step(r.step, start, stop);
+      } else if ((r.flags & kRecordInStep) && r.site != nullptr && where == Collected::yes) {
         cupti_.add_phase(r.site->name, r.site->kind == PhaseKind::input, start, stop);
+      }
     }
     if (r.device_slot == 0 || r.device_slot == kSlotNvtxOnly) return;
     Slot* s = pool_.slot(r.device_slot);
@@ -336,10 +345,18 @@ class CudaBackend final : public DeviceBackend {
 
   bool wants_every_record() const override { return cupti_.active(); }
 
+  void describe_overhead(Overhead& out) const override {
+    windows_.describe(out, !cupti_.active() ? "off" : windows_.windowed() ? "windows" : "always");
+  }
+  // Half a thread's slot block between two drains: the other half absorbs a
+  // rate that rose since the wait was chosen.
+  std::uint32_t device_records_per_drain() const noexcept override { return kBlockSlots / 2; }
+
   // Collector thread every tick, or a user thread in snapshot(). No CUDA
   // call before a thread has attached to a device (a CPU-only program gets
   // no context), and then only with that device current (C1, S5).
   void poll(Aggregator& aggregator) override {
+    windows_.follow(g_steps_started.load(std::memory_order_relaxed));  // loops whose steps open no device scope
     clock_.recalibrate();
     {
       std::lock_guard<std::mutex> lock(device_calls_);
@@ -419,6 +436,7 @@ class CudaBackend final : public DeviceBackend {
       u.steps_ran_on = (step_devices_ & device_bit(d)) != 0;
       info.devices.push_back(u);
     }
+    windows_.stop();
     cupti_.finish(info, warmup_steps_, measured, step_devices_, timed);
     if (info.cupti_launches_unrecorded > 0) {
       try {
@@ -475,6 +493,7 @@ class CudaBackend final : public DeviceBackend {
   // stream while a blocking stream captures. Any other error is a failure,
   // not a capture (C13).
   bool capture_allows_record(cudaStream_t stream, Slot& s) noexcept {
+    if (captures_open() == 0) return true;  // the callbacks saw no capture begin: nothing to ask
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     const cudaError_t qe = cudaStreamIsCapturing(stream, &capture);
     if (qe == cudaSuccess && capture == cudaStreamCaptureStatusNone) return true;
@@ -677,6 +696,7 @@ class CudaBackend final : public DeviceBackend {
 
   EventPool pool_;
   CuptiActivity cupti_;
+  CollectionWindows windows_;
   TickConverter clock_;
   bool nvtx_ = false;
   nvtxDomainHandle_t domain_ = nullptr;
@@ -806,9 +826,10 @@ std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept
     }
     const bool nvtx = cuda::env_flag("STEPSCOPE_NVTX", false);
     const bool cupti = cuda::env_flag("STEPSCOPE_CUPTI", true);
+    const cuda::WindowSchedule windows = cuda::window_schedule_from_env();
     // One per process (make_device_backend runs once); the collector owns it
     // and the run time keeps the collector alive until exit.
-    auto owned = std::make_unique<cuda::CudaBackend>(nvtx, cupti);
+    auto owned = std::make_unique<cuda::CudaBackend>(nvtx, cupti, windows);
     cuda::g_backend = owned.get();
     cuda::install_hooks<DeviceBeginHook>();
     return owned;

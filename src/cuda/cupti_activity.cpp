@@ -8,6 +8,7 @@
 
 #include <stepscope/phase.hpp>
 
+#include <cuda_runtime_api.h>
 #include <cupti.h>
 
 #include <algorithm>
@@ -42,6 +43,9 @@ struct Counters {
   std::atomic<std::uint64_t> warmup_steps{0};
 };
 Counters g_counters;
+// Captures begun and not ended; -1 until the callbacks are subscribed (and
+// after they are released): then nobody counts them.
+std::atomic<int> g_captures_open{-1};
 
 std::uint64_t CUPTIAPI monotonic_timestamp() {
   timespec ts{};
@@ -109,6 +113,39 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
 
 void relaxed_add(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
+// Capture begin/end: counted up when a capture may begin (before it does),
+// down once it ended or failed to begin. True when `cbid` was one of them.
+bool count_capture(CUpti_CallbackId cbid, const CUpti_CallbackData* info) {
+  const bool enter = info->callbackSite == CUPTI_API_ENTER;
+  const auto failed = [info] {
+    return info->functionReturnValue != nullptr && *static_cast<const cudaError_t*>(info->functionReturnValue) != 0;
+  };
+  const auto down = [] {
+    int open = g_captures_open.load(std::memory_order_relaxed);
+    while (open > 0 && !g_captures_open.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) {
+    }
+  };
+  switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_ptsz_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_v12030:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_ptsz_v12030:
+      if (enter) {
+        int open = g_captures_open.load(std::memory_order_relaxed);
+        while (open >= 0 && !g_captures_open.compare_exchange_weak(open, open + 1, std::memory_order_acq_rel)) {
+        }
+      } else if (failed()) {
+        down();
+      }
+      return true;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000:
+      if (!enter) down();
+      return true;
+    default: return false;
+  }
+}
+
 void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
     if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
@@ -117,6 +154,7 @@ void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId 
   }
   if (domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
   const auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (count_capture(cbid, info)) return;
   if (info->callbackSite != CUPTI_API_ENTER) return;
   const ThreadState& ts = t_thread_state;
   const bool in_step = ts.step_depth != 0;
@@ -177,6 +215,10 @@ constexpr CUpti_CallbackId kCountedCallbacks[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
     CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,       CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
     CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,          CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000,   CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_v12030,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_ptsz_v12030,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000,     CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000,
 };
 
 // stepscope's own runtime calls (event records and queries, capture checks,
@@ -313,6 +355,8 @@ ApiCounts api_counts() noexcept {
   return c;
 }
 
+int captures_open() noexcept { return g_captures_open.load(std::memory_order_acquire); }
+
 void set_callback_warmup(std::uint64_t warmup_steps) noexcept {
   g_counters.warmup_steps.store(warmup_steps, std::memory_order_relaxed);
 }
@@ -325,11 +369,23 @@ void set_context_destroy_handler(void (*handler)() noexcept) noexcept {
 // tool): cb: "Only a single subscriber can be registered at a time" (C5).
 void CuptiActivity::stop_callbacks() noexcept {
   if (subscriber_ == nullptr) return;
+  g_captures_open.store(-1, std::memory_order_release);  // nobody counts them any more
   (void)cuptiUnsubscribe(static_cast<CUpti_SubscriberHandle>(subscriber_));
   subscriber_ = nullptr;
 }
 
-bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
+void CuptiActivity::set_collecting(bool on) noexcept {
+  if (!active_ || finished_.load(std::memory_order_acquire)) return;
+  if (on) {
+    for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityEnable(k);
+    (void)cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2);
+  } else {
+    for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
+  }
+}
+
+bool CuptiActivity::start(std::string& status, std::string& reason, bool collect) noexcept {
   try {
     g_activity = this;
     CUpti_SubscriberHandle subscriber = nullptr;
@@ -343,6 +399,7 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
       return false;
     }
     subscriber_ = subscriber;
+    g_captures_open.store(0, std::memory_order_release);
     for (CUpti_CallbackId cbid : kCountedCallbacks) (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
     (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     // Same clock as the host records (CLOCK_MONOTONIC ns). Without the
@@ -365,6 +422,9 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
       stop_callbacks();
       return false;
     }
+    // Every kind is enabled once here, so that a kind this CUPTI lacks is
+    // found now; windowed collection then switches them off until its first
+    // window (set_collecting).
     for (CUpti_ActivityKind kind : kActivityKinds) {
       r = cuptiActivityEnable(kind);
       if (r != CUPTI_SUCCESS) {
@@ -381,6 +441,7 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
     (void)cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     for (CUpti_CallbackId cbid : kOwnRuntimeCalls) (void)cuptiActivityEnableRuntimeApi(cbid, 0);
     active_ = true;
+    if (!collect) set_collecting(false);
     return true;
   } catch (...) {
     status = "cupti_unavailable";
@@ -402,7 +463,7 @@ void CuptiActivity::poll(std::int64_t now_ns) noexcept {
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
     (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(0);
-    finished_ = true;
+    finished_.store(true, std::memory_order_release);
     free_ready_buffers();
     return;
   }
@@ -592,7 +653,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
     (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    finished_ = true;
+    finished_.store(true, std::memory_order_release);
     stop_callbacks();
     free_ready_buffers();
     std::lock_guard<std::mutex> lock(mutex_);

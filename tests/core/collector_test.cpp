@@ -89,11 +89,15 @@ TEST_CASE("the collector's timer adapts to how full the rings get", "[collector]
   REQUIRE(Collector::next_interval(ms{5}, 0, shortest, longest) == ms{10});
   REQUIRE(Collector::next_interval(ms{10}, 10, shortest, longest) == ms{20});
   REQUIRE(Collector::next_interval(ms{20}, 0, shortest, longest) == ms{20});
-  // A ring over a quarter full: halve, down to the shortest.
-  REQUIRE(Collector::next_interval(ms{20}, 300, shortest, longest) == ms{10});
+  // A ring over an eighth full: the wait that would have filled an eighth at
+  // that rate (at most half the last one), down to the shortest.
+  REQUIRE(Collector::next_interval(ms{20}, 300, shortest, longest) == ms{8});
+  REQUIRE(Collector::next_interval(ms{20}, 200, shortest, longest) == ms{10});
+  REQUIRE(Collector::next_interval(ms{100}, 1024, shortest, ms{100}) == ms{12});
   REQUIRE(Collector::next_interval(ms{1}, 1024, shortest, longest) == ms{1});
   // In between: keep the pace.
   REQUIRE(Collector::next_interval(ms{4}, 128, shortest, longest) == ms{4});
+  REQUIRE(Collector::next_interval(ms{4}, 100, shortest, longest) == ms{4});
   // From a burst at 1 ms back to quiet: 1, 2, 4, 8, 16, 20.
   ms wait{1};
   int steps = 0;
