@@ -39,6 +39,12 @@ struct PhaseSite {
   int line;
 };
 
+// Cold: a ring is over half full between two drains (a burst after a quiet
+// spell, when the collector's wait is long): wakes the collector now, once per
+// drain, instead of dropping records at its next timed wake-up. A system
+// call, made only then.
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void ring_half_full() noexcept;
+
 enum RecordFlags : std::uint8_t {
   kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
   kRecordIsStep = 1u << 1,      // the step scope itself (also carries kRecordInStep)
@@ -72,7 +78,7 @@ class ThreadRing {
   // capacity must be a power of two; storage is owned by the caller (the
   // registry), which keeps the ring alive until the collector drained it.
   ThreadRing(PhaseRecord* storage, std::uint32_t capacity) noexcept
-      : slots_(storage), capacity_(capacity), mask_(capacity - 1) {}
+      : slots_(storage), capacity_(capacity), mask_(capacity - 1), half_(capacity / 2) {}
   ThreadRing(const ThreadRing&) = delete;
   ThreadRing& operator=(const ThreadRing&) = delete;
 
@@ -85,13 +91,16 @@ class ThreadRing {
 #endif
   [[nodiscard]] STEPSCOPE_DETAIL_ALWAYS_INLINE bool try_push(const PhaseRecord& record) noexcept {
     const std::uint64_t head = head_.load(std::memory_order_relaxed);
-    if (STEPSCOPE_DETAIL_UNLIKELY(head - cached_tail_ >= capacity_)) {
+    // The consumer's position is re-read only when the cached one says the
+    // ring is half full: at most once per half ring of pushes.
+    if (STEPSCOPE_DETAIL_UNLIKELY(head - cached_tail_ >= half_)) {
       cached_tail_ = tail_.load(std::memory_order_acquire);
       if (head - cached_tail_ >= capacity_) {
         // Only the producer writes dropped_, so load+store is enough (no RMW).
         dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         return false;
       }
+      if (head - cached_tail_ >= half_) ring_half_full();
     }
     slots_[head & mask_] = record;
     head_.store(head + 1, std::memory_order_release);
@@ -168,6 +177,7 @@ class ThreadRing {
   alignas(kCacheLine) PhaseRecord* const slots_;
   const std::uint32_t capacity_;
   const std::uint32_t mask_;
+  const std::uint32_t half_;
 };
 
 }  // namespace detail

@@ -59,10 +59,26 @@ std::uint64_t thread_cpu_ns() noexcept;
 constexpr std::int64_t kSnapshotCostFactor = 100;
 }  // namespace
 
-void Collector::request_stop() noexcept {
-  stop_requested_.store(true, std::memory_order_release);
+std::atomic<std::uint32_t> Collector::wake_word_{0};
+
+namespace {
+// A ring's producer asked for a drain and no loop has drained since: the
+// next half-full ring does not ask again (one system call per drain).
+std::atomic<bool> g_drain_requested{false};
+}  // namespace
+
+void Collector::wake() noexcept {
   wake_word_.fetch_add(1, std::memory_order_release);
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void Collector::request_stop() noexcept {
+  stop_requested_.store(true, std::memory_order_release);
+  wake();
+}
+
+void ring_half_full() noexcept {
+  if (!g_drain_requested.exchange(true, std::memory_order_acq_rel)) Collector::wake();
 }
 
 void Collector::run_loop() noexcept {
@@ -78,8 +94,11 @@ void Collector::run_loop() noexcept {
     if (stop_requested_.load(std::memory_order_acquire)) break;
     const std::chrono::milliseconds sleep = until_deadline(wait);
     const timespec timeout{static_cast<time_t>(sleep.count() / 1000), static_cast<long>(sleep.count() % 1000) * 1000000L};
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+    // A drain asked for before `seen` was read (its wake is already spent): no wait.
+    if (!g_drain_requested.load(std::memory_order_acquire))
+      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
     if (stop_requested_.load(std::memory_order_acquire)) break;
+    g_drain_requested.store(false, std::memory_order_release);  // before the drain: a ring refilling during it asks again
     try {
       drain_all();
     } catch (...) {

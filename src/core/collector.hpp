@@ -92,6 +92,8 @@ class Collector {
   // The adaptive timer: the next wait after a drain that found the fullest
   // ring at fill_1024/1024 of its capacity (or of the device's per-drain
   // budget, device_records_per_drain(), when that is fuller).
+  // Wakes every collector loop now (any thread; async-signal-safe).
+  static void wake() noexcept;
   static std::chrono::milliseconds next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
                                                  std::chrono::milliseconds shortest, std::chrono::milliseconds longest) noexcept;
 
@@ -154,8 +156,11 @@ class Collector {
 
   // The loop sleeps in a futex wait on wake_word_ (with the interval as its
   // timeout) rather than on a condition variable, so that request_stop()
-  // can wake it from a signal handler. Any thread writes both.
-  std::atomic<std::uint32_t> wake_word_{0};
+  // can wake it from a signal handler. Any thread writes both. One word for
+  // every collector of the process, so that a ring half full
+  // (ring_half_full(), any recording thread) needs no pointer to its
+  // collector: another collector (tests make several) wakes for nothing.
+  static std::atomic<std::uint32_t> wake_word_;
   std::atomic<bool> stop_requested_{false};
   std::thread thread_;  // started by the constructor, joined by stop() (the owner's thread)
   // CPU time (ns) the thread calling stop() spent in the final drain: part

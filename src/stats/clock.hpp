@@ -89,7 +89,7 @@ void explain_clock(bool forced_monotonic, bool have_tsc, bool invariant_tsc, con
 
 // The floor of one enabled scope with a clock: two reads of it and a 32-byte
 // store, ns (the fastest of a few batches, on the calling thread: about a
-// millisecond). use_tsc false: CLOCK_MONOTONIC. 0 when use_tsc and there is
+// tenth of a millisecond). use_tsc false: CLOCK_MONOTONIC. 0 when use_tsc and there is
 // no TSC instruction.
 double scope_floor_ns(bool use_tsc) noexcept;
 

@@ -82,6 +82,27 @@ TEST_CASE("the collector drains on its timer while producers run", "[collector]"
   REQUIRE(facts.total_records == attempts);
 }
 
+TEST_CASE("a ring half full wakes a collector whose wait is long", "[collector]") {
+  // A quiet spell grew the wait; then a burst. The loop's timer alone would
+  // not drain for an hour: the producer's half-full ring wakes it.
+  CollectorOptions options;
+  options.ring_capacity = 1024;
+  options.interval = options.min_interval = std::chrono::milliseconds(3600 * 1000);
+  options.sample_system = false;
+  options.aggregator.warmup_steps = 0;
+  Collector collector(options);
+  ThreadRing* ring = collector.register_thread(1);
+  REQUIRE(ring != nullptr);
+  static constexpr PhaseSite step{"step", PhaseKind::other, true, __FILE__, __LINE__};
+  for (std::uint32_t i = 1; i <= 600; ++i) REQUIRE(ring->try_push(PhaseRecord{&step, i, i + 1, i, 0, 0, kRecordInStep | kRecordIsStep}));
+  // Waits for the drain (bounded, so a missing wake fails instead of hanging).
+  for (int i = 0; i < 20000 && ring->consumed() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(ring->consumed() >= 512);
+  CHECK(ring->dropped() == 0);
+  collector.stop();
+  CHECK(collector.facts().steps.count == 600);
+}
+
 TEST_CASE("the collector's timer adapts to how full the rings get", "[collector]") {
   using ms = std::chrono::milliseconds;
   const ms shortest{1}, longest{20};
