@@ -113,7 +113,8 @@ class ThreadRing {
   // Consumer only: calls fn(const PhaseRecord&) for up to max_records records
   // in push order, then frees their slots. Returns how many were consumed.
   template <typename Fn>
-  std::size_t drain(Fn&& fn, std::size_t max_records = ~std::size_t{0}) noexcept(noexcept(fn(std::declval<const PhaseRecord&>()))) {
+  std::size_t drain(Fn&& fn, std::size_t max_records = ~std::size_t{
+                                 0}) noexcept(noexcept(fn(std::declval<const PhaseRecord&>()))) {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
     const std::uint64_t available = readable(tail, max_records);
     for (std::uint64_t i = 0; i < available; ++i) fn(slots_[(tail + i) & mask_]);
@@ -126,8 +127,8 @@ class ThreadRing {
   // the records wrap around the end of the storage, then frees their slots.
   // A consumer that loops over a plain array keeps its state in registers.
   template <typename Fn>
-  std::size_t drain_batches(Fn&& fn, std::size_t max_records = ~std::size_t{0}) noexcept(
-      noexcept(fn(std::declval<const PhaseRecord*>(), std::size_t{}))) {
+  std::size_t drain_batches(Fn&& fn, std::size_t max_records = ~std::size_t{
+                                         0}) noexcept(noexcept(fn(std::declval<const PhaseRecord*>(), std::size_t{}))) {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
     const std::uint64_t available = readable(tail, max_records);
     if (available > 0) {
@@ -144,10 +145,18 @@ class ThreadRing {
     return static_cast<std::size_t>(available);
   }
 
-  std::uint64_t pushed() const noexcept { return head_.load(std::memory_order_acquire); }
-  std::uint64_t consumed() const noexcept { return tail_.load(std::memory_order_acquire); }
-  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
-  std::uint32_t capacity() const noexcept { return capacity_; }
+  std::uint64_t pushed() const noexcept {
+    return head_.load(std::memory_order_acquire);
+  }
+  std::uint64_t consumed() const noexcept {
+    return tail_.load(std::memory_order_acquire);
+  }
+  std::uint64_t dropped() const noexcept {
+    return dropped_.load(std::memory_order_relaxed);
+  }
+  std::uint32_t capacity() const noexcept {
+    return capacity_;
+  }
 
   // What the producer thread is inside right now (PhaseKind as a byte, 0xff:
   // no phase), published with a relaxed store so the collector's sampler can

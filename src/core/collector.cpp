@@ -49,9 +49,13 @@ Collector::~Collector() {
   stop();
 }
 
-ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept { return registry_->add(os_tid); }
+ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept {
+  return registry_->add(os_tid);
+}
 
-void Collector::retire(ThreadRing* ring) noexcept { registry_->retire(ring); }
+void Collector::retire(ThreadRing* ring) noexcept {
+  registry_->retire(ring);
+}
 
 namespace {
 std::uint64_t thread_cpu_ns() noexcept;
@@ -93,12 +97,15 @@ void Collector::run_loop() noexcept {
     const std::uint32_t seen = wake_word_.load(std::memory_order_acquire);
     if (stop_requested_.load(std::memory_order_acquire)) break;
     const std::chrono::milliseconds sleep = until_deadline(wait);
-    const timespec timeout{static_cast<time_t>(sleep.count() / 1000), static_cast<long>(sleep.count() % 1000) * 1000000L};
+    const timespec timeout{static_cast<time_t>(sleep.count() / 1000),
+                           static_cast<long>(sleep.count() % 1000) * 1000000L};
     // A drain asked for before `seen` was read (its wake is already spent): no wait.
     if (!g_drain_requested.load(std::memory_order_acquire))
-      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr,
+                0);
     if (stop_requested_.load(std::memory_order_acquire)) break;
-    g_drain_requested.store(false, std::memory_order_release);  // before the drain: a ring refilling during it asks again
+    g_drain_requested.store(false,
+                            std::memory_order_release);  // before the drain: a ring refilling during it asks again
     try {
       drain_all();
     } catch (...) {
@@ -107,8 +114,7 @@ void Collector::run_loop() noexcept {
       collector_errors_.fetch_add(1, std::memory_order_relaxed);
     }
     if (live_active_) maybe_print_live();
-    if (snapshot_every_ns > 0 && options_.on_snapshot &&
-        static_cast<std::int64_t>(monotonic_ns()) >= next_snapshot_ns_)
+    if (snapshot_every_ns > 0 && options_.on_snapshot && static_cast<std::int64_t>(monotonic_ns()) >= next_snapshot_ns_)
       take_snapshot(snapshot_every_ns);
     note_loop_cpu();
     wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, options_.interval);
@@ -153,7 +159,8 @@ void Collector::take_snapshot(std::int64_t every_ns) noexcept {
 }
 
 std::chrono::milliseconds Collector::next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
-                                                  std::chrono::milliseconds shortest, std::chrono::milliseconds longest) noexcept {
+                                                   std::chrono::milliseconds shortest,
+                                                   std::chrono::milliseconds longest) noexcept {
   // Busy rings: drain sooner, in proportion, so that at the rate they filled
   // the fullest reaches an eighth (a full ring drops records); quiet ones:
   // wake less often, doubling (each wake-up costs the process CPU time), so
@@ -228,7 +235,8 @@ void Collector::drain_locked() {
     });
     fullest = std::max(fullest, static_cast<std::uint32_t>(drained * 1024 / e->ring.capacity()));
     if (device_records > 0 && device_budget > 0)
-      fullest = std::max(fullest, static_cast<std::uint32_t>(std::min<std::size_t>(device_records * 1024 / device_budget, 1u << 20)));
+      fullest = std::max(
+          fullest, static_cast<std::uint32_t>(std::min<std::size_t>(device_records * 1024 / device_budget, 1u << 20)));
     e->ran_steps = aggregator_.ran_steps(thread);
     if (retiring) finished.push_back(e);
   }
@@ -311,7 +319,9 @@ TraceCapture Collector::take_trace() {
   return trace_.take();
 }
 
-std::uint64_t Collector::dropped_records() const { return registry_->dropped(); }
+std::uint64_t Collector::dropped_records() const {
+  return registry_->dropped();
+}
 
 Report Collector::facts() {
   std::lock_guard<std::mutex> state(state_mutex_);

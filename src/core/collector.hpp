@@ -45,7 +45,7 @@ struct CollectorOptions {
   bool quiet = false;  // STEPSCOPE_QUIET: handed to the device backend (no stderr lines)
   bool sample_system = true;
   bool start_thread = true;  // false: the owner calls drain_all() or run_loop() itself
-  TraceWindow trace;                    // STEPSCOPE_TRACE
+  TraceWindow trace;         // STEPSCOPE_TRACE
   std::size_t trace_max_events = 200000;
   double live_interval_s = 0;  // STEPSCOPE_LIVE: seconds between progress lines on stderr (0 = off)
   bool live_forced = false;    // STEPSCOPE_LIVE_FORCE: print even when stderr is not a terminal
@@ -95,7 +95,8 @@ class Collector {
   // Wakes every collector loop now (any thread; async-signal-safe).
   static void wake() noexcept;
   static std::chrono::milliseconds next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
-                                                 std::chrono::milliseconds shortest, std::chrono::milliseconds longest) noexcept;
+                                                 std::chrono::milliseconds shortest,
+                                                 std::chrono::milliseconds longest) noexcept;
 
   // Facts gathered so far (steps, phases, records, drops, system, device).
   // Safe from any thread: serialised with the collector's own drains.
@@ -132,13 +133,13 @@ class Collector {
   std::mutex state_mutex_;
   SystemSampler sampler_;
   std::unique_ptr<DeviceBackend> device_;
-  DeviceInfo device_info_;        // written once, by the final drain (stop())
+  DeviceInfo device_info_;  // written once, by the final drain (stop())
   bool device_finished_ = false;
   Aggregator aggregator_;
   TraceRecorder trace_;
   std::vector<RingEntry*> drain_list_;
   std::vector<SystemSampler::ThreadSample> sample_list_;
-  std::int64_t start_ns_ = 0;  // set by the constructor, read-only after
+  std::int64_t start_ns_ = 0;   // set by the constructor, read-only after
   SystemSignals final_system_;  // written once, by the final drain
   bool stopped_ = false;
 

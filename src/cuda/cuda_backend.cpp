@@ -7,11 +7,11 @@
 // No synchronisation, no lock, no allocation after the thread's first timed
 // phase. Collector thread: cudaEventQuery on the pending pairs (never
 // cudaEventSynchronize), cudaEventElapsedTime, slot back to its block.
-#include "stats/clock.hpp"
 #include "core/device_backend.hpp"
 #include "cuda/cupti_activity.hpp"
 #include "cuda/cupti_windows.hpp"
 #include "cuda/event_pool.hpp"
+#include "stats/clock.hpp"
 
 #include <stepscope/cuda.hpp>
 #include <stepscope/phase.hpp>
@@ -25,10 +25,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -124,8 +124,10 @@ bool device_failed(cudaError_t e) noexcept {
     case cudaErrorDevicesUnavailable:
     case cudaErrorContextIsDestroyed:
     case cudaErrorCudartUnloading:
-    case cudaErrorUnknown: return true;
-    default: return false;
+    case cudaErrorUnknown:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -197,7 +199,8 @@ class CudaBackend final : public DeviceBackend {
     set_callback_warmup(warmup_steps_);
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
         q == cudaDriverEntryPointSuccess)
       ctx_state_ = reinterpret_cast<PrimaryCtxGetState>(fn);
     fn = nullptr;
@@ -315,7 +318,8 @@ class CudaBackend final : public DeviceBackend {
       const std::int64_t start = clock_.to_ns(r.start_ticks), stop = clock_.to_ns(r.end_ticks);
       const Collected where = windows_.classify(start, stop);
       if (r.flags & kRecordIsStep) {
-        if (r.step > warmup_steps_ && !(r.flags & (kRecordNestedStep | kRecordUnendedStep))) windows_.add_step(where, stop - start);
+        if (r.step > warmup_steps_ && !(r.flags & (kRecordNestedStep | kRecordUnendedStep)))
+          windows_.add_step(where, stop - start);
         if (where == Collected::yes) cupti_.add_step(r.step, start, stop);
       } else if ((r.flags & kRecordInStep) && r.site != nullptr && where == Collected::yes) {
         cupti_.add_phase(r.site->name, r.site->kind == PhaseKind::input, start, stop);
@@ -420,7 +424,8 @@ class CudaBackend final : public DeviceBackend {
     m.phases_in_graph_capture = static_cast<double>(captured_);
     m.event_record_failed = static_cast<double>(record_failed_ + query_failed_);
     m.device_times_unbound_stream = static_cast<double>(unbound_);
-    if (g_device_gone.load(std::memory_order_relaxed)) m.phases_after_device_gone = static_cast<double>(after_device_gone_ + pending_.size());
+    if (g_device_gone.load(std::memory_order_relaxed))
+      m.phases_after_device_gone = static_cast<double>(after_device_gone_ + pending_.size());
     if (context_destroyed_) m.device_reset_by_application = 1.0;
     m.nvtx = nvtx_ ? 1.0 : 0.0;
     const std::uint64_t steps = aggregator.steps_completed();
@@ -634,10 +639,10 @@ class CudaBackend final : public DeviceBackend {
       }
       if (device_failed(q)) device_gone(q);
       float ms = 0;
-      if (q == cudaSuccess &&
-          cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(s->begin_event), static_cast<cudaEvent_t>(s->end_event)) ==
-              cudaSuccess) {
-        aggregator.add_device_time(p.site, p.in_step, p.step, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5));
+      if (q == cudaSuccess && cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(s->begin_event),
+                                                   static_cast<cudaEvent_t>(s->end_event)) == cudaSuccess) {
+        aggregator.add_device_time(p.site, p.in_step, p.step,
+                                   static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5));
         ++resolved_;
       } else {
         (void)cudaGetLastError();
@@ -724,17 +729,25 @@ class CudaBackend final : public DeviceBackend {
     double last_mb = 0, peak_mb = 0, capacity_mb = 0;
     std::uint64_t samples = 0;
   };
-  DeviceMemory memory_[kMaxDevices];          // by device ordinal
-  std::uint64_t step_devices_ = 0;            // bit d: a phase inside a step was timed on device d
+  DeviceMemory memory_[kMaxDevices];             // by device ordinal
+  std::uint64_t step_devices_ = 0;               // bit d: a phase inside a step was timed on device d
   std::atomic<std::uint64_t> timed_devices_{0};  // bit d: a thread attached to device d (any thread)
 };
 
 // Hooks. The current DeviceBeginHook takes no argument; a hook that receives
 // the call site (for NVTX range names) is installed when phase.hpp offers it.
-std::uint16_t begin_hook() noexcept { return g_backend->begin(nullptr); }
-std::uint16_t begin_hook_with_site(const PhaseSite* site) noexcept { return g_backend->begin(site); }
-void end_hook(std::uint16_t slot) noexcept { g_backend->end(slot); }
-void abandon_hook(std::uint16_t slot) noexcept { g_backend->abandon(slot); }
+std::uint16_t begin_hook() noexcept {
+  return g_backend->begin(nullptr);
+}
+std::uint16_t begin_hook_with_site(const PhaseSite* site) noexcept {
+  return g_backend->begin(site);
+}
+void end_hook(std::uint16_t slot) noexcept {
+  g_backend->end(slot);
+}
+void abandon_hook(std::uint16_t slot) noexcept {
+  g_backend->abandon(slot);
+}
 
 template <typename Hook>
 void install_hooks() noexcept {
@@ -786,9 +799,10 @@ std::pair<std::string, std::string> probe_cuda(int& device_count) {
   int runtime = 0;
   (void)cudaRuntimeGetVersion(&runtime);
   if (e == cudaErrorInsufficientDriver)
-    return {"driver_too_old", "the NVIDIA driver (CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
-                                  ") is older than the CUDA runtime stepscope was built with (" + std::to_string(runtime / 1000) +
-                                  "." + std::to_string(runtime % 1000 / 10) + ")"};
+    return {"driver_too_old", "the NVIDIA driver (CUDA " + std::to_string(driver / 1000) + "." +
+                                  std::to_string(driver % 1000 / 10) +
+                                  ") is older than the CUDA runtime stepscope was built with (" +
+                                  std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) + ")"};
   return {"cuda_error", "the CUDA runtime could not start (" + cuda_error(e) + ")"};
 }
 
@@ -852,7 +866,9 @@ void set_stream(void* cuda_stream) noexcept {
   detail::cuda::t_device.bound = true;
 }
 
-void* current_stream() noexcept { return detail::cuda::t_device.stream; }
+void* current_stream() noexcept {
+  return detail::cuda::t_device.stream;
+}
 
 void clear_stream() noexcept {
   detail::cuda::t_device.stream = nullptr;
@@ -860,7 +876,9 @@ void clear_stream() noexcept {
 }
 
 namespace detail {
-bool stream_bound() noexcept { return cuda::t_device.bound; }
+bool stream_bound() noexcept {
+  return cuda::t_device.bound;
+}
 void restore_stream(void* cuda_stream, bool bound) noexcept {
   cuda::t_device.stream = cuda_stream;
   cuda::t_device.bound = bound;

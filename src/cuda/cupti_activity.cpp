@@ -111,7 +111,9 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
     g_cupti_dropped.fetch_add(dropped, std::memory_order_relaxed);
 }
 
-void relaxed_add(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+void relaxed_add(std::atomic<std::uint64_t>& counter) {
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
 
 // Capture begin/end: counted up when a capture may begin (before it does),
 // down once it ended or failed to begin. True when `cbid` was one of them.
@@ -142,7 +144,8 @@ bool count_capture(CUpti_CallbackId cbid, const CUpti_CallbackData* info) {
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000:
       if (!enter) down();
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -158,8 +161,8 @@ void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId 
   if (info->callbackSite != CUPTI_API_ENTER) return;
   const ThreadState& ts = t_thread_state;
   const bool in_step = ts.step_depth != 0;
-  const bool measured =
-      in_step && g_steps_started.load(std::memory_order_relaxed) > g_counters.warmup_steps.load(std::memory_order_relaxed);
+  const bool measured = in_step && g_steps_started.load(std::memory_order_relaxed) >
+                                       g_counters.warmup_steps.load(std::memory_order_relaxed);
   switch (cbid) {
     case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
@@ -198,27 +201,42 @@ void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId 
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
       relaxed_add(g_counters.graph_launch_calls);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
 constexpr CUpti_CallbackId kCountedCallbacks[] = {
-    CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,     CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,                CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000,         CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,          CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020,  CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020,                  CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,            CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,          CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,       CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,          CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000,   CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
+    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_ptsz_v10000,
     CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_v12030,
     CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_ptsz_v12030,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000,     CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000,
 };
 
 // stepscope's own runtime calls (event records and queries, capture checks,
@@ -254,7 +272,8 @@ constexpr CUpti_ActivityKind kActivityKinds[] = {
 
 std::string cupti_error(CUptiResult result) {
   const char* text = nullptr;
-  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr) return "CUPTI error " + std::to_string(result);
+  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr)
+    return "CUPTI error " + std::to_string(result);
   return text;
 }
 
@@ -265,7 +284,8 @@ std::string_view strip_version(std::string_view name) {
   if (name.substr(0, 2) == "__") name.remove_prefix(2);
   const std::size_t v = name.rfind("_v");
   if (v != std::string_view::npos && v + 2 < name.size() &&
-      std::all_of(name.begin() + static_cast<std::ptrdiff_t>(v + 2), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      std::all_of(name.begin() + static_cast<std::ptrdiff_t>(v + 2), name.end(),
+                  [](char c) { return c >= '0' && c <= '9'; }))
     name = name.substr(0, v);
   if (name.size() > 5 && name.substr(name.size() - 5) == "_ptsz") name = name.substr(0, name.size() - 5);
   return name;
@@ -274,16 +294,22 @@ std::string_view strip_version(std::string_view name) {
 timeline::MemcpyDirection direction_of(std::uint8_t copy_kind) {
   switch (copy_kind) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return timeline::MemcpyDirection::host_to_device;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+      return timeline::MemcpyDirection::host_to_device;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return timeline::MemcpyDirection::device_to_host;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+      return timeline::MemcpyDirection::device_to_host;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
     case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return timeline::MemcpyDirection::device_to_device;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return timeline::MemcpyDirection::peer_to_peer;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return timeline::MemcpyDirection::host_to_host;
-    default: return timeline::MemcpyDirection::unknown;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+      return timeline::MemcpyDirection::device_to_device;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return timeline::MemcpyDirection::peer_to_peer;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return timeline::MemcpyDirection::host_to_host;
+    default:
+      return timeline::MemcpyDirection::unknown;
   }
 }
 
@@ -319,12 +345,18 @@ const char* memcpy_name(timeline::MemcpyDirection d, timeline::HostMemoryKind ho
   using D = timeline::MemcpyDirection;
   const bool pageable = host == timeline::HostMemoryKind::pageable;
   switch (d) {
-    case D::host_to_device: return pageable ? "Memcpy HtoD (Pageable -> Device)" : "Memcpy HtoD (Pinned -> Device)";
-    case D::device_to_host: return pageable ? "Memcpy DtoH (Device -> Pageable)" : "Memcpy DtoH (Device -> Pinned)";
-    case D::device_to_device: return "Memcpy DtoD (Device -> Device)";
-    case D::peer_to_peer: return "Memcpy PtoP (Device -> Device)";
-    case D::host_to_host: return "Memcpy HtoH";
-    default: return "Memcpy";
+    case D::host_to_device:
+      return pageable ? "Memcpy HtoD (Pageable -> Device)" : "Memcpy HtoD (Pinned -> Device)";
+    case D::device_to_host:
+      return pageable ? "Memcpy DtoH (Device -> Pageable)" : "Memcpy DtoH (Device -> Pinned)";
+    case D::device_to_device:
+      return "Memcpy DtoD (Device -> Device)";
+    case D::peer_to_peer:
+      return "Memcpy PtoP (Device -> Device)";
+    case D::host_to_host:
+      return "Memcpy HtoH";
+    default:
+      return "Memcpy";
   }
 }
 
@@ -355,7 +387,9 @@ ApiCounts api_counts() noexcept {
   return c;
 }
 
-int captures_open() noexcept { return g_captures_open.load(std::memory_order_acquire); }
+int captures_open() noexcept {
+  return g_captures_open.load(std::memory_order_acquire);
+}
 
 void set_callback_warmup(std::uint64_t warmup_steps) noexcept {
   g_counters.warmup_steps.store(warmup_steps, std::memory_order_relaxed);
@@ -395,12 +429,14 @@ bool CuptiActivity::start(std::string& status, std::string& reason, bool collect
       reason = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
                    ? "CUPTI is held by another profiler (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); "
                      "phase device times are still measured with CUDA events"
-                   : "cuptiSubscribe failed (" + cupti_error(r) + "); phase device times are still measured with CUDA events";
+                   : "cuptiSubscribe failed (" + cupti_error(r) +
+                         "); phase device times are still measured with CUDA events";
       return false;
     }
     subscriber_ = subscriber;
     g_captures_open.store(0, std::memory_order_release);
-    for (CUpti_CallbackId cbid : kCountedCallbacks) (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
+    for (CUpti_CallbackId cbid : kCountedCallbacks)
+      (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
     (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     // Same clock as the host records (CLOCK_MONOTONIC ns). Without the
     // timestamp callback, CUPTI uses CLOCK_REALTIME: convert with an offset.
@@ -542,7 +578,8 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           timeline::DeviceInterval d = interval_of(m, ns);
           d.kind = timeline::DeviceOpKind::memcpy;
           d.direction = direction_of(m->copyKind);
-          const std::uint8_t host_side = d.direction == timeline::MemcpyDirection::device_to_host ? m->dstKind : m->srcKind;
+          const std::uint8_t host_side =
+              d.direction == timeline::MemcpyDirection::device_to_host ? m->dstKind : m->srcKind;
           d.host_memory = host_side == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ? timeline::HostMemoryKind::pageable
                           : host_side == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ? timeline::HostMemoryKind::pinned
                                                                            : timeline::HostMemoryKind::unknown;
@@ -597,7 +634,8 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
         case CUPTI_ACTIVITY_KIND_RUNTIME: {
           const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
           const char* raw = nullptr;
-          if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &raw) != CUPTI_SUCCESS || raw == nullptr) break;
+          if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &raw) != CUPTI_SUCCESS || raw == nullptr)
+            break;
           const std::string_view name = strip_version(raw);
           timeline::HostInterval h;
           h.start_ns = ns(a->start);
@@ -611,7 +649,8 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           ++api_records_;
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
   } catch (...) {
@@ -680,7 +719,8 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     if (!over_limit_ && gap >= 2 && gap * 10 >= launches) info.cupti_launches_unrecorded = gap;
 
     // Analyse the measured steps only (warm-up steps are left out, as on the host side).
-    std::sort(steps_.begin(), steps_.end(), [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
+    std::sort(steps_.begin(), steps_.end(),
+              [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
     timeline_.steps.clear();
     for (const auto& s : steps_)
       if (s.number > static_cast<std::int64_t>(warmup_steps)) timeline_.steps.push_back(s);
@@ -690,7 +730,8 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
       std::int64_t last = 0;
       for (const auto& d : timeline_.device_ops) last = std::max(last, d.end_ns);
       auto& st = timeline_.steps;
-      st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }), st.end());
+      st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }),
+               st.end());
     }
     // Each device on its own (C14): the attribution takes every device op
     // of the timeline as "the device", so it is run on one device's ops at

@@ -67,7 +67,7 @@ class CuptiActivity {
 
   bool active_ = false;
   std::atomic<bool> finished_{false};  // collector writes; set_collecting reads on any thread
-  void* subscriber_ = nullptr;  // CUpti_SubscriberHandle while subscribed; released at finish (C5)
+  void* subscriber_ = nullptr;         // CUpti_SubscriberHandle while subscribed; released at finish (C5)
   std::int64_t last_flush_ns_ = 0;
   std::int64_t clock_offset_ns_ = 0;  // added to CUPTI timestamps when no timestamp callback
 

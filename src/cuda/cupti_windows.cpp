@@ -58,8 +58,9 @@ WindowSchedule window_schedule_from_env() noexcept {
   WindowSchedule schedule;
   const char* v = std::getenv("STEPSCOPE_CUPTI_WINDOW");
   if (v != nullptr && *v != '\0' && !parse_window_schedule(v, schedule))
-    std::fprintf(stderr, "stepscope: warning: STEPSCOPE_CUPTI_WINDOW='%s' is not 'always' or K/N (1 <= K <= N); using %u/%u\n", v,
-                 schedule.on, schedule.period);
+    std::fprintf(stderr,
+                 "stepscope: warning: STEPSCOPE_CUPTI_WINDOW='%s' is not 'always' or K/N (1 <= K <= N); using %u/%u\n",
+                 v, schedule.on, schedule.period);
   return schedule;
 }
 
@@ -123,7 +124,9 @@ Collected CollectionWindows::classify(std::int64_t start_ns, std::int64_t end_ns
                                       [](std::int64_t t, const Entry& e) { return t < e.ns; });
   if (after != switches_.end() && after->ns <= end_ns) return Collected::partly;
   // Switches alternate: the state at the start is the last switch's, or the opposite of the next one's.
-  const bool on = after != switches_.begin() ? std::prev(after)->on : after != switches_.end() ? !after->on : initially_on_;
+  const bool on = after != switches_.begin() ? std::prev(after)->on
+                  : after != switches_.end() ? !after->on
+                                             : initially_on_;
   return on ? Collected::yes : Collected::no;
 }
 

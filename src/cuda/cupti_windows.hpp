@@ -90,7 +90,7 @@ class CollectionWindows {
 
   // Collector only.
   std::uint64_t read_ = 0;
-  std::vector<Entry> switches_;  // the newest, in time order
+  std::vector<Entry> switches_;               // the newest, in time order
   std::vector<std::int64_t> on_ns_, off_ns_;  // step wall times, bounded
   std::uint64_t partly_ = 0;
 };

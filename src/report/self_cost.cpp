@@ -16,20 +16,23 @@ std::vector<std::string> self_cost_lines(const Report& r) {
                                 r.run.clock_source, why, o.tsc_scope_ns));
   }
   if (o.measured) {
-    lines.push_back(fmt::format(
-        "device activity (CUPTI) collected {}: {:+.1f}% per collected step, {:+.1f}% on the run (median {:.3f} vs {:.3f} "
-        "ms/step over {} collected and {} other steps)",
-        o.device_mode == "windows" ? fmt::format("{} of every {} steps", o.window_steps, o.window_period)
-                                   : std::string("on every step"),
-        o.window_cost_pct, o.run_cost_pct, o.instrumented_step_ms, o.uninstrumented_step_ms, o.instrumented_steps,
-        o.uninstrumented_steps));
+    lines.push_back(
+        fmt::format("device activity (CUPTI) collected {}: {:+.1f}% per collected step, {:+.1f}% on the run (median "
+                    "{:.3f} vs {:.3f} "
+                    "ms/step over {} collected and {} other steps)",
+                    o.device_mode == "windows" ? fmt::format("{} of every {} steps", o.window_steps, o.window_period)
+                                               : std::string("on every step"),
+                    o.window_cost_pct, o.run_cost_pct, o.instrumented_step_ms, o.uninstrumented_step_ms,
+                    o.instrumented_steps, o.uninstrumented_steps));
   } else if (o.device_mode == "windows") {
-    lines.push_back(fmt::format("device activity (CUPTI) collected {} of every {} steps; its cost is not measured "
-                                "(needs 2 steps inside and 2 outside the windows: {} and {})",
-                                o.window_steps, o.window_period, o.instrumented_steps, o.uninstrumented_steps));
+    lines.push_back(
+        fmt::format("device activity (CUPTI) collected {} of every {} steps; its cost is not measured "
+                    "(needs 2 steps inside and 2 outside the windows: {} and {})",
+                    o.window_steps, o.window_period, o.instrumented_steps, o.uninstrumented_steps));
   } else if (o.device_mode == "always") {
-    lines.push_back("device activity (CUPTI) collected on every step (STEPSCOPE_CUPTI_WINDOW=always): its cost is not "
-                    "measured, there are no uncollected steps to compare with");
+    lines.push_back(
+        "device activity (CUPTI) collected on every step (STEPSCOPE_CUPTI_WINDOW=always): its cost is not "
+        "measured, there are no uncollected steps to compare with");
   }
   return lines;
 }

@@ -94,7 +94,8 @@ void explain_clock(bool forced_monotonic, bool have_tsc, bool invariant_tsc, con
   } else if (!have_tsc) {
     std::snprintf(out, size, "no TSC on this CPU architecture");
   } else if (*current == '\0') {
-    std::snprintf(out, size, "the kernel's clocksource could not be read (%s): a TSC it may distrust is not used", kClockDir);
+    std::snprintf(out, size, "the kernel's clocksource could not be read (%s): a TSC it may distrust is not used",
+                  kClockDir);
   } else if (std::strcmp(current, "tsc") == 0) {
     if (invariant_tsc)
       std::snprintf(out, size, "invariant TSC, kernel clocksource tsc");
@@ -103,15 +104,19 @@ void explain_clock(bool forced_monotonic, bool have_tsc, bool invariant_tsc, con
   } else if (!has_word(available, "tsc")) {
     char param[32];
     last_tsc_parameter(cmdline, param, sizeof param);
-    std::snprintf(out, size, "the kernel marked the TSC unstable%s (clocksource %s; tsc is not among its available clocksources: %s)",
-                  std::strcmp(param, "unstable") == 0 ? " (boot parameter tsc=unstable)" : "", current, available);
+    std::snprintf(
+        out, size,
+        "the kernel marked the TSC unstable%s (clocksource %s; tsc is not among its available clocksources: %s)",
+        std::strcmp(param, "unstable") == 0 ? " (boot parameter tsc=unstable)" : "", current, available);
   } else {
-    std::snprintf(out, size, "the kernel's clocksource is %s, not tsc (the TSC is available to it but not chosen)%s%s", current,
-                  invariant_tsc ? "" : "; ", invariant_tsc ? "" : kNoInvariant);
+    std::snprintf(out, size, "the kernel's clocksource is %s, not tsc (the TSC is available to it but not chosen)%s%s",
+                  current, invariant_tsc ? "" : "; ", invariant_tsc ? "" : kNoInvariant);
   }
 }
 
-const char* clock_reason() noexcept { return g_clock_reason; }
+const char* clock_reason() noexcept {
+  return g_clock_reason;
+}
 
 ClockChoice choose_clock(const char* env_override) noexcept {
   ClockChoice choice;

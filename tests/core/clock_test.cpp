@@ -149,20 +149,25 @@ std::string explained(bool forced, bool have_tsc, bool invariant, const char* cu
 
 TEST_CASE("the report says why the clock is not the TSC", "[clock]") {
   // This VM: kvm-clock the only clocksource, tsc=unstable on the command line (after tsc=reliable).
-  const std::string vm = explained(false, true, true, "kvm-clock", "kvm-clock", "clocksource=kvm-clock tsc=reliable tsc=unstable");
+  const std::string vm =
+      explained(false, true, true, "kvm-clock", "kvm-clock", "clocksource=kvm-clock tsc=reliable tsc=unstable");
   CHECK(vm.find("the kernel marked the TSC unstable (boot parameter tsc=unstable)") == 0);
   CHECK(vm.find("clocksource kvm-clock") != std::string::npos);
   // Marked unstable at run time (the watchdog), no boot parameter: the last tsc= is the one that counts.
   const std::string watchdog = explained(false, true, true, "hpet", "hpet acpi_pm", "quiet tsc=unstable tsc=reliable");
   CHECK(watchdog.find("the kernel marked the TSC unstable (clocksource hpet;") == 0);
-  CHECK(explained(false, true, true, "kvm-clock", "kvm-clock tsc hpet", "").find("the kernel's clocksource is kvm-clock, not tsc") == 0);
+  CHECK(explained(false, true, true, "kvm-clock", "kvm-clock tsc hpet", "")
+            .find("the kernel's clocksource is kvm-clock, not tsc") == 0);
   CHECK(explained(false, true, false, "tsc", "tsc hpet", "").find("the CPU reports no invariant TSC") == 0);
   CHECK(explained(false, true, true, "tsc", "tsc hpet", "") == "invariant TSC, kernel clocksource tsc");
   CHECK(explained(true, true, true, "tsc", "tsc", "") == "STEPSCOPE_CLOCK=monotonic");
-  CHECK(explained(false, false, false, "arch_sys_counter", "arch_sys_counter", "") == "no TSC on this CPU architecture");
+  CHECK(explained(false, false, false, "arch_sys_counter", "arch_sys_counter", "") ==
+        "no TSC on this CPU architecture");
   CHECK(explained(false, true, true, "", "", "").find("could not be read") != std::string::npos);
   // A clocksource list that merely contains the letters (tsc_early) is not the TSC.
-  CHECK(explained(false, true, true, "kvm-clock", "kvm-clock tsc_early", "").find("the kernel marked the TSC unstable") == 0);
+  CHECK(
+      explained(false, true, true, "kvm-clock", "kvm-clock tsc_early", "").find("the kernel marked the TSC unstable") ==
+      0);
 }
 
 TEST_CASE("the per-scope floor is measured for the clock in use and for the TSC", "[clock]") {

@@ -71,7 +71,8 @@ TEST_CASE("the collector drains on its timer while producers run", "[collector]"
   for (std::uint32_t i = 1; i <= 640; ++i) {
     for (;;) {
       ++attempts;
-      if (ring->try_push(PhaseRecord{&kStep, i * 100ull, i * 100ull + 50, i, 0, 0, kRecordIsStep | kRecordInStep})) break;
+      if (ring->try_push(PhaseRecord{&kStep, i * 100ull, i * 100ull + 50, i, 0, 0, kRecordIsStep | kRecordInStep}))
+        break;
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   }
@@ -94,7 +95,8 @@ TEST_CASE("a ring half full wakes a collector whose wait is long", "[collector]"
   ThreadRing* ring = collector.register_thread(1);
   REQUIRE(ring != nullptr);
   static constexpr PhaseSite step{"step", PhaseKind::other, true, __FILE__, __LINE__};
-  for (std::uint32_t i = 1; i <= 600; ++i) REQUIRE(ring->try_push(PhaseRecord{&step, i, i + 1, i, 0, 0, kRecordInStep | kRecordIsStep}));
+  for (std::uint32_t i = 1; i <= 600; ++i)
+    REQUIRE(ring->try_push(PhaseRecord{&step, i, i + 1, i, 0, 0, kRecordInStep | kRecordIsStep}));
   // Waits for the drain (bounded, so a missing wake fails instead of hanging).
   for (int i = 0; i < 20000 && ring->consumed() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(ring->consumed() >= 512);

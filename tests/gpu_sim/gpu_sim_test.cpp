@@ -79,8 +79,8 @@ void run_on_sim(Run& run, const std::string& program, const std::string& args, c
   const std::string& d = run.dir.path;
   const std::string cmd = "cd '" + d + "' && env STEPSCOPE_OUT='" + d + "/report.json' STEPSCOPE_SIM_COUNTERS='" + d +
                           "/counters.txt' LD_PRELOAD='" STEPSCOPE_SIM_LIBRARY "' STEPSCOPE_CUPTI_WINDOW=always " + env +
-                          " timeout 120 '" + program +
-                          "' " + args + " >'" + d + "/stdout.txt' 2>'" + d + "/stderr.txt'";
+                          " timeout 120 '" + program + "' " + args + " >'" + d + "/stdout.txt' 2>'" + d +
+                          "/stderr.txt'";
   const int status = std::system(cmd.c_str());
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.out = slurp(d + "/stdout.txt");
