@@ -1,9 +1,8 @@
 // CUPTI activity and callbacks -> timeline::Timeline -> device facts.
 //
 // Threads: CUPTI calls buffer_requested/buffer_completed from its own worker
-// thread or from inside cuptiActivityFlushAll (collector thread); the
-// runtime-API callback runs on whichever thread makes the CUDA call (the
-// training thread), so it only bumps relaxed atomic counters.
+// thread or from inside cuptiActivityFlushAll (collector thread). The
+// runtime-API callbacks are in cupti_callbacks.cpp.
 #include "cuda/cupti_activity.hpp"
 
 #include <stepscope/phase.hpp>
@@ -31,21 +30,8 @@ constexpr std::size_t kBufferBytes = 4u << 20;
 constexpr std::int64_t kFlushIntervalNs = 100'000'000;
 
 CuptiActivity* g_activity = nullptr;  // set once in start(), before any callback is enabled
-std::atomic<void (*)() noexcept> g_context_destroy_handler{nullptr};
 // Records CUPTI dropped for want of buffer space (cuptiActivityGetNumDroppedRecords).
 std::atomic<std::uint64_t> g_cupti_dropped{0};
-
-struct Counters {
-  std::atomic<std::uint64_t> sync_calls{0}, sync_calls_in_steps{0};
-  std::atomic<std::uint64_t> malloc_calls{0}, malloc_calls_measured{0};
-  std::atomic<std::uint64_t> free_calls{0}, free_calls_measured{0};
-  std::atomic<std::uint64_t> launch_calls{0}, graph_launch_calls{0};
-  std::atomic<std::uint64_t> warmup_steps{0};
-};
-Counters g_counters;
-// Captures begun and not ended; -1 until the callbacks are subscribed (and
-// after they are released): then nobody counts them.
-std::atomic<int> g_captures_open{-1};
 
 std::uint64_t CUPTIAPI monotonic_timestamp() {
   timespec ts{};
@@ -110,134 +96,6 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
   if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0)
     g_cupti_dropped.fetch_add(dropped, std::memory_order_relaxed);
 }
-
-void relaxed_add(std::atomic<std::uint64_t>& counter) {
-  counter.fetch_add(1, std::memory_order_relaxed);
-}
-
-// Capture begin/end: counted up when a capture may begin (before it does),
-// down once it ended or failed to begin. True when `cbid` was one of them.
-bool count_capture(CUpti_CallbackId cbid, const CUpti_CallbackData* info) {
-  const bool enter = info->callbackSite == CUPTI_API_ENTER;
-  const auto failed = [info] {
-    return info->functionReturnValue != nullptr && *static_cast<const cudaError_t*>(info->functionReturnValue) != 0;
-  };
-  const auto down = [] {
-    int open = g_captures_open.load(std::memory_order_relaxed);
-    while (open > 0 && !g_captures_open.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) {
-    }
-  };
-  switch (cbid) {
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_ptsz_v10000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_v12030:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_ptsz_v12030:
-      if (enter) {
-        int open = g_captures_open.load(std::memory_order_relaxed);
-        while (open >= 0 && !g_captures_open.compare_exchange_weak(open, open + 1, std::memory_order_acq_rel)) {
-        }
-      } else if (failed()) {
-        down();
-      }
-      return true;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000:
-      if (!enter) down();
-      return true;
-    default:
-      return false;
-  }
-}
-
-void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
-  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
-    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
-      if (auto handler = g_context_destroy_handler.load(std::memory_order_acquire)) handler();
-    return;
-  }
-  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
-  const auto* info = static_cast<const CUpti_CallbackData*>(data);
-  if (count_capture(cbid, info)) return;
-  if (info->callbackSite != CUPTI_API_ENTER) return;
-  const ThreadState& ts = t_thread_state;
-  const bool in_step = ts.step_depth != 0;
-  const bool measured = in_step && g_steps_started.load(std::memory_order_relaxed) >
-                                       g_counters.warmup_steps.load(std::memory_order_relaxed);
-  switch (cbid) {
-    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020:
-      relaxed_add(g_counters.sync_calls);
-      if (in_step) relaxed_add(g_counters.sync_calls_in_steps);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020:
-      relaxed_add(g_counters.malloc_calls);
-      if (measured) relaxed_add(g_counters.malloc_calls_measured);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020:
-      relaxed_add(g_counters.free_calls);
-      if (measured) relaxed_add(g_counters.free_calls_measured);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
-    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
-    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
-      relaxed_add(g_counters.launch_calls);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
-      relaxed_add(g_counters.graph_launch_calls);
-      break;
-    default:
-      break;
-  }
-}
-
-constexpr CUpti_CallbackId kCountedCallbacks[] = {
-    CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_ptsz_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_v12030,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCaptureToGraph_ptsz_v12030,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_ptsz_v10000,
-};
 
 // stepscope's own runtime calls (event records and queries, capture checks,
 // device and memory queries): left out of the RUNTIME activity, or the
@@ -374,37 +232,11 @@ timeline::DeviceInterval interval_of(const DeviceRecord* r, ToNs ns) {
 
 }  // namespace
 
-ApiCounts api_counts() noexcept {
-  ApiCounts c;
-  c.sync_calls = g_counters.sync_calls.load(std::memory_order_relaxed);
-  c.sync_calls_in_steps = g_counters.sync_calls_in_steps.load(std::memory_order_relaxed);
-  c.malloc_calls = g_counters.malloc_calls.load(std::memory_order_relaxed);
-  c.malloc_calls_measured = g_counters.malloc_calls_measured.load(std::memory_order_relaxed);
-  c.free_calls = g_counters.free_calls.load(std::memory_order_relaxed);
-  c.free_calls_measured = g_counters.free_calls_measured.load(std::memory_order_relaxed);
-  c.launch_calls = g_counters.launch_calls.load(std::memory_order_relaxed);
-  c.graph_launch_calls = g_counters.graph_launch_calls.load(std::memory_order_relaxed);
-  return c;
-}
-
-int captures_open() noexcept {
-  return g_captures_open.load(std::memory_order_acquire);
-}
-
-void set_callback_warmup(std::uint64_t warmup_steps) noexcept {
-  g_counters.warmup_steps.store(warmup_steps, std::memory_order_relaxed);
-}
-
-void set_context_destroy_handler(void (*handler)() noexcept) noexcept {
-  g_context_destroy_handler.store(handler, std::memory_order_release);
-}
-
 // Releases CUPTI for the next client (torch.profiler, Nsight, the user's own
 // tool): cb: "Only a single subscriber can be registered at a time" (C5).
 void CuptiActivity::stop_callbacks() noexcept {
   if (subscriber_ == nullptr) return;
-  g_captures_open.store(-1, std::memory_order_release);  // nobody counts them any more
-  (void)cuptiUnsubscribe(static_cast<CUpti_SubscriberHandle>(subscriber_));
+  unsubscribe_callbacks(subscriber_);
   subscriber_ = nullptr;
 }
 
@@ -422,9 +254,10 @@ void CuptiActivity::set_collecting(bool on) noexcept {
 bool CuptiActivity::start(std::string& status, std::string& reason, bool collect) noexcept {
   try {
     g_activity = this;
-    CUpti_SubscriberHandle subscriber = nullptr;
-    CUptiResult r = cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(api_callback), nullptr);
-    if (r != CUPTI_SUCCESS) {
+    int subscribed = CUPTI_SUCCESS;
+    subscriber_ = subscribe_callbacks(subscribed);
+    CUptiResult r = static_cast<CUptiResult>(subscribed);
+    if (subscriber_ == nullptr) {
       status = "cupti_unavailable";
       reason = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
                    ? "CUPTI is held by another profiler (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); "
@@ -433,11 +266,6 @@ bool CuptiActivity::start(std::string& status, std::string& reason, bool collect
                          "); phase device times are still measured with CUDA events";
       return false;
     }
-    subscriber_ = subscriber;
-    g_captures_open.store(0, std::memory_order_release);
-    for (CUpti_CallbackId cbid : kCountedCallbacks)
-      (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
-    (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     // Same clock as the host records (CLOCK_MONOTONIC ns). Without the
     // timestamp callback, CUPTI uses CLOCK_REALTIME: convert with an offset.
     if (cuptiActivityRegisterTimestampCallback(monotonic_timestamp) != CUPTI_SUCCESS) {
@@ -544,7 +372,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
   try {
     std::lock_guard<std::mutex> lock(mutex_);
     // Our callbacks still receive buffers: launches so far are accounted for (S3).
-    launches_at_last_buffer_ = g_counters.launch_calls.load(std::memory_order_relaxed);
+    launches_at_last_buffer_ = api_counts().launch_calls;
     CUpti_Activity* record = nullptr;
     const std::int64_t off = clock_offset_ns_;
     auto ns = [off](std::uint64_t t) { return static_cast<std::int64_t>(t) + off; };

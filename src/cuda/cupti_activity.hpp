@@ -107,6 +107,10 @@ void set_callback_warmup(std::uint64_t warmup_steps) noexcept;
 // Called (on the destroying thread) when CUPTI reports that a CUDA context is
 // about to be destroyed (cudaDeviceReset): the backend stops using its events.
 void set_context_destroy_handler(void (*handler)() noexcept) noexcept;
+// Subscribes the callbacks above (cupti_callbacks.cpp): the subscriber
+// handle, or null with CUPTI's result in `result`; and releases them.
+void* subscribe_callbacks(int& result) noexcept;
+void unsubscribe_callbacks(void* subscriber) noexcept;
 
 }  // namespace detail::cuda
 }  // namespace v1
