@@ -552,3 +552,21 @@ TEST_CASE("capture checks come back when a capture opens, or when nobody counts 
     CHECK(off.counter("capture_checks") > 0);
   }
 }
+
+TEST_CASE("CUPTI in windows: the verdicts come from the collected steps, and stay right", "[gpu-sim]") {
+  // The cases above with the default schedule and 2 of every 4 steps: the
+  // device facts describe the collected steps only (an uncollected step
+  // would read as an idle device).
+  for (const char* windows : {"STEPSCOPE_CUPTI_WINDOW=", "STEPSCOPE_CUPTI_WINDOW=2/4"}) {
+    for (const auto& [args, category] : std::vector<std::pair<std::string, std::string>>{
+             {"scheduling 20", "scheduling"}, {"compute 15", "compute"}, {"memory 15", "memory"}, {"input 15", "io"}}) {
+      INFO(windows << " " << args);
+      Run run;
+      probe(run, args, windows);
+      CHECK(run.report.overhead.device_mode == "windows");
+      CHECK(run.fact("cupti_steps") > 0);
+      CHECK(run.fact("cupti_steps") < 15);
+      CHECK(run.report.bottleneck.category == category);
+    }
+  }
+}
