@@ -584,6 +584,9 @@ struct RunInfo {
   std::string clock_source;                         // "tsc" or "clock_monotonic"
   double clock_tsc_ghz = 0;                         // calibrated TSC frequency (0 for clock_monotonic)
   double clock_error_ppm = 0;                       // estimated conversion error
+  // Why clock_source is what it is (the kernel's clocksource and TSC verdict,
+  // the CPU's invariant-TSC flag, STEPSCOPE_CLOCK). "" when not a live run.
+  std::string clock_reason;
   std::uint64_t warmup_steps = 0;
   std::string warmup_source;  // "default", "env", "reduced"
 };
@@ -672,6 +675,34 @@ struct MultiRank {
   std::string method;  // how stragglers and waiting were estimated, in words
 };
 
+// What stepscope cost the run it measured (JSON "overhead"). Live runs fill
+// it; other reports leave the defaults.
+struct Overhead {
+  // One enabled scope's host cost on this machine, measured at start-up on
+  // the collector thread: two reads of the clock in use and the 32-byte
+  // store (bench/overhead_bench holds a scope within 1.10x of it), and the
+  // same with the TSC (0 where the CPU has none). ns; 0 unknown.
+  double scope_ns = 0;
+  double tsc_scope_ns = 0;
+  // The collector thread's CPU time over the run's wall time; <0 unknown.
+  double collector_core_fraction = -1;
+  // CUDA runs: how CUPTI activity was collected: "windows" (window_steps of
+  // every window_period measured steps), "always", "off", "" without a
+  // device backend.
+  std::string device_mode;
+  std::uint64_t window_steps = 0, window_period = 0;
+  // Measured steps wholly inside / wholly outside the collection windows,
+  // and their median wall time (ms). Same run, same loop.
+  std::uint64_t instrumented_steps = 0, uninstrumented_steps = 0;
+  double instrumented_step_ms = 0, uninstrumented_step_ms = 0;
+  // measured: both kinds of steps were seen. window_cost_pct: what
+  // collecting costs a step (instrumented / uninstrumented - 1, %);
+  // run_cost_pct: that times the share of steps collected.
+  bool measured = false;
+  double window_cost_pct = 0;
+  double run_cost_pct = 0;
+};
+
 struct Report {
   int schema_version = kReportSchemaVersion;
   RunInfo run;
@@ -731,6 +762,7 @@ struct Report {
     std::uint64_t overflow = 0;
     std::uint64_t truncated = 0;
   } runtime_sites;
+  Overhead overhead;
 };
 
 // Serialisation (src/report/json_report.cpp). Never throw.

@@ -39,6 +39,12 @@ struct PhaseSite {
   int line;
 };
 
+// Cold: a ring is over half full between two drains (a burst after a quiet
+// spell, when the collector's wait is long): wakes the collector now, once per
+// drain, instead of dropping records at its next timed wake-up. A system
+// call, made only then.
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void ring_half_full() noexcept;
+
 enum RecordFlags : std::uint8_t {
   kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
   kRecordIsStep = 1u << 1,      // the step scope itself (also carries kRecordInStep)
@@ -72,7 +78,7 @@ class ThreadRing {
   // capacity must be a power of two; storage is owned by the caller (the
   // registry), which keeps the ring alive until the collector drained it.
   ThreadRing(PhaseRecord* storage, std::uint32_t capacity) noexcept
-      : slots_(storage), capacity_(capacity), mask_(capacity - 1) {}
+      : slots_(storage), capacity_(capacity), mask_(capacity - 1), half_(capacity / 2) {}
   ThreadRing(const ThreadRing&) = delete;
   ThreadRing& operator=(const ThreadRing&) = delete;
 
@@ -85,13 +91,16 @@ class ThreadRing {
 #endif
   [[nodiscard]] STEPSCOPE_DETAIL_ALWAYS_INLINE bool try_push(const PhaseRecord& record) noexcept {
     const std::uint64_t head = head_.load(std::memory_order_relaxed);
-    if (STEPSCOPE_DETAIL_UNLIKELY(head - cached_tail_ >= capacity_)) {
+    // The consumer's position is re-read only when the cached one says the
+    // ring is half full: at most once per half ring of pushes.
+    if (STEPSCOPE_DETAIL_UNLIKELY(head - cached_tail_ >= half_)) {
       cached_tail_ = tail_.load(std::memory_order_acquire);
       if (head - cached_tail_ >= capacity_) {
         // Only the producer writes dropped_, so load+store is enough (no RMW).
         dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         return false;
       }
+      if (head - cached_tail_ >= half_) ring_half_full();
     }
     slots_[head & mask_] = record;
     head_.store(head + 1, std::memory_order_release);
@@ -104,7 +113,8 @@ class ThreadRing {
   // Consumer only: calls fn(const PhaseRecord&) for up to max_records records
   // in push order, then frees their slots. Returns how many were consumed.
   template <typename Fn>
-  std::size_t drain(Fn&& fn, std::size_t max_records = ~std::size_t{0}) noexcept(noexcept(fn(std::declval<const PhaseRecord&>()))) {
+  std::size_t drain(Fn&& fn, std::size_t max_records = ~std::size_t{
+                                 0}) noexcept(noexcept(fn(std::declval<const PhaseRecord&>()))) {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
     const std::uint64_t available = readable(tail, max_records);
     for (std::uint64_t i = 0; i < available; ++i) fn(slots_[(tail + i) & mask_]);
@@ -117,8 +127,8 @@ class ThreadRing {
   // the records wrap around the end of the storage, then frees their slots.
   // A consumer that loops over a plain array keeps its state in registers.
   template <typename Fn>
-  std::size_t drain_batches(Fn&& fn, std::size_t max_records = ~std::size_t{0}) noexcept(
-      noexcept(fn(std::declval<const PhaseRecord*>(), std::size_t{}))) {
+  std::size_t drain_batches(Fn&& fn, std::size_t max_records = ~std::size_t{
+                                         0}) noexcept(noexcept(fn(std::declval<const PhaseRecord*>(), std::size_t{}))) {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
     const std::uint64_t available = readable(tail, max_records);
     if (available > 0) {
@@ -135,10 +145,18 @@ class ThreadRing {
     return static_cast<std::size_t>(available);
   }
 
-  std::uint64_t pushed() const noexcept { return head_.load(std::memory_order_acquire); }
-  std::uint64_t consumed() const noexcept { return tail_.load(std::memory_order_acquire); }
-  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
-  std::uint32_t capacity() const noexcept { return capacity_; }
+  std::uint64_t pushed() const noexcept {
+    return head_.load(std::memory_order_acquire);
+  }
+  std::uint64_t consumed() const noexcept {
+    return tail_.load(std::memory_order_acquire);
+  }
+  std::uint64_t dropped() const noexcept {
+    return dropped_.load(std::memory_order_relaxed);
+  }
+  std::uint32_t capacity() const noexcept {
+    return capacity_;
+  }
 
   // What the producer thread is inside right now (PhaseKind as a byte, 0xff:
   // no phase), published with a relaxed store so the collector's sampler can
@@ -168,6 +186,7 @@ class ThreadRing {
   alignas(kCacheLine) PhaseRecord* const slots_;
   const std::uint32_t capacity_;
   const std::uint32_t mask_;
+  const std::uint32_t half_;
 };
 
 }  // namespace detail

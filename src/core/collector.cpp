@@ -49,9 +49,13 @@ Collector::~Collector() {
   stop();
 }
 
-ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept { return registry_->add(os_tid); }
+ThreadRing* Collector::register_thread(std::int64_t os_tid) noexcept {
+  return registry_->add(os_tid);
+}
 
-void Collector::retire(ThreadRing* ring) noexcept { registry_->retire(ring); }
+void Collector::retire(ThreadRing* ring) noexcept {
+  registry_->retire(ring);
+}
 
 namespace {
 std::uint64_t thread_cpu_ns() noexcept;
@@ -59,10 +63,26 @@ std::uint64_t thread_cpu_ns() noexcept;
 constexpr std::int64_t kSnapshotCostFactor = 100;
 }  // namespace
 
-void Collector::request_stop() noexcept {
-  stop_requested_.store(true, std::memory_order_release);
+std::atomic<std::uint32_t> Collector::wake_word_{0};
+
+namespace {
+// A ring's producer asked for a drain and no loop has drained since: the
+// next half-full ring does not ask again (one system call per drain).
+std::atomic<bool> g_drain_requested{false};
+}  // namespace
+
+void Collector::wake() noexcept {
   wake_word_.fetch_add(1, std::memory_order_release);
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void Collector::request_stop() noexcept {
+  stop_requested_.store(true, std::memory_order_release);
+  wake();
+}
+
+void ring_half_full() noexcept {
+  if (!g_drain_requested.exchange(true, std::memory_order_acq_rel)) Collector::wake();
 }
 
 void Collector::run_loop() noexcept {
@@ -70,14 +90,22 @@ void Collector::run_loop() noexcept {
   const std::chrono::milliseconds shortest = std::min(options_.min_interval, options_.interval);
   const auto snapshot_every_ns = static_cast<std::int64_t>(options_.snapshot_interval_s * 1e9);
   if (snapshot_every_ns > 0) next_snapshot_ns_ = start_ns_ + snapshot_every_ns;
+  measure_scope_floor();
   while (!stop_requested_.load(std::memory_order_acquire)) {
     // The word is read before the flag is checked again: a request_stop()
     // in between changes it, and the wait returns at once.
     const std::uint32_t seen = wake_word_.load(std::memory_order_acquire);
     if (stop_requested_.load(std::memory_order_acquire)) break;
-    const timespec timeout{static_cast<time_t>(wait.count() / 1000), static_cast<long>(wait.count() % 1000) * 1000000L};
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+    const std::chrono::milliseconds sleep = until_deadline(wait);
+    const timespec timeout{static_cast<time_t>(sleep.count() / 1000),
+                           static_cast<long>(sleep.count() % 1000) * 1000000L};
+    // A drain asked for before `seen` was read (its wake is already spent): no wait.
+    if (!g_drain_requested.load(std::memory_order_acquire))
+      ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr,
+                0);
     if (stop_requested_.load(std::memory_order_acquire)) break;
+    g_drain_requested.store(false,
+                            std::memory_order_release);  // before the drain: a ring refilling during it asks again
     try {
       drain_all();
     } catch (...) {
@@ -86,35 +114,62 @@ void Collector::run_loop() noexcept {
       collector_errors_.fetch_add(1, std::memory_order_relaxed);
     }
     if (live_active_) maybe_print_live();
-    if (snapshot_every_ns > 0 && options_.on_snapshot &&
-        static_cast<std::int64_t>(monotonic_ns()) >= next_snapshot_ns_) {
-      note_loop_cpu();  // the snapshot's facts include the loop's CPU time so far
-      const std::uint64_t cpu_before = thread_cpu_ns();
-      try {
-        options_.on_snapshot();
-      } catch (...) {
-        // A snapshot is never worth disturbing the run; the next one retries.
-      }
-      // Bounded cost: the next snapshot waits at least kSnapshotCostFactor
-      // times what this one cost (CPU), so the flight recorder never takes
-      // more than 1% of a core, however large the report (a 100k-phase
-      // report costs seconds; docs/benchmarks.md).
-      const std::uint64_t cost_ns = thread_cpu_ns() - cpu_before;
-      const auto wait_ns =
-          std::max<std::int64_t>(snapshot_every_ns, static_cast<std::int64_t>(cost_ns) * kSnapshotCostFactor);
-      next_snapshot_ns_ = static_cast<std::int64_t>(monotonic_ns()) + wait_ns;
-    }
+    if (snapshot_every_ns > 0 && options_.on_snapshot && static_cast<std::int64_t>(monotonic_ns()) >= next_snapshot_ns_)
+      take_snapshot(snapshot_every_ns);
     note_loop_cpu();
     wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, options_.interval);
   }
   note_loop_cpu();
 }
 
+void Collector::measure_scope_floor() noexcept {
+  const double used = scope_floor_ns(clock_.tsc());
+  const double tsc = clock_.tsc() ? used : scope_floor_ns(true);
+  std::lock_guard<std::mutex> state(state_mutex_);
+  scope_ns_ = used;
+  tsc_scope_ns_ = tsc;
+}
+
+std::chrono::milliseconds Collector::until_deadline(std::chrono::milliseconds wait) const noexcept {
+  const auto now = static_cast<std::int64_t>(monotonic_ns());
+  std::int64_t due = -1;
+  if (options_.snapshot_interval_s > 0 && options_.on_snapshot) due = next_snapshot_ns_;
+  if (live_active_ && (due < 0 || live_next_ns_ < due)) due = live_next_ns_;
+  if (due < 0) return wait;
+  // Rounded up to the next millisecond: waking just before the deadline would be a wasted wake-up.
+  const auto left = std::chrono::milliseconds(std::max<std::int64_t>(1, (due - now + 999999) / 1000000));
+  return std::min(wait, left);
+}
+
+void Collector::take_snapshot(std::int64_t every_ns) noexcept {
+  note_loop_cpu();  // the snapshot's facts include the loop's CPU time so far
+  const std::uint64_t cpu_before = thread_cpu_ns();
+  try {
+    options_.on_snapshot();
+  } catch (...) {
+    // A snapshot is never worth disturbing the run; the next one retries.
+  }
+  // Bounded cost: the next snapshot waits at least kSnapshotCostFactor
+  // times what this one cost (CPU), so the flight recorder never takes
+  // more than 1% of a core, however large the report (a 100k-phase
+  // report costs seconds; docs/benchmarks.md).
+  const std::uint64_t cost_ns = thread_cpu_ns() - cpu_before;
+  const auto wait_ns = std::max<std::int64_t>(every_ns, static_cast<std::int64_t>(cost_ns) * kSnapshotCostFactor);
+  next_snapshot_ns_ = static_cast<std::int64_t>(monotonic_ns()) + wait_ns;
+}
+
 std::chrono::milliseconds Collector::next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
-                                                  std::chrono::milliseconds shortest, std::chrono::milliseconds longest) noexcept {
-  // Busy rings: drain sooner (a full ring drops records); quiet ones: wake
-  // less often (each wake-up costs the training process CPU time).
-  if (fill_1024 > 1024 / 4) return std::max(shortest, wait / 2);
+                                                   std::chrono::milliseconds shortest,
+                                                   std::chrono::milliseconds longest) noexcept {
+  // Busy rings: drain sooner, in proportion, so that at the rate they filled
+  // the fullest reaches an eighth (a full ring drops records); quiet ones:
+  // wake less often, doubling (each wake-up costs the process CPU time), so
+  // a burst after a quiet spell meets a wait that grew gradually.
+  constexpr std::uint32_t kTarget = 1024 / 8;
+  if (fill_1024 > kTarget) {
+    const auto proportional = std::chrono::milliseconds(wait.count() * kTarget / fill_1024);
+    return std::max(shortest, std::min(proportional, wait / 2));
+  }
   if (fill_1024 < 1024 / 16) return std::min(longest, std::max(wait * 2, shortest));
   return wait;
 }
@@ -153,6 +208,7 @@ void Collector::drain_locked() {
   // after this drain it is empty and can be freed.
   std::vector<RingEntry*> finished;
   std::uint32_t fullest = 0;
+  const std::uint32_t device_budget = device_ ? device_->device_records_per_drain() : 0;
   const double median_step_ms = trace_.enabled() ? aggregator_.median_step_ms() : 0;
   for (RingEntry* e : drain_list_) {
     const bool retiring = e->retiring.load(std::memory_order_acquire);
@@ -164,17 +220,23 @@ void Collector::drain_locked() {
     // Whole runs of records at a time: the aggregator's loop is the
     // collector's hot path. The device backend and the trace only look at
     // each record (device times are resolved by poll(), after the drain).
+    std::size_t device_records = 0;
     const std::size_t drained = e->ring.drain_batches([&](const PhaseRecord* records, std::size_t count) {
       if (device_) {
         const bool every = device_->wants_every_record();
-        for (std::size_t i = 0; i < count; ++i)
+        for (std::size_t i = 0; i < count; ++i) {
+          device_records += records[i].device_slot != 0;
           if (every || records[i].device_slot != 0) device_->on_record(records[i]);
+        }
       }
       aggregator_.consume(thread, records, count);
       if (tracing)
         for (std::size_t i = 0; i < count; ++i) trace_.on_record(e->os_tid, e->ran_steps, records[i], median_step_ms);
     });
     fullest = std::max(fullest, static_cast<std::uint32_t>(drained * 1024 / e->ring.capacity()));
+    if (device_records > 0 && device_budget > 0)
+      fullest = std::max(
+          fullest, static_cast<std::uint32_t>(std::min<std::size_t>(device_records * 1024 / device_budget, 1u << 20)));
     e->ran_steps = aggregator_.ran_steps(thread);
     if (retiring) finished.push_back(e);
   }
@@ -257,7 +319,9 @@ TraceCapture Collector::take_trace() {
   return trace_.take();
 }
 
-std::uint64_t Collector::dropped_records() const { return registry_->dropped(); }
+std::uint64_t Collector::dropped_records() const {
+  return registry_->dropped();
+}
 
 Report Collector::facts() {
   std::lock_guard<std::mutex> state(state_mutex_);
@@ -280,6 +344,12 @@ Report Collector::facts() {
                                    1e-6;
   report.device = device_info_;
   report.run.clock_source = clock_.tsc() ? "tsc" : "clock_monotonic";
+  report.run.clock_reason = clock_reason();
+  report.overhead.scope_ns = scope_ns_;
+  report.overhead.tsc_scope_ns = tsc_scope_ns_;
+  const double wall_s = static_cast<double>(static_cast<std::int64_t>(monotonic_ns()) - start_ns_) * 1e-9;
+  if (wall_s > 0) report.overhead.collector_core_fraction = report.system.collector_cpu_ms * 1e-3 / wall_s;
+  if (device_) device_->describe_overhead(report.overhead);
   report.run.clock_tsc_ghz = clock_.ghz();
   report.run.clock_error_ppm = clock_.error_ppm();
   return report;

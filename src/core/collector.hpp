@@ -33,16 +33,19 @@ namespace detail {
 struct CollectorOptions {
   std::uint32_t ring_capacity = 16384;  // records per thread (power of two)
   // Wait between drains: `interval` while the rings stay nearly empty; when a
-  // drain finds a ring over a quarter full the wait halves, down to
-  // min_interval, and doubles back once they are quiet. min_interval equal
-  // to interval: a fixed timer.
+  // drain finds a ring over an eighth full the wait shrinks in proportion
+  // (the fill it would reach at that rate), down to min_interval, and doubles
+  // back once they are quiet. min_interval equal to interval: a fixed timer.
+  // A wake-up's fixed cost is most of the collector's, so the quiet wait is
+  // long (STEPSCOPE_INTERVAL_MS's default); snapshots, the progress line,
+  // finish() and signals do not wait for it (they have deadlines or wake it).
   std::chrono::milliseconds interval{5};
   std::chrono::milliseconds min_interval{5};
   AggregatorOptions aggregator;
   bool quiet = false;  // STEPSCOPE_QUIET: handed to the device backend (no stderr lines)
   bool sample_system = true;
   bool start_thread = true;  // false: the owner calls drain_all() or run_loop() itself
-  TraceWindow trace;                    // STEPSCOPE_TRACE
+  TraceWindow trace;         // STEPSCOPE_TRACE
   std::size_t trace_max_events = 200000;
   double live_interval_s = 0;  // STEPSCOPE_LIVE: seconds between progress lines on stderr (0 = off)
   bool live_forced = false;    // STEPSCOPE_LIVE_FORCE: print even when stderr is not a terminal
@@ -87,9 +90,13 @@ class Collector {
   void drain_all();
 
   // The adaptive timer: the next wait after a drain that found the fullest
-  // ring at fill_1024/1024 of its capacity.
+  // ring at fill_1024/1024 of its capacity (or of the device's per-drain
+  // budget, device_records_per_drain(), when that is fuller).
+  // Wakes every collector loop now (any thread; async-signal-safe).
+  static void wake() noexcept;
   static std::chrono::milliseconds next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
-                                                 std::chrono::milliseconds shortest, std::chrono::milliseconds longest) noexcept;
+                                                 std::chrono::milliseconds shortest,
+                                                 std::chrono::milliseconds longest) noexcept;
 
   // Facts gathered so far (steps, phases, records, drops, system, device).
   // Safe from any thread: serialised with the collector's own drains.
@@ -106,6 +113,13 @@ class Collector {
   void maybe_print_live() noexcept;
   // Loop thread: records its CPU time so far.
   void note_loop_cpu() noexcept;
+  // Loop thread: the wait until the next snapshot or progress line is due
+  // (`wait` when that is later).
+  std::chrono::milliseconds until_deadline(std::chrono::milliseconds wait) const noexcept;
+  // Loop thread: writes one snapshot and schedules the next.
+  void take_snapshot(std::int64_t every_ns) noexcept;
+  // Loop thread, once: the per-scope floors of the report's "overhead".
+  void measure_scope_floor() noexcept;
 
   // Written by the constructor, read-only after: any thread.
   CollectorOptions options_;
@@ -119,13 +133,13 @@ class Collector {
   std::mutex state_mutex_;
   SystemSampler sampler_;
   std::unique_ptr<DeviceBackend> device_;
-  DeviceInfo device_info_;        // written once, by the final drain (stop())
+  DeviceInfo device_info_;  // written once, by the final drain (stop())
   bool device_finished_ = false;
   Aggregator aggregator_;
   TraceRecorder trace_;
   std::vector<RingEntry*> drain_list_;
   std::vector<SystemSampler::ThreadSample> sample_list_;
-  std::int64_t start_ns_ = 0;  // set by the constructor, read-only after
+  std::int64_t start_ns_ = 0;   // set by the constructor, read-only after
   SystemSignals final_system_;  // written once, by the final drain
   bool stopped_ = false;
 
@@ -136,11 +150,18 @@ class Collector {
   std::atomic<std::uint64_t> loop_cpu_ns_{0};
   // Fullest ring at the last drain, in 1/1024 of its capacity.
   std::atomic<std::uint32_t> last_fill_{0};
+  // The floor of one scope with the clock in use and with the TSC (ns),
+  // measured once by the loop thread before its first wait; guarded by
+  // state_mutex_.
+  double scope_ns_ = 0, tsc_scope_ns_ = 0;
 
   // The loop sleeps in a futex wait on wake_word_ (with the interval as its
   // timeout) rather than on a condition variable, so that request_stop()
-  // can wake it from a signal handler. Any thread writes both.
-  std::atomic<std::uint32_t> wake_word_{0};
+  // can wake it from a signal handler. Any thread writes both. One word for
+  // every collector of the process, so that a ring half full
+  // (ring_half_full(), any recording thread) needs no pointer to its
+  // collector: another collector (tests make several) wakes for nothing.
+  static std::atomic<std::uint32_t> wake_word_;
   std::atomic<bool> stop_requested_{false};
   std::thread thread_;  // started by the constructor, joined by stop() (the owner's thread)
   // CPU time (ns) the thread calling stop() spent in the final drain: part

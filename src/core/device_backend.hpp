@@ -43,6 +43,14 @@ class DeviceBackend {
   // device_in_use), so it must not read settings when built: they arrive
   // here. Default: nothing to configure.
   virtual void configure(const DeviceSettings& settings) noexcept { (void)settings; }
+  // What device timing cost the run (the device part of the report's
+  // "overhead": how CUPTI was collected, the step time inside and outside its
+  // windows). Called with the collector's state lock held. Default: nothing.
+  virtual void describe_overhead(Overhead& out) const { (void)out; }
+  // Records carrying a device slot that one thread may have in flight
+  // between two drains before the backend runs short of slots (0: no
+  // limit). The collector's wait keeps a drain's device records under it.
+  virtual std::uint32_t device_records_per_drain() const noexcept { return 0; }
 };
 
 // Called once at start-up. Never throws; never returns null. Installs the

@@ -27,10 +27,11 @@ struct Settings {
   std::uint64_t warmup_steps = kDefaultWarmupSteps;  // STEPSCOPE_WARMUP
   bool warmup_from_env = false;
   std::uint32_t ring_capacity = 16384;  // STEPSCOPE_RING_RECORDS (power of two, 64..4M)
-  // Collector wake-ups: adaptive by default, every 20 ms while the rings
-  // stay nearly empty, down to 1 ms when they fill; STEPSCOPE_INTERVAL_MS
-  // (1..1000) fixes the interval.
-  std::uint32_t interval_ms = 20;
+  // Collector wake-ups: adaptive by default, every 200 ms while the rings
+  // stay nearly empty (a wake-up's fixed cost is most of the collector's:
+  // docs/benchmarks.md), down to 1 ms when they fill, and at once when a ring
+  // is half full; STEPSCOPE_INTERVAL_MS (1..1000) fixes the interval.
+  std::uint32_t interval_ms = 200;
   bool interval_from_env = false;
   std::string clock;                        // STEPSCOPE_CLOCK (tsc | monotonic)
   bool quiet = false;                       // STEPSCOPE_QUIET=1: no summary on stderr

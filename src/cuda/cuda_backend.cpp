@@ -7,10 +7,12 @@
 // No synchronisation, no lock, no allocation after the thread's first timed
 // phase. Collector thread: cudaEventQuery on the pending pairs (never
 // cudaEventSynchronize), cudaEventElapsedTime, slot back to its block.
-#include "stats/clock.hpp"
 #include "core/device_backend.hpp"
 #include "cuda/cupti_activity.hpp"
+#include "cuda/cupti_windows.hpp"
 #include "cuda/event_pool.hpp"
+#include "cuda/runtime_helpers.hpp"
+#include "stats/clock.hpp"
 
 #include <stepscope/cuda.hpp>
 #include <stepscope/phase.hpp>
@@ -24,10 +26,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -107,81 +109,6 @@ void destroy_pair(void*, void* begin, void* end) noexcept {
   (void)cudaEventDestroy(static_cast<cudaEvent_t>(end));
 }
 
-// Errors after which the context is unusable: every later call returns them
-// (sticky errors), or the device has gone away.
-bool device_failed(cudaError_t e) noexcept {
-  switch (e) {
-    case cudaErrorLaunchFailure:
-    case cudaErrorIllegalAddress:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorHardwareStackError:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorContextIsDestroyed:
-    case cudaErrorCudartUnloading:
-    case cudaErrorUnknown: return true;
-    default: return false;
-  }
-}
-
-// PyTorch's MaybeSetDevice: make `device` current on this thread for the
-// scope, and switch back only when the previous device's primary context is
-// active. Restoring to a device without a context (a fresh thread's device 0)
-// would create one there: ~0.5 GiB on another rank's GPU (review C1).
-class DeviceScope {
- public:
-  template <typename ContextActive>
-  DeviceScope(int device, ContextActive&& context_active) noexcept {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ == device) {
-      ok_ = true;
-      return;
-    }
-    ok_ = cudaSetDevice(device) == cudaSuccess;
-    if (!ok_) (void)cudaGetLastError();
-    restore_ = ok_ && previous_ >= 0 && context_active(previous_);
-  }
-  ~DeviceScope() {
-    if (restore_) (void)cudaSetDevice(previous_);
-  }
-  bool ok() const noexcept { return ok_; }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-  bool ok_ = false, restore_ = false;
-};
-
-// The collector's CUDA calls must not invalidate a user's CUDA-graph capture
-// in global mode (cudaEventQuery and cudaMemGetInfo count as "unsafe" there):
-// relax this thread's capture interaction mode while they run.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() noexcept {
-    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      ok_ = false;
-    }
-  }
-  ~RelaxedCaptureMode() {
-    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
-  }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-  bool ok_ = true;
-};
-
 class CudaBackend;
 CudaBackend* g_backend = nullptr;  // set before the hooks are installed, never reset
 
@@ -190,12 +117,14 @@ using DeviceGet = CUresult (*)(CUdevice*, int);
 
 class CudaBackend final : public DeviceBackend {
  public:
-  CudaBackend(bool nvtx, bool cupti_wanted) : pool_(create_pair, destroy_pair, nullptr), nvtx_(nvtx) {
+  CudaBackend(bool nvtx, bool cupti_wanted, WindowSchedule windows)
+      : pool_(create_pair, destroy_pair, nullptr), nvtx_(nvtx) {
     clock_.start();
     set_callback_warmup(warmup_steps_);
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
         q == cudaDriverEntryPointSuccess)
       ctx_state_ = reinterpret_cast<PrimaryCtxGetState>(fn);
     fn = nullptr;
@@ -212,8 +141,8 @@ class CudaBackend final : public DeviceBackend {
     if (!cupti_wanted) {
       cupti_status_ = "cupti_disabled";
       cupti_reason_ = "CUPTI activity turned off by STEPSCOPE_CUPTI=0; phase device times from CUDA events only";
-    } else if (!cupti_.start(cupti_status_, cupti_reason_)) {
-      // status/reason set by start()
+    } else if (cupti_.start(cupti_status_, cupti_reason_, windows.always())) {
+      windows_.start(windows, windows.always(), &CuptiActivity::set_collecting_of, &cupti_);
     }
     set_context_destroy_handler(&on_context_destroy);
   }
@@ -222,6 +151,7 @@ class CudaBackend final : public DeviceBackend {
     warmup_steps_ = settings.warmup_steps;
     quiet_ = settings.quiet;
     set_callback_warmup(warmup_steps_);
+    windows_.set_warmup(warmup_steps_);
   }
 
   // CUPTI resource callback, on the thread calling cudaDeviceReset (or
@@ -244,6 +174,7 @@ class CudaBackend final : public DeviceBackend {
 
   // ---- hot path -------------------------------------------------------------
   std::uint16_t begin(const PhaseSite* site) noexcept {
+    windows_.follow(g_steps_started.load(std::memory_order_relaxed));
     ThreadDevice& td = t_device;
     const ThreadState& ts = t_thread_state;
     if (!td.bound && ts.step_depth == 0) return nvtx_ ? nvtx_only(site) : 0;
@@ -305,12 +236,18 @@ class CudaBackend final : public DeviceBackend {
   void on_record(const PhaseRecord& r) override {
     // Every step and phase reaches the CUPTI timeline, whether or not it got
     // an event slot (pool exhausted, thread not attached, NVTX only): C7.
+    // Only what ran wholly inside a collection window: the rest has no
+    // device activity to explain it (cupti_windows.hpp).
     if (cupti_.active()) {
       const std::int64_t start = clock_.to_ns(r.start_ticks), stop = clock_.to_ns(r.end_ticks);
-      if (r.flags & kRecordIsStep)
-        cupti_.add_step(r.step, start, stop);
-      else if ((r.flags & kRecordInStep) && r.site != nullptr)
+      const Collected where = windows_.classify(start, stop);
+      if (r.flags & kRecordIsStep) {
+        if (r.step > warmup_steps_ && !(r.flags & (kRecordNestedStep | kRecordUnendedStep)))
+          windows_.add_step(where, stop - start);
+        if (where == Collected::yes) cupti_.add_step(r.step, start, stop);
+      } else if ((r.flags & kRecordInStep) && r.site != nullptr && where == Collected::yes) {
         cupti_.add_phase(r.site->name, r.site->kind == PhaseKind::input, start, stop);
+      }
     }
     if (r.device_slot == 0 || r.device_slot == kSlotNvtxOnly) return;
     Slot* s = pool_.slot(r.device_slot);
@@ -336,10 +273,18 @@ class CudaBackend final : public DeviceBackend {
 
   bool wants_every_record() const override { return cupti_.active(); }
 
+  void describe_overhead(Overhead& out) const override {
+    windows_.describe(out, !cupti_.active() ? "off" : windows_.windowed() ? "windows" : "always");
+  }
+  // Half a thread's slot block between two drains: the other half absorbs a
+  // rate that rose since the wait was chosen.
+  std::uint32_t device_records_per_drain() const noexcept override { return kBlockSlots / 2; }
+
   // Collector thread every tick, or a user thread in snapshot(). No CUDA
   // call before a thread has attached to a device (a CPU-only program gets
   // no context), and then only with that device current (C1, S5).
   void poll(Aggregator& aggregator) override {
+    windows_.follow(g_steps_started.load(std::memory_order_relaxed));  // loops whose steps open no device scope
     clock_.recalibrate();
     {
       std::lock_guard<std::mutex> lock(device_calls_);
@@ -403,7 +348,8 @@ class CudaBackend final : public DeviceBackend {
     m.phases_in_graph_capture = static_cast<double>(captured_);
     m.event_record_failed = static_cast<double>(record_failed_ + query_failed_);
     m.device_times_unbound_stream = static_cast<double>(unbound_);
-    if (g_device_gone.load(std::memory_order_relaxed)) m.phases_after_device_gone = static_cast<double>(after_device_gone_ + pending_.size());
+    if (g_device_gone.load(std::memory_order_relaxed))
+      m.phases_after_device_gone = static_cast<double>(after_device_gone_ + pending_.size());
     if (context_destroyed_) m.device_reset_by_application = 1.0;
     m.nvtx = nvtx_ ? 1.0 : 0.0;
     const std::uint64_t steps = aggregator.steps_completed();
@@ -419,6 +365,7 @@ class CudaBackend final : public DeviceBackend {
       u.steps_ran_on = (step_devices_ & device_bit(d)) != 0;
       info.devices.push_back(u);
     }
+    windows_.stop();
     cupti_.finish(info, warmup_steps_, measured, step_devices_, timed);
     if (info.cupti_launches_unrecorded > 0) {
       try {
@@ -476,6 +423,7 @@ class CudaBackend final : public DeviceBackend {
   // stream while a blocking stream captures. Any other error is a failure,
   // not a capture (C13).
   bool capture_allows_record(cudaStream_t stream, Slot& s) noexcept {
+    if (captures_open() == 0) return true;  // the callbacks saw no capture begin: nothing to ask
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     const cudaError_t qe = cudaStreamIsCapturing(stream, &capture);
     if (qe == cudaSuccess && capture == cudaStreamCaptureStatusNone) return true;
@@ -616,11 +564,10 @@ class CudaBackend final : public DeviceBackend {
       }
       if (device_failed(q)) device_gone(q);
       float ms = 0;
-      if (q == cudaSuccess &&
-          cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(s->begin_event), static_cast<cudaEvent_t>(s->end_event)) ==
-              cudaSuccess) {
-        aggregator.add_device_time(p.site, p.in_step, p.step, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5),
-                                   p.depth);
+      if (q == cudaSuccess && cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(s->begin_event),
+                                                   static_cast<cudaEvent_t>(s->end_event)) == cudaSuccess) {
+        aggregator.add_device_time(p.site, p.in_step, p.step,
+                                   static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5), p.depth);
         ++resolved_;
       } else {
         (void)cudaGetLastError();
@@ -679,6 +626,7 @@ class CudaBackend final : public DeviceBackend {
 
   EventPool pool_;
   CuptiActivity cupti_;
+  CollectionWindows windows_;
   TickConverter clock_;
   bool nvtx_ = false;
   nvtxDomainHandle_t domain_ = nullptr;
@@ -706,17 +654,25 @@ class CudaBackend final : public DeviceBackend {
     double last_mb = 0, peak_mb = 0, capacity_mb = 0;
     std::uint64_t samples = 0;
   };
-  DeviceMemory memory_[kMaxDevices];          // by device ordinal
-  std::uint64_t step_devices_ = 0;            // bit d: a phase inside a step was timed on device d
+  DeviceMemory memory_[kMaxDevices];             // by device ordinal
+  std::uint64_t step_devices_ = 0;               // bit d: a phase inside a step was timed on device d
   std::atomic<std::uint64_t> timed_devices_{0};  // bit d: a thread attached to device d (any thread)
 };
 
 // Hooks. The current DeviceBeginHook takes no argument; a hook that receives
 // the call site (for NVTX range names) is installed when phase.hpp offers it.
-std::uint16_t begin_hook() noexcept { return g_backend->begin(nullptr); }
-std::uint16_t begin_hook_with_site(const PhaseSite* site) noexcept { return g_backend->begin(site); }
-void end_hook(std::uint16_t slot) noexcept { g_backend->end(slot); }
-void abandon_hook(std::uint16_t slot) noexcept { g_backend->abandon(slot); }
+std::uint16_t begin_hook() noexcept {
+  return g_backend->begin(nullptr);
+}
+std::uint16_t begin_hook_with_site(const PhaseSite* site) noexcept {
+  return g_backend->begin(site);
+}
+void end_hook(std::uint16_t slot) noexcept {
+  g_backend->end(slot);
+}
+void abandon_hook(std::uint16_t slot) noexcept {
+  g_backend->abandon(slot);
+}
 
 template <typename Hook>
 void install_hooks() noexcept {
@@ -726,52 +682,6 @@ void install_hooks() noexcept {
     g_device_begin.store(static_cast<Hook>(&begin_hook), std::memory_order_release);
   g_device_end.store(&end_hook, std::memory_order_release);
   g_device_abandon.store(&abandon_hook, std::memory_order_release);
-}
-
-// Host timing only; the report says why.
-class FallbackBackend final : public DeviceBackend {
- public:
-  FallbackBackend(std::string status, std::string reason) : status_(std::move(status)), reason_(std::move(reason)) {}
-  void on_record(const PhaseRecord&) override {}
-  void poll(Aggregator&) override {}
-  void finish(Aggregator&, DeviceInfo& info) override {
-    info.enabled = false;
-    info.status = status_;
-    info.reason = reason_;
-  }
-
- private:
-  std::string status_, reason_;
-};
-
-std::string cuda_error(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
-
-// Why the CUDA runtime cannot be used here, as (status, reason); empty status
-// when a device is usable. Never creates a context; returns in about a
-// millisecond without a driver (cudart fails to load libcuda.so.1).
-std::pair<std::string, std::string> probe_cuda(int& device_count) {
-  device_count = 0;
-  int driver = 0;
-  if (cudaDriverGetVersion(&driver) != cudaSuccess) (void)cudaGetLastError();
-  const cudaError_t e = cudaGetDeviceCount(&device_count);
-  if (e == cudaSuccess && device_count > 0) return {};
-  (void)cudaGetLastError();
-  if (e == cudaSuccess || e == cudaErrorNoDevice) {
-    device_count = 0;
-    return {"no_device", "no CUDA device visible (CUDA_VISIBLE_DEVICES, container or machine without a GPU)"};
-  }
-  device_count = 0;
-  if (driver == 0 || e == cudaErrorStubLibrary)
-    return {"no_driver", "no NVIDIA driver found (libcuda.so.1 could not be loaded; " + cuda_error(e) + ")"};
-  int runtime = 0;
-  (void)cudaRuntimeGetVersion(&runtime);
-  if (e == cudaErrorInsufficientDriver)
-    return {"driver_too_old", "the NVIDIA driver (CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
-                                  ") is older than the CUDA runtime stepscope was built with (" + std::to_string(runtime / 1000) +
-                                  "." + std::to_string(runtime % 1000 / 10) + ")"};
-  return {"cuda_error", "the CUDA runtime could not start (" + cuda_error(e) + ")"};
 }
 
 }  // namespace
@@ -808,9 +718,10 @@ std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept
     }
     const bool nvtx = cuda::env_flag("STEPSCOPE_NVTX", false);
     const bool cupti = cuda::env_flag("STEPSCOPE_CUPTI", true);
+    const cuda::WindowSchedule windows = cuda::window_schedule_from_env();
     // One per process (make_device_backend runs once); the collector owns it
     // and the run time keeps the collector alive until exit.
-    auto owned = std::make_unique<cuda::CudaBackend>(nvtx, cupti);
+    auto owned = std::make_unique<cuda::CudaBackend>(nvtx, cupti, windows);
     cuda::g_backend = owned.get();
     cuda::install_hooks<DeviceBeginHook>();
     return owned;
@@ -833,7 +744,9 @@ void set_stream(void* cuda_stream) noexcept {
   detail::cuda::t_device.bound = true;
 }
 
-void* current_stream() noexcept { return detail::cuda::t_device.stream; }
+void* current_stream() noexcept {
+  return detail::cuda::t_device.stream;
+}
 
 void clear_stream() noexcept {
   detail::cuda::t_device.stream = nullptr;
@@ -841,7 +754,9 @@ void clear_stream() noexcept {
 }
 
 namespace detail {
-bool stream_bound() noexcept { return cuda::t_device.bound; }
+bool stream_bound() noexcept {
+  return cuda::t_device.bound;
+}
 void restore_stream(void* cuda_stream, bool bound) noexcept {
   cuda::t_device.stream = cuda_stream;
   cuda::t_device.bound = bound;

@@ -1,13 +1,13 @@
 // CUPTI activity and callbacks -> timeline::Timeline -> device facts.
 //
 // Threads: CUPTI calls buffer_requested/buffer_completed from its own worker
-// thread or from inside cuptiActivityFlushAll (collector thread); the
-// runtime-API callback runs on whichever thread makes the CUDA call (the
-// training thread), so it only bumps relaxed atomic counters.
+// thread or from inside cuptiActivityFlushAll (collector thread). The
+// runtime-API callbacks are in cupti_callbacks.cpp.
 #include "cuda/cupti_activity.hpp"
 
 #include <stepscope/phase.hpp>
 
+#include <cuda_runtime_api.h>
 #include <cupti.h>
 
 #include <algorithm>
@@ -30,18 +30,8 @@ constexpr std::size_t kBufferBytes = 4u << 20;
 constexpr std::int64_t kFlushIntervalNs = 100'000'000;
 
 CuptiActivity* g_activity = nullptr;  // set once in start(), before any callback is enabled
-std::atomic<void (*)() noexcept> g_context_destroy_handler{nullptr};
 // Records CUPTI dropped for want of buffer space (cuptiActivityGetNumDroppedRecords).
 std::atomic<std::uint64_t> g_cupti_dropped{0};
-
-struct Counters {
-  std::atomic<std::uint64_t> sync_calls{0}, sync_calls_in_steps{0};
-  std::atomic<std::uint64_t> malloc_calls{0}, malloc_calls_measured{0};
-  std::atomic<std::uint64_t> free_calls{0}, free_calls_measured{0};
-  std::atomic<std::uint64_t> launch_calls{0}, graph_launch_calls{0};
-  std::atomic<std::uint64_t> warmup_steps{0};
-};
-Counters g_counters;
 
 std::uint64_t CUPTIAPI monotonic_timestamp() {
   timespec ts{};
@@ -107,78 +97,6 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
     g_cupti_dropped.fetch_add(dropped, std::memory_order_relaxed);
 }
 
-void relaxed_add(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
-
-void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
-  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
-    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
-      if (auto handler = g_context_destroy_handler.load(std::memory_order_acquire)) handler();
-    return;
-  }
-  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
-  const auto* info = static_cast<const CUpti_CallbackData*>(data);
-  if (info->callbackSite != CUPTI_API_ENTER) return;
-  const ThreadState& ts = t_thread_state;
-  const bool in_step = ts.step_depth != 0;
-  const bool measured =
-      in_step && g_steps_started.load(std::memory_order_relaxed) > g_counters.warmup_steps.load(std::memory_order_relaxed);
-  switch (cbid) {
-    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020:
-      relaxed_add(g_counters.sync_calls);
-      if (in_step) relaxed_add(g_counters.sync_calls_in_steps);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020:
-      relaxed_add(g_counters.malloc_calls);
-      if (measured) relaxed_add(g_counters.malloc_calls_measured);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020:
-      relaxed_add(g_counters.free_calls);
-      if (measured) relaxed_add(g_counters.free_calls_measured);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
-    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
-    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
-      relaxed_add(g_counters.launch_calls);
-      break;
-    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
-      relaxed_add(g_counters.graph_launch_calls);
-      break;
-    default: break;
-  }
-}
-
-constexpr CUpti_CallbackId kCountedCallbacks[] = {
-    CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,     CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,                CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000,         CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,          CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020,  CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020,                  CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,            CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,          CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,       CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,          CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-};
-
 // stepscope's own runtime calls (event records and queries, capture checks,
 // device and memory queries): left out of the RUNTIME activity, or the
 // collector's polling would fill the host-op budget and count as host work
@@ -212,7 +130,8 @@ constexpr CUpti_ActivityKind kActivityKinds[] = {
 
 std::string cupti_error(CUptiResult result) {
   const char* text = nullptr;
-  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr) return "CUPTI error " + std::to_string(result);
+  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr)
+    return "CUPTI error " + std::to_string(result);
   return text;
 }
 
@@ -223,7 +142,8 @@ std::string_view strip_version(std::string_view name) {
   if (name.substr(0, 2) == "__") name.remove_prefix(2);
   const std::size_t v = name.rfind("_v");
   if (v != std::string_view::npos && v + 2 < name.size() &&
-      std::all_of(name.begin() + static_cast<std::ptrdiff_t>(v + 2), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      std::all_of(name.begin() + static_cast<std::ptrdiff_t>(v + 2), name.end(),
+                  [](char c) { return c >= '0' && c <= '9'; }))
     name = name.substr(0, v);
   if (name.size() > 5 && name.substr(name.size() - 5) == "_ptsz") name = name.substr(0, name.size() - 5);
   return name;
@@ -232,16 +152,22 @@ std::string_view strip_version(std::string_view name) {
 timeline::MemcpyDirection direction_of(std::uint8_t copy_kind) {
   switch (copy_kind) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return timeline::MemcpyDirection::host_to_device;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+      return timeline::MemcpyDirection::host_to_device;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return timeline::MemcpyDirection::device_to_host;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+      return timeline::MemcpyDirection::device_to_host;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
     case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return timeline::MemcpyDirection::device_to_device;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return timeline::MemcpyDirection::peer_to_peer;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return timeline::MemcpyDirection::host_to_host;
-    default: return timeline::MemcpyDirection::unknown;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+      return timeline::MemcpyDirection::device_to_device;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return timeline::MemcpyDirection::peer_to_peer;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return timeline::MemcpyDirection::host_to_host;
+    default:
+      return timeline::MemcpyDirection::unknown;
   }
 }
 
@@ -277,12 +203,18 @@ const char* memcpy_name(timeline::MemcpyDirection d, timeline::HostMemoryKind ho
   using D = timeline::MemcpyDirection;
   const bool pageable = host == timeline::HostMemoryKind::pageable;
   switch (d) {
-    case D::host_to_device: return pageable ? "Memcpy HtoD (Pageable -> Device)" : "Memcpy HtoD (Pinned -> Device)";
-    case D::device_to_host: return pageable ? "Memcpy DtoH (Device -> Pageable)" : "Memcpy DtoH (Device -> Pinned)";
-    case D::device_to_device: return "Memcpy DtoD (Device -> Device)";
-    case D::peer_to_peer: return "Memcpy PtoP (Device -> Device)";
-    case D::host_to_host: return "Memcpy HtoH";
-    default: return "Memcpy";
+    case D::host_to_device:
+      return pageable ? "Memcpy HtoD (Pageable -> Device)" : "Memcpy HtoD (Pinned -> Device)";
+    case D::device_to_host:
+      return pageable ? "Memcpy DtoH (Device -> Pageable)" : "Memcpy DtoH (Device -> Pinned)";
+    case D::device_to_device:
+      return "Memcpy DtoD (Device -> Device)";
+    case D::peer_to_peer:
+      return "Memcpy PtoP (Device -> Device)";
+    case D::host_to_host:
+      return "Memcpy HtoH";
+    default:
+      return "Memcpy";
   }
 }
 
@@ -300,51 +232,40 @@ timeline::DeviceInterval interval_of(const DeviceRecord* r, ToNs ns) {
 
 }  // namespace
 
-ApiCounts api_counts() noexcept {
-  ApiCounts c;
-  c.sync_calls = g_counters.sync_calls.load(std::memory_order_relaxed);
-  c.sync_calls_in_steps = g_counters.sync_calls_in_steps.load(std::memory_order_relaxed);
-  c.malloc_calls = g_counters.malloc_calls.load(std::memory_order_relaxed);
-  c.malloc_calls_measured = g_counters.malloc_calls_measured.load(std::memory_order_relaxed);
-  c.free_calls = g_counters.free_calls.load(std::memory_order_relaxed);
-  c.free_calls_measured = g_counters.free_calls_measured.load(std::memory_order_relaxed);
-  c.launch_calls = g_counters.launch_calls.load(std::memory_order_relaxed);
-  c.graph_launch_calls = g_counters.graph_launch_calls.load(std::memory_order_relaxed);
-  return c;
-}
-
-void set_callback_warmup(std::uint64_t warmup_steps) noexcept {
-  g_counters.warmup_steps.store(warmup_steps, std::memory_order_relaxed);
-}
-
-void set_context_destroy_handler(void (*handler)() noexcept) noexcept {
-  g_context_destroy_handler.store(handler, std::memory_order_release);
-}
-
 // Releases CUPTI for the next client (torch.profiler, Nsight, the user's own
 // tool): cb: "Only a single subscriber can be registered at a time" (C5).
 void CuptiActivity::stop_callbacks() noexcept {
   if (subscriber_ == nullptr) return;
-  (void)cuptiUnsubscribe(static_cast<CUpti_SubscriberHandle>(subscriber_));
+  unsubscribe_callbacks(subscriber_);
   subscriber_ = nullptr;
 }
 
-bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
+void CuptiActivity::set_collecting(bool on) noexcept {
+  if (!active_ || finished_.load(std::memory_order_acquire)) return;
+  if (on) {
+    for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityEnable(k);
+    (void)cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2);
+  } else {
+    for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
+  }
+}
+
+bool CuptiActivity::start(std::string& status, std::string& reason, bool collect) noexcept {
   try {
     g_activity = this;
-    CUpti_SubscriberHandle subscriber = nullptr;
-    CUptiResult r = cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(api_callback), nullptr);
-    if (r != CUPTI_SUCCESS) {
+    int subscribed = CUPTI_SUCCESS;
+    subscriber_ = subscribe_callbacks(subscribed);
+    CUptiResult r = static_cast<CUptiResult>(subscribed);
+    if (subscriber_ == nullptr) {
       status = "cupti_unavailable";
       reason = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
                    ? "CUPTI is held by another profiler (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); "
                      "phase device times are still measured with CUDA events"
-                   : "cuptiSubscribe failed (" + cupti_error(r) + "); phase device times are still measured with CUDA events";
+                   : "cuptiSubscribe failed (" + cupti_error(r) +
+                         "); phase device times are still measured with CUDA events";
       return false;
     }
-    subscriber_ = subscriber;
-    for (CUpti_CallbackId cbid : kCountedCallbacks) (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
-    (void)cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     // Same clock as the host records (CLOCK_MONOTONIC ns). Without the
     // timestamp callback, CUPTI uses CLOCK_REALTIME: convert with an offset.
     if (cuptiActivityRegisterTimestampCallback(monotonic_timestamp) != CUPTI_SUCCESS) {
@@ -365,6 +286,9 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
       stop_callbacks();
       return false;
     }
+    // Every kind is enabled once here, so that a kind this CUPTI lacks is
+    // found now; windowed collection then switches them off until its first
+    // window (set_collecting).
     for (CUpti_ActivityKind kind : kActivityKinds) {
       r = cuptiActivityEnable(kind);
       if (r != CUPTI_SUCCESS) {
@@ -381,6 +305,7 @@ bool CuptiActivity::start(std::string& status, std::string& reason) noexcept {
     (void)cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     for (CUpti_CallbackId cbid : kOwnRuntimeCalls) (void)cuptiActivityEnableRuntimeApi(cbid, 0);
     active_ = true;
+    if (!collect) set_collecting(false);
     return true;
   } catch (...) {
     status = "cupti_unavailable";
@@ -402,7 +327,7 @@ void CuptiActivity::poll(std::int64_t now_ns) noexcept {
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
     (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(0);
-    finished_ = true;
+    finished_.store(true, std::memory_order_release);
     free_ready_buffers();
     return;
   }
@@ -447,7 +372,7 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
   try {
     std::lock_guard<std::mutex> lock(mutex_);
     // Our callbacks still receive buffers: launches so far are accounted for (S3).
-    launches_at_last_buffer_ = g_counters.launch_calls.load(std::memory_order_relaxed);
+    launches_at_last_buffer_ = api_counts().launch_calls;
     CUpti_Activity* record = nullptr;
     const std::int64_t off = clock_offset_ns_;
     auto ns = [off](std::uint64_t t) { return static_cast<std::int64_t>(t) + off; };
@@ -481,7 +406,8 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           timeline::DeviceInterval d = interval_of(m, ns);
           d.kind = timeline::DeviceOpKind::memcpy;
           d.direction = direction_of(m->copyKind);
-          const std::uint8_t host_side = d.direction == timeline::MemcpyDirection::device_to_host ? m->dstKind : m->srcKind;
+          const std::uint8_t host_side =
+              d.direction == timeline::MemcpyDirection::device_to_host ? m->dstKind : m->srcKind;
           d.host_memory = host_side == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ? timeline::HostMemoryKind::pageable
                           : host_side == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ? timeline::HostMemoryKind::pinned
                                                                            : timeline::HostMemoryKind::unknown;
@@ -536,7 +462,8 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
         case CUPTI_ACTIVITY_KIND_RUNTIME: {
           const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
           const char* raw = nullptr;
-          if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &raw) != CUPTI_SUCCESS || raw == nullptr) break;
+          if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &raw) != CUPTI_SUCCESS || raw == nullptr)
+            break;
           const std::string_view name = strip_version(raw);
           timeline::HostInterval h;
           h.start_ns = ns(a->start);
@@ -550,7 +477,8 @@ void CuptiActivity::consume_buffer(std::uint8_t* buffer, std::size_t valid_size)
           ++api_records_;
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
   } catch (...) {
@@ -592,7 +520,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     for (CUpti_ActivityKind k : kActivityKinds) (void)cuptiActivityDisable(k);
     (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
     (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    finished_ = true;
+    finished_.store(true, std::memory_order_release);
     stop_callbacks();
     free_ready_buffers();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -619,7 +547,8 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     if (!over_limit_ && gap >= 2 && gap * 10 >= launches) info.cupti_launches_unrecorded = gap;
 
     // Analyse the measured steps only (warm-up steps are left out, as on the host side).
-    std::sort(steps_.begin(), steps_.end(), [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
+    std::sort(steps_.begin(), steps_.end(),
+              [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
     timeline_.steps.clear();
     for (const auto& s : steps_)
       if (s.number > static_cast<std::int64_t>(warmup_steps)) timeline_.steps.push_back(s);
@@ -629,7 +558,8 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
       std::int64_t last = 0;
       for (const auto& d : timeline_.device_ops) last = std::max(last, d.end_ns);
       auto& st = timeline_.steps;
-      st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }), st.end());
+      st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }),
+               st.end());
     }
     // Each device on its own (C14): the attribution takes every device op
     // of the timeline as "the device", so it is run on one device's ops at

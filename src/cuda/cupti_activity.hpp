@@ -8,6 +8,7 @@
 #include <stepscope/report.hpp>
 #include "timeline/timeline.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -29,8 +30,16 @@ class CuptiActivity {
   // Subscribes and enables activity collection. False with a status
   // ("cupti_unavailable") and a reason when CUPTI cannot be used, e.g. when
   // another profiler holds it (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).
-  bool start(std::string& status, std::string& reason) noexcept;
+  // collect: activity on from the start; false: only once set_collecting(true)
+  // (collection in windows, cupti_windows.hpp). The callbacks run either way.
+  bool start(std::string& status, std::string& reason, bool collect) noexcept;
   bool active() const noexcept { return active_; }
+  // Any thread (one at a time: CollectionWindows serialises): switches the
+  // activity kinds on or off. A no-op once finished or over the limits.
+  void set_collecting(bool on) noexcept;
+  static void set_collecting_of(void* activity, bool on) noexcept {
+    static_cast<CuptiActivity*>(activity)->set_collecting(on);
+  }
 
   // Collector tick: hands completed activity buffers over (every ~100 ms).
   void poll(std::int64_t now_ns) noexcept;
@@ -57,8 +66,8 @@ class CuptiActivity {
   void stop_callbacks() noexcept;
 
   bool active_ = false;
-  bool finished_ = false;
-  void* subscriber_ = nullptr;  // CUpti_SubscriberHandle while subscribed; released at finish (C5)
+  std::atomic<bool> finished_{false};  // collector writes; set_collecting reads on any thread
+  void* subscriber_ = nullptr;         // CUpti_SubscriberHandle while subscribed; released at finish (C5)
   std::int64_t last_flush_ns_ = 0;
   std::int64_t clock_offset_ns_ = 0;  // added to CUPTI timestamps when no timestamp callback
 
@@ -89,10 +98,19 @@ struct ApiCounts {
   std::uint64_t launch_calls = 0, graph_launch_calls = 0;
 };
 ApiCounts api_counts() noexcept;
+// Stream captures begun and not yet ended (cudaStreamBeginCapture[ToGraph]
+// .. cudaStreamEndCapture, from the callbacks), while the callbacks run:
+// with none open a phase's event needs no cudaStreamIsCapturing check. -1
+// when the callbacks do not run (no CUPTI): always check.
+int captures_open() noexcept;
 void set_callback_warmup(std::uint64_t warmup_steps) noexcept;
 // Called (on the destroying thread) when CUPTI reports that a CUDA context is
 // about to be destroyed (cudaDeviceReset): the backend stops using its events.
 void set_context_destroy_handler(void (*handler)() noexcept) noexcept;
+// Subscribes the callbacks above (cupti_callbacks.cpp): the subscriber
+// handle, or null with CUPTI's result in `result`; and releases them.
+void* subscribe_callbacks(int& result) noexcept;
+void unsubscribe_callbacks(void* subscriber) noexcept;
 
 }  // namespace detail::cuda
 }  // namespace v1

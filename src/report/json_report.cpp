@@ -746,7 +746,8 @@ json to_j(const Report& r) {
            {"build", r.run.build},
            {"clock", json{{"source", r.run.clock_source},
                           {"tsc_ghz", num(r.run.clock_tsc_ghz)},
-                          {"error_ppm", num(r.run.clock_error_ppm)}}},
+                          {"error_ppm", num(r.run.clock_error_ppm)},
+                          {"reason", r.run.clock_reason}}},
            {"warmup", json{{"steps", r.run.warmup_steps}, {"source", r.run.warmup_source}}}};
   json config = json::object();
   for (const auto& [key, value] : r.run.config) {
@@ -865,6 +866,20 @@ json to_j(const Report& r) {
   out["runtime_sites"] = json{{"sites", r.runtime_sites.sites},
                               {"overflow", r.runtime_sites.overflow},
                               {"truncated", r.runtime_sites.truncated}};
+  const Overhead& o = r.overhead;
+  out["overhead"] = json{{"scope_ns", num(o.scope_ns)},
+                         {"tsc_scope_ns", num(o.tsc_scope_ns)},
+                         {"collector_core_fraction", num(o.collector_core_fraction)},
+                         {"device_mode", o.device_mode},
+                         {"window_steps", o.window_steps},
+                         {"window_period", o.window_period},
+                         {"instrumented_steps", o.instrumented_steps},
+                         {"uninstrumented_steps", o.uninstrumented_steps},
+                         {"instrumented_step_ms", num(o.instrumented_step_ms)},
+                         {"uninstrumented_step_ms", num(o.uninstrumented_step_ms)},
+                         {"measured", o.measured},
+                         {"window_cost_pct", num(o.window_cost_pct)},
+                         {"run_cost_pct", num(o.run_cost_pct)}};
   return out;
 }
 
@@ -906,6 +921,7 @@ Report report_from(const json& document) {
   r.run.clock_source = get_str(clock, "source");
   r.run.clock_tsc_ghz = get_num(clock, "tsc_ghz");
   r.run.clock_error_ppm = get_num(clock, "error_ppm");
+  r.run.clock_reason = get_str(clock, "reason");
   const Field warmup = get_obj(run, "warmup");
   r.run.warmup_steps = get_u64(warmup, "steps");
   r.run.warmup_source = get_str(warmup, "source");
@@ -1014,6 +1030,23 @@ Report report_from(const json& document) {
     r.runtime_sites.sites = get_u64(sites, "sites");
     r.runtime_sites.overflow = get_u64(sites, "overflow");
     r.runtime_sites.truncated = get_u64(sites, "truncated");
+  }
+  if (j.find("overhead") != nullptr) {  // absent before the run measured its own cost
+    const Field o = get_obj(j, "overhead");
+    Overhead& x = r.overhead;
+    x.scope_ns = get_num(o, "scope_ns");
+    x.tsc_scope_ns = get_num(o, "tsc_scope_ns");
+    x.collector_core_fraction = get_num(o, "collector_core_fraction", -1);
+    x.device_mode = get_str(o, "device_mode");
+    x.window_steps = get_u64(o, "window_steps");
+    x.window_period = get_u64(o, "window_period");
+    x.instrumented_steps = get_u64(o, "instrumented_steps");
+    x.uninstrumented_steps = get_u64(o, "uninstrumented_steps");
+    x.instrumented_step_ms = get_num(o, "instrumented_step_ms");
+    x.uninstrumented_step_ms = get_num(o, "uninstrumented_step_ms");
+    x.measured = get_bool(o, "measured");
+    x.window_cost_pct = get_num(o, "window_cost_pct");
+    x.run_cost_pct = get_num(o, "run_cost_pct");
   }
   return r;
 }

@@ -3,6 +3,7 @@
 #include <stepscope/report.hpp>
 
 #include "report/ending.hpp"
+#include "report/self_cost.hpp"
 #include "report/site_label.hpp"
 #include "text/printable.hpp"
 
@@ -144,6 +145,7 @@ std::string format_summary(const Report& r) {
     line(fmt::format("  stepscope itself: {:.1f} ms of CPU on its collector thread ({:.2f}% of one core over {})",
                      r.system.collector_cpu_ms, r.system.collector_cpu_ms / (wall_s * 10.0), over));
   }
+  for (const std::string& cost : self_cost_lines(r)) line("  stepscope itself: " + cost);
   if (!r.device.status.empty() && r.device.status != "ok" && r.device.status != "unknown")
     line(fmt::format("  device timing: {} ({})", r.device.status, r.device.reason));
   return out;

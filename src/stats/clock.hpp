@@ -5,6 +5,7 @@
 #include "stats/int128.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -73,6 +74,24 @@ struct ClockChoice {
 ClockChoice choose_clock(const char* env_override) noexcept;
 bool cpu_has_invariant_tsc() noexcept;
 bool kernel_clocksource_is_tsc() noexcept;
+// Why choose_clock() chose what it did, in words (run.clock.reason): the
+// kernel's clocksource and whether it still lists the TSC (a kernel that
+// marked the TSC unstable drops it from available_clocksource), tsc=unstable
+// on its command line, the CPU's invariant-TSC flag, STEPSCOPE_CLOCK. Static
+// storage, written once by choose_clock(); "" before it ran.
+const char* clock_reason() noexcept;
+// The reason for a kernel whose clock files read `current` and `available`
+// (the sysfs text, "" when unreadable) and whose command line is `cmdline`;
+// writes at most `size` bytes (NUL included) into `out`. choose_clock()'s
+// text, testable without the machine's files.
+void explain_clock(bool forced_monotonic, bool have_tsc, bool invariant_tsc, const char* current, const char* available,
+                   const char* cmdline, char* out, std::size_t size) noexcept;
+
+// The floor of one enabled scope with a clock: two reads of it and a 32-byte
+// store, ns (the fastest of a few batches, on the calling thread: about a
+// tenth of a millisecond). use_tsc false: CLOCK_MONOTONIC. 0 when use_tsc and there is
+// no TSC instruction.
+double scope_floor_ns(bool use_tsc) noexcept;
 
 // Linear map ticks -> CLOCK_MONOTONIC ns, calibrated from (tsc, ns) pairs
 // taken off the hot path. Each pair is bracketed by two clock_gettime calls

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 using stepscope::detail::TickConverter;
@@ -135,4 +136,42 @@ TEST_CASE("durations: end before start is zero; CLOCK_MONOTONIC ticks are ns", "
   REQUIRE(clock.duration_ns(12, 12) == 0);
   REQUIRE(clock.scale().whole == 1);
   REQUIRE(clock.scale().fraction == 0);
+}
+
+namespace {
+std::string explained(bool forced, bool have_tsc, bool invariant, const char* current, const char* available,
+                      const char* cmdline) {
+  char out[320];
+  stepscope::detail::explain_clock(forced, have_tsc, invariant, current, available, cmdline, out, sizeof out);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the report says why the clock is not the TSC", "[clock]") {
+  // This VM: kvm-clock the only clocksource, tsc=unstable on the command line (after tsc=reliable).
+  const std::string vm =
+      explained(false, true, true, "kvm-clock", "kvm-clock", "clocksource=kvm-clock tsc=reliable tsc=unstable");
+  CHECK(vm.find("the kernel marked the TSC unstable (boot parameter tsc=unstable)") == 0);
+  CHECK(vm.find("clocksource kvm-clock") != std::string::npos);
+  // Marked unstable at run time (the watchdog), no boot parameter: the last tsc= is the one that counts.
+  const std::string watchdog = explained(false, true, true, "hpet", "hpet acpi_pm", "quiet tsc=unstable tsc=reliable");
+  CHECK(watchdog.find("the kernel marked the TSC unstable (clocksource hpet;") == 0);
+  CHECK(explained(false, true, true, "kvm-clock", "kvm-clock tsc hpet", "")
+            .find("the kernel's clocksource is kvm-clock, not tsc") == 0);
+  CHECK(explained(false, true, false, "tsc", "tsc hpet", "").find("the CPU reports no invariant TSC") == 0);
+  CHECK(explained(false, true, true, "tsc", "tsc hpet", "") == "invariant TSC, kernel clocksource tsc");
+  CHECK(explained(true, true, true, "tsc", "tsc", "") == "STEPSCOPE_CLOCK=monotonic");
+  CHECK(explained(false, false, false, "arch_sys_counter", "arch_sys_counter", "") ==
+        "no TSC on this CPU architecture");
+  CHECK(explained(false, true, true, "", "", "").find("could not be read") != std::string::npos);
+  // A clocksource list that merely contains the letters (tsc_early) is not the TSC.
+  CHECK(
+      explained(false, true, true, "kvm-clock", "kvm-clock tsc_early", "").find("the kernel marked the TSC unstable") ==
+      0);
+}
+
+TEST_CASE("the per-scope floor is measured for the clock in use and for the TSC", "[clock]") {
+  const double monotonic = stepscope::detail::scope_floor_ns(false);
+  CHECK(monotonic > 0);
+  if (STEPSCOPE_DETAIL_HAVE_TSC) CHECK(stepscope::detail::scope_floor_ns(true) > 0);
 }

@@ -71,7 +71,8 @@ TEST_CASE("the collector drains on its timer while producers run", "[collector]"
   for (std::uint32_t i = 1; i <= 640; ++i) {
     for (;;) {
       ++attempts;
-      if (ring->try_push(PhaseRecord{&kStep, i * 100ull, i * 100ull + 50, i, 0, 0, kRecordIsStep | kRecordInStep})) break;
+      if (ring->try_push(PhaseRecord{&kStep, i * 100ull, i * 100ull + 50, i, 0, 0, kRecordIsStep | kRecordInStep}))
+        break;
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   }
@@ -82,6 +83,28 @@ TEST_CASE("the collector drains on its timer while producers run", "[collector]"
   REQUIRE(facts.total_records == attempts);
 }
 
+TEST_CASE("a ring half full wakes a collector whose wait is long", "[collector]") {
+  // A quiet spell grew the wait; then a burst. The loop's timer alone would
+  // not drain for an hour: the producer's half-full ring wakes it.
+  CollectorOptions options;
+  options.ring_capacity = 1024;
+  options.interval = options.min_interval = std::chrono::milliseconds(3600 * 1000);
+  options.sample_system = false;
+  options.aggregator.warmup_steps = 0;
+  Collector collector(options);
+  ThreadRing* ring = collector.register_thread(1);
+  REQUIRE(ring != nullptr);
+  static constexpr PhaseSite step{"step", PhaseKind::other, true, __FILE__, __LINE__};
+  for (std::uint32_t i = 1; i <= 600; ++i)
+    REQUIRE(ring->try_push(PhaseRecord{&step, i, i + 1, i, 0, 0, kRecordInStep | kRecordIsStep}));
+  // Waits for the drain (bounded, so a missing wake fails instead of hanging).
+  for (int i = 0; i < 20000 && ring->consumed() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(ring->consumed() >= 512);
+  CHECK(ring->dropped() == 0);
+  collector.stop();
+  CHECK(collector.facts().steps.count == 600);
+}
+
 TEST_CASE("the collector's timer adapts to how full the rings get", "[collector]") {
   using ms = std::chrono::milliseconds;
   const ms shortest{1}, longest{20};
@@ -89,11 +112,15 @@ TEST_CASE("the collector's timer adapts to how full the rings get", "[collector]
   REQUIRE(Collector::next_interval(ms{5}, 0, shortest, longest) == ms{10});
   REQUIRE(Collector::next_interval(ms{10}, 10, shortest, longest) == ms{20});
   REQUIRE(Collector::next_interval(ms{20}, 0, shortest, longest) == ms{20});
-  // A ring over a quarter full: halve, down to the shortest.
-  REQUIRE(Collector::next_interval(ms{20}, 300, shortest, longest) == ms{10});
+  // A ring over an eighth full: the wait that would have filled an eighth at
+  // that rate (at most half the last one), down to the shortest.
+  REQUIRE(Collector::next_interval(ms{20}, 300, shortest, longest) == ms{8});
+  REQUIRE(Collector::next_interval(ms{20}, 200, shortest, longest) == ms{10});
+  REQUIRE(Collector::next_interval(ms{100}, 1024, shortest, ms{100}) == ms{12});
   REQUIRE(Collector::next_interval(ms{1}, 1024, shortest, longest) == ms{1});
   // In between: keep the pace.
   REQUIRE(Collector::next_interval(ms{4}, 128, shortest, longest) == ms{4});
+  REQUIRE(Collector::next_interval(ms{4}, 100, shortest, longest) == ms{4});
   // From a burst at 1 ms back to quiet: 1, 2, 4, 8, 16, 20.
   ms wait{1};
   int steps = 0;

@@ -52,7 +52,7 @@ TEST_CASE("bad numeric values get one warning each and a safe default", "[env]")
   REQUIRE(w.size() == 4);
   REQUIRE(s.warmup_steps == kDefaultWarmupSteps);
   REQUIRE(s.ring_capacity == 16384);
-  REQUIRE(s.interval_ms == 20);
+  REQUIRE(s.interval_ms == 200);
   REQUIRE_FALSE(s.interval_from_env);
   REQUIRE_FALSE(s.quiet);
   std::vector<std::string> w2;

@@ -191,11 +191,17 @@ struct Sim {
   std::uint64_t dropped = 0;
   std::atomic<std::uint32_t> correlation{0};
   std::deque<std::string> names;  // kernel names handed out in records (stable pointers)
+  // What CUPTI kernel activity costs the launching thread, per launch, while
+  // enabled (STEPSCOPE_SIM_CUPTI_LAUNCH_NS; the H200 showed +50% on a
+  // launch-bound loop): lets tests see collection windows and the run's
+  // self-measured overhead.
+  std::int64_t cupti_launch_ns = 0;
 
   Sim() {
     device_count = static_cast<int>(std::clamp<std::int64_t>(env_int("STEPSCOPE_SIM_DEVICES", 1), 0, kMaxDevices));
     default_kernel_ns = env_int("STEPSCOPE_SIM_DEFAULT_KERNEL_NS", default_kernel_ns);
     lose_after_launches = env_int("STEPSCOPE_SIM_LOSE_DEVICE_AFTER_LAUNCHES", -1);
+    cupti_launch_ns = std::max<std::int64_t>(0, env_int("STEPSCOPE_SIM_CUPTI_LAUNCH_NS", 0));
     queue_capacity = static_cast<std::uint64_t>(
         env_int("STEPSCOPE_SIM_CUPTI_CAPACITY", static_cast<std::int64_t>(kDefaultQueueCapacity)));
     if (const char* gbps = std::getenv("STEPSCOPE_SIM_PAGEABLE_GBPS")) pageable_gbps = std::max(0.001, std::atof(gbps));
@@ -701,9 +707,26 @@ Op copy_op(Sim& s, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind
   return op;
 }
 
+// The programmed CUPTI cost of one launch (cupti_launch_ns), paid on the
+// calling thread, outside the simulator's lock, while kernel activity is on.
+void pay_cupti_launch_cost(Sim& s) {
+  std::int64_t cost = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.cupti_launch_ns > 0 && (s.enabled_kinds.count(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ||
+                                  s.enabled_kinds.count(CUPTI_ACTIVITY_KIND_KERNEL))) {
+      cost = s.cupti_launch_ns;
+      s.count("cupti_launch_cost_paid");
+    }
+  }
+  for (const std::int64_t until = now_ns() + cost; cost > 0 && now_ns() < until;) {
+  }
+}
+
 cudaError_t launch(std::uint32_t correlation, const void* func, void** args, cudaStream_t stream,
                    bool per_thread_default) {
   Sim& s = sim();
+  pay_cupti_launch_cost(s);
   std::unique_lock<std::mutex> lock(s.mu);
   if (cudaError_t e = need_context(s); e != cudaSuccess) return fail(e);
   Stream* st = resolve_stream(s, stream, per_thread_default);
@@ -1047,6 +1070,7 @@ SIM_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCapt
   SIM_API(cudaStreamIsCapturing_v10000);
   Sim& s = sim();
   std::lock_guard<std::mutex> lock(s.mu);
+  s.count("capture_checks");
   Stream* st = nullptr;
   if (cudaError_t e = context_stream(s, stream, st); e != cudaSuccess) return fail(e);
   if (st->legacy) {

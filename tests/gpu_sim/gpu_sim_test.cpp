@@ -74,12 +74,15 @@ struct Run {
 };
 
 // Runs `program args` on the simulator under `timeout` (a hang fails the
-// test instead of blocking CI).
+// test instead of blocking CI). CUPTI collects on every step unless a case
+// says otherwise (most cases count every step's records); the default
+// windows have their own cases.
 void run_on_sim(Run& run, const std::string& program, const std::string& args, const std::string& env = "") {
   const std::string& d = run.dir.path;
   const std::string cmd = "cd '" + d + "' && env STEPSCOPE_OUT='" + d + "/report.json' STEPSCOPE_SIM_COUNTERS='" + d +
-                          "/counters.txt' LD_PRELOAD='" STEPSCOPE_SIM_LIBRARY "' " + env + " timeout 120 '" + program +
-                          "' " + args + " >'" + d + "/stdout.txt' 2>'" + d + "/stderr.txt'";
+                          "/counters.txt' LD_PRELOAD='" STEPSCOPE_SIM_LIBRARY "' STEPSCOPE_CUPTI_WINDOW=always " + env +
+                          " timeout 120 '" + program + "' " + args + " >'" + d + "/stdout.txt' 2>'" + d +
+                          "/stderr.txt'";
   const int status = std::system(cmd.c_str());
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.out = slurp(d + "/stdout.txt");
@@ -602,4 +605,109 @@ TEST_CASE("device-true accounting: a launch-bound loop's lever is the host", "[g
   REQUIRE(launch != nullptr);
   CHECK(launch->step_change_pct < -50);
   CHECK(launch->note.find("CUDA graphs") != std::string::npos);
+// ---- CUPTI in windows and the run's own cost (issue 27 item 5) ----------------
+
+TEST_CASE("CUPTI in windows: a launch-bound loop measures what collecting costs it", "[gpu-sim]") {
+  Run run;
+  // The default schedule (5 of every 200 measured steps after 5 warm-up
+  // steps); CUPTI's kernel activity costs each launch 15 us while on, as the
+  // H200's did (+50% on a launch-bound loop).
+  probe(run, "launch-bound 250", "STEPSCOPE_CUPTI_WINDOW= STEPSCOPE_SIM_CUPTI_LAUNCH_NS=15000");
+  const Overhead& o = run.report.overhead;
+  CHECK(o.device_mode == "windows");
+  CHECK(o.window_steps == 5);
+  CHECK(o.window_period == 200);
+  // Measured steps 1-5 and 201-205 collected; the switch happens in the
+  // step scope's own hook, before its start: no step is partly collected.
+  CHECK(o.instrumented_steps == 10);
+  CHECK(o.uninstrumented_steps == 235);
+  CHECK(run.fact("cupti_steps") == 10);
+  CHECK(run.fact("cupti_kernels") == 10 * 20);
+  CHECK(run.counter("cupti_launch_cost_paid") == 10 * 20);
+  // The callbacks count launches outside the windows too (from when the
+  // backend started, on the collector thread after the first steps' launches).
+  CHECK(run.fact("kernel_launch_calls") > 200 * 20);
+  // The programmed cost shows in the run's own comparison (medians of the
+  // same run: a busy machine slows both kinds of steps alike).
+  REQUIRE(o.measured);
+  CHECK(o.window_cost_pct > 20);
+  CHECK(o.run_cost_pct == Approx(o.window_cost_pct * 10.0 / 245.0).epsilon(0.01));
+  CHECK(o.instrumented_step_ms > o.uninstrumented_step_ms);
+}
+
+TEST_CASE("STEPSCOPE_CUPTI_WINDOW=always: every step collected, its cost not claimed", "[gpu-sim]") {
+  Run run;
+  probe(run, "launch-bound 30", "STEPSCOPE_SIM_CUPTI_LAUNCH_NS=15000");
+  const Overhead& o = run.report.overhead;
+  CHECK(o.device_mode == "always");
+  CHECK(o.instrumented_steps == 25);
+  CHECK(o.uninstrumented_steps == 0);
+  CHECK_FALSE(o.measured);
+  CHECK(o.window_cost_pct == 0);
+  // Every launch since CUPTI started paid, and was recorded.
+  CHECK(run.counter("cupti_launch_cost_paid") == run.fact("cupti_kernels"));
+  CHECK(run.fact("cupti_kernels") >= 25 * 20);
+  CHECK(run.fact("cupti_steps") == 25);
+}
+
+TEST_CASE("STEPSCOPE_CUPTI_WINDOW: other windows, a bad value, CUPTI off", "[gpu-sim]") {
+  SECTION("2 of every 10") {
+    Run run;
+    probe(run, "launch-bound 45", "STEPSCOPE_CUPTI_WINDOW=2/10");
+    CHECK(run.report.overhead.instrumented_steps == 8);  // measured steps 1-2, 11-12, 21-22, 31-32
+    CHECK(run.report.overhead.uninstrumented_steps == 32);
+    CHECK(run.fact("cupti_kernels") == 8 * 20);
+  }
+  SECTION("a bad value: one warning, the default") {
+    Run run;
+    probe(run, "launch-bound 12", "STEPSCOPE_CUPTI_WINDOW=7");
+    CHECK(count_lines_with(run.err, "STEPSCOPE_CUPTI_WINDOW='7'") == 1);
+    CHECK(run.report.overhead.device_mode == "windows");
+    CHECK(run.report.overhead.window_period == 200);
+  }
+  SECTION("STEPSCOPE_CUPTI=0") {
+    Run run;
+    probe(run, "launch-bound 12", "STEPSCOPE_CUPTI=0 STEPSCOPE_SIM_CUPTI_LAUNCH_NS=15000");
+    CHECK(run.report.overhead.device_mode == "off");
+    CHECK(run.counter("cupti_launch_cost_paid") == 0);
+  }
+}
+
+TEST_CASE("a phase's events need no capture check while no capture is open", "[gpu-sim]") {
+  Run run;
+  probe(run, "async 20");
+  CHECK(run.counter("event_records") > 0);
+  CHECK(run.counter("capture_checks") == 0);
+}
+
+TEST_CASE("capture checks come back when a capture opens, or when nobody counts captures", "[gpu-sim]") {
+  SECTION("a capture") {
+    Run capture;
+    probe(capture, "capture 10", "STEPSCOPE_WARMUP=0");
+    CHECK(capture.counter("capture_checks") > 0);
+    CHECK(capture.counter("event_records_in_capture") == 0);
+  }
+  SECTION("STEPSCOPE_CUPTI=0: no callbacks, every phase edge checks") {
+    Run off;
+    probe(off, "async 20", "STEPSCOPE_CUPTI=0");
+    CHECK(off.counter("capture_checks") > 0);
+  }
+}
+
+TEST_CASE("CUPTI in windows: the verdicts come from the collected steps, and stay right", "[gpu-sim]") {
+  // The cases above with the default schedule and 2 of every 4 steps: the
+  // device facts describe the collected steps only (an uncollected step
+  // would read as an idle device).
+  for (const char* windows : {"STEPSCOPE_CUPTI_WINDOW=", "STEPSCOPE_CUPTI_WINDOW=2/4"}) {
+    for (const auto& [args, category] : std::vector<std::pair<std::string, std::string>>{
+             {"scheduling 20", "scheduling"}, {"compute 15", "compute"}, {"memory 15", "memory"}, {"input 15", "io"}}) {
+      INFO(windows << " " << args);
+      Run run;
+      probe(run, args, windows);
+      CHECK(run.report.overhead.device_mode == "windows");
+      CHECK(run.fact("cupti_steps") > 0);
+      CHECK(run.fact("cupti_steps") < 15);
+      CHECK(run.report.bottleneck.category == category);
+    }
+  }
 }

@@ -153,6 +153,27 @@ int scheduling(int steps) {  // tiny kernels, the host busy between launches
   (void)cudaStreamSynchronize(stream);
   return 0;
 }
+int launch_bound(int steps) {  // 20 tiny launches per step in two phases, 20 us of host work each
+  simcuda::set_kernel_ns("tiny", 2'000);
+  (void)cudaFree(nullptr);  // CUDA in use before the first scope, as in a real program: device timing from step 1
+  const auto launches = [] {
+    for (int k = 0; k < 10; ++k) {
+      launch(tiny_kernel, nullptr);
+      busy_wait_us(20);
+    }
+  };
+  for (int i = 0; i < steps; ++i) {
+    STEPSCOPE_STEP();
+    {
+      STEPSCOPE_PHASE("forward");
+      launches();
+    }
+    STEPSCOPE_PHASE("backward");
+    launches();
+  }
+  (void)cudaDeviceSynchronize();
+  return 0;
+}
 int compute(int steps) {  // long kernels, one sync per step (loss.item())
   simcuda::set_kernel_ns("long", 15 * kMs);
   cudaStream_t stream = non_blocking_stream();
@@ -464,6 +485,7 @@ int main(int argc, char** argv) {
   if (mode == "pressure") return pressure(steps);
   if (mode == "scheduling") return scheduling(steps);
   if (mode == "compute") return compute(steps);
+  if (mode == "launch-bound") return launch_bound(steps);
   if (mode == "memory") return memory(steps);
   if (mode == "input") return input(steps);
   if (mode == "lost") return lost(steps);
