@@ -490,3 +490,127 @@ TEST_CASE("compare: a run that did not end by itself is named, on either side", 
   REQUIRE(w.size() == 1);
   CHECK(w[0].rfind("the base run 2 ended by std::terminate", 0) == 0);
 }
+
+namespace {
+// Both runs on a 2-core machine with the same neighbours (0.1 cores); the
+// new run's own threads preempt each other (400 involuntary switches/s, 20%
+// run queue) when `own_churn`.
+void same_neighbours(Report& a, Report& b, bool own_churn) {
+  for (Report* r : {&a, &b}) {
+    r->system.cores_online = 2;
+    r->system.cpu_user_s = 0.5 * r->system.wall_s;
+    r->system.other_processes_cpu_s = 0.1 * r->system.wall_s;
+    r->system.involuntary_switches = static_cast<std::uint64_t>(5 * r->system.wall_s);
+    r->system.runqueue_wait_s = 0.01 * r->system.wall_s;
+  }
+  if (own_churn) {
+    b.system.involuntary_switches = static_cast<std::uint64_t>(400 * b.system.wall_s);
+    b.system.runqueue_wait_s = 0.20 * b.system.wall_s;
+  }
+}
+}  // namespace
+
+TEST_CASE("compare: a setting that changed explains the step, not the machine (0 -> 4 loader workers)",
+          "[analysis][compare]") {
+  // Issue 32: the 4 workers add context switches of their own; the diff
+  // marked the faster step "(machine conditions differ)".
+  Report a = run(100, 5, 100), b = run(60, 5, 100);
+  b.phases[0].host_ms = b.phases[0].self_ms = dist(20, 1, 100);  // data: 60 -> 20 ms
+  b.run.config["workers"] = "4";
+  same_neighbours(a, b, true);
+  const Comparison c = compare_reports(a, b);
+  const std::string text = format_comparison(c);
+  INFO(text);
+  CHECK(c.step.significant);
+  CHECK(c.step.delta_ms < 0);
+  CHECK_FALSE(c.conditions.differ);  // other processes' load is the same: the switches are the run's own
+  CHECK(text.find("machine conditions differ") == std::string::npos);
+  CHECK(text.find("explained below") != std::string::npos);
+  REQUIRE_FALSE(c.explained_by.empty());
+  CHECK(c.explained_by.front() == "config workers: 2 -> 4");
+  CHECK(any_contains(c.explained_by, "involuntary context switches"));
+  CHECK_FALSE(any_contains(c.warnings, "likely the machine's"));
+  // Neighbours that did change stay the machine's, whatever the config.
+  b.system.other_processes_cpu_s = 1.5 * b.system.wall_s;
+  const Comparison busy = compare_reports(a, b);
+  CHECK(busy.conditions.differ);
+}
+
+TEST_CASE("compare: a phase that moved by most of the step change explains it, config key or not",
+          "[analysis][compare]") {
+  // Issue 29: slow input moved to a prefetch thread, step -48%, data -99.8%,
+  // no config key: the diff said "likely the machine's, not the code's".
+  Report a = run(100, 5, 100), b = run(52, 3, 100);
+  b.phases[0].host_ms = b.phases[0].self_ms = dist(0.12, 0.01, 100);  // data: 60 -> 0.12 ms
+  same_neighbours(a, b, true);  // the prefetch thread's switches and wait are the run's own
+  const Comparison c = compare_reports(a, b);
+  const std::string text = format_comparison(c);
+  INFO(text);
+  CHECK(c.step.significant);
+  REQUIRE(c.explained_by.size() >= 1);
+  CHECK(c.explained_by.front().rfind("phase 'data': -59.88 ms per step (-99.8%)", 0) == 0);
+  CHECK_FALSE(c.conditions.differ);
+  CHECK_FALSE(any_contains(c.warnings, "likely the machine's"));
+  CHECK_FALSE(any_contains(c.warnings, "no config key changed"));
+  // Other processes' load changed too, yet the change is the phase's own: it
+  // moved far more than the rest of the step did.
+  b.system.other_processes_cpu_s = 1.5 * b.system.wall_s;
+  const Comparison loaded = compare_reports(a, b);
+  CHECK(loaded.conditions.differ);
+  CHECK(loaded.step.significant);
+  CHECK(any_contains(loaded.explained_by, "phase 'data'"));
+  // Every part slower alike on a busier machine: no phase explains it.
+  Report slow = run(130, 5, 100);
+  slow.phases[0].host_ms = slow.phases[0].self_ms = dist(78, 4, 100);
+  slow.phases[1].host_ms = slow.phases[1].self_ms = dist(45.5, 2, 100);
+  same_neighbours(a, slow, false);
+  slow.system.other_processes_cpu_s = 1.5 * slow.system.wall_s;
+  const Comparison machine = compare_reports(a, slow);
+  INFO(format_comparison(machine));
+  CHECK(machine.explained_by.empty());
+  CHECK_FALSE(machine.step.significant);
+  CHECK(any_contains(machine.warnings, "counted as the machine's noise"));
+}
+
+TEST_CASE("compare: phases outside the steps are apart, never '+23683% slower'", "[analysis][compare]") {
+  // Issue 29: a test loop's phase and the fetch that found the loop's end
+  // (one sample each, outside every step) listed beside the step's phases.
+  Report a = run(100, 5, 100), b = run(100, 5, 100);
+  for (Report* r : {&a, &b}) {
+    PhaseSummary& end_fetch = add_phase(*r, "data", PhaseKind::input, ThreadRole::outside_step, 0, 0.01);
+    end_fetch.count = 1;
+    end_fetch.host_ms = dist(r == &a ? 0.01 : 2.38, 0, 1);
+    PhaseSummary& test = add_phase(*r, "test", PhaseKind::compute, ThreadRole::outside_step, 0, 500);
+    test.count = 1;
+    test.host_ms = dist(r == &a ? 500 : 900, 0, 1);
+  }
+  const Comparison c = compare_reports(a, b);
+  const std::string text = format_comparison(c);
+  INFO(text);
+  for (const Delta& d : c.phases)
+    if (d.base_role == "outside_step") CHECK_FALSE(d.significant);
+  const auto heading = text.find("outside the steps (no step waited");
+  REQUIRE(heading != std::string::npos);
+  CHECK(text.find("test ") > heading);  // listed under it, after the step's phases
+  CHECK(text.find("train ") < heading);
+  CHECK(text.find("slower") == std::string::npos);
+}
+
+TEST_CASE("compare: the loop's step time, and the coverage difference said", "[analysis][compare]") {
+  // Issue 32: a naive range-for (steps cover 20% of the loop: 7.97 ms in the
+  // step scopes, 41.3 ms per iteration) against a covered run of the same
+  // loop read "within noise" on the scopes and never named the coverage.
+  Report naive = run(41.3, 2, 100), covered = run(41.0, 2, 100);
+  naive.steps.wall_ms = dist(7.97, 0.5, 100);
+  naive.steps.breakdown.between_steps_ms = 41.3 - 7.97;
+  naive.steps.coverage = 0.20;
+  covered.steps.coverage = 1.0;
+  const Comparison c = compare_reports(naive, covered);
+  INFO(format_comparison(c));
+  CHECK(c.step.base_ms == Approx(41.3));  // the summary's, breakdown's and what-ifs' step time
+  CHECK(c.step.new_ms == Approx(41.0));
+  CHECK_FALSE(c.step.significant);
+  CHECK(any_contains(c.warnings, "steps cover 20% of the loop in base vs 100% in new"));
+  // Equal coverage: nothing to say.
+  CHECK_FALSE(any_contains(compare_reports(covered, covered).warnings, "steps cover"));
+}

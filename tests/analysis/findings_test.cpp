@@ -486,3 +486,25 @@ TEST_CASE("findings: one step in every N far slower is named with its period and
   CHECK_FALSE(has(find_issues(few), "periodic_slow_steps"));
   CHECK_FALSE(has(find_issues(steady()), "periodic_slow_steps"));
 }
+
+TEST_CASE("findings: the CPU-wait finding names DataLoader workers only where the run has them",
+          "[analysis][findings]") {
+  // Issue 32: "DataLoader workers among them" in a run with 0 workers.
+  Report r = steady();
+  r.system.available = true;
+  r.system.cores_online = 2;
+  r.system.runqueue_wait_s = 0.30 * r.system.wall_s;
+  r.system.cpu_user_s = 0.6 * r.system.wall_s;
+  r.system.other_processes_cpu_s = 1.4 * r.system.wall_s;
+  r.run.config["num_workers"] = "0";
+  r.bottleneck = classify(r);
+  const std::vector<Finding> none = find_issues(r);
+  const Finding* f = finding(none, "cpu_contention");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("worker") == std::string::npos);
+  r.run.config["num_workers"] = "4";
+  const std::vector<Finding> four = find_issues(r);
+  f = finding(four, "cpu_contention");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("this run's DataLoader workers among them") != std::string::npos);
+}
