@@ -392,7 +392,8 @@ void explain_step(Comparison& c, const Report& base, const Report& cand) {
     const double pa = self_per_step(*a, base), delta = self_per_step(*b, cand) - pa;
     if (delta * c.step.delta_ms > 0) moved.push_back({d.name, pa, delta});
   }
-  std::sort(moved.begin(), moved.end(), [](const Moved& x, const Moved& y) { return std::fabs(x.delta) > std::fabs(y.delta); });
+  std::sort(moved.begin(), moved.end(),
+            [](const Moved& x, const Moved& y) { return std::fabs(x.delta) > std::fabs(y.delta); });
   double base_sum = 0, delta_sum = 0;
   std::size_t used = 0;
   while (used < moved.size() && std::fabs(delta_sum) < 0.5 * std::fabs(c.step.delta_ms)) {
@@ -407,8 +408,8 @@ void explain_step(Comparison& c, const Report& base, const Report& cand) {
     if (!machine_moved || base_sum <= 0 || own >= 2.0 * rest)
       for (std::size_t i = 0; i < used; ++i)
         c.explained_by.push_back(fmt::format("phase '{}': {:+.2f} ms per step ({:+.1f}%) of the {:+.2f} ms step change",
-                                             moved[i].name, moved[i].delta, 100.0 * safe_div(moved[i].delta, moved[i].base),
-                                             c.step.delta_ms));
+                                             moved[i].name, moved[i].delta,
+                                             100.0 * safe_div(moved[i].delta, moved[i].base), c.step.delta_ms));
   }
   if (c.explained_by.empty() || !c.conditions.differ || !others_unchanged(c.conditions)) return;
   std::vector<std::string> machine;
@@ -447,8 +448,7 @@ void note_coverage(const Report& base, const Report& cand, std::vector<std::stri
       "steps cover {:.0f}% of the loop in base vs {:.0f}% in new: the step time compared is the loop's time per step "
       "(steps plus the time between them: {:.3f} vs {:.3f} ms; the step scopes alone {:.3f} vs {:.3f} ms), and "
       "what fell between steps is in neither run's phases",
-      100 * a, 100 * b, loop_step_ms(base), loop_step_ms(cand), base.steps.wall_ms.mean,
-      cand.steps.wall_ms.mean));
+      100 * a, 100 * b, loop_step_ms(base), loop_step_ms(cand), base.steps.wall_ms.mean, cand.steps.wall_ms.mean));
 }
 
 // Warnings that depend on the step's significance (recomputed by compare_runs).
@@ -603,8 +603,8 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
   // Warnings: drop the pair's step warnings, then the repeats' own.
   c.warnings.erase(std::remove_if(c.warnings.begin(), c.warnings.end(),
                                   [](const std::string& w) {
-                                    return w.rfind("no config key changed", 0) == 0 || w.rfind("one run each", 0) == 0 ||
-                                           w.rfind("the step moved", 0) == 0;
+                                    return w.rfind("no config key changed", 0) == 0 ||
+                                           w.rfind("one run each", 0) == 0 || w.rfind("the step moved", 0) == 0;
                                   }),
                    c.warnings.end());
   check_side(base, "base", c.warnings);
@@ -629,7 +629,9 @@ std::string format_comparison(const Comparison& c) {
   auto row = [&](const Delta& d) {
     std::string verdict = d.significant ? (d.delta_ms < 0 ? "faster" : "slower") : "within noise";
     if (d.significant && d.name == "step")
-      verdict += !c.explained_by.empty() ? " (explained below)" : c.conditions.differ ? " (machine conditions differ)" : "";
+      verdict += !c.explained_by.empty() ? " (explained below)"
+                 : c.conditions.differ   ? " (machine conditions differ)"
+                                         : "";
     if (d.base_role == "outside_step" && d.new_role == "outside_step") verdict = "outside the steps";
     if (d.base_role != d.new_role) verdict += fmt::format(" ({} vs {} thread)", d.base_role, d.new_role);
     out += fmt::format("{:<24} {:>11.3f} {:>11.3f} {:>+11.3f} {:>+8.1f}% {:>10.3f}  {}\n", detail::printable(d.name),

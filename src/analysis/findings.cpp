@@ -405,16 +405,16 @@ void startup_cost(const Report& r, std::vector<Finding>& out) {
   if (!s.available || s.window_steps <= 0 || r.steps.count == 0) return;
   const double faults = static_cast<double>(s.before_steps_minor_faults);
   if (faults < kThresholds.minor_faults_per_step * static_cast<double>(r.steps.count)) return;
-  out.push_back(make("startup_cost", "info",
-                     fmt::format("Before the measured steps (start-up and {} warm-up step{}, {:.2f} s) the process "
-                                 "touched {:.0f} MiB of fresh memory and spent {:.2f} s in the kernel: a one-time "
-                                 "cost, charged to no step (the per-step figures cover the measured steps only).",
-                                 r.steps.warmup_excluded, r.steps.warmup_excluded == 1 ? "" : "s",
-                                 s.before_steps_wall_s, faults * 4096.0 / (1024.0 * 1024.0),
-                                 s.before_steps_cpu_system_s),
-                     {{"before_steps_minor_faults", faults},
-                      {"before_steps_wall_s", s.before_steps_wall_s},
-                      {"before_steps_cpu_system_s", s.before_steps_cpu_system_s}}));
+  out.push_back(
+      make("startup_cost", "info",
+           fmt::format("Before the measured steps (start-up and {} warm-up step{}, {:.2f} s) the process "
+                       "touched {:.0f} MiB of fresh memory and spent {:.2f} s in the kernel: a one-time "
+                       "cost, charged to no step (the per-step figures cover the measured steps only).",
+                       r.steps.warmup_excluded, r.steps.warmup_excluded == 1 ? "" : "s", s.before_steps_wall_s,
+                       faults * 4096.0 / (1024.0 * 1024.0), s.before_steps_cpu_system_s),
+           {{"before_steps_minor_faults", faults},
+            {"before_steps_wall_s", s.before_steps_wall_s},
+            {"before_steps_cpu_system_s", s.before_steps_cpu_system_s}}));
 }
 
 void dropped(const Report& r, std::vector<Finding>& out) {

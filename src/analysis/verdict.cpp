@@ -748,8 +748,8 @@ Verdict Classifier::run() {
     const bool explained = scheduling_signal() && !wait_measured;
     // Time between steps is unexplained whatever the scheduling signals say:
     // nothing was recorded there (steps_coverage finding).
-    const double unexplained = (shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed)) /
-                               (1.0 - machine_wait_);
+    const double unexplained =
+        (shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed)) / (1.0 - machine_wait_);
     add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
         fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
                     explained       ? " (time outside phases is explained by scheduling signals)"

@@ -47,9 +47,10 @@ std::string format_summary(const Report& r) {
     // ms/step here beside a 41.3 ms breakdown).
     const double loop_ms = r.steps.breakdown.wall_ms;
     if (loop_ms > 1.005 * w.mean)
-      line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step with the time between steps (the "
-                       "step scopes alone: {:.3f} ms, p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
-                       r.steps.count, r.steps.warmup_excluded, loop_ms, w.mean, w.p50, w.p90, w.p99, w.max));
+      line(
+          fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step with the time between steps (the "
+                      "step scopes alone: {:.3f} ms, p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",
+                      r.steps.count, r.steps.warmup_excluded, loop_ms, w.mean, w.p50, w.p90, w.p99, w.max));
     else
       line(fmt::format(
           "steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f})",

@@ -639,7 +639,8 @@ TEST_CASE("classify: kernel time faulting pages that dominates the step is memor
   for (const Row& row : {
            Row{128, 0.94, "memory", "MALLOC_MMAP_THRESHOLD_ cannot help"},  // blocks may be >= 32 MiB
            // The complete set, never the threshold alone (alone it doubled a step: issue 29).
-           Row{16, 0.66, "memory", "MALLOC_MMAP_THRESHOLD_=17825792 MALLOC_TRIM_THRESHOLD_=35651584 MALLOC_TOP_PAD_=17825792"},
+           Row{16, 0.66, "memory",
+               "MALLOC_MMAP_THRESHOLD_=17825792 MALLOC_TRIM_THRESHOLD_=35651584 MALLOC_TOP_PAD_=17825792"},
            Row{16, 0.10, "compute", nullptr},  // faults, but they cost a tenth: compute leads
        }) {
     const Report r = fault_storm(row.fresh_mib, row.kernel);
@@ -957,8 +958,9 @@ TEST_CASE("classify: allocator churn costed at the fault cost measured on this m
   // The advice carries that cost, as a what-if would, and the complete set of settings.
   CHECK(any_contains(v.recommendations, "they cost about 32.8 ms of the 44.0 ms step (74%)"));
   CHECK(any_contains(v.recommendations, "without the churn the step would take about 11.2 ms"));
-  CHECK(any_contains(v.recommendations, "MALLOC_MMAP_THRESHOLD_=17825792 MALLOC_TRIM_THRESHOLD_=35651584 "
-                                        "MALLOC_TOP_PAD_=17825792"));
+  CHECK(any_contains(v.recommendations,
+                     "MALLOC_MMAP_THRESHOLD_=17825792 MALLOC_TRIM_THRESHOLD_=35651584 "
+                     "MALLOC_TOP_PAD_=17825792"));
   // Not measured (an older report): the kernel share alone, as before.
   r.system.page_fault_us = -1;
   CHECK(classify(r).category == "compute");

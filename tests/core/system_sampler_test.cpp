@@ -30,7 +30,9 @@ void touch_fresh(std::size_t mib) {
   ::munmap(p, bytes);
 }
 
-std::int64_t now_ns() { return static_cast<std::int64_t>(stepscope::detail::monotonic_ns()); }
+std::int64_t now_ns() {
+  return static_cast<std::int64_t>(stepscope::detail::monotonic_ns());
+}
 
 constexpr double kPagesPerMib = 256;  // 4 KiB pages
 
@@ -41,7 +43,7 @@ TEST_CASE("system sampler: the counters cover the measured steps; start-up and w
   const std::vector<SystemSampler::ThreadSample> none;
   SystemSampler s;
   s.start(now_ns());
-  touch_fresh(64);            // lazy initialisation in the warm-up step
+  touch_fresh(64);             // lazy initialisation in the warm-up step
   s.sample(none, {false, 0});  // warm-up in progress
   s.sample(none, {true, 0});   // the warm-up is over: the window opens
   for (std::uint64_t step = 1; step <= 10; ++step) s.sample(none, {true, step});

@@ -597,7 +597,8 @@ struct CpuHogs {
 
 }  // namespace
 
-TEST_CASE("busy: beside two CPU hogs the scenarios keep their verdicts; only the confidence falls", "[scenarios][busy]") {
+TEST_CASE("busy: beside two CPU hogs the scenarios keep their verdicts; only the confidence falls",
+          "[scenarios][busy]") {
   // Issue 29: with other work on the two cores a verdict changed (an
   // overlapped pipeline read "unknown"). The CPU wait other processes cause
   // is the machine's: a verdict may lose confidence under contention, never
@@ -611,9 +612,9 @@ TEST_CASE("busy: beside two CPU hogs the scenarios keep their verdicts; only the
       CpuHogs hogs(2 * cores);
       // Starved by design: never skipped for it. One repeat for chance.
       for (int attempt = 1; attempt <= 2 && busy.bottleneck.category != scenario; ++attempt)
-        busy = run_expecting(dir, std::string(scenario) + "-busy-" + std::to_string(attempt), STEPSCOPE_SCENARIOS,
-                             std::string("--scenario ") + scenario + " --steps 100",
-                             [](const Report&) { return true; });
+        busy =
+            run_expecting(dir, std::string(scenario) + "-busy-" + std::to_string(attempt), STEPSCOPE_SCENARIOS,
+                          std::string("--scenario ") + scenario + " --steps 100", [](const Report&) { return true; });
     }
     INFO(scenario << "\nquiet: " << describe(quiet_run) << "busy: " << describe(busy));
     CHECK(quiet_run.bottleneck.category == scenario);
