@@ -401,7 +401,17 @@ void explain_step(Comparison& c, const Report& base, const Report& cand) {
     delta_sum += moved[used].delta;
     ++used;
   }
-  if (used > 0 && std::fabs(delta_sum) >= 0.5 * std::fabs(c.step.delta_ms)) {
+  // Phases' host time holds the step thread's CPU wait: what the wait added
+  // or took between the runs (a busier machine) is no phase's own change.
+  const auto wait_ms = [](const Report& r) {
+    const SystemSignals& sys = r.system;
+    return sys.available && sys.wall_s > 0 ? detail::clamp01(sys.runqueue_wait_s / sys.wall_s) * loop_step_ms(r) : 0.0;
+  };
+  const double wait_delta = wait_ms(cand) - wait_ms(base);
+  const double own_delta = wait_delta * delta_sum > 0
+                               ? (std::fabs(delta_sum) > std::fabs(wait_delta) ? delta_sum - wait_delta : 0.0)
+                               : delta_sum;
+  if (used > 0 && std::fabs(own_delta) >= 0.5 * std::fabs(c.step.delta_ms)) {
     const double rest_base = c.step.base_ms - base_sum, rest_delta = c.step.delta_ms - delta_sum;
     const double own = std::fabs(safe_div(delta_sum, base_sum)), rest = std::fabs(safe_div(rest_delta, rest_base));
     const bool machine_moved = c.conditions.differ || c.conditions.shared;
@@ -411,7 +421,7 @@ void explain_step(Comparison& c, const Report& base, const Report& cand) {
                                              moved[i].name, moved[i].delta,
                                              100.0 * safe_div(moved[i].delta, moved[i].base), c.step.delta_ms));
   }
-  if (c.explained_by.empty() || !c.conditions.differ || !others_unchanged(c.conditions)) return;
+  if (c.explained_by.empty() || !c.conditions.differ || c.conditions.shared || !others_unchanged(c.conditions)) return;
   std::vector<std::string> machine;
   for (const std::string& reason : c.conditions.reasons) {
     if (own_reason(reason))
