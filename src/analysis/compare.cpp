@@ -433,6 +433,12 @@ void explain_step(Comparison& c, const Report& base, const Report& cand) {
   c.conditions.differ = !c.conditions.reasons.empty();
 }
 
+// machine_noise() called the step change the machine's.
+bool said_machine_noise(const Comparison& c) {
+  return std::any_of(c.warnings.begin(), c.warnings.end(),
+                     [](const std::string& w) { return w.rfind("the step moved", 0) == 0; });
+}
+
 // Two runs of one config on a busy or differently loaded machine whose step
 // moved with nothing of its own to show for it (no phase moved more than the
 // rest of the step): the machine's noise, not a change.
@@ -440,10 +446,12 @@ void machine_noise(Comparison& c) {
   if (!c.step.significant || !c.explained_by.empty() || !c.config_changes.empty()) return;
   if (!c.conditions.differ && !c.conditions.shared) return;
   c.step.significant = false;
+  // Its phases moved with it, by the same machine: no phase's change either.
+  for (Delta& d : c.phases) d.significant = false;
   c.warnings.push_back(fmt::format(
       "the step moved {:+.1f}% between runs of the same config on {} machine, and no phase moved more than the "
-      "rest of the step (a busier machine slows every part alike): counted as the machine's noise, not a change; "
-      "repeat both runs on a quiet machine to tell",
+      "rest of the step (a busier machine slows every part alike): counted as the machine's noise, not a change "
+      "(the phases' deltas too); repeat both runs on a quiet machine to tell",
       c.step.delta_pct, c.conditions.differ ? "a differently loaded" : "a busy"));
 }
 
@@ -472,7 +480,8 @@ void add_step_warnings(Comparison& c) {
                              ? "no config key changed and the machine conditions differ: the step time "
                                "difference is likely the machine's, not the code's"
                              : "no config key changed but the step time did: record what changed with set_config()");
-  if (c.base_runs == 1 && c.new_runs == 1 && !c.step.significant &&
+  const bool machine_noise_said = said_machine_noise(c);
+  if (c.base_runs == 1 && c.new_runs == 1 && !c.step.significant && !machine_noise_said &&
       std::fabs(c.step.delta_pct) > 100.0 * kThresholds.min_relative_change_repeated &&
       std::fabs(c.step.delta_ms) > kThresholds.noise_sigmas * c.step.noise_ms)
     c.warnings.push_back(fmt::format(
@@ -636,8 +645,11 @@ std::string format_comparison(const Comparison& c) {
     for (const std::string& r : c.conditions.reasons) out += "  " + r + "\n";
     out += "\n";
   }
+  const bool machine_noise_said = said_machine_noise(c);
   auto row = [&](const Delta& d) {
-    std::string verdict = d.significant ? (d.delta_ms < 0 ? "faster" : "slower") : "within noise";
+    std::string verdict = d.significant        ? (d.delta_ms < 0 ? "faster" : "slower")
+                          : machine_noise_said ? "the machine's noise"
+                                               : "within noise";
     if (d.significant && d.name == "step")
       verdict += !c.explained_by.empty() ? " (explained below)"
                  : c.conditions.differ   ? " (machine conditions differ)"

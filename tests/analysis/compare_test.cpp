@@ -570,6 +570,9 @@ TEST_CASE("compare: a phase that moved by most of the step change explains it, c
   CHECK(machine.explained_by.empty());
   CHECK_FALSE(machine.step.significant);
   CHECK(any_contains(machine.warnings, "counted as the machine's noise"));
+  for (const Delta& d : machine.phases) CHECK_FALSE(d.significant);  // they moved with the machine too
+  CHECK_FALSE(any_contains(machine.warnings, "one run each"));
+  CHECK(format_comparison(machine).find("slower") == std::string::npos);
 }
 
 TEST_CASE("compare: phases outside the steps are apart, never '+23683% slower'", "[analysis][compare]") {
