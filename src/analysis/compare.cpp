@@ -442,9 +442,12 @@ bool said_machine_noise(const Comparison& c) {
 // Two runs of one config on a busy or differently loaded machine whose step
 // moved with nothing of its own to show for it (no phase moved more than the
 // rest of the step): the machine's noise, not a change.
+// With repeats on both sides the spread between them measured a busy
+// machine's noise already: then only conditions that differ count.
 void machine_noise(Comparison& c) {
   if (!c.step.significant || !c.explained_by.empty() || !c.config_changes.empty()) return;
-  if (!c.conditions.differ && !c.conditions.shared) return;
+  const bool repeated = c.base_runs > 1 && c.new_runs > 1;
+  if (!c.conditions.differ && (!c.conditions.shared || repeated)) return;
   c.step.significant = false;
   // Its phases moved with it, by the same machine: no phase's change either.
   for (Delta& d : c.phases) d.significant = false;
