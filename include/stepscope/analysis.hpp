@@ -100,6 +100,10 @@ struct Comparison {
   std::vector<std::string> config_changes;  // "batch_size: 32 -> 64"
   std::vector<std::string> warnings;        // incl. "more than one config key changed"
   RunConditions conditions;
+  // What explains a significant step change, before the machine is blamed:
+  // the config keys that changed, and the step's phases that moved by most of
+  // the change ("'data': -12.30 ms per step (-99.8%)"). Empty: nothing does.
+  std::vector<std::string> explained_by;
 };
 
 // One run each. A single pair cannot measure how much separate processes of

@@ -283,6 +283,22 @@ struct SystemSignals {
   // CPU time all other processes used during the run: machine-wide busy time
   // (/proc/stat) minus this process' user+system time. <0: not measured.
   double other_processes_cpu_s = -1;
+  // Per-step figures come from the steps they are per. The counters above
+  // (wall_s to other_processes_cpu_s, runqueue_wait_s included) cover the
+  // measured steps: read at the collector's first tick after the warm-up
+  // ended and at its last tick that saw a measured step end, then scaled from
+  // the window_steps measured steps that window held to steps.count. 0: no
+  // tick fell inside the measured steps; the counters cover the whole run.
+  double window_steps = 0;
+  double run_wall_s = 0;  // the whole run: sampling start to its end
+  // Before the measured steps (start-up, the warm-up steps, lazy
+  // initialisation in the first step): charged to no step, reported as such.
+  double before_steps_wall_s = 0, before_steps_cpu_system_s = 0;
+  std::uint64_t before_steps_minor_faults = 0;
+  // Wall time of one first touch of a fresh page on this machine (us),
+  // measured once at start-up (min of a few rounds); <0: not measured. On a
+  // virtual machine part of it is the hypervisor's and shows as user time.
+  double page_fault_us = -1;
 };
 
 // One signal the analyzer looked at.

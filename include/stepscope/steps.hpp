@@ -97,6 +97,10 @@ class StepLoop {
 
   // Before begin() / operator++ of the wrapped iterator: the step in
   // progress ends and the fetch of the next batch starts (one clock read).
+  // The fetch belongs to the step it feeds, so that step opens here (its
+  // number taken now) with the fetch as its data phase: phases nested in the
+  // fetch (a dataset's per-sample transform) are recorded inside that step,
+  // under its data phase, not outside every step.
   STEPSCOPE_DETAIL_ALWAYS_INLINE void fetch_starts() noexcept {
     end_data(0);
     std::uint64_t now = 0;
@@ -111,28 +115,36 @@ class StepLoop {
     fetching_ = true;
     device_slot_ = 0;
     if (DeviceBeginHook hook = g_device_begin.load(std::memory_order_relaxed)) device_slot_ = hook(&sites_->data);
-    ts.ring->current_kind.store(static_cast<std::uint8_t>(PhaseKind::input), std::memory_order_relaxed);
     fetch_start_ = now != 0 && device_slot_ == 0 ? now : read_ticks();
+    open_step(ts, step_, &sites_->step, fetch_start_);
+    const std::uint8_t data = data_depth();
+    if (data < kMaxDepth) {
+      ts.kind_stack[data] = static_cast<std::uint8_t>(PhaseKind::input);
+      ts.depth = static_cast<std::uint8_t>(data + 1);
+    }
+    ts.ring->current_kind.store(static_cast<std::uint8_t>(PhaseKind::input), std::memory_order_relaxed);
   }
 
   // The loop compared the iterator with the end: the fetch either produced
-  // a batch (the step it feeds opens, back-dated to the fetch's start) or
-  // found the end (the fetch is recorded outside any step). Repeated
-  // comparisons after the first change nothing.
+  // a batch (the step it opened goes on) or found the end (there is no
+  // step: the fetch is recorded outside any step, marked as the loop's end,
+  // which tells the collector that phases nested in it belong to no step).
+  // Repeated comparisons after the first change nothing.
   STEPSCOPE_DETAIL_ALWAYS_INLINE void fetched(bool more) noexcept {
     if (!fetching_) return;
     fetching_ = false;
-    ThreadState& ts = t_thread_state;
     if (more) {
-      open_step(ts, step_, &sites_->step, fetch_start_);
       data_pending_ = true;
       return;
     }
     end_device();
     const std::uint64_t end = read_ticks();
+    ThreadState& ts = t_thread_state;
+    step_.active = false;  // withdrawn: no record
+    if (ts.step_depth != 0) --ts.step_depth;
+    ts.depth = step_.depth;
     ts.ring->current_kind.store(ts.depth == 0 ? 0xff : ts.kind_stack[ts.depth - 1], std::memory_order_relaxed);
-    push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, g_steps_started.load(std::memory_order_relaxed),
-                                device_slot_, ts.depth,
+    push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, ts.depth,
                                 static_cast<std::uint8_t>((ts.step_depth != 0 ? kRecordInStep : 0) | kRecordLoopEnd)});
   }
 
@@ -156,6 +168,10 @@ class StepLoop {
     if (device_slot_ == 0) return;
     if (DeviceEndHook hook = g_device_end.load(std::memory_order_relaxed)) hook(device_slot_);
   }
+  // Depth of the step's data phase (one below the step, clamped as scopes are).
+  std::uint8_t data_depth() const noexcept {
+    return step_.depth < kMaxDepth ? static_cast<std::uint8_t>(step_.depth + 1) : step_.depth;
+  }
   // Pushes the pending data record, ending at `end` (0: now).
   STEPSCOPE_DETAIL_ALWAYS_INLINE void end_data(std::uint64_t end) noexcept {
     if (!data_pending_) return;
@@ -163,7 +179,8 @@ class StepLoop {
     end_device();
     if (end == 0) end = read_ticks();
     ThreadState& ts = t_thread_state;
-    const std::uint8_t depth = step_.depth < kMaxDepth ? static_cast<std::uint8_t>(step_.depth + 1) : step_.depth;
+    const std::uint8_t depth = data_depth();
+    ts.depth = depth;  // the data phase is closed: the step's own level again
     ts.ring->current_kind.store(0xff, std::memory_order_relaxed);
     push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, depth, kRecordInStep});
   }

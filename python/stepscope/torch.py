@@ -84,6 +84,9 @@ def _record_loader_config(loader):
     # What an epoch's iter(loader) restarts (the loop_restart finding). Recorded
     # whatever num_workers is, so that 0 -> 4 workers stays one config change.
     _stepscope.set_config("persistent_workers", bool(getattr(loader, "persistent_workers", False)))
+    # Likewise prefetch_factor (None, the default, is 2 batches per worker).
+    prefetch = getattr(loader, "prefetch_factor", None)
+    _stepscope.set_config("prefetch_factor", int(prefetch) if prefetch is not None else 2)
 
 
 def steps(loader):

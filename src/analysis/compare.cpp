@@ -111,11 +111,22 @@ Delta phase_delta(const PhaseSummary& a, const PhaseSummary& b) {
   return d;
 }
 
+// The loop's time per step: the step scopes' mean and the mean time before
+// each step outside every step (StepBreakdown; equal to breakdown.wall_ms in a
+// live run's report): the one step time the summary, breakdown and what-ifs use.
+double loop_step_ms(const Report& r) {
+  const StepBreakdown& b = r.steps.breakdown;
+  return r.steps.wall_ms.mean + std::max(0.0, b.between_steps_ms + b.between_steps_input_ms);
+}
+
 Delta step_delta(const Report& a, const Report& b) {
   Delta d;
   d.name = "step";
-  d.base_ms = a.steps.wall_ms.mean;
-  d.new_ms = b.steps.wall_ms.mean;
+  // The loop's time per step (the step and the time before it outside every
+  // step), the one step time the summary, breakdown and what-ifs use: the
+  // series it is noise-checked on holds the same.
+  d.base_ms = loop_step_ms(a);
+  d.new_ms = loop_step_ms(b);
   finish_delta(d);
   const double ea = batch_means_error(a.steps.series), eb = batch_means_error(b.steps.series);
   if (ea >= 0 && eb >= 0) {
@@ -157,6 +168,21 @@ Load load_of(const Report& r) {
   if (s.load_average_start >= 0 && s.load_average_end >= 0 && cores > 0)
     l.load_per_core = 0.5 * (s.load_average_start + s.load_average_end) / cores;
   return l;
+}
+
+// Reasons a run's own threads can cause (its runqueue wait, preemptions, its
+// share of the load average), as opposed to other processes' load.
+constexpr const char* kOwnReasonPrefixes[] = {"the step threads waited", "involuntary context", "load average"};
+bool own_reason(const std::string& reason) {
+  for (const char* prefix : kOwnReasonPrefixes)
+    if (reason.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// Other processes used about as much CPU during both runs (measured in both).
+bool others_unchanged(const RunConditions& c) {
+  return c.base_other_cpu_cores >= 0 && c.new_other_cpu_cores >= 0 &&
+         std::fabs(c.base_other_cpu_cores - c.new_other_cpu_cores) < kThresholds.conditions_other_cpu_cores;
 }
 
 RunConditions conditions_of(const Report& base, const Report& cand) {
@@ -332,18 +358,135 @@ void check_side(const std::vector<Report>& runs, const char* side, std::vector<s
   }
 }
 
+const PhaseSummary* step_phase(const Report& r, const std::string& name) {
+  for (const PhaseSummary& p : r.phases)
+    if (p.name == name && p.thread_role == ThreadRole::step) return &p;
+  return nullptr;
+}
+
+// Self time per measured step (nested phases are not counted twice).
+double self_per_step(const PhaseSummary& p, const Report& r) {
+  return safe_div(p.self_ms.total, static_cast<double>(r.steps.count));
+}
+
+// What explains a significant step change, before the machine is blamed
+// (c.explained_by): the config keys that changed (the experiment), and the
+// step's phases that moved by at least half of the change. On differently
+// loaded machines a phase explains the change only when the change is its
+// own: it moved at least twice as much (relatively) as the rest of the step;
+// a busier machine slows every part alike. With the change explained and
+// other processes' load the same in both runs, the preemptions and run-queue
+// wait that differ come from the runs' own threads (4 loader workers add
+// context switches): a consequence of the change, not the machine's.
+void explain_step(Comparison& c, const Report& base, const Report& cand) {
+  c.explained_by.clear();
+  if (!c.step.significant) return;
+  for (const std::string& change : c.config_changes) c.explained_by.push_back("config " + change);
+  struct Moved {
+    std::string name;
+    double base, delta;  // ms per step
+  };
+  std::vector<Moved> moved;
+  for (const Delta& d : c.phases) {
+    if (!d.significant || d.base_role != "step" || d.new_role != "step") continue;
+    const PhaseSummary *a = step_phase(base, d.name), *b = step_phase(cand, d.name);
+    if (a == nullptr || b == nullptr) continue;
+    const double pa = self_per_step(*a, base), delta = self_per_step(*b, cand) - pa;
+    if (delta * c.step.delta_ms > 0) moved.push_back({d.name, pa, delta});
+  }
+  std::sort(moved.begin(), moved.end(),
+            [](const Moved& x, const Moved& y) { return std::fabs(x.delta) > std::fabs(y.delta); });
+  double base_sum = 0, delta_sum = 0;
+  std::size_t used = 0;
+  while (used < moved.size() && std::fabs(delta_sum) < 0.5 * std::fabs(c.step.delta_ms)) {
+    base_sum += moved[used].base;
+    delta_sum += moved[used].delta;
+    ++used;
+  }
+  // Phases' host time holds the step thread's CPU wait: what the wait added
+  // or took between the runs (a busier machine) is no phase's own change.
+  const auto wait_ms = [](const Report& r) {
+    const SystemSignals& sys = r.system;
+    return sys.available && sys.wall_s > 0 ? detail::clamp01(sys.runqueue_wait_s / sys.wall_s) * loop_step_ms(r) : 0.0;
+  };
+  const double wait_delta = wait_ms(cand) - wait_ms(base);
+  const double own_delta = wait_delta * delta_sum > 0
+                               ? (std::fabs(delta_sum) > std::fabs(wait_delta) ? delta_sum - wait_delta : 0.0)
+                               : delta_sum;
+  if (used > 0 && std::fabs(own_delta) >= 0.5 * std::fabs(c.step.delta_ms)) {
+    const double rest_base = c.step.base_ms - base_sum, rest_delta = c.step.delta_ms - delta_sum;
+    const double own = std::fabs(safe_div(delta_sum, base_sum)), rest = std::fabs(safe_div(rest_delta, rest_base));
+    const bool machine_moved = c.conditions.differ || c.conditions.shared;
+    if (!machine_moved || base_sum <= 0 || own >= 2.0 * rest)
+      for (std::size_t i = 0; i < used; ++i)
+        c.explained_by.push_back(fmt::format("phase '{}': {:+.2f} ms per step ({:+.1f}%) of the {:+.2f} ms step change",
+                                             moved[i].name, moved[i].delta,
+                                             100.0 * safe_div(moved[i].delta, moved[i].base), c.step.delta_ms));
+  }
+  if (c.explained_by.empty() || !c.conditions.differ || c.conditions.shared || !others_unchanged(c.conditions)) return;
+  std::vector<std::string> machine;
+  for (const std::string& reason : c.conditions.reasons) {
+    if (own_reason(reason))
+      c.explained_by.push_back("(its consequence, with other processes' load unchanged) " + reason);
+    else
+      machine.push_back(reason);
+  }
+  c.conditions.reasons = std::move(machine);
+  c.conditions.differ = !c.conditions.reasons.empty();
+}
+
+// machine_noise() called the step change the machine's.
+bool said_machine_noise(const Comparison& c) {
+  return std::any_of(c.warnings.begin(), c.warnings.end(),
+                     [](const std::string& w) { return w.rfind("the step moved", 0) == 0; });
+}
+
+// Two runs of one config on a busy or differently loaded machine whose step
+// moved with nothing of its own to show for it (no phase moved more than the
+// rest of the step): the machine's noise, not a change.
+// With repeats on both sides the spread between them measured a busy
+// machine's noise already: then only conditions that differ count.
+void machine_noise(Comparison& c) {
+  if (!c.step.significant || !c.explained_by.empty() || !c.config_changes.empty()) return;
+  const bool repeated = c.base_runs > 1 && c.new_runs > 1;
+  if (!c.conditions.differ && (!c.conditions.shared || repeated)) return;
+  c.step.significant = false;
+  // Its phases moved with it, by the same machine: no phase's change either.
+  for (Delta& d : c.phases) d.significant = false;
+  c.warnings.push_back(fmt::format(
+      "the step moved {:+.1f}% between runs of the same config on {} machine, and no phase moved more than the "
+      "rest of the step (a busier machine slows every part alike): counted as the machine's noise, not a change "
+      "(the phases' deltas too); repeat both runs on a quiet machine to tell",
+      c.step.delta_pct, c.conditions.differ ? "a differently loaded" : "a busy"));
+}
+
+// Steps that cover different shares of the loop measure different things:
+// the step time compared is the loop's time per step in both runs, and what
+// fell outside the steps is in neither run's phases.
+void note_coverage(const Report& base, const Report& cand, std::vector<std::string>& warnings) {
+  const double a = base.steps.coverage.value_or(1.0), b = cand.steps.coverage.value_or(1.0);
+  const double floor = kThresholds.steps_coverage_min;
+  if ((a >= floor && b >= floor) || std::fabs(a - b) < 1.0 - floor) return;
+  warnings.push_back(fmt::format(
+      "steps cover {:.0f}% of the loop in base vs {:.0f}% in new: the step time compared is the loop's time per step "
+      "(steps plus the time between them: {:.3f} vs {:.3f} ms; the step scopes alone {:.3f} vs {:.3f} ms), and "
+      "what fell between steps is in neither run's phases",
+      100 * a, 100 * b, loop_step_ms(base), loop_step_ms(cand), base.steps.wall_ms.mean, cand.steps.wall_ms.mean));
+}
+
 // Warnings that depend on the step's significance (recomputed by compare_runs).
 void add_step_warnings(Comparison& c) {
   if (c.conditions.shared && c.step.significant)
     c.warnings.push_back(c.conditions.shared_reason +
                          ": the step time difference may be theirs; repeat both runs "
                          "on a quiet machine (or several of each: stepscope diff BASE... --vs NEW...)");
-  if (c.config_changes.empty() && c.step.significant)
+  if (c.config_changes.empty() && c.step.significant && c.explained_by.empty())
     c.warnings.push_back(c.conditions.differ
                              ? "no config key changed and the machine conditions differ: the step time "
                                "difference is likely the machine's, not the code's"
                              : "no config key changed but the step time did: record what changed with set_config()");
-  if (c.base_runs == 1 && c.new_runs == 1 && !c.step.significant &&
+  const bool machine_noise_said = said_machine_noise(c);
+  if (c.base_runs == 1 && c.new_runs == 1 && !c.step.significant && !machine_noise_said &&
       std::fabs(c.step.delta_pct) > 100.0 * kThresholds.min_relative_change_repeated &&
       std::fabs(c.step.delta_ms) > kThresholds.noise_sigmas * c.step.noise_ms)
     c.warnings.push_back(fmt::format(
@@ -373,7 +516,13 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
     }
     matched.insert({b->name, static_cast<int>(b->thread_role)});
     c.phases.push_back(phase_delta(a, *b));
-    end_to_end_floor(c.phases.back(), base.steps.wall_ms.mean);
+    end_to_end_floor(c.phases.back(), loop_step_ms(base));
+    // On the step thread outside every step (a test loop, the fetch that found
+    // the loop's end): no step waited for it, and a few samples of it are no
+    // mean to call faster or slower.
+    if (a.thread_role == ThreadRole::outside_step &&
+        std::min(a.host_ms.count, b->host_ms.count) < kThresholds.min_measured_steps)
+      c.phases.back().significant = false;
     if (a.thread_role != b->thread_role)
       c.warnings.push_back(fmt::format(
           "phase '{}' is compared across thread roles ({} in base, {} in new): on the step thread its time is "
@@ -406,7 +555,10 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
         fmt::format("more than one config key changed ({}): the difference cannot be attributed to any one of "
                     "them — change one variable at a time",
                     c.config_changes.size()));
+  explain_step(c, base, candidate);
+  machine_noise(c);
   add_step_warnings(c);
+  note_coverage(base, candidate, c.warnings);
   note_cut_short(base, "base run", c.warnings);
   note_cut_short(candidate, "new run", c.warnings);
   const std::uint64_t min_steps = kThresholds.min_measured_steps;
@@ -436,8 +588,8 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
   c.new_runs = candidate.size();
   // The step: means of the runs' mean step times.
   std::vector<double> a, b;
-  for (const Report& r : base) a.push_back(r.steps.wall_ms.mean);
-  for (const Report& r : candidate) b.push_back(r.steps.wall_ms.mean);
+  for (const Report& r : base) a.push_back(loop_step_ms(r));
+  for (const Report& r : candidate) b.push_back(loop_step_ms(r));
   between_runs_delta(c.step, a, b, std::hypot(within_step_noise(base), within_step_noise(candidate)));
   c.step.drift = 0;  // the spread between runs already holds it
   // Phases: the rows of the first pair, each from every run that has it.
@@ -476,11 +628,14 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
   // Warnings: drop the pair's step warnings, then the repeats' own.
   c.warnings.erase(std::remove_if(c.warnings.begin(), c.warnings.end(),
                                   [](const std::string& w) {
-                                    return w.rfind("no config key changed", 0) == 0 || w.rfind("one run each", 0) == 0;
+                                    return w.rfind("no config key changed", 0) == 0 ||
+                                           w.rfind("one run each", 0) == 0 || w.rfind("the step moved", 0) == 0;
                                   }),
                    c.warnings.end());
   check_side(base, "base", c.warnings);
   check_side(candidate, "new", c.warnings);
+  explain_step(c, base.front(), candidate.front());
+  machine_noise(c);
   add_step_warnings(c);
   return c;
 }
@@ -496,9 +651,16 @@ std::string format_comparison(const Comparison& c) {
     for (const std::string& r : c.conditions.reasons) out += "  " + r + "\n";
     out += "\n";
   }
+  const bool machine_noise_said = said_machine_noise(c);
   auto row = [&](const Delta& d) {
-    std::string verdict = d.significant ? (d.delta_ms < 0 ? "faster" : "slower") : "within noise";
-    if (d.significant && c.conditions.differ && d.name == "step") verdict += " (machine conditions differ)";
+    std::string verdict = d.significant        ? (d.delta_ms < 0 ? "faster" : "slower")
+                          : machine_noise_said ? "the machine's noise"
+                                               : "within noise";
+    if (d.significant && d.name == "step")
+      verdict += !c.explained_by.empty() ? " (explained below)"
+                 : c.conditions.differ   ? " (machine conditions differ)"
+                                         : "";
+    if (d.base_role == "outside_step" && d.new_role == "outside_step") verdict = "outside the steps";
     if (d.base_role != d.new_role) verdict += fmt::format(" ({} vs {} thread)", d.base_role, d.new_role);
     out += fmt::format("{:<24} {:>11.3f} {:>11.3f} {:>+11.3f} {:>+8.1f}% {:>10.3f}  {}\n", detail::printable(d.name),
                        d.base_ms, d.new_ms, d.delta_ms, d.delta_pct, d.noise_ms, verdict);
@@ -507,7 +669,18 @@ std::string format_comparison(const Comparison& c) {
                      "noise ms", "verdict");
   out += std::string(24 + 12 * 3 + 10 + 11 + 15, '-') + "\n";
   row(c.step);
-  for (const Delta& d : c.phases) row(d);
+  // The step's phases (and background work beside it) first; what ran on the
+  // step thread outside every step apart: no step waited for it.
+  const auto outside = [](const Delta& d) { return d.base_role == "outside_step" && d.new_role == "outside_step"; };
+  for (const Delta& d : c.phases)
+    if (!outside(d)) row(d);
+  bool heading = false;
+  for (const Delta& d : c.phases) {
+    if (!outside(d)) continue;
+    if (!heading) out += "outside the steps (no step waited for these; not part of the step time):\n";
+    heading = true;
+    row(d);
+  }
   // Names, config values and warnings come from the reports: printed escaped (text/printable.hpp).
   for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", detail::printable(n));
   for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", detail::printable(n));
@@ -529,6 +702,10 @@ std::string format_comparison(const Comparison& c) {
   out += "\n";
   out += c.verdict_changed ? fmt::format("bottleneck: {} -> {}\n", c.base_verdict, c.new_verdict)
                            : fmt::format("bottleneck: {} (unchanged)\n", c.base_verdict);
+  if (!c.explained_by.empty()) {
+    out += "the step change is explained by:\n";
+    for (const std::string& e : c.explained_by) out += "  " + detail::printable(e) + "\n";
+  }
   if (c.config_changes.empty()) {
     out += "config: no changes\n";
   } else {
@@ -584,6 +761,7 @@ std::string comparison_to_json(const Comparison& c) {
              {"conditions", conditions},
              {"bottleneck", {{"base", c.base_verdict}, {"new", c.new_verdict}, {"changed", c.verdict_changed}}},
              {"config_changes", c.config_changes},
+             {"explained_by", c.explained_by},
              {"warnings", c.warnings}};
     // Replace invalid UTF-8 (phase names come from user code) rather than throw.
     return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";

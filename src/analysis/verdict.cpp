@@ -113,6 +113,7 @@ class Classifier {
   void collect_system();
   void collect_device();
   void compute_costs();
+  void discount_machine_wait();
   bool scheduling_signal() const;
   double agreement(int category) const;
   std::string top_phase(PhaseKind kind) const;
@@ -132,6 +133,10 @@ class Classifier {
   // The step's input wait the loader's own work does not explain, moved to
   // scheduling on a CPU-contended machine (share of the step).
   double idle_loader_wait_ = 0;
+  // The CPU wait other processes caused (share of the step): the machine's,
+  // not the step's. The verdict is the step's without it, so a busier machine
+  // lowers its confidence and never changes its category (issue 29).
+  double machine_wait_ = 0;
   // The step waits for input (>= moderately bound) while the background
   // loader's own work is below idle_loader_work_ratio of that wait.
   bool loader_idle() const {
@@ -355,6 +360,7 @@ void Classifier::compute_costs() {
     // does too (woken to refill the queue, it waits its turn). That part of
     // the wait is scheduling; what the loader's work could explain stays io.
     const auto& t = kThresholds;
+    discount_machine_wait();
     if (loader_idle()) {
       const bool contended = runqueue_fraction_ >= t.runqueue_wait_fraction;
       if (contended) {
@@ -421,6 +427,24 @@ void Classifier::compute_costs() {
                     "time is split by what the host step thread was doing.",
                     pct(idle_rest)));
   }
+}
+
+// Host timeline: where other processes held the CPUs (this process fitted
+// its cores), the step threads' CPU wait is the machine's. Each category's
+// cost becomes its share of the step without that wait (the step a quiet
+// machine would run), so the same code reads the same at load 0.6 and at
+// load 4; the confidence then falls with the wait (run()).
+void Classifier::discount_machine_wait() {
+  const detail::CpuHolders holders = cpu_holders(report_.system);
+  if (!holders.others_hold || shares_.cpu_wait <= 0 || shares_.cpu_wait >= 1) return;
+  machine_wait_ = shares_.cpu_wait;
+  cost_[kScheduling] = std::max(0.0, cost_[kScheduling] - machine_wait_);
+  for (double& c : cost_) c /= 1.0 - machine_wait_;
+  add(kNoCategory, Weight::info, "machine_cpu_wait_share", machine_wait_, kThresholds.scheduling_moderately_bound, ">=",
+      fmt::format("The step threads waited for a CPU {:.1f}% of the step while other processes kept {:.1f} of the "
+                  "machine's {} CPUs busy: that wait is the machine's, not the step's. The verdict is the step's "
+                  "without it (its shares are of the rest of the step), with its confidence lowered accordingly.",
+                  pct(machine_wait_), std::max(0.0, holders.other_cores), report_.system.cores_online));
 }
 
 bool Classifier::scheduling_signal() const {
@@ -497,7 +521,8 @@ std::string Classifier::summary(int category, const std::string& severity) const
       } else {
         // Name only the parts that are there, with the breakdown's numbers.
         std::string parts;
-        if (shares_.cpu_wait > 0) parts += fmt::format("{:.0f}% waiting for a CPU", pct(shares_.cpu_wait));
+        if (shares_.cpu_wait > 0 && machine_wait_ == 0)
+          parts += fmt::format("{:.0f}% waiting for a CPU", pct(shares_.cpu_wait));
         if (shares_.unattributed > 0)
           parts += fmt::format("{}{:.0f}% outside every phase", parts.empty() ? "" : ", ", pct(shares_.unattributed));
         where =
@@ -505,6 +530,9 @@ std::string Classifier::summary(int category, const std::string& severity) const
       }
       break;
   }
+  if (machine_wait_ > 0)
+    where += fmt::format(" (shares of the step without the {:.0f}% it waited for CPUs other processes held)",
+                         pct(machine_wait_));
   return fmt::format("The step is {} {}-bound: {}.", severity, kCategoryNames[static_cast<std::size_t>(category)],
                      where);
 }
@@ -720,7 +748,8 @@ Verdict Classifier::run() {
     const bool explained = scheduling_signal() && !wait_measured;
     // Time between steps is unexplained whatever the scheduling signals say:
     // nothing was recorded there (steps_coverage finding).
-    const double unexplained = shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed);
+    const double unexplained =
+        (shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed)) / (1.0 - machine_wait_);
     add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
         fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
                     explained       ? " (time outside phases is explained by scheduling signals)"
@@ -804,7 +833,7 @@ Verdict Classifier::run() {
   const double agree = agreement(leader);
   const double sample =
       std::min(1.0, 0.7 + 0.3 * static_cast<double>(report_.steps.count) / static_cast<double>(t.steady_step_count));
-  v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample);
+  v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample * (1.0 - machine_wait_));
   // Steps that cover only part of the loop describe only that part.
   if (report_.steps.coverage && *report_.steps.coverage < t.steps_coverage_min)
     v.confidence = std::min(v.confidence, clamp01(*report_.steps.coverage));

@@ -288,10 +288,10 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
     const std::uint64_t wall =
         scale.to_ns<kTickParts>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
     const std::size_t depth = r->depth;  // child_ns has a slot for any 8-bit depth + 1
-    const std::uint64_t children = t.child_ns[depth + 1];
+    std::uint64_t children = t.child_ns[depth + 1];
     t.child_ns[depth + 1] = 0;
     t.child_ns[depth] += wall;
-    const std::uint64_t self = wall > children ? wall - children : 0;
+    std::uint64_t self = wall > children ? wall - children : 0;
     const unsigned flags = r->flags;
 
     // One test for the common case: a measured phase in a step, not nested
@@ -303,6 +303,17 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
       // that one's result in a register for this rarer path.
       const bool warm = is_warmup(r->step);
       if (depth >= static_cast<std::size_t>(kMaxDepth)) ++depth_clamped_;
+      if (__builtin_expect((flags & (kRecordLoopEnd | kRecordIsStep)) == kRecordLoopEnd, 0)) {
+        // The fetch that found a steps() loop's end opened a step it then
+        // withdrew: what was nested in it (depth + 2) is its own children,
+        // and belongs to no step.
+        if (depth + 2 < t.child_ns.size()) {
+          children += t.child_ns[depth + 2];
+          t.child_ns[depth + 2] = 0;
+          self = wall > children ? wall - children : 0;
+        }
+        if (!(flags & kRecordInStep)) t.step_kind_ns = {};
+      }
       if (flags & kRecordIsStep) {
         if (warm)
           complete_warmup_step(t, *r, wall);

@@ -114,6 +114,7 @@ class Aggregator {
   std::uint64_t records() const { return records_; }
   bool ran_steps(ThreadId thread) const { return threads_[thread].ran_steps; }
   double median_step_ms() const { return step_wall_.histogram.quantile(0.5) * 1e-6; }
+  std::uint64_t measured_steps() const { return step_wall_.moments.count(); }
   std::uint64_t steps_completed() const { return step_wall_.moments.count() + step_warmup_wall_.moments.count(); }
   std::vector<std::string> notes() const;
 

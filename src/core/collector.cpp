@@ -248,7 +248,9 @@ void Collector::drain_locked() {
     for (RingEntry* e : drain_list_)
       if (e->ran_steps && !e->retiring.load(std::memory_order_relaxed))
         sample_list_.push_back({e->os_tid, e->ring.current_kind.load(std::memory_order_relaxed)});
-    sampler_.sample(sample_list_);
+    const std::uint64_t completed = aggregator_.steps_completed();
+    sampler_.sample(sample_list_, {completed > 0 && completed >= options_.aggregator.warmup_steps,
+                                   aggregator_.measured_steps()});
     aggregator_.set_rss_mb(sampler_.rss_mb());
   }
   if (!finished.empty()) {
@@ -299,6 +301,7 @@ void Collector::stop() noexcept {
     std::lock_guard<std::mutex> state(state_mutex_);
     if (stopped_) return;
     stopped_ = true;
+    sampler_.end_window();  // the final drain may come long after the loop: not the steps' window
     drain_locked();
     if (device_ && !device_finished_) {
       device_->finish(aggregator_, device_info_);
@@ -306,7 +309,7 @@ void Collector::stop() noexcept {
     }
     drain_locked();  // records pushed while the device backend finished
     aggregator_.flush_pending();
-    if (options_.sample_system) final_system_ = sampler_.finish(static_cast<std::int64_t>(monotonic_ns()));
+    if (options_.sample_system) final_system_ = sampler_.finish(static_cast<std::int64_t>(monotonic_ns()), aggregator_.measured_steps());
   } catch (...) {
     // Out of memory while aggregating: the report will show what was counted.
   }

@@ -3,6 +3,7 @@
 #include <stepscope/clock.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -11,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <cmath>
 #include <string>
 
 namespace stepscope {
@@ -54,14 +55,23 @@ bool stat_field(const char* buf, int n, unsigned long long& out) {
 }  // namespace
 
 SystemSampler::~SystemSampler() {
-  if (statm_fd_ >= 0) ::close(statm_fd_);
+  for (int fd : {statm_fd_, io_fd_, stat_fd_, loadavg_fd_, proc_stat_fd_})
+    if (fd >= 0) ::close(fd);
   for (auto& t : threads_) {
     if (t.stat_fd >= 0) ::close(t.stat_fd);
     if (t.schedstat_fd >= 0) ::close(t.schedstat_fd);
   }
 }
 
-SystemSampler::Totals SystemSampler::read_totals() {
+namespace {
+// The value after `key` in a "key: value" /proc file, 0 when absent.
+unsigned long long keyed_value(const char* buf, const char* key) {
+  const char* at = std::strstr(buf, key);
+  return at != nullptr ? std::strtoull(at + std::strlen(key), nullptr, 10) : 0;
+}
+}  // namespace
+
+SystemSampler::Totals SystemSampler::read_totals() const {
   Totals t;
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) == 0) {
@@ -72,47 +82,56 @@ SystemSampler::Totals SystemSampler::read_totals() {
     t.nvcsw = static_cast<std::uint64_t>(ru.ru_nvcsw);
     t.nivcsw = static_cast<std::uint64_t>(ru.ru_nivcsw);
   }
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  unsigned long long value = 0;
-  while (io >> key >> value) {
-    if (key == "read_bytes:") t.read_bytes = value;
-    if (key == "write_bytes:") t.write_bytes = value;
-  }
   char buf[1024];
-  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    unsigned long long ticks = 0;
-    if (read_fd(fd, buf, sizeof buf) > 0 && stat_field(buf, 42, ticks))  // delayacct_blkio_ticks
-      t.blkio_s = static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    ::close(fd);
+  if (read_fd(io_fd_, buf, sizeof buf) > 0) {
+    t.read_bytes = keyed_value(buf, "read_bytes:");
+    t.write_bytes = keyed_value(buf, "\nwrite_bytes:");
   }
+  unsigned long long ticks = 0;
+  if (read_fd(stat_fd_, buf, sizeof buf) > 0 && stat_field(buf, 42, ticks))  // delayacct_blkio_ticks
+    t.blkio_s = static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
   read_machine(t);
   return t;
 }
 
 // Machine-wide load, so a report says whether it ran on a busy machine and
 // `diff` can tell a slower machine from slower code.
-void SystemSampler::read_machine(Totals& t) {
+void SystemSampler::read_machine(Totals& t) const {
   char buf[512];
-  int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    double one_minute = 0;
-    if (read_fd(fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%lf", &one_minute) == 1) t.load_average = one_minute;
-    ::close(fd);
-  }
+  double one_minute = 0;
+  if (read_fd(loadavg_fd_, buf, sizeof buf) > 0 && std::sscanf(buf, "%lf", &one_minute) == 1)
+    t.load_average = one_minute;
   // First line of /proc/stat: "cpu user nice system idle iowait irq softirq steal ..." in clock ticks.
-  fd = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    unsigned long long v[8] = {};
-    if (read_fd(fd, buf, sizeof buf) > 0 &&
-        std::sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                    &v[6], &v[7]) == 8) {
-      const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // without idle, iowait
-      t.machine_busy_s = static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    }
-    ::close(fd);
+  unsigned long long v[8] = {};
+  if (read_fd(proc_stat_fd_, buf, sizeof buf) > 0 &&
+      std::sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                  &v[7]) == 8) {
+    const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // without idle, iowait
+    t.machine_busy_s = static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
   }
+}
+
+double SystemSampler::measure_page_fault_us() {
+  // Fresh anonymous pages, never from the application's heap; no huge pages
+  // (one fault would map 512 pages). The minimum of a few rounds: preemption
+  // only ever adds to a round.
+  constexpr std::size_t kPages = 64;
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return -1;
+  const std::size_t bytes = kPages * static_cast<std::size_t>(page);
+  double best_ns = -1;
+  for (int round = 0; round < 4; ++round) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    (void)::madvise(p, bytes, MADV_NOHUGEPAGE);
+    auto* bytes_at = static_cast<volatile char*>(p);
+    const std::uint64_t t0 = monotonic_ns();
+    for (std::size_t i = 0; i < kPages; ++i) bytes_at[i * static_cast<std::size_t>(page)] = 1;
+    const auto ns = static_cast<double>(monotonic_ns() - t0);
+    ::munmap(p, bytes);
+    if (best_ns < 0 || ns < best_ns) best_ns = ns;
+  }
+  return best_ns / static_cast<double>(kPages) * 1e-3;
 }
 
 double SystemSampler::read_rss_mb() {
@@ -126,9 +145,32 @@ double SystemSampler::read_rss_mb() {
 void SystemSampler::start(std::int64_t now_ns) {
   started_ = true;
   start_ns_ = now_ns;
+  io_fd_ = ::open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+  stat_fd_ = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  loadavg_fd_ = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  proc_stat_fd_ = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
   start_ = read_totals();
   statm_fd_ = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   rss_mb_ = rss_start_mb_ = rss_peak_mb_ = read_rss_mb();
+  page_fault_us_ = measure_page_fault_us();
+}
+
+std::uint64_t SystemSampler::runqueue_ns(const ThreadFile& t) const {
+  char buf[256];
+  unsigned long long run = 0, wait = 0;
+  if (read_fd(t.schedstat_fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%llu %llu", &run, &wait) == 2) return wait;
+  return t.runqueue_window_end_ns;  // unreadable (the thread exited): what was read last
+}
+
+void SystemSampler::mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening) {
+  mark.totals = read_totals();
+  mark.ns = now_ns;
+  mark.measured = measured;
+  for (auto& t : threads_) {
+    const std::uint64_t wait = std::max(runqueue_ns(t), t.runqueue_window_end_ns);
+    if (opening) t.runqueue_window_start_ns = wait;
+    t.runqueue_window_end_ns = wait;
+  }
 }
 
 SystemSampler::ThreadFile* SystemSampler::thread_file(std::int64_t tid) {
@@ -137,16 +179,15 @@ SystemSampler::ThreadFile* SystemSampler::thread_file(std::int64_t tid) {
   if (threads_.size() >= 64) return nullptr;  // bound: sample at most 64 step threads
   const std::string base = "/proc/self/task/" + std::to_string(tid);
   ThreadFile t{tid, ::open((base + "/stat").c_str(), O_RDONLY | O_CLOEXEC),
-               ::open((base + "/schedstat").c_str(), O_RDONLY | O_CLOEXEC), 0};
-  char buf[256];
-  unsigned long long run = 0, wait = 0;
-  if (read_fd(t.schedstat_fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%llu %llu", &run, &wait) == 2)
-    t.runqueue_start_ns = wait;
+               ::open((base + "/schedstat").c_str(), O_RDONLY | O_CLOEXEC), 0, 0, 0};
+  t.runqueue_start_ns = runqueue_ns(t);
+  // A thread first seen inside the window: its wait counts from now.
+  t.runqueue_window_start_ns = t.runqueue_window_end_ns = t.runqueue_start_ns;
   threads_.push_back(t);
   return &threads_.back();
 }
 
-void SystemSampler::sample(const std::vector<ThreadSample>& step_threads) {
+void SystemSampler::sample(const std::vector<ThreadSample>& step_threads, StepProgress progress) {
   if (!started_) return;
   const std::uint64_t t0 = monotonic_ns();
   rss_mb_ = read_rss_mb();
@@ -161,44 +202,77 @@ void SystemSampler::sample(const std::vector<ThreadSample>& step_threads) {
     if (state == 'R') ++kind_running_[s.kind];
     if (state == 'D') ++kind_disk_[s.kind];
   }
+  if (progress.warmup_over && !window_closed_) {
+    const auto now = static_cast<std::int64_t>(monotonic_ns());
+    if (!window_open_) {
+      window_open_ = true;
+      mark_window(window_start_, now, progress.measured, true);
+      window_end_ = window_start_;
+    } else if (progress.measured > window_end_.measured) {
+      mark_window(window_end_, now, progress.measured, false);
+    }
+  }
   ++samples_;
   cost_ns_ += monotonic_ns() - t0;
 }
 
-SystemSignals SystemSampler::finish(std::int64_t now_ns) {
+SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_steps) {
   SystemSignals out;
   if (!started_) return out;
-  const Totals end = read_totals();
+  Mark run_end;
+  run_end.totals = read_totals();
+  run_end.ns = now_ns;
   out.available = true;
-  out.wall_s = static_cast<double>(now_ns - start_ns_) * 1e-9;
-  out.cpu_user_s = end.user_s - start_.user_s;
-  out.cpu_system_s = end.system_s - start_.system_s;
+  out.run_wall_s = static_cast<double>(now_ns - start_ns_) * 1e-9;
+  // The measured steps' window when a tick fell inside them, else the run.
+  const bool windowed = window_open_ && window_end_.measured > window_start_.measured;
+  Mark run_start;
+  run_start.totals = start_;
+  run_start.ns = start_ns_;
+  const Mark& from = windowed ? window_start_ : run_start;
+  const Mark& to = windowed ? window_end_ : run_end;
+  const Totals &a = from.totals, &b = to.totals;
+  // Scaled from the window's steps to all measured steps: every figure is per measured step.
+  double scale = 1;
+  if (windowed) {
+    out.window_steps = static_cast<double>(window_end_.measured - window_start_.measured);
+    if (measured_steps > 0) scale = static_cast<double>(measured_steps) / out.window_steps;
+    out.before_steps_wall_s = static_cast<double>(window_start_.ns - start_ns_) * 1e-9;
+    out.before_steps_cpu_system_s = std::max(0.0, window_start_.totals.system_s - start_.system_s);
+    out.before_steps_minor_faults =
+        window_start_.totals.minflt >= start_.minflt ? window_start_.totals.minflt - start_.minflt : 0;
+  }
+  const auto counted = [scale](std::uint64_t end, std::uint64_t begin) {
+    return end >= begin ? static_cast<std::uint64_t>(std::llround(static_cast<double>(end - begin) * scale)) : 0;
+  };
+  out.wall_s = static_cast<double>(to.ns - from.ns) * 1e-9 * scale;
+  out.cpu_user_s = std::max(0.0, b.user_s - a.user_s) * scale;
+  out.cpu_system_s = std::max(0.0, b.system_s - a.system_s) * scale;
   cpu_set_t set;
   CPU_ZERO(&set);
   out.cores_available = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   if (out.wall_s > 0 && out.cores_available > 0)
     out.cpu_utilization = (out.cpu_user_s + out.cpu_system_s) / (out.wall_s * out.cores_available);
-  out.minor_faults = end.minflt - start_.minflt;
-  out.major_faults = end.majflt - start_.majflt;
-  out.voluntary_switches = end.nvcsw - start_.nvcsw;
-  out.involuntary_switches = end.nivcsw - start_.nivcsw;
-  out.read_bytes = end.read_bytes >= start_.read_bytes ? end.read_bytes - start_.read_bytes : 0;
-  out.write_bytes = end.write_bytes >= start_.write_bytes ? end.write_bytes - start_.write_bytes : 0;
-  out.io_wait_s = end.blkio_s - start_.blkio_s;
-  out.load_average_start = start_.load_average;
-  out.load_average_end = end.load_average;
+  out.minor_faults = counted(b.minflt, a.minflt);
+  out.major_faults = counted(b.majflt, a.majflt);
+  out.voluntary_switches = counted(b.nvcsw, a.nvcsw);
+  out.involuntary_switches = counted(b.nivcsw, a.nivcsw);
+  out.read_bytes = counted(b.read_bytes, a.read_bytes);
+  out.write_bytes = counted(b.write_bytes, a.write_bytes);
+  out.io_wait_s = std::max(0.0, b.blkio_s - a.blkio_s) * scale;
+  out.load_average_start = a.load_average;
+  out.load_average_end = b.load_average;
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   out.cores_online = online > 0 ? static_cast<int>(online) : 0;
-  if (start_.machine_busy_s >= 0 && end.machine_busy_s >= start_.machine_busy_s)
-    out.other_processes_cpu_s = std::max(
-        0.0, (end.machine_busy_s - start_.machine_busy_s) - (out.cpu_user_s + out.cpu_system_s));
-  char buf[256];
+  if (a.machine_busy_s >= 0 && b.machine_busy_s >= a.machine_busy_s)
+    out.other_processes_cpu_s =
+        std::max(0.0, (b.machine_busy_s - a.machine_busy_s) * scale - (out.cpu_user_s + out.cpu_system_s));
   for (auto& t : threads_) {
-    unsigned long long run = 0, wait = 0;
-    if (read_fd(t.schedstat_fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%llu %llu", &run, &wait) == 2 &&
-        wait >= t.runqueue_start_ns)
-      out.runqueue_wait_s += static_cast<double>(wait - t.runqueue_start_ns) * 1e-9;
+    const std::uint64_t begin = windowed ? t.runqueue_window_start_ns : t.runqueue_start_ns;
+    const std::uint64_t end = windowed ? t.runqueue_window_end_ns : std::max(runqueue_ns(t), t.runqueue_window_end_ns);
+    if (end >= begin) out.runqueue_wait_s += static_cast<double>(end - begin) * 1e-9 * scale;
   }
+  out.page_fault_us = page_fault_us_;
   out.rss_start_mb = rss_start_mb_;
   out.rss_end_mb = read_rss_mb();
   out.rss_peak_mb = std::max(rss_peak_mb_, out.rss_end_mb);

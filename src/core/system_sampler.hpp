@@ -1,7 +1,12 @@
 // Host and operating-system signals, sampled by the collector thread.
 //
 // Process totals (CPU, faults, context switches, storage bytes, block-I/O
-// delay) are read at start and end. Each collector tick it also samples, for
+// delay) are read at start, at the measured steps' boundaries and at the end:
+// per-step figures come from the measured steps only. The window opens at the
+// first tick after the warm-up ended and closes at the last tick that saw a
+// measured step end (before the final drain, which may come long after the
+// loop); what came before it (start-up, warm-up steps, lazy initialisation in
+// the first step) is reported apart, as such. Each collector tick it also samples, for
 // every step thread, the scheduler state from /proc/self/task/TID/stat
 // together with the phase kind the thread has published on its ring: a
 // wall-clock sampling profiler that tells whether the thread was on a CPU
@@ -33,9 +38,20 @@ class SystemSampler {
     std::int64_t tid;
     std::uint8_t kind;
   };
-  void sample(const std::vector<ThreadSample>& step_threads);
+  // Where the steps are, as the aggregator saw them at this drain.
+  struct StepProgress {
+    bool warmup_over;        // every warm-up step completed (or none configured)
+    std::uint64_t measured;  // measured steps completed
+  };
+  void sample(const std::vector<ThreadSample>& step_threads, StepProgress progress);
+  // The final drain follows: the window keeps its last boundary.
+  void end_window() { window_closed_ = true; }
   double rss_mb() const { return rss_mb_; }
-  SystemSignals finish(std::int64_t now_ns);
+  // measured_steps: the measured steps of the whole run (the window's counters are scaled to them).
+  SystemSignals finish(std::int64_t now_ns, std::uint64_t measured_steps = 0);
+  // Wall time (us) of one first touch of a fresh page: the minimum over a few
+  // rounds of touching fresh anonymous pages. <0 when it could not be measured.
+  static double measure_page_fault_us();
 
  private:
   struct Totals {
@@ -53,9 +69,19 @@ class SystemSampler {
     int stat_fd;
     int schedstat_fd;
     std::uint64_t runqueue_start_ns;
+    // Runqueue wait at the window's open and at its last boundary (ns).
+    std::uint64_t runqueue_window_start_ns, runqueue_window_end_ns;
   };
-  static Totals read_totals();
-  static void read_machine(Totals& t);
+  // A reading of the process counters at one instant.
+  struct Mark {
+    Totals totals;
+    std::int64_t ns = 0;
+    std::uint64_t measured = 0;
+  };
+  Totals read_totals() const;
+  void read_machine(Totals& t) const;
+  std::uint64_t runqueue_ns(const ThreadFile& t) const;
+  void mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening);
   ThreadFile* thread_file(std::int64_t tid);
   double read_rss_mb();
 
@@ -68,6 +94,12 @@ class SystemSampler {
   // [kind 0..4]: samples, samples on CPU (state R), samples in state D.
   std::array<std::uint64_t, 5> kind_samples_{}, kind_running_{}, kind_disk_{};
   std::uint64_t samples_ = 0;
+  // The measured steps' window (collector thread only).
+  bool window_open_ = false, window_closed_ = false;
+  Mark window_start_, window_end_;
+  double page_fault_us_ = -1;
+  // /proc files read at every window boundary, kept open (pread).
+  int io_fd_ = -1, stat_fd_ = -1, loadavg_fd_ = -1, proc_stat_fd_ = -1;
   std::uint64_t cost_ns_ = 0;
   double runqueue_wait_s_ = 0;
 };

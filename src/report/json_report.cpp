@@ -445,7 +445,13 @@ json to_j(const SystemSignals& s) {
               {"load_average_start", fraction(s.load_average_start)},
               {"load_average_end", fraction(s.load_average_end)},
               {"cores_online", s.cores_online},
-              {"other_processes_cpu_s", fraction(s.other_processes_cpu_s)}};
+              {"other_processes_cpu_s", fraction(s.other_processes_cpu_s)},
+              {"window_steps", num(s.window_steps)},
+              {"run_wall_s", num(s.run_wall_s)},
+              {"before_steps_wall_s", num(s.before_steps_wall_s)},
+              {"before_steps_cpu_system_s", num(s.before_steps_cpu_system_s)},
+              {"before_steps_minor_faults", s.before_steps_minor_faults},
+              {"page_fault_us", fraction(s.page_fault_us)}};
 }
 SystemSignals system_from(const Field& j) {
   SystemSignals s;
@@ -477,6 +483,12 @@ SystemSignals system_from(const Field& j) {
   s.load_average_end = get_num(j, "load_average_end", -1);
   s.cores_online = get_int(j, "cores_online", 0, 0, 1 << 20);
   s.other_processes_cpu_s = get_num(j, "other_processes_cpu_s", -1);
+  s.window_steps = get_num(j, "window_steps");
+  s.run_wall_s = get_num(j, "run_wall_s");
+  s.before_steps_wall_s = get_num(j, "before_steps_wall_s");
+  s.before_steps_cpu_system_s = get_num(j, "before_steps_cpu_system_s");
+  s.before_steps_minor_faults = get_u64(j, "before_steps_minor_faults");
+  s.page_fault_us = get_num(j, "page_fault_us", -1);
   return s;
 }
 

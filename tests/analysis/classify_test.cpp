@@ -408,11 +408,18 @@ TEST_CASE("classify: memory, communication and scheduling recommendations", "[an
       INFO("other processes' cores " << other);
       r.system.other_processes_cpu_s = other * r.system.wall_s;
       const Verdict v = classify(r);
-      CHECK(v.category == "scheduling");
       const bool neighbours = other >= t.other_processes_busy * 2;
-      CHECK(any_contains(v.recommendations, "Other processes kept") == neighbours);
+      // The neighbours' CPU wait is the machine's: the verdict is the step's
+      // without it (compute, 90% of the rest), with a lower confidence; the
+      // cpu_contention finding names the neighbours (issue 29).
+      CHECK(v.category == (neighbours ? "compute" : "scheduling"));
       CHECK(any_contains(v.recommendations, "keep threads <= cores") == !neighbours);
-      if (neighbours) CHECK(any_contains(v.recommendations, "(load average 4.9 at the start, 5.8 at the end)"));
+      if (neighbours) {
+        CHECK(v.confidence <= 0.4 + 1e-9);  // at most the 40% of the step it did not wait
+        const Evidence* machine = evidence(v, "machine_cpu_wait_share");
+        REQUIRE(machine != nullptr);
+        CHECK(machine->value == Approx(0.60));
+      }
     }
     // The same neighbours, but this process alone keeps both cores busy: its threads are too many.
     r.system.cpu_user_s = 2.0 * r.system.wall_s;
@@ -631,7 +638,9 @@ TEST_CASE("classify: kernel time faulting pages that dominates the step is memor
   };
   for (const Row& row : {
            Row{128, 0.94, "memory", "MALLOC_MMAP_THRESHOLD_ cannot help"},  // blocks may be >= 32 MiB
-           Row{16, 0.66, "memory", "set MALLOC_MMAP_THRESHOLD_ above the block size (17825792 bytes"},
+           // The complete set, never the threshold alone (alone it doubled a step: issue 29).
+           Row{16, 0.66, "memory",
+               "MALLOC_MMAP_THRESHOLD_=17825792 MALLOC_TRIM_THRESHOLD_=35651584 MALLOC_TOP_PAD_=17825792"},
            Row{16, 0.10, "compute", nullptr},  // faults, but they cost a tenth: compute leads
        }) {
     const Report r = fault_storm(row.fresh_mib, row.kernel);
@@ -931,4 +940,63 @@ TEST_CASE("classify: scheduling advice comes in the order of what each cause cos
   const long wrap2 = index_of(vw, "outside every phase"), cpu2 = index_of(vw, "oversubscribed");
   REQUIRE(cpu2 >= 0);
   CHECK((wrap2 < 0 || cpu2 < wrap2));
+}
+
+TEST_CASE("classify: allocator churn costed at the fault cost measured on this machine is memory, not compute",
+          "[analysis][classify][memory]") {
+  // Issue 29: a 64 MiB allocation per step at batch size 1: >= 73% of the
+  // step in allocator page faults, yet "compute 0.74": on a VM much of a
+  // fault is the hypervisor's and shows as user time, so the kernel share
+  // (here 20%) misses it. At the fault cost measured at start-up the faults
+  // cost what they cost.
+  Report r = fault_storm(16, 0.20);  // 44 ms steps, 4096 faults per step
+  r.system.page_fault_us = 8.0;      // 4096 x 8 us = 32.8 ms: 74% of the step
+  const Verdict v = classify(r);
+  INFO(v.summary);
+  CHECK(v.category == "memory");
+  CHECK(ranked_cost(v, "memory") == Approx(4096 * 8e-3 / 44).epsilon(0.01));
+  // The advice carries that cost, as a what-if would, and the complete set of settings.
+  CHECK(any_contains(v.recommendations, "they cost about 32.8 ms of the 44.0 ms step (74%)"));
+  CHECK(any_contains(v.recommendations, "without the churn the step would take about 11.2 ms"));
+  CHECK(any_contains(v.recommendations,
+                     "MALLOC_MMAP_THRESHOLD_=17825792 MALLOC_TRIM_THRESHOLD_=35651584 "
+                     "MALLOC_TOP_PAD_=17825792"));
+  // Not measured (an older report): the kernel share alone, as before.
+  r.system.page_fault_us = -1;
+  CHECK(classify(r).category == "compute");
+}
+
+TEST_CASE("classify: a busy machine changes the confidence, never the category", "[analysis][classify]") {
+  // Issue 29: with other processes on the cores, the step threads' CPU wait
+  // (runqueue) is the machine's. The same step reads the same category at
+  // any load; only its confidence falls.
+  struct Row {
+    const char* name;
+    Shares shares;
+  };
+  Shares io, compute, memory, sleeping;
+  io.input = 0.6, io.compute = 0.35, io.unattributed = 0.05;
+  compute.compute = 0.85, compute.input = 0.05, compute.unattributed = 0.10;
+  memory.memory = 0.55, memory.compute = 0.40, memory.unattributed = 0.05;
+  // A 100 ms time.sleep in the loop body, outside every phase, beside 20 ms of compute.
+  sleeping.compute = 0.17, sleeping.unattributed = 0.83;
+  for (const Row& row : {Row{"io", io}, Row{"compute", compute}, Row{"memory", memory}, Row{"sleep", sleeping}}) {
+    Report quiet = host_report(row.shares, 100, 120);
+    quiet.system.cores_online = quiet.system.cores_available = 2;
+    quiet.system.cpu_user_s = 0.4 * quiet.system.wall_s;
+    quiet.system.other_processes_cpu_s = 0.1 * quiet.system.wall_s;
+    quiet.system.runqueue_wait_s = 0.01 * quiet.system.wall_s;
+    const Verdict calm = classify(quiet);
+    for (double wait : {0.15, 0.30, 0.50}) {
+      Report busy = quiet;  // the same step, 2 CPU hogs beside it: load 4 on 2 cores
+      busy.system.other_processes_cpu_s = 1.9 * busy.system.wall_s;
+      busy.system.runqueue_wait_s = wait * busy.system.wall_s;
+      busy.system.load_average_start = busy.system.load_average_end = 4;
+      busy.system.involuntary_switches = static_cast<std::uint64_t>(300 * busy.system.wall_s);
+      const Verdict v = classify(busy);
+      INFO(row.name << " at a " << wait << " CPU wait: " << v.summary << " / quiet: " << calm.summary);
+      CHECK(v.category == calm.category);
+      CHECK(v.confidence <= calm.confidence + 1e-9);
+    }
+  }
 }

@@ -91,6 +91,43 @@ struct IntStream {
   std::istream_iterator<int> end() { return {}; }
 };
 
+// A loader whose fetch runs a per-sample transform in a phase of its own
+// (begin() and operator++ produce the next batch, like a torch::data
+// loader's): `on_end` also runs it in the fetch that finds the end.
+struct TransformingLoader {
+  int n;
+  bool on_end;
+  struct iterator {
+    int i;
+    const TransformingLoader* loader;
+    void produce() const {
+      if (i >= loader->n && !loader->on_end) return;
+      STEPSCOPE_PHASE_KIND("transform", PhaseKind::input);
+      volatile int work = 0;
+      for (int k = 0; k < 1000; ++k) work = work + k;
+    }
+    int operator*() const { return i; }
+    iterator& operator++() {
+      ++i;
+      produce();
+      return *this;
+    }
+    bool operator!=(const iterator& o) const { return i != o.i; }
+  };
+  iterator begin() const {
+    iterator it{0, this};
+    it.produce();
+    return it;
+  }
+  iterator end() const { return {n, this}; }
+};
+
+const PhaseSummary* phase_of(const Report& r, const std::string& name, ThreadRole role) {
+  for (const auto& p : r.phases)
+    if (p.name == name && p.thread_role == role) return &p;
+  return nullptr;
+}
+
 }  // namespace
 
 TEST_CASE("steps() over a vector: one step and one data phase per element", "[steps]") {
@@ -344,4 +381,45 @@ TEST_CASE("steps() call sites are told apart by file:line and reused", "[steps]"
   CHECK(a->step.is_step);
   CHECK(a->data.kind == PhaseKind::input);
   CHECK(a->data.line == 1001);
+}
+
+TEST_CASE("steps(): phases nested in the fetch are inside the step they feed, under its data phase", "[steps]") {
+  // Issue 32: a per-sample transform inside the loader's fetch was reported
+  // outside every step while the coverage said 100%.
+  const auto transform_count = [](const Report& r, ThreadRole role) {
+    const PhaseSummary* p = phase_of(r, "transform", role);
+    return p != nullptr ? p->count : std::uint64_t{0};
+  };
+  const auto totals = [](const Report& r, const char* name) {
+    const PhaseSummary* p = phase_of(r, name, ThreadRole::step);
+    return p != nullptr ? std::make_pair(p->host_ms.total, p->self_ms.total) : std::make_pair(0.0, 0.0);
+  };
+  const Report before = snapshot();
+  const Counts counted = counts();
+  int sum = 0;
+  for (int x : stepscope::steps(TransformingLoader{6, false})) {
+    STEPSCOPE_PHASE("forward");
+    sum += x;
+  }
+  require_balanced();
+  CHECK(sum == 15);
+  const Report after = snapshot();
+  CHECK(delta(counted).steps == 6);
+  CHECK(transform_count(after, ThreadRole::step) - transform_count(before, ThreadRole::step) == 6);
+  CHECK(transform_count(after, ThreadRole::outside_step) == transform_count(before, ThreadRole::outside_step));
+  // Nested under the data phase: its time is the data phase's child, not
+  // counted twice (the data phase's self time excludes it).
+  const auto data_before = totals(before, "data"), data_after = totals(after, "data");
+  const auto transform_before = totals(before, "transform"), transform_after = totals(after, "transform");
+  const double data_children = (data_after.first - data_before.first) - (data_after.second - data_before.second);
+  CHECK(data_children == Approx(transform_after.first - transform_before.first).epsilon(1e-6).margin(1e-6));
+
+  // The fetch that finds the end runs the transform too: no step, and the
+  // scope bookkeeping is balanced for the next loop.
+  const Counts again = counts();
+  for (int x : stepscope::steps(TransformingLoader{3, true})) sum += x;
+  require_balanced();
+  const Counts d = delta(again);
+  CHECK(d.steps == 3);
+  CHECK(d.data_outside == 1);
 }

@@ -56,6 +56,11 @@ def test_workers_take_the_slow_dataset_off_the_step_and_diff_shows_the_gain(tmp_
     assert "num_workers: 0 -> 4" in diff["config_changes"]
     assert len(diff["config_changes"]) == 1, diff["config_changes"]  # one variable changed, one named
     assert diff["step"]["verdict"] == "faster", diff["step"]
+    # The setting that changed is the answer, not the machine: the 4 workers'
+    # own context switches are its consequence (issue 32).
+    assert "config num_workers: 0 -> 4" in diff["explained_by"], diff
+    assert not any("likely the machine's" in w for w in diff["warnings"]), diff["warnings"]
+    assert new["run"]["config"]["prefetch_factor"] == base["run"]["config"]["prefetch_factor"] == 2
     data = [p for p in diff["phases"] if p["name"] == "data" and p["base_role"] == "step"]
     assert len(data) == 1 and data[0]["verdict"] == "faster", data
 

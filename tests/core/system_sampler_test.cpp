@@ -1,0 +1,88 @@
+// Tests of src/core/system_sampler: the process counters cover the measured
+// steps, not the start-up, the warm-up or what follows the loop (issue 32: a
+// loop that touched 256 MiB in its warm-up step read "page faults 15% of the
+// step" and a page_fault_storm).
+#include "core/system_sampler.hpp"
+
+#include <stepscope/clock.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <vector>
+
+using stepscope::detail::SystemSampler;
+
+namespace {
+
+// Touches `mib` MiB of fresh anonymous pages (4 KiB pages: no huge pages): that many page faults.
+void touch_fresh(std::size_t mib) {
+  const std::size_t bytes = mib * 1024 * 1024;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  (void)::madvise(p, bytes, MADV_NOHUGEPAGE);
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  auto* at = static_cast<volatile char*>(p);
+  for (std::size_t i = 0; i < bytes; i += page) at[i] = 1;
+  ::munmap(p, bytes);
+}
+
+std::int64_t now_ns() {
+  return static_cast<std::int64_t>(stepscope::detail::monotonic_ns());
+}
+
+constexpr double kPagesPerMib = 256;  // 4 KiB pages
+
+}  // namespace
+
+TEST_CASE("system sampler: the counters cover the measured steps; start-up and warm-up are reported apart",
+          "[core][system]") {
+  const std::vector<SystemSampler::ThreadSample> none;
+  SystemSampler s;
+  s.start(now_ns());
+  touch_fresh(64);             // lazy initialisation in the warm-up step
+  s.sample(none, {false, 0});  // warm-up in progress
+  s.sample(none, {true, 0});   // the warm-up is over: the window opens
+  for (std::uint64_t step = 1; step <= 10; ++step) s.sample(none, {true, step});
+  s.end_window();
+  touch_fresh(64);  // after the loop, before the final report
+  const stepscope::SystemSignals out = s.finish(now_ns(), 10);
+  REQUIRE(out.available);
+  CHECK(out.window_steps == 10);
+  // Neither the warm-up's 64 MiB nor the 64 MiB after the loop is the steps'.
+  CHECK(static_cast<double>(out.minor_faults) < 0.25 * 64 * kPagesPerMib);
+  CHECK(static_cast<double>(out.before_steps_minor_faults) >= 64 * kPagesPerMib);
+  CHECK(out.before_steps_wall_s > 0);
+  CHECK(out.run_wall_s >= out.wall_s);
+  CHECK(out.page_fault_us > 0);
+}
+
+TEST_CASE("system sampler: a window of some of the measured steps is scaled to all of them", "[core][system]") {
+  const std::vector<SystemSampler::ThreadSample> none;
+  SystemSampler s;
+  s.start(now_ns());
+  s.sample(none, {true, 3});  // the collector's first tick after the warm-up came 3 steps late
+  for (std::uint64_t step = 4; step <= 8; ++step) {
+    touch_fresh(1);  // every step faults 1 MiB
+    s.sample(none, {true, step});
+  }
+  const stepscope::SystemSignals out = s.finish(now_ns(), 10);
+  CHECK(out.window_steps == 5);
+  // 5 MiB over 5 steps, scaled to the 10 measured steps: 10 MiB of faults, 1 MiB per step.
+  const double per_step = static_cast<double>(out.minor_faults) / 10;
+  CHECK(per_step >= kPagesPerMib);
+  CHECK(per_step < 2 * kPagesPerMib);
+}
+
+TEST_CASE("system sampler: no tick inside the measured steps leaves the whole run", "[core][system]") {
+  SystemSampler s;
+  s.start(now_ns());
+  touch_fresh(4);
+  const stepscope::SystemSignals out = s.finish(now_ns(), 10);
+  CHECK(out.window_steps == 0);
+  CHECK(static_cast<double>(out.minor_faults) >= 4 * kPagesPerMib);
+  CHECK(out.wall_s == Approx(out.run_wall_s));
+}
