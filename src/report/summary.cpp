@@ -49,17 +49,19 @@ std::string format_summary(const Report& r) {
     const char* paced = r.steps.clock == "device" ? ", paced by the device" : "";
     const double loop_ms = r.steps.breakdown.wall_ms;
     if (loop_ms > 1.005 * w.mean)
-      line(fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step with the time between steps (the "
-                       "step scopes alone: {:.3f} ms, p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f}){}",
-                       r.steps.count, r.steps.warmup_excluded, loop_ms, w.mean, w.p50, w.p90, w.p99, w.max, paced));
+      line(
+          fmt::format("steps: {} measured, {} warm-up excluded | {:.3f} ms/step with the time between steps (the "
+                      "step scopes alone: {:.3f} ms, p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f}){}",
+                      r.steps.count, r.steps.warmup_excluded, loop_ms, w.mean, w.p50, w.p90, w.p99, w.max, paced));
     else
       line(fmt::format(
           "steps: {} measured, {} warm-up excluded | {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}, max {:.3f}){}",
           r.steps.count, r.steps.warmup_excluded, w.mean, w.p50, w.p90, w.p99, w.max, paced));
     if (const auto& h = r.steps.host_wall_ms)
-      line(fmt::format("  host clock: {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}): where the host ran ahead "
-                       "of the GPU and waited",
-                       h->mean, h->p50, h->p90, h->p99));
+      line(
+          fmt::format("  host clock: {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}): where the host ran ahead "
+                      "of the GPU and waited",
+                      h->mean, h->p50, h->p90, h->p99));
     if (r.steps.unended_excluded > 0)
       line(
           fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
