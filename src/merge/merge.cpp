@@ -71,6 +71,8 @@ constexpr std::size_t kMaxListedMissing = 64;
 constexpr std::size_t kMaxListedRanksPerFinding = 8;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// The name a straggler's time outside any phase goes by (Straggler::phase).
+constexpr const char* kUnattributedPhase = "(unattributed)";
 
 // Median of values (reorders them). Empty: 0.
 double median_inplace(std::vector<double>& v) {
@@ -445,6 +447,10 @@ struct JobMerge {
   std::vector<RankSample> point_busy;
   double collective_sum = 0, expected_wait_sum = 0;
   int collective_points = 0;
+  // phases_across_ranks: time outside any phase, tested like a phase (a
+  // straggler's extra work that no phase covers is its cause too).
+  PhaseKey unattributed_key{kUnattributedPhase, PhaseKind::other, ThreadRole::step};
+  std::vector<PhaseValue> unattributed_values;
   // find_stragglers
   std::vector<bool> is_straggler;
   // the result
@@ -829,6 +835,17 @@ std::vector<PhaseTest> phases_across_ranks(JobMerge& jm) {
   std::stable_sort(m.phases.begin(), m.phases.end(), [](const PhaseAcrossRanks& a, const PhaseAcrossRanks& b) {
     return a.per_step_ms.mean > b.per_step_ms.mean;
   });
+  // Time outside any phase, with the noise of the rank's step time.
+  std::vector<double> values(n), ses(n);
+  jm.unattributed_values.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    values[i] = jm.ranks[i].unattributed;
+    ses[i] = jm.ranks[i].busy_se;
+    jm.unattributed_values[i] = PhaseValue{values[i], ses[i]};
+  }
+  const double median_se = median_inplace(ses);
+  phase_tests.push_back(
+      PhaseTest{&jm.unattributed_key, RankSample(values, rank_ids), median_se, &jm.unattributed_values});
   return phase_tests;
 }
 
@@ -998,6 +1015,10 @@ void find_stragglers(JobMerge& jm) {
     s.median_ms = best.median_ms;
     s.excess_ms = best.excess;
     s.robust_z = best.z;
+    s.cause = best.whole_step || best.phase == "step"      ? "step"
+              : best.phase == kUnattributedPhase           ? "unattributed"
+              : best.kind == PhaseKind::input              ? "input"
+                                                           : "phase";
     // Chronic or one-off: in how many aligned points it was materially slower.
     if (pass.valid_points > 0) {
       s.slow_step_fraction = static_cast<double>(pass.slow.size()) / pass.valid_points;
@@ -1036,6 +1057,10 @@ void add_rank_rows(JobMerge& jm) {
     r.comm_wait_ms = std::max(0.0, f.comm() - m.comm_collective_ms);
     r.verdict = f.report->bottleneck.category;
     r.straggler = jm.is_straggler[i];
+    // A rank that is not a straggler and waits materially in communication
+    // waits for the stragglers (in a synchronous job, for all of them).
+    if (!r.straggler && r.comm_wait_ms >= jm.material_ms)
+      for (const Straggler& s : m.stragglers) r.waits_for.push_back(s.rank);
     r.complete = f.report->complete;
     r.ended_by = f.report->ended_by;
     if (f.report->interrupted) r.interrupted = f.report->interrupted->signal;
@@ -1300,6 +1325,23 @@ void judge_job(JobMerge& jm) {
   }
 }
 
+// "rank 1 is a chronic straggler ...": the rank and the cause in the
+// composition of its step (Straggler::cause), with the excess.
+std::string straggler_with_cause(const Straggler& s) {
+  const std::string rank = fmt::format("rank {} is a {} straggler", s.rank, s.pattern);
+  if (s.cause == "input")
+    return fmt::format("{} in '{}': its input pipeline (the loader) takes +{:.2f} ms/step over the median rank", rank,
+                       s.phase, s.excess_ms);
+  if (s.cause == "unattributed")
+    return fmt::format("{} by work outside any phase (unattributed time +{:.2f} ms/step over the median rank)", rank,
+                       s.excess_ms);
+  if (s.cause == "step")
+    return fmt::format("{} in its whole step (+{:.2f} ms/step outside communication over the median rank)", rank,
+                       s.excess_ms);
+  return fmt::format("{} in '{}' (extra phase time: +{:.2f} ms/step over the median rank)", rank, s.phase,
+                     s.excess_ms);
+}
+
 // A straggler becomes the verdict's first word, first recommendation, first
 // what-if and first finding; without one, a communication verdict says the
 // collective itself is the cost.
@@ -1318,8 +1360,7 @@ void explain_stragglers(JobMerge& jm) {
     std::string straggler_host;
     for (const RankSummary& r : m.ranks)
       if (r.rank == s.rank) straggler_host = r.host;
-    std::string who = fmt::format("rank {} is a {} straggler in '{}' (+{:.2f} ms/step over the median rank)", s.rank,
-                                  s.pattern, s.phase, s.excess_ms);
+    std::string who = straggler_with_cause(s);
     if (m.stragglers.size() > 1) who += fmt::format(", with {} more straggler(s)", m.stragglers.size() - 1);
     if (v.category == "communication") {
       v.summary = fmt::format(
@@ -1333,9 +1374,14 @@ void explain_stragglers(JobMerge& jm) {
     v.recommendations.insert(
         v.recommendations.begin(),
         fmt::format("Fix rank {} first: every rank waits for it at each collective. Look at what differs on it in "
-                    "'{}' (host {}: data shard or sample sizes, CPU/GPU clocks and thermal throttling, other "
+                    "{} (host {}: data shard or sample sizes, CPU/GPU clocks and thermal throttling, other "
                     "processes on its cores); {} slowness points at {}.",
-                    s.rank, s.phase, straggler_host.empty() ? "?" : straggler_host, s.pattern,
+                    s.rank,
+                    s.cause == "input" ? fmt::format("its input pipeline ('{}': storage, DataLoader workers)", s.phase)
+                    : s.cause == "unattributed"
+                        ? std::string("the code between its phases (wrap it in a phase to see which part)")
+                        : "'" + s.phase + "'",
+                    straggler_host.empty() ? "?" : straggler_host, s.pattern,
                     s.pattern == "chronic" ? "the hardware, placement or an uneven data split"
                                            : "an event at the listed steps (GC, checkpoint, I/O stall, preemption)"));
     WhatIf w;
@@ -1511,9 +1557,10 @@ std::string format_multi_rank(const Report& merged) {
     if (m.stragglers.empty()) line("stragglers: none (ranks statistically alike)");
     for (const Straggler& s : m.stragglers)
       line(fmt::format(
-          "straggler: rank {} {} in '{}': {:.3f} vs median {:.3f} ms/step (+{:.3f}, z {:.1f}, slow in "
+          "straggler: rank {} {} in '{}' (cause: {}): {:.3f} vs median {:.3f} ms/step (+{:.3f}, z {:.1f}, slow in "
           "{:.0f}% of steps)",
-          s.rank, s.pattern, s.phase, s.rank_ms, s.median_ms, s.excess_ms, s.robust_z, 100 * s.slow_step_fraction));
+          s.rank, s.pattern, s.phase, s.cause, s.rank_ms, s.median_ms, s.excess_ms, s.robust_z,
+          100 * s.slow_step_fraction));
     line(fmt::format("  {:<20} {:>10} {:>10} {:>10} {:>10} {:>10}", "phase (ms/step)", "min", "median", "max",
                      "max rank", "imbalance"));
     std::size_t shown = 0;
@@ -1535,7 +1582,10 @@ std::string format_multi_rank(const Report& merged) {
                                                                      : "";
         line(fmt::format("  {:>5} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}  {}{}{}", r.rank, r.step_ms, r.busy_ms,
                          r.kind_ms[PhaseKind::communication], r.comm_wait_ms, r.verdict,
-                         r.straggler ? "  <- straggler" : "", ending));
+                         r.straggler           ? "  <- straggler"
+                         : r.waits_for.empty() ? ""
+                                               : "  (waits for rank " + rank_list(r.waits_for) + ")",
+                         ending));
       }
     }
     return out;
