@@ -562,26 +562,20 @@ def _write_job_report(store, world, own_payload, own_path, deadline):
 
     texts = [b""] * world
     texts[0] = own_payload
-    waiting = set(range(1, world))
-    while waiting:
-        for r in sorted(waiting):
-            key = _GATHER_KEY + str(r)
-            if store.check([key]):
-                texts[r] = store.get(key)
-                store.delete_key(key)
-                waiting.discard(r)
-        left = deadline - time.monotonic()
-        if not waiting or left <= 0:
-            break
-        try:
-            store.wait([_GATHER_KEY + str(min(waiting))], timedelta(seconds=min(left, 1.0)))
-        except Exception:  # timed out on that one: look at all again
-            pass
+    waiting = []
+    for r in range(1, world):
+        key = _GATHER_KEY + str(r)
+        try:  # once the deadline has passed, a rank still gets 10 ms
+            store.wait([key], timedelta(seconds=max(0.01, deadline - time.monotonic())))
+            texts[r] = store.get(key)
+            store.delete_key(key)
+        except Exception:  # not there in time (or the store failed): this rank is missing
+            waiting.append(r)
     quiet = os.environ.get("STEPSCOPE_QUIET", "") not in ("", "0")
     if waiting:
         sys.stderr.write("stepscope: warning: no report from rank(s) %s within %.0f s (STEPSCOPE_GATHER_TIMEOUT_S): "
                          "the job report covers the others; a rank that died or never finished keeps its own "
-                         "file\n" % (", ".join(map(str, sorted(waiting))), _timeout_s()))
+                         "file\n" % (", ".join(map(str, waiting)), _timeout_s()))
     for r in range(world):
         if texts[r]:
             try:

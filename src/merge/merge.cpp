@@ -1015,10 +1015,10 @@ void find_stragglers(JobMerge& jm) {
     s.median_ms = best.median_ms;
     s.excess_ms = best.excess;
     s.robust_z = best.z;
-    s.cause = best.whole_step || best.phase == "step"      ? "step"
-              : best.phase == kUnattributedPhase           ? "unattributed"
-              : best.kind == PhaseKind::input              ? "input"
-                                                           : "phase";
+    s.cause = best.whole_step || best.phase == "step" ? "step"
+              : best.phase == kUnattributedPhase      ? "unattributed"
+              : best.kind == PhaseKind::input         ? "input"
+                                                      : "phase";
     // Chronic or one-off: in how many aligned points it was materially slower.
     if (pass.valid_points > 0) {
       s.slow_step_fraction = static_cast<double>(pass.slow.size()) / pass.valid_points;
@@ -1338,8 +1338,7 @@ std::string straggler_with_cause(const Straggler& s) {
   if (s.cause == "step")
     return fmt::format("{} in its whole step (+{:.2f} ms/step outside communication over the median rank)", rank,
                        s.excess_ms);
-  return fmt::format("{} in '{}' (extra phase time: +{:.2f} ms/step over the median rank)", rank, s.phase,
-                     s.excess_ms);
+  return fmt::format("{} in '{}' (extra phase time: +{:.2f} ms/step over the median rank)", rank, s.phase, s.excess_ms);
 }
 
 // A straggler becomes the verdict's first word, first recommendation, first
@@ -1360,16 +1359,23 @@ void explain_stragglers(JobMerge& jm) {
     std::string straggler_host;
     for (const RankSummary& r : m.ranks)
       if (r.rank == s.rank) straggler_host = r.host;
+    // What the ranks that are not stragglers wait, on average (m.comm_wait_ms
+    // is the mean over every rank, the stragglers' near-zero wait included).
+    double others_wait = 0;
+    int others = 0;
+    for (const RankSummary& r : m.ranks)
+      if (!r.straggler) others_wait += r.comm_wait_ms, ++others;
+    others_wait = others > 0 ? others_wait / others : m.comm_wait_ms;
     std::string who = straggler_with_cause(s);
     if (m.stragglers.size() > 1) who += fmt::format(", with {} more straggler(s)", m.stragglers.size() - 1);
     if (v.category == "communication") {
       v.summary = fmt::format(
           "The job is {} communication-bound because {}: the other ranks wait {:.2f} ms/step for it in collectives, "
           "the collective itself costs {:.2f} ms/step.",
-          v.severity, who, m.comm_wait_ms, m.comm_collective_ms);
+          v.severity, who, others_wait, m.comm_collective_ms);
     } else {
-      v.summary += fmt::format(" Across ranks, {}; the others wait for it in collectives ({:.2f} ms/step).", who,
-                               m.comm_wait_ms);
+      v.summary +=
+          fmt::format(" Across ranks, {}; the others wait for it in collectives ({:.2f} ms/step).", who, others_wait);
     }
     v.recommendations.insert(
         v.recommendations.begin(),

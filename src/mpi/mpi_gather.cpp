@@ -53,7 +53,8 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
       }
       if (!fits) {
         // Still take part in the collective, receiving nothing.
-        for (int r = 0; r < world; ++r) sizes[static_cast<std::size_t>(r)] = 0, offsets[static_cast<std::size_t>(r)] = 0;
+        for (int r = 0; r < world; ++r)
+          sizes[static_cast<std::size_t>(r)] = 0, offsets[static_cast<std::size_t>(r)] = 0;
         total = 0;
       }
       all.resize(static_cast<std::size_t>(total) + 1);
@@ -73,8 +74,9 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
     std::vector<std::string> texts(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
       const int n = sizes[static_cast<std::size_t>(r)];
-      if (n > 0) texts[static_cast<std::size_t>(r)].assign(all.data() + offsets[static_cast<std::size_t>(r)],
-                                                 static_cast<std::size_t>(n));
+      if (n > 0)
+        texts[static_cast<std::size_t>(r)].assign(all.data() + offsets[static_cast<std::size_t>(r)],
+                                                  static_cast<std::size_t>(n));
     }
     all.clear();
     all.shrink_to_fit();

@@ -76,7 +76,7 @@ std::vector<Report> make_job(const JobSpec& spec) {
   auto noisy = [&](double ms) { return std::max(0.0, ms * (1.0 + spec.noise * unit(rng))); };
   const std::size_t R = static_cast<std::size_t>(spec.ranks), S = static_cast<std::size_t>(spec.steps);
   std::vector<std::vector<double>> data(R, std::vector<double>(S)), fwd = data, bwd = data, busy = data, comm = data,
-                                   unattributed = data;
+                                                                    unattributed = data;
   for (std::size_t s = 0; s < S; ++s) {
     double slowest = 0;
     for (std::size_t r = 0; r < R; ++r) {
@@ -84,7 +84,9 @@ std::vector<Report> make_job(const JobSpec& spec) {
       fwd[r][s] = noisy(spec.forward_ms);
       bwd[r][s] = noisy(spec.backward_ms);
       if (static_cast<int>(r) == spec.slow_rank)
-        (spec.slow_in == "data" ? data : spec.slow_in == "unattributed" ? unattributed : fwd)[r][s] += spec.slow_extra_ms;
+        (spec.slow_in == "data"           ? data
+         : spec.slow_in == "unattributed" ? unattributed
+                                          : fwd)[r][s] += spec.slow_extra_ms;
       if (static_cast<int>(r) == spec.stall_rank && static_cast<int>(s) == spec.stall_step) fwd[r][s] += spec.stall_ms;
       busy[r][s] = data[r][s] + fwd[r][s] + bwd[r][s] + unattributed[r][s];
       slowest = std::max(slowest, busy[r][s]);

@@ -22,6 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 STEPS = 12
@@ -72,17 +73,31 @@ def _worker(rank, world, cause, slow_rank, outdir, exit_early=False):
     stepscope.torch.instrument(model, optimizer)
     loader = torch.utils.data.DataLoader(_Data(slow_s if cause == "loader" else 0.0), batch_size=BATCH)
     inner.slow_s = slow_s if cause == "phase" else 0.0
-    last_grad = [0.0]
+    # This rank's own measure of its wait: from its last gradient (a tensor
+    # hook) to the completion of the last bucket's all-reduce future (its own
+    # communication hook, registered after instrument() as a user would).
+    last_grad, done = [0.0], [0.0]
     for p in model.parameters():
         p.register_hook(lambda g: last_grad.__setitem__(0, time.perf_counter()) or g)
-    waits = []
+
+    def timed_allreduce(state, bucket):
+        def completed(future):
+            done[0] = max(done[0], time.perf_counter())
+            return future.value()
+
+        return default_hooks.allreduce_hook(state, bucket).then(completed)
+
+    model.register_comm_hook(None, timed_allreduce)
+    waits, blocked = [], []
     loss_fn = torch.nn.CrossEntropyLoss()
     for step, (x, y) in enumerate(stepscope.torch.steps(loader)):
         loss = loss_fn(model(x), y)
         optimizer.zero_grad()
+        done[0] = 0.0
         loss.backward()
         if step >= WARMUP:
-            waits.append(time.perf_counter() - last_grad[0])
+            waits.append(max(0.0, done[0] - last_grad[0]))
+            blocked.append(time.perf_counter() - last_grad[0])
         optimizer.step()
         if cause == "unattributed" and slow_s:
             time.sleep(slow_s)  # the rank's own work, in no phase
@@ -90,7 +105,11 @@ def _worker(rank, world, cause, slow_rank, outdir, exit_early=False):
         os._exit(0)  # a rank that dies before it finishes: no report handed over
     started = time.perf_counter()
     dist.destroy_process_group()  # as PyTorch's DDP examples end: stepscope gathers here
-    measured = {"wait_ms": 1000 * sum(waits) / len(waits), "finish_s": time.perf_counter() - started}
+    measured = {
+        "wait_ms": 1000 * sum(waits) / len(waits),
+        "blocked_ms": 1000 * sum(blocked) / len(blocked),  # to backward()'s return: the wait and DDP's own work after it
+        "finish_s": time.perf_counter() - started,
+    }
     with open(os.path.join(outdir, "measured.rank%d.json" % rank), "w") as f:
         json.dump(measured, f)
 
