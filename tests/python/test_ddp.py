@@ -104,11 +104,14 @@ def _worker(rank, world, cause, slow_rank, outdir, exit_early=False):
     if exit_early:
         os._exit(0)  # a rank that dies before it finishes: no report handed over
     started = time.perf_counter()
+    stepscope.finish()  # this rank's own report: what a finish costs without the gather
+    finished = time.perf_counter()
     dist.destroy_process_group()  # as PyTorch's DDP examples end: stepscope gathers here
     measured = {
+        "own_finish_s": finished - started,
+        "gather_s": time.perf_counter() - finished,
         "wait_ms": 1000 * sum(waits) / len(waits),
         "blocked_ms": 1000 * sum(blocked) / len(blocked),  # to backward()'s return: the wait and DDP's own work after it
-        "finish_s": time.perf_counter() - started,
     }
     with open(os.path.join(outdir, "measured.rank%d.json" % rank), "w") as f:
         json.dump(measured, f)
