@@ -31,8 +31,19 @@ hand-instrumented loop would have them:
   backward   each ``torch.autograd.backward`` (``loss.backward()``) made
              while instrumented after a forward of the model, on the calling
              thread;
-  optimizer  each ``optimizer.step()``.
-Returns a handle; ``handle.remove()`` takes everything back out.
+  optimizer  each ``optimizer.step()``;
+  ddp.allreduce  on a DistributedDataParallel model: the time the step is
+             blocked on DDP's gradient all-reduce at the end of backward
+             (kind communication, nested in backward; a communication hook,
+             see below and docs/multi-rank.md).
+Returns a handle; ``handle.remove()`` takes everything back out (DDP cannot
+take a communication hook back: it stops timing and passes through).
+
+torch.distributed jobs: steps() and instrument() make the end of the job —
+destroy_process_group(), stepscope.torch.finish() or the exit — hand each
+rank's report to rank 0 through the process group's store; rank 0 writes the
+job report (stepscope-report.merged.json beside its own, or
+STEPSCOPE_MERGED_OUT) with the straggler named by its cause.
 
 DataLoader workers: with num_workers > 0 the batches are produced in worker
 processes (forked or spawned); their time is not in this process's report.
@@ -384,16 +395,23 @@ def _time_communication(model, handle):
         return
     if ddp is None or not isinstance(model, ddp) or getattr(model, "reducer", None) is None:
         return
-    timer = _CommunicationTimer(model)
+    if any(getattr(m, "sparse", False) is True for m in model.modules()):
+        # Sparse gradients (nn.Embedding(sparse=True)): DDP's own path, untouched.
+        _warn("stepscope.torch.instrument: a model with sparse gradients: DDP's communication is not timed; time "
+              "it with stepscope.phase(..., 'communication') where the step waits for it")
+        return
     try:
+        timer = _CommunicationTimer(model)
         model.register_comm_hook(None, timer.hook)
-    except RuntimeError as e:  # the user registered a hook before instrument(): DDP takes one
+    except Exception as e:  # the user registered a hook before instrument() (DDP takes one), another torch
         _warn("stepscope.torch.instrument: DDP's communication is not timed (%s); call instrument() before "
               "register_comm_hook, which then keeps working" % (str(e).splitlines() or [""])[0])
         return
 
     def register_comm_hook(state, hook):
-        model._check_comm_hook(hook)
+        check = getattr(model, "_check_comm_hook", None)
+        if check is not None:
+            check(hook)  # the user's mistakes raise as without stepscope
         timer.inner = (state, hook)
 
     def register_builtin_comm_hook(comm_hook_type):
