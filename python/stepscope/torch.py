@@ -556,28 +556,34 @@ def _finish_and_gather(own):
     if world < 2 or not own:
         return own  # one rank, or stepscope disabled (STEPSCOPE=0): nothing to merge
     import sys
-    import time
 
     try:
         payload = _report_bytes(own)
+        if not payload:
+            sys.stderr.write("stepscope: warning: rank %d's report is over %d MiB compressed: not handed to rank 0 "
+                             "(it is in %s)\n" % (rank, _MAX_PAYLOAD >> 20, own))
         if rank != 0:
             store.set(_GATHER_KEY + str(rank), payload)
+            # A set gets no answer: this add does (same connection, after the
+            # set), so a store that is gone (rank 0 died) raises here.
+            store.add(_GATHER_KEY + "handed", 1)
             return own
-        return _write_job_report(store, world, payload, own, time.monotonic() + _timeout_s()) or own
+        return _write_job_report(store, world, payload, own, _timeout_s()) or own
     except Exception as e:  # a group that is gone, a store rank 0 closed: the per-rank files stay
         sys.stderr.write("stepscope: warning: the job report was not gathered (%s: %s); each rank's report is in its "
                          "own file\n" % (type(e).__name__, e))
         return own
 
 
-def _write_job_report(store, world, own_payload, own_path, deadline):
-    """Rank 0: the others' reports from the store (until the deadline), merged."""
+def _write_job_report(store, world, own_payload, own_path, timeout_s):
+    """Rank 0: the others' reports from the store (for at most timeout_s), merged."""
     import os
     import sys
     import time
     import zlib
     from datetime import timedelta
 
+    deadline = time.monotonic() + timeout_s
     texts = [b""] * world
     texts[0] = own_payload
     waiting = []
@@ -593,7 +599,7 @@ def _write_job_report(store, world, own_payload, own_path, deadline):
     if waiting:
         sys.stderr.write("stepscope: warning: no report from rank(s) %s within %.0f s (STEPSCOPE_GATHER_TIMEOUT_S): "
                          "the job report covers the others; a rank that died or never finished keeps its own "
-                         "file\n" % (", ".join(map(str, waiting)), _timeout_s()))
+                         "file\n" % (", ".join(map(str, waiting)), timeout_s))
     for r in range(world):
         if texts[r]:
             try:

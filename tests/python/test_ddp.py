@@ -267,6 +267,14 @@ def test_a_rank_that_dies_leaves_per_rank_files_and_a_warning(tmp_path):
     assert job is not None and job["ranks"]["missing_ranks"] == [1]
 
 
+def test_when_rank_0_is_gone_the_others_keep_their_own_files_and_say_so(tmp_path):
+    job, _, stderr = run_job(tmp_path, 2, "none", slow_rank=0, launch="dies",
+                             extra_env={"STEPSCOPE_GATHER_TIMEOUT_S": "3"})
+    assert job is None
+    assert "the job report was not gathered" in stderr, stderr
+    assert (tmp_path / "r1.json").exists()
+
+
 def test_the_user_times_their_own_all_reduce_in_one_line():
     import stepscope
 
