@@ -487,8 +487,11 @@ def _gather_at_group_end():
 def _finish_at_exit():
     # The report says how the run ended (exit, SIGINT, the uncaught
     # exception), as stepscope's own exit hook writes it; then the gather.
+    import sys
+
     _stepscope._finish_at_python_exit()
-    _finish_and_gather(_core.finish())
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    _finish_and_gather(_core.finish(), crashed=_stepscope._ended_by_exception(last))
 
 
 def _timeout_s():
@@ -541,7 +544,7 @@ def finish():
     return _finish_and_gather(_stepscope.finish())
 
 
-def _finish_and_gather(own):
+def _finish_and_gather(own, crashed=False):
     if _gather_state["done"]:
         return own
     _gather_state["done"] = True
@@ -562,6 +565,12 @@ def _finish_and_gather(own):
         if not payload:
             sys.stderr.write("stepscope: warning: rank %d's report is over %d MiB compressed: not handed to rank 0 "
                              "(it is in %s)\n" % (rank, _MAX_PAYLOAD >> 20, own))
+        if rank == 0 and crashed:
+            # The others may be blocked in a collective waiting for this rank:
+            # waiting for their reports would only stall this exit.
+            sys.stderr.write("stepscope: warning: rank 0 ended by an exception: no job report is gathered; each "
+                             "rank's report is in its own file\n")
+            return own
         if rank != 0:
             store.set(_GATHER_KEY + str(rank), payload)
             # A set gets no answer: this add does (same connection, after the
