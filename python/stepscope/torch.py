@@ -285,7 +285,12 @@ def instrument(model, optimizer=None, submodules=False):
         _local.forward_seen = False
         _backward_thread[0] = _threading.get_ident()
         with backward:
-            return original_backward(*args, **kwargs)
+            try:
+                return original_backward(*args, **kwargs)
+            finally:
+                timer = _open_communication[0]
+                if timer is not None:  # backward raised before its last callback: closed here
+                    timer.close()
 
     _torch.autograd.backward = timed_backward
 
@@ -327,10 +332,11 @@ def instrument(model, optimizer=None, submodules=False):
 # DDP all-reduces gradient buckets from hooks inside backward(): the step
 # blocks on them at the end of backward (the reducer's finalize_backward). A
 # communication hook wrapping the bucket's all-reduce (DDP's default, or the
-# user's own hook) notes each bucket's future; a callback that autograd runs
-# at the end of the backward pass — queued before DDP's own, so it runs first
-# — waits for them inside the phase "ddp.allreduce" (kind communication),
-# nested in "backward". That phase is the time the step spent blocked on its
+# user's own hook) notes each bucket's future. The phase "ddp.allreduce" (kind
+# communication, nested in "backward") opens at the last bucket's hook — the
+# local gradients are done — and closes in a callback that autograd runs at
+# the end of the backward pass (queued before DDP's own, so it runs first)
+# once the futures are done. That phase is the time the step spent blocked on its
 # collectives: the collective's tail that did not overlap with the backward
 # compute, plus waiting for slower ranks (the job report tells the two apart
 # across ranks). Only on the thread that called backward and for CPU buckets
@@ -338,6 +344,7 @@ def instrument(model, optimizer=None, submodules=False):
 # collective's device time comes from CUPTI's NCCL kernels.
 
 _backward_thread = [None]  # the thread of the last instrumented backward()
+_open_communication = [None]  # the timer whose ddp.allreduce phase is open (backward's thread)
 _COMM_PHASE = "ddp.allreduce"
 
 
@@ -354,26 +361,50 @@ class _CommunicationTimer:
 
     def hook(self, state, bucket):
         inner_state, inner = self.inner
-        future = inner(inner_state, bucket)
+        opened = False
         try:
-            if self.active and bucket.buffer().device.type == "cpu" and _stepscope.enabled():
+            if (
+                self.active
+                and bucket.buffer().device.type == "cpu"
+                and _threading.get_ident() == _backward_thread[0]
+                and _stepscope.enabled()
+            ):
                 if not self.pending:
                     _torch.autograd.Variable._execution_engine.queue_callback(self._wait)
-                self.pending.append(future)
+                self.pending.append(None)  # its future, below
+                if bucket.is_last():
+                    # The local gradients are done: from here the step waits.
+                    self.phase.__enter__()
+                    _open_communication[0] = self
+                    opened = True
         except Exception:  # outside a backward pass (no graph task to queue on): untimed
             self.pending.clear()
+        try:
+            future = inner(inner_state, bucket)
+        except BaseException:
+            if opened:
+                self.close()
+            raise
+        if self.pending and self.pending[-1] is None:
+            self.pending[-1] = future
         return future
 
+    def close(self):
+        if _open_communication[0] is self:
+            _open_communication[0] = None
+            self.phase.__exit__(None, None, None)
+
     def _wait(self):
+        # Autograd's last callbacks run on the thread that called backward()
+        # for a CPU graph: the one the phase was opened on.
         pending, self.pending = self.pending, []
-        if _threading.get_ident() != _backward_thread[0]:
-            return  # not the step's thread: DDP waits on its own
-        with self.phase:
+        try:
             for future in pending:
-                try:
+                if future is not None:
                     future.wait()
-                except Exception:  # DDP's own wait, next, raises it to the user
-                    return
+        except Exception:  # DDP's own wait, next, raises it to the user
+            pass
+        self.close()
 
 
 def _ddp_class():
