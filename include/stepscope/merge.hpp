@@ -32,6 +32,17 @@ inline namespace v1 {
 // (docs/benchmarks-merge.md).
 STEPSCOPE_API Report merge_reports(const std::vector<Report>& ranks, std::string& error);
 
+// The same from the ranks' reports as JSON texts (what each rank sent over
+// the job's transport: MPI, torch.distributed), texts[r] from rank r ("":
+// that rank sent nothing). An unreadable text is left out with a warning in
+// the job's `warnings`; a report without a rank takes r; each report's
+// world_size becomes texts.size(). Never throws.
+STEPSCOPE_API Report merge_report_texts(const std::vector<std::string>& texts, std::string& error);
+
+// What the rank that merged a job prints: the table below, the job verdict
+// and where the job report was written.
+STEPSCOPE_API std::string format_job_written(const Report& merged, const std::string& path);
+
 // A short human table of a merged report's `ranks` section: imbalance,
 // communication split, stragglers and the slowest ranks ("" when absent).
 STEPSCOPE_API std::string format_multi_rank(const Report& merged);

@@ -621,6 +621,9 @@ struct RankSummary {
   double comm_wait_ms = 0;  // of the communication part: waiting for slower ranks (estimate)
   std::string verdict;      // the rank's own bottleneck category
   bool straggler = false;
+  // The stragglers this rank waits for in communication (its comm_wait_ms is
+  // material and another rank is a straggler); empty when none.
+  std::vector<int> waits_for;
   // How the rank's run ended, from its report: complete = false for a
   // flight-recorder snapshot (the rank was killed, crashed or still running);
   // ended_by as in Report ("" for snapshots and imported traces);
@@ -670,6 +673,11 @@ struct Straggler {
   double slow_step_fraction = 0;          // of the aligned step points, where it was materially slower
   std::string pattern;                    // "chronic" (most steps) or "one-off" (a few steps)
   std::vector<std::uint64_t> slow_steps;  // first steps of its worst points (at most 8)
+  // Why it is slow, from the composition of its step: "input" (its data
+  // phase: the loader), "phase" (extra time in the phase `phase`),
+  // "unattributed" (time outside any phase; `phase` is "(unattributed)"),
+  // "step" (its whole step, no one part stands out).
+  std::string cause;
 };
 
 struct MultiRank {

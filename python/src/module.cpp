@@ -20,6 +20,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <stepscope/merge.hpp>
 #include <stepscope/stepscope.hpp>
 #if STEPSCOPE_WITH_CUDA
 #include <stepscope/cuda.hpp>
@@ -395,6 +396,22 @@ PYBIND11_MODULE(_core, m) {
     }
     return stepscope::report_to_json(report, -1);
   });
+  // stepscope.torch's job report: the ranks' reports (JSON texts, b"" for a
+  // rank that sent none) merged and written to `path`. Returns (path, the
+  // text rank 0 prints) or ("", why not).
+  m.def(
+      "merge_and_write",
+      [](const std::vector<py::bytes>& texts, const std::string& path) {
+        std::vector<std::string> plain(texts.begin(), texts.end());
+        py::gil_scoped_release release;
+        std::string error;
+        const stepscope::Report job = stepscope::merge_report_texts(plain, error);
+        if (!job.ranks) return std::make_pair(std::string(), "cannot merge the ranks' reports: " + error);
+        if (!stepscope::write_report_file(job, path, error))
+          return std::make_pair(std::string(), "cannot write the job report to '" + path + "': " + error);
+        return std::make_pair(path, stepscope::format_job_written(job, path));
+      },
+      py::arg("texts"), py::arg("path"));
   m.def("runtime_site_counts", [] {
     const auto c = stepscope::detail::runtime_site_counts();
     py::dict d;

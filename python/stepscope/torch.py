@@ -31,8 +31,19 @@ hand-instrumented loop would have them:
   backward   each ``torch.autograd.backward`` (``loss.backward()``) made
              while instrumented after a forward of the model, on the calling
              thread;
-  optimizer  each ``optimizer.step()``.
-Returns a handle; ``handle.remove()`` takes everything back out.
+  optimizer  each ``optimizer.step()``;
+  ddp.allreduce  on a DistributedDataParallel model: the time the step is
+             blocked on DDP's gradient all-reduce at the end of backward
+             (kind communication, nested in backward; a communication hook,
+             see below and docs/multi-rank.md).
+Returns a handle; ``handle.remove()`` takes everything back out (DDP cannot
+take a communication hook back: it stops timing and passes through).
+
+torch.distributed jobs: steps() and instrument() make the end of the job —
+destroy_process_group(), stepscope.torch.finish() or the exit — hand each
+rank's report to rank 0 through the process group's store; rank 0 writes the
+job report (stepscope-report.merged.json beside its own, or
+STEPSCOPE_MERGED_OUT) with the straggler named by its cause.
 
 DataLoader workers: with num_workers > 0 the batches are produced in worker
 processes (forked or spawned); their time is not in this process's report.
@@ -57,7 +68,7 @@ import torch as _torch
 import stepscope as _stepscope
 from stepscope import _core
 
-__all__ = ["steps", "instrument"]
+__all__ = ["steps", "instrument", "finish"]
 
 
 def _data_loader_in(loader):
@@ -93,6 +104,7 @@ def steps(loader):
     """``for batch in stepscope.torch.steps(loader):`` — see the module's help."""
     _record_loader_config(loader)
     _stepscope._record_process_group()
+    _gather_at_group_end()
     return _core.StepIterator(loader)
 
 
@@ -274,8 +286,14 @@ def instrument(model, optimizer=None, submodules=False):
         if handle.removed or not getattr(_local, "forward_seen", False):
             return original_backward(*args, **kwargs)
         _local.forward_seen = False
+        _backward_thread[0] = _threading.get_ident()
         with backward:
-            return original_backward(*args, **kwargs)
+            try:
+                return original_backward(*args, **kwargs)
+            finally:
+                timer = _open_communication[0]
+                if timer is not None:  # backward raised before its last callback: closed here
+                    timer.close()
 
     _torch.autograd.backward = timed_backward
 
@@ -284,6 +302,8 @@ def instrument(model, optimizer=None, submodules=False):
             _torch.autograd.backward = original_backward
 
     handle._restore.append(restore_backward)
+    _time_communication(model, handle)
+    _gather_at_group_end()
 
     if optimizer is not None:
         optimizer_phase = _stepscope.phase("optimizer")
@@ -308,3 +328,331 @@ def instrument(model, optimizer=None, submodules=False):
         # StepLR(optimizer, ...) with an AttributeError.
         _replace_attribute(optimizer, "step", _types.MethodType(timed_step, optimizer), handle)
     return handle
+
+
+# ---- communication: DDP's gradient all-reduce (issue 30) -------------------
+#
+# DDP all-reduces gradient buckets from hooks inside backward(): the step
+# blocks on them at the end of backward (the reducer's finalize_backward). A
+# communication hook wrapping the bucket's all-reduce (DDP's default, or the
+# user's own hook) notes each bucket's future. The phase "ddp.allreduce" (kind
+# communication, nested in "backward") opens at the last bucket's hook — the
+# local gradients are done — and closes in a callback that autograd runs at
+# the end of the backward pass (queued before DDP's own, so it runs first)
+# once the futures are done. That phase is the time the step spent blocked on its
+# collectives: the collective's tail that did not overlap with the backward
+# compute, plus waiting for slower ranks (the job report tells the two apart
+# across ranks). Only on the thread that called backward and for CPU buckets
+# (gloo): with NCCL the wait is a stream dependency, not a host block, and the
+# collective's device time comes from CUPTI's NCCL kernels.
+
+_backward_thread = [None]  # the thread of the last instrumented backward()
+_open_communication = [None]  # the timer whose ddp.allreduce phase is open (backward's thread)
+_COMM_PHASE = "ddp.allreduce"
+
+
+class _CommunicationTimer:
+    """The communication hook instrument() registers on a DDP model."""
+
+    def __init__(self, model):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        self.inner = (model.process_group, default_hooks.allreduce_hook)  # DDP's default all-reduce
+        self.pending = []  # this backward's bucket futures
+        self.active = True
+        self.phase = _stepscope.phase(_COMM_PHASE, "communication")
+
+    def hook(self, state, bucket):
+        inner_state, inner = self.inner
+        opened = False
+        try:
+            if (
+                self.active
+                and bucket.buffer().device.type == "cpu"
+                and _threading.get_ident() == _backward_thread[0]
+                and _stepscope.enabled()
+            ):
+                if not self.pending:
+                    _torch.autograd.Variable._execution_engine.queue_callback(self._wait)
+                self.pending.append(None)  # its future, below
+                if bucket.is_last():
+                    # The local gradients are done: from here the step waits.
+                    self.phase.__enter__()
+                    _open_communication[0] = self
+                    opened = True
+        except Exception:  # outside a backward pass (no graph task to queue on): untimed
+            self.pending.clear()
+        try:
+            future = inner(inner_state, bucket)
+        except BaseException:
+            if opened:
+                self.close()
+            raise
+        if self.pending and self.pending[-1] is None:
+            self.pending[-1] = future
+        return future
+
+    def close(self):
+        if _open_communication[0] is self:
+            _open_communication[0] = None
+            self.phase.__exit__(None, None, None)
+
+    def _wait(self):
+        # Autograd's last callbacks run on the thread that called backward()
+        # for a CPU graph: the one the phase was opened on.
+        pending, self.pending = self.pending, []
+        try:
+            for future in pending:
+                if future is not None:
+                    future.wait()
+        except Exception:  # DDP's own wait, next, raises it to the user
+            pass
+        self.close()
+
+
+def _ddp_class():
+    dist = getattr(_torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return None
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel
+
+
+def _time_communication(model, handle):
+    """Registers the timing communication hook on a DDP model; the model's
+    register_comm_hook then sets the hook it wraps (a DDP model takes one)."""
+    ddp = _ddp_class()
+    if type(model).__name__ == "FullyShardedDataParallel":
+        _warn("stepscope.torch.instrument: FSDP's all-gathers and reduce-scatters are not timed as communication "
+              "(this torch has no hook for them); time the step's waits with stepscope.phase(..., 'communication')")
+        return
+    if ddp is None or not isinstance(model, ddp) or getattr(model, "reducer", None) is None:
+        return
+    if any(getattr(m, "sparse", False) is True for m in model.modules()):
+        # Sparse gradients (nn.Embedding(sparse=True)): DDP's own path, untouched.
+        _warn("stepscope.torch.instrument: a model with sparse gradients: DDP's communication is not timed; time "
+              "it with stepscope.phase(..., 'communication') where the step waits for it")
+        return
+    try:
+        timer = _CommunicationTimer(model)
+        model.register_comm_hook(None, timer.hook)
+    except Exception as e:  # the user registered a hook before instrument() (DDP takes one), another torch
+        _warn("stepscope.torch.instrument: DDP's communication is not timed (%s); call instrument() before "
+              "register_comm_hook, which then keeps working" % (str(e).splitlines() or [""])[0])
+        return
+
+    def register_comm_hook(state, hook):
+        check = getattr(model, "_check_comm_hook", None)
+        if check is not None:
+            check(hook)  # the user's mistakes raise as without stepscope
+        timer.inner = (state, hook)
+
+    def register_builtin_comm_hook(comm_hook_type):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        fp16 = comm_hook_type == _torch.distributed.BuiltinCommHookType.FP16_COMPRESS
+        timer.inner = (model.process_group, default_hooks.fp16_compress_hook if fp16 else default_hooks.allreduce_hook)
+
+    _replace_attribute(model, "register_comm_hook", register_comm_hook, handle)
+    _replace_attribute(model, "_register_builtin_comm_hook", register_builtin_comm_hook, handle)
+
+    def stop_timing():  # DDP cannot take a hook back: it goes on as a plain pass-through
+        timer.active = False
+
+    handle._restore.append(stop_timing)
+
+
+def _warn(message):
+    import warnings
+
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# ---- one job report through the job's own process group (issue 30) ---------
+#
+# At the end of a torch.distributed job — when the program destroys the
+# default process group (what PyTorch's DDP examples do last), calls
+# stepscope.torch.finish(), or exits with the group still up — every rank
+# finishes (its own report, as always) and hands its report to rank 0
+# through the group's store (the rendezvous key-value store every process
+# group has: no shared file system, no collective that a dead rank could
+# hang). Rank 0 waits for them at most STEPSCOPE_GATHER_TIMEOUT_S seconds
+# (default 30), merges what came and writes the job report; ranks that sent
+# nothing are named in a warning, their own files stay. docs/multi-rank.md.
+
+_GATHER_KEY = "stepscope/job-report/"
+_MAX_PAYLOAD = 16 << 20  # bytes per rank, compressed: a report is tens to hundreds of KiB
+_gather_state = {"installed": False, "done": False}
+
+
+def _gather_at_group_end():
+    """Makes destroy_process_group and the interpreter's exit hand this rank's
+    report to rank 0 first (once, when a default group exists)."""
+    if _gather_state["installed"]:
+        return
+    dist = getattr(_torch, "distributed", None)
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return
+    except Exception:
+        return
+    _gather_state["installed"] = True
+    # destroy_process_group() of the default group (also when the program
+    # imported it by name before: PyTorch's ddp-tutorial-series does) resets
+    # the default group through distributed_c10d._update_default_pg(None),
+    # with the group's store still there: the report goes first.
+    c10d = dist.distributed_c10d
+    original = getattr(c10d, "_update_default_pg", None)
+    if callable(original):
+
+        @_functools.wraps(original)
+        def update_default_pg(pg):
+            if pg is None and not _gather_state["done"]:
+                finish()
+            return original(pg)
+
+        c10d._update_default_pg = update_default_pg
+    import atexit
+
+    atexit.register(_finish_at_exit)  # runs before stepscope's own exit hook (registered earlier)
+
+
+def _finish_at_exit():
+    # The report says how the run ended (exit, SIGINT, the uncaught
+    # exception), as stepscope's own exit hook writes it; then the gather.
+    import sys
+
+    _stepscope._finish_at_python_exit()
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    _finish_and_gather(_core.finish(), crashed=_stepscope._ended_by_exception(last))
+
+
+def _timeout_s():
+    import os
+
+    text = os.environ.get("STEPSCOPE_GATHER_TIMEOUT_S", "")
+    if not text:
+        return 30.0
+    try:
+        value = float(text)
+        if value >= 0 and value == value:
+            return value
+    except ValueError:
+        pass
+    _warn("stepscope: STEPSCOPE_GATHER_TIMEOUT_S=%r is not a number of seconds >= 0; using 30" % text)
+    return 30.0
+
+
+def _report_bytes(path):
+    import zlib
+
+    data = b""
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_MAX_PAYLOAD * 8 + 1)
+        except OSError:
+            data = b""
+    if not data.lstrip().startswith(b"{"):  # not written, or written where it cannot be read back (/dev/null)
+        data = _core.snapshot_json().encode("utf-8")
+    packed = zlib.compress(data, 1)
+    return packed if len(packed) <= _MAX_PAYLOAD else b""
+
+
+def _merged_path(own_path):
+    import os
+
+    configured = os.environ.get("STEPSCOPE_MERGED_OUT", "")
+    if configured:
+        return configured
+    directory = os.path.dirname(own_path) if own_path and own_path != os.devnull else ""
+    return os.path.join(directory, "stepscope-report.merged.json")
+
+
+def finish():
+    """Finishes this rank (its own report, as stepscope.finish()) and, in a
+    torch.distributed job, hands the report to rank 0, which writes the job
+    report. Every rank calls it (destroy_process_group() and the exit do).
+    Returns rank 0's job report path, else this rank's report path."""
+    return _finish_and_gather(_stepscope.finish())
+
+
+def _finish_and_gather(own, crashed=False):
+    if _gather_state["done"]:
+        return own
+    _gather_state["done"] = True
+    try:
+        dist = _torch.distributed
+        if not _gather_state["installed"] or not dist.is_initialized():
+            return own
+        rank, world = dist.get_rank(), dist.get_world_size()
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:
+        return own
+    if world < 2 or not own:
+        return own  # one rank, or stepscope disabled (STEPSCOPE=0): nothing to merge
+    import sys
+
+    try:
+        payload = _report_bytes(own)
+        if not payload:
+            sys.stderr.write("stepscope: warning: rank %d's report is over %d MiB compressed: not handed to rank 0 "
+                             "(it is in %s)\n" % (rank, _MAX_PAYLOAD >> 20, own))
+        if rank == 0 and crashed:
+            # The others may be blocked in a collective waiting for this rank:
+            # waiting for their reports would only stall this exit.
+            sys.stderr.write("stepscope: warning: rank 0 ended by an exception: no job report is gathered; each "
+                             "rank's report is in its own file\n")
+            return own
+        if rank != 0:
+            store.set(_GATHER_KEY + str(rank), payload)
+            # A set gets no answer: this add does (same connection, after the
+            # set), so a store that is gone (rank 0 died) raises here.
+            store.add(_GATHER_KEY + "handed", 1)
+            return own
+        return _write_job_report(store, world, payload, own, _timeout_s()) or own
+    except Exception as e:  # a group that is gone, a store rank 0 closed: the per-rank files stay
+        sys.stderr.write("stepscope: warning: the job report was not gathered (%s: %s); each rank's report is in its "
+                         "own file\n" % (type(e).__name__, e))
+        return own
+
+
+def _write_job_report(store, world, own_payload, own_path, timeout_s):
+    """Rank 0: the others' reports from the store (for at most timeout_s), merged."""
+    import os
+    import sys
+    import time
+    import zlib
+    from datetime import timedelta
+
+    deadline = time.monotonic() + timeout_s
+    texts = [b""] * world
+    texts[0] = own_payload
+    waiting = []
+    for r in range(1, world):
+        key = _GATHER_KEY + str(r)
+        try:  # once the deadline has passed, a rank still gets 10 ms
+            store.wait([key], timedelta(seconds=max(0.01, deadline - time.monotonic())))
+            texts[r] = store.get(key)
+            store.delete_key(key)
+        except Exception:  # not there in time (or the store failed): this rank is missing
+            waiting.append(r)
+    quiet = os.environ.get("STEPSCOPE_QUIET", "") not in ("", "0")
+    if waiting:
+        sys.stderr.write("stepscope: warning: no report from rank(s) %s within %.0f s (STEPSCOPE_GATHER_TIMEOUT_S): "
+                         "the job report covers the others; a rank that died or never finished keeps its own "
+                         "file\n" % (", ".join(map(str, waiting)), timeout_s))
+    for r in range(world):
+        if texts[r]:
+            try:
+                texts[r] = zlib.decompress(texts[r])
+            except zlib.error:
+                texts[r] = b""
+    path, text = _core.merge_and_write(texts, _merged_path(own_path))
+    if not path:
+        sys.stderr.write("stepscope: warning: %s; each rank's report is in its own file\n" % text)
+        return ""
+    if not quiet:
+        sys.stderr.write(text)
+    return path

@@ -53,7 +53,8 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
       }
       if (!fits) {
         // Still take part in the collective, receiving nothing.
-        for (int r = 0; r < world; ++r) sizes[static_cast<std::size_t>(r)] = 0, offsets[static_cast<std::size_t>(r)] = 0;
+        for (int r = 0; r < world; ++r)
+          sizes[static_cast<std::size_t>(r)] = 0, offsets[static_cast<std::size_t>(r)] = 0;
         total = 0;
       }
       all.resize(static_cast<std::size_t>(total) + 1);
@@ -70,25 +71,17 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
       return "";
     }
 
-    std::vector<Report> reports;
-    reports.reserve(static_cast<std::size_t>(world));
-    std::string error;
+    std::vector<std::string> texts(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
       const int n = sizes[static_cast<std::size_t>(r)];
-      if (n <= 0) continue;
-      Report one;
-      const std::string text(all.data() + offsets[static_cast<std::size_t>(r)], static_cast<std::size_t>(n));
-      if (!report_from_json(text, one, error)) {
-        std::fprintf(stderr, "stepscope: warning: rank %d sent an unreadable report (%s); left out\n", r, error.c_str());
-        continue;
-      }
-      if (one.run.rank < 0) one.run.rank = r;
-      one.run.world_size = world;
-      reports.push_back(std::move(one));
+      if (n > 0)
+        texts[static_cast<std::size_t>(r)].assign(all.data() + offsets[static_cast<std::size_t>(r)],
+                                                  static_cast<std::size_t>(n));
     }
     all.clear();
     all.shrink_to_fit();
-    Report job = merge_reports(reports, error);
+    std::string error;
+    Report job = merge_report_texts(texts, error);
     if (!job.ranks) {
       std::fprintf(stderr, "stepscope: warning: cannot merge the ranks' reports: %s\n", error.c_str());
       return "";
@@ -101,12 +94,7 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
                    error.c_str());
       return "";
     }
-    if (!settings.quiet) {
-      std::string text = format_multi_rank(job);
-      text += "job verdict: " + job.bottleneck.summary + "\n";
-      text += "stepscope: merged job report written to " + path + "\n";
-      std::fputs(text.c_str(), stderr);
-    }
+    if (!settings.quiet) std::fputs(format_job_written(job, path).c_str(), stderr);
     return path;
   } catch (...) {
     std::fputs("stepscope: warning: gathering the ranks' reports failed\n", stderr);

@@ -633,6 +633,7 @@ json to_j(const MultiRank& m) {
                                     {"comm_wait_ms", num(r.comm_wait_ms)},
                                     {"verdict", r.verdict},
                                     {"straggler", r.straggler},
+                                    {"waits_for", r.waits_for},
                                     {"complete", r.complete},
                                     {"ended_by", r.ended_by.empty() ? json(nullptr) : json(r.ended_by)},
                                     {"interrupted", r.interrupted.empty() ? json(nullptr) : json(r.interrupted)},
@@ -658,7 +659,8 @@ json to_j(const MultiRank& m) {
                               {"robust_z", num(s.robust_z)},
                               {"slow_step_fraction", num(s.slow_step_fraction)},
                               {"pattern", s.pattern},
-                              {"slow_steps", s.slow_steps}});
+                              {"slow_steps", s.slow_steps},
+                              {"cause", s.cause}});
   return json{{"world_size", m.world_size},
               {"ranks_merged", m.ranks_merged},
               {"missing_ranks", m.missing_ranks},
@@ -704,6 +706,7 @@ MultiRank multirank_from(const Field& j) {
     s.slow_step_fraction = get_num(x, "slow_step_fraction");
     s.pattern = get_str(x, "pattern");
     for (const Field& v : get_arr(x, "slow_steps")) s.slow_steps.push_back(count_of(v, v.path));
+    s.cause = get_str(x, "cause");  // absent in merged reports written before it
     m.stragglers.push_back(std::move(s));
   }
   m.method = get_str(j, "method");
@@ -719,6 +722,8 @@ MultiRank multirank_from(const Field& j) {
     r.comm_wait_ms = get_num(x, "comm_wait_ms");
     r.verdict = get_str(x, "verdict");
     r.straggler = get_bool(x, "straggler");
+    for (const Field& v : get_arr(x, "waits_for"))  // absent in merged reports written before it
+      r.waits_for.push_back(static_cast<int>(integer_of(v, v.path, 0, kMaxRanks - 1)));
     r.complete = get_bool(x, "complete", true);  // absent in merged reports written before it
     r.ended_by = get_str(x, "ended_by");
     r.interrupted = get_str(x, "interrupted");

@@ -29,6 +29,7 @@ struct JobSpec {
   // Extra forward time of one rank on every step (chronic straggler).
   int slow_rank = -1;
   double slow_extra_ms = 0;
+  std::string slow_in = "forward";  // where its extra time goes: "forward", "data", "unattributed" (no phase)
   // One stall of one rank at one step (one-off).
   int stall_rank = -1;
   int stall_step = -1;
@@ -74,16 +75,20 @@ std::vector<Report> make_job(const JobSpec& spec) {
   std::normal_distribution<double> unit(0.0, 1.0);
   auto noisy = [&](double ms) { return std::max(0.0, ms * (1.0 + spec.noise * unit(rng))); };
   const std::size_t R = static_cast<std::size_t>(spec.ranks), S = static_cast<std::size_t>(spec.steps);
-  std::vector<std::vector<double>> data(R, std::vector<double>(S)), fwd = data, bwd = data, busy = data, comm = data;
+  std::vector<std::vector<double>> data(R, std::vector<double>(S)), fwd = data, bwd = data, busy = data, comm = data,
+                                                                    unattributed = data;
   for (std::size_t s = 0; s < S; ++s) {
     double slowest = 0;
     for (std::size_t r = 0; r < R; ++r) {
       data[r][s] = noisy(spec.data_ms);
       fwd[r][s] = noisy(spec.forward_ms);
       bwd[r][s] = noisy(spec.backward_ms);
-      if (static_cast<int>(r) == spec.slow_rank) fwd[r][s] += spec.slow_extra_ms;
+      if (static_cast<int>(r) == spec.slow_rank)
+        (spec.slow_in == "data"           ? data
+         : spec.slow_in == "unattributed" ? unattributed
+                                          : fwd)[r][s] += spec.slow_extra_ms;
       if (static_cast<int>(r) == spec.stall_rank && static_cast<int>(s) == spec.stall_step) fwd[r][s] += spec.stall_ms;
-      busy[r][s] = data[r][s] + fwd[r][s] + bwd[r][s];
+      busy[r][s] = data[r][s] + fwd[r][s] + bwd[r][s] + unattributed[r][s];
       slowest = std::max(slowest, busy[r][s]);
     }
     const double collective = noisy(spec.collective_ms);
@@ -124,7 +129,7 @@ std::vector<Report> make_job(const JobSpec& spec) {
       series.kind_ms[PhaseKind::memory].push_back(0);
       series.kind_ms[PhaseKind::communication].push_back(comm[r][s]);
       series.kind_ms[PhaseKind::other].push_back(0);
-      series.unattributed_ms.push_back(0);
+      series.unattributed_ms.push_back(unattributed[r][s]);
     }
     rep.phases.push_back(phase("data", PhaseKind::input, data[r], w));
     rep.phases.push_back(phase("forward", PhaseKind::compute, fwd[r], w));
@@ -603,4 +608,68 @@ TEST_CASE("call sites that are not a place in a file say what they are, in the s
   const std::string page = html_report(r);
   CHECK(page.find("<td>the steps() loop&#39;s fetch / next_step() (Python)</td>") != std::string::npos);
   CHECK(page.find("<td>train.cpp:42</td>") != std::string::npos);
+}
+
+TEST_CASE("the straggler is named by its cause: extra phase time, unattributed work, its loader", "[merge]") {
+  struct Case {
+    std::string slow_in, cause, phase;
+  };
+  for (const Case& c : {Case{"forward", "phase", "forward"}, Case{"unattributed", "unattributed", "(unattributed)"},
+                        Case{"data", "input", "data"}})
+    for (int ranks : {2, 4}) {
+      JobSpec spec;
+      spec.ranks = ranks;
+      spec.steps = 20;
+      spec.data_ms = 1;
+      spec.forward_ms = 5;
+      spec.backward_ms = 10;
+      spec.slow_rank = ranks - 1;
+      spec.slow_extra_ms = 30;
+      spec.slow_in = c.slow_in;
+      INFO(c.slow_in << " on " << ranks << " ranks");
+      const Report job = merge_ok(make_job(spec));
+      const MultiRank& m = *job.ranks;
+      REQUIRE(m.stragglers.size() == 1);
+      CHECK(m.stragglers[0].rank == ranks - 1);
+      CHECK(m.stragglers[0].cause == c.cause);
+      CHECK(m.stragglers[0].phase == c.phase);
+      CHECK(m.stragglers[0].excess_ms == Approx(30).margin(3));
+      CHECK(job.bottleneck.summary.find("rank " + std::to_string(ranks - 1) + " is a chronic straggler") !=
+            std::string::npos);
+      for (const RankSummary& r : m.ranks)
+        CHECK(r.waits_for == (r.rank == ranks - 1 ? std::vector<int>{} : std::vector<int>{ranks - 1}));
+      if (c.cause == "input") CHECK(job.bottleneck.summary.find("the loader") != std::string::npos);
+      if (c.cause == "unattributed") CHECK(job.bottleneck.summary.find("outside any phase") != std::string::npos);
+      // The cause and whom the others wait for survive the JSON report.
+      Report loaded;
+      std::string error;
+      REQUIRE(report_from_json(report_to_json(job, -1), loaded, error));
+      CHECK(loaded.ranks->stragglers[0].cause == c.cause);
+      CHECK(loaded.ranks->ranks[0].waits_for == m.ranks[0].waits_for);
+    }
+  JobSpec balanced;
+  balanced.ranks = 4;
+  balanced.steps = 20;
+  const Report job = merge_ok(make_job(balanced));
+  CHECK(job.ranks->stragglers.empty());
+  for (const RankSummary& r : job.ranks->ranks) CHECK(r.waits_for.empty());
+}
+
+TEST_CASE("the ranks' JSON texts merge as their reports do; a rank that sent nothing is missing", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 3;
+  spec.steps = 20;
+  spec.slow_rank = 2;
+  spec.slow_extra_ms = 30;
+  const std::vector<Report> ranks = make_job(spec);
+  std::vector<std::string> texts = {report_to_json(ranks[0], -1), "", report_to_json(ranks[2], -1), "{not json"};
+  std::string error;
+  const Report job = merge_report_texts(texts, error);
+  REQUIRE(job.ranks);
+  CHECK(job.ranks->world_size == 4);
+  CHECK(job.ranks->missing_ranks == std::vector<int>{1, 3});
+  CHECK(std::any_of(job.warnings.begin(), job.warnings.end(),
+                    [](const std::string& w) { return w.find("rank 3 sent an unreadable report") == 0; }));
+  CHECK(format_job_written(job, "job.json").find("merged job report written to job.json") != std::string::npos);
+  CHECK_FALSE(merge_report_texts({"", ""}, error).ranks);
 }
