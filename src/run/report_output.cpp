@@ -4,6 +4,7 @@
 #include "run/runtime.hpp"
 
 #include "core/env.hpp"
+#include "text/printable.hpp"
 
 #include <stepscope/report.hpp>
 
@@ -136,6 +137,7 @@ bool ReportFile::write(const std::string& wanted, Report& report, bool durable, 
                     " s ago; no rank tells the two apart: set RANK and WORLD_SIZE, call set_rank(), or put {pid} in "
                     "STEPSCOPE_OUT); this process writes '" +
                     moved_to_ + "' instead of replacing it";
+      moved_note_ = printable(moved_note_, kMaxWarningChars);
       std::fprintf(stderr, "stepscope: warning: %s\n", moved_note_.c_str());
       report.warnings.push_back(moved_note_);
     }
@@ -160,15 +162,20 @@ bool ReportFile::write(const std::string& wanted, Report& report, bool durable, 
 std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank) {
   std::string error, written;
   if (file.write(path, report, /*durable=*/true, written, error)) return written;
-  const std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));
+  // The fallback is in a shared directory ($TMPDIR, /tmp): a file of our own,
+  // created exclusively and 0600, never one a name planted there leads to.
+  std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));
+  std::string error2;
+  const bool reserved = create_private_file(fallback, error2);
   const std::string message =
-      "cannot write the report to '" + path + "' (" + error + "); writing it to '" + fallback + "' instead";
+      printable("cannot write the report to '" + path + "' (" + error + "); writing it to '" + fallback + "' instead",
+                kMaxWarningChars);
   std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
   report.warnings.push_back(message);
-  std::string error2;
-  if (write_report_file(report, fallback, error2)) return fallback;
+  if (reserved && write_report_file(report, fallback, error2)) return fallback;
   std::fprintf(stderr, "stepscope: error: cannot write the report to '%s' either (%s); here it is:\n%s\n",
-               fallback.c_str(), error2.c_str(), report_to_json(report).c_str());
+               printable(fallback, kMaxWarningChars).c_str(), printable(error2).c_str(),
+               report_to_json(report).c_str());
   return "<stderr>";
 }
 

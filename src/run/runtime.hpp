@@ -16,6 +16,10 @@ namespace detail {
 
 class Collector;
 
+// The longest warning the run time shows (characters, after printable()):
+// a path or value from the environment may be 100 kB.
+inline constexpr std::size_t kMaxWarningChars = 2000;
+
 // Builds the report from the collector's facts plus run information and the
 // analyzer's verdict. final_report stops the collector first.
 Report build_report(bool final_report);
@@ -72,9 +76,6 @@ std::string finish_run(const char* ended_by) noexcept;
 // (the first call only; bounded copies, no allocation; any thread): the
 // Python package's exit hook, and std::terminate in C++ programs.
 void note_uncaught_exception(const char* type, const char* message) noexcept;
-
-// Name of a termination signal the run time handles ("SIGTERM"), else "".
-const char* termination_signal_name(int sig) noexcept;
 
 }  // namespace detail
 }  // namespace v1
