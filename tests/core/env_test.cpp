@@ -150,11 +150,8 @@ TEST_CASE("one switch parser for every variable: any case, yes/no, on/off, true/
   for (const char* off : {"0", "off", "OFF", "Off", "false", "FALSE", "False", "no", "NO", "No", "nO"}) {
     INFO(off);
     std::vector<std::string> w;
-    const Settings s = read({{"STEPSCOPE_CUDA", off},
-                             {"STEPSCOPE_CUPTI", off},
-                             {"STEPSCOPE_SIGNALS", off},
-                             {"STEPSCOPE", off}},
-                            w);
+    const Settings s =
+        read({{"STEPSCOPE_CUDA", off}, {"STEPSCOPE_CUPTI", off}, {"STEPSCOPE_SIGNALS", off}, {"STEPSCOPE", off}}, w);
     CHECK(w.empty());
     CHECK_FALSE(s.device.cuda);
     CHECK_FALSE(s.device.cupti);
