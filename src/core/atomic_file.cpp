@@ -86,17 +86,21 @@ int own_descriptor(const std::string& p) {
   return -1;
 }
 
-// The kernel's protected_symlinks rule, applied whatever the sysctl says: a
-// link in a world-writable sticky directory (/tmp) is followed only when this
-// process or the directory's owner owns it. A link planted there by another
-// user would make this run write wherever it points. 0 or EACCES.
-int check_sticky_link(const std::string& link, const struct stat& link_st, std::string& why) {
+// The kernel's protected_symlinks, protected_fifos and protected_regular
+// rules, applied whatever the sysctls say: in a world-writable sticky
+// directory (/tmp) a link is followed, and a FIFO or file written, only when
+// this process's user or the directory's owner owns it. A link planted there
+// by another user would make this run write wherever it points; a FIFO, hand
+// the report (host, pid, every set_config value) to whoever reads it.
+// 0 or EACCES with `why` set.
+int check_shared_directory_owner(const std::string& path, const struct stat& st, std::string& why) {
   struct stat dir {};
-  if (::stat(directory_of(link).c_str(), &dir) != 0) return 0;  // the open below fails on its own
+  if (::stat(directory_of(path).c_str(), &dir) != 0) return 0;  // the open below fails on its own
   const bool shared = (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & S_IWOTH) != 0;
-  if (!shared || link_st.st_uid == ::geteuid() || link_st.st_uid == dir.st_uid) return 0;
-  why = "'" + link + "' is a symbolic link owned by another user (uid " + std::to_string(link_st.st_uid) +
-        ") in a world-writable sticky directory: not followed";
+  if (!shared || st.st_uid == ::geteuid() || st.st_uid == dir.st_uid) return 0;
+  const char* what = S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a file";
+  why = "'" + path + "' is " + what + " owned by another user (uid " + std::to_string(st.st_uid) +
+        ") in a world-writable sticky directory: " + (S_ISLNK(st.st_mode) ? "not followed" : "not written");
   return EACCES;
 }
 
@@ -120,9 +124,9 @@ int walk_links(const std::string& path, LinkWalk& out, std::string& why) {
     }
     if (!S_ISLNK(st.st_mode)) {
       out.final_path = p;
-      return 0;
+      return check_shared_directory_owner(p, st, why);
     }
-    if (const int err = check_sticky_link(p, st, why); err != 0) return err;
+    if (const int err = check_shared_directory_owner(p, st, why); err != 0) return err;
     out.any_link = true;
     char buf[PATH_MAX];
     const ssize_t n = ::readlink(p.c_str(), buf, sizeof buf - 1);

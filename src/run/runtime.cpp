@@ -293,33 +293,6 @@ std::string report_path(Runtime& rt) {
   return path;
 }
 
-std::string host_name() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
-
-std::map<std::string, std::string> build_options() {
-  std::map<std::string, std::string> build;
-  build["enable"] = STEPSCOPE_ENABLE ? "ON" : "OFF";
-#if defined(STEPSCOPE_WITH_CUDA) && STEPSCOPE_WITH_CUDA
-  build["cuda"] = "ON";
-#else
-  build["cuda"] = "OFF";
-#endif
-#if defined(__clang__)
-  build["compiler"] = std::string("clang ") + __clang_version__;
-#elif defined(__GNUC__)
-  build["compiler"] = std::string("gcc ") + __VERSION__;
-#endif
-#if defined(NDEBUG)
-  build["assertions"] = "OFF";
-#else
-  build["assertions"] = "ON";
-#endif
-  return build;
-}
-
 void write_snapshot(Runtime& rt) noexcept;
 void write_final_after_signal(Runtime& rt, int pending) noexcept;
 
@@ -575,39 +548,6 @@ Settings run_settings() noexcept {
   } catch (...) {
     return Settings{};
   }
-}
-
-void write_trace_if_enabled(Collector& collector, Report& report, const Settings& s, const std::string& report_path,
-                            long child_pid) {
-  TraceCapture capture = collector.take_trace();
-  if (s.trace.empty() || capture.window.empty()) return;
-  const RunInfo& run = report.run;
-  std::string note, path;
-  if (s.trace_out.empty()) {
-    // Beside the report, whatever the working directory.
-    const auto slash = report_path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "" : report_path.substr(0, slash + 1);
-    path = dir + process_output_path("", "stepscope-trace.json.gz", run.rank, run.world_size, child_pid, note);
-  } else {
-    path = process_output_path(s.trace_out, "", run.rank, run.world_size, child_pid, note);
-  }
-  std::string error;
-  if (write_chrome_trace(capture, run, path, error)) {
-    if (!s.quiet)
-      std::fprintf(stderr, "stepscope: trace of steps %s (%zu events%s) written to %s\n", capture.window.c_str(),
-                   capture.events.size(), capture.events_over_limit ? ", some over the limit" : "", path.c_str());
-    return;
-  }
-  // As the report's fallback: a file of our own, created exclusively, 0600.
-  std::string fallback = fallback_report_path(run.rank, static_cast<long>(::getpid())) + ".trace.json.gz";
-  std::string error2;
-  const bool reserved = create_private_file(fallback, error2);
-  std::string message = "cannot write the trace (" + error + "); writing it to '" + fallback + "' instead";
-  if (!reserved || !write_chrome_trace(capture, run, fallback, error2))
-    message = "cannot write the trace (" + error + "), nor to '" + fallback + "' (" + error2 + "); no trace is written";
-  message = printable(message, kMaxWarningChars);
-  std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
-  report.warnings.push_back(message);
 }
 
 namespace {

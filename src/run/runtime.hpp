@@ -8,6 +8,7 @@
 #include <stepscope/export.hpp>
 #include <stepscope/report.hpp>
 
+#include <map>
 #include <string>
 
 namespace stepscope {
@@ -61,6 +62,10 @@ class ReportFile {
 // it in the report and writes to the fallback path; as a last resort prints
 // the JSON on stderr. Returns the path written ("<stderr>" for the last resort).
 std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank);
+// What the report says of the run's machine and build (run.host, run.build).
+std::string host_name();
+std::map<std::string, std::string> build_options();
+
 // STEPSCOPE_TRACE: writes the captured window as a gzipped Chrome trace,
 // beside the report (report_path's directory) unless STEPSCOPE_TRACE_OUT
 // says where. A failure's reason goes to stderr and to report.warnings.

@@ -737,6 +737,18 @@ TEST_CASE("a link another user planted in a sticky directory is not followed; fa
     REQUIRE(::stat(fallback.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);  // in a shared directory: the owner's only
   }
+  SECTION("a FIFO another user planted at the report's path gets nothing") {
+    const std::string fifo = shared + "/stepscope-report.json";
+    REQUIRE(::mkfifo(fifo.c_str(), 0666) == 0);
+    REQUIRE(::chown(fifo.c_str(), 65534, 65534) == 0);
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // the planter, listening
+    REQUIRE(reader >= 0);
+    REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=" + fifo}, {"workload", "10"}))) == 0);
+    char byte = 0;
+    CHECK(::read(reader, &byte, 1) <= 0);
+    ::close(reader);
+    CHECK(contains(slurp(dir / "probe.err"), "not written"));
+  }
   SECTION("at the predictable fallback name in $TMPDIR") {
     const pid_t pid =
         start_probe(dir, {"TMPDIR=" + shared, "STEPSCOPE_OUT=" + dir.path + "/missing/dir/report.json"}, {"forever"});
