@@ -200,7 +200,8 @@ void write_trace_if_enabled(Collector& collector, Report& report, const Settings
   if (write_chrome_trace(capture, run, path, error)) {
     if (!s.quiet)
       std::fprintf(stderr, "stepscope: trace of steps %s (%zu events%s) written to %s\n", capture.window.c_str(),
-                   capture.events.size(), capture.events_over_limit ? ", some over the limit" : "", path.c_str());
+                   capture.events.size(), capture.events_over_limit ? ", some over the limit" : "",
+                   printable(path, kMaxWarningChars).c_str());
     return;
   }
   // As the report's fallback: a file of our own, created exclusively, 0600.

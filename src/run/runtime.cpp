@@ -353,9 +353,10 @@ Collector* start_collector(Runtime& rt) {
     std::lock_guard<std::mutex> lock(rt.mutex);
     for (const auto& w : env_warnings) warn(rt, w);
     if (rt.clock.override_invalid)
-      warn(rt, "STEPSCOPE_CLOCK='" + settings.clock + "' is not 'tsc' or 'monotonic'; using the default");
+      warn(rt, "STEPSCOPE_CLOCK='" + printable(settings.clock, kMaxQuotedValueChars) +
+                   "' is not 'tsc' or 'monotonic'; using the default");
     if (!trace_valid)
-      warn(rt, "STEPSCOPE_TRACE='" + settings.trace +
+      warn(rt, "STEPSCOPE_TRACE='" + printable(settings.trace, kMaxQuotedValueChars) +
                    "' is invalid (expected A-B, N, slow or slow:MS); no trace is written");
     // In the report's device section only: a CPU-only run of a CUDA build is
     // no news worth a line on every run's stderr.
@@ -595,7 +596,7 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where
     std::fputs(format_summary(report).c_str(), stderr);
     // After a signal the collector's own line says where (write_final_after_signal).
     if (say_where && rt.written_path != "<stderr>")
-      std::fprintf(stderr, "stepscope: report written to %s\n", rt.written_path.c_str());
+      std::fprintf(stderr, "stepscope: report written to %s\n", printable(rt.written_path, kMaxWarningChars).c_str());
   }
   return rt.written_path;
 }
@@ -627,7 +628,7 @@ void write_snapshot(Runtime& rt) noexcept {
       rt.snapshots_off = true;
       std::fprintf(stderr,
                    "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); no more snapshots\n",
-                   written.c_str(), error.c_str());
+                   printable(written, kMaxWarningChars).c_str(), printable(error).c_str());
     }
   } catch (...) {
     // Out of memory: the next snapshot retries.
@@ -655,7 +656,8 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
     rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
     const std::string path = write_final_report(rt, ending_name(pending), /*say_where=*/false);
     if (!rt.settings.quiet)
-      std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending), path.c_str());
+      std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending),
+                   printable(path, kMaxWarningChars).c_str());
     set_final_state(kFinalWritten);
   } catch (...) {
     set_final_state(kFinalAbandoned);

@@ -20,6 +20,8 @@ class Collector;
 // The longest warning the run time shows (characters, after printable()):
 // a path or value from the environment may be 100 kB.
 inline constexpr std::size_t kMaxWarningChars = 2000;
+// The most of one value (from the environment) a warning quotes.
+inline constexpr std::size_t kMaxQuotedValueChars = 80;
 
 // Builds the report from the collector's facts plus run information and the
 // analyzer's verdict. final_report stops the collector first.

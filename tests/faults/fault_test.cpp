@@ -793,3 +793,25 @@ TEST_CASE("a signal during the exit's report: neither the report nor the summary
   }
   CHECK(died > 0);
 }
+
+TEST_CASE("warnings show bad values and paths printably, cut to a bounded length", "[faults][env]") {
+  // Issue 29: warnings echoed values raw: a newline forged a line of stepscope's
+  // own, an escape sequence cleared the terminal, a 100 kB value came back whole.
+  TempDir dir;
+  const std::string forged = "3\nstepscope: report written to /forged\x1b[2J";
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(
+              dir, {"STEPSCOPE_WARMUP=" + forged, "STEPSCOPE_TRACE=" + std::string(100000, 'x'), "STEPSCOPE_QUIET=1"},
+              {"workload", "10"}))) == 0);
+  const std::string err = slurp(dir / "probe.err");
+  INFO(err.substr(0, 2000));
+  CHECK(err.find('\x1b') == std::string::npos);
+  CHECK(err.find("\nstepscope: report written to /forged") == std::string::npos);
+  CHECK(contains(err, "STEPSCOPE_WARMUP='3\\nstepscope: report written to /forged\\x1b[2J'"));
+  CHECK(err.size() < 2000);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  REQUIRE(r.warnings.size() >= 2);
+  for (const auto& w : r.warnings) {
+    CHECK(w.size() < 400);
+    CHECK(w.find('\n') == std::string::npos);
+  }
+}
