@@ -577,7 +577,7 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where
   const bool normal_ending = say_where;
   int fatal = normal_ending ? fatal_signal_now() : 0;
   if (fatal != 0) mark_ended_by_signal(rt, report, fatal);
-  if (report.total_records == 0 && (report.ended_by == "exit" || report.ended_by == "finish")) {
+  if (report.total_records == 0) {
     // Nothing recorded (stepscope imported or started, no phase ever ended):
     // no report, and above all none over a file that is someone else's.
     if (!rt.settings.quiet)
@@ -655,7 +655,7 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
     rt.finished = true;
     rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
     const std::string path = write_final_report(rt, ending_name(pending), /*say_where=*/false);
-    if (!rt.settings.quiet)
+    if (!rt.settings.quiet && !path.empty())
       std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending),
                    printable(path, kMaxWarningChars).c_str());
     set_final_state(kFinalWritten);
