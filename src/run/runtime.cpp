@@ -567,15 +567,15 @@ void mark_ended_by_signal(Runtime& rt, Report& report, int sig) {
 
 // The final report (rt.mutex held, the collector's loop ended): trace first,
 // so that its warnings are in the report. Returns the path written.
-std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where) {
+// from_finish: finish() or the exit handler wrote it (not a signal's request).
+std::string write_final_report(Runtime& rt, const char* ended_by, bool from_finish) {
   const std::string path = report_path(rt);
   Report report = build_report(true);
   report.complete = true;
   report.ended_by = ended_by;
   // finish() or the exit handler with a signal of ours under way: the
   // process dies of it once this report is out, and the report says so.
-  const bool normal_ending = say_where;
-  int fatal = normal_ending ? fatal_signal_now() : 0;
+  int fatal = from_finish ? fatal_signal_now() : 0;
   if (fatal != 0) mark_ended_by_signal(rt, report, fatal);
   if (report.total_records == 0) {
     // Nothing recorded (stepscope imported or started, no phase ever ended):
@@ -586,7 +586,7 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where
   }
   write_trace_if_enabled(*rt.collector, report, rt.settings, path, rt.child_pid);
   rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank);
-  if (normal_ending && fatal == 0 && (fatal = fatal_signal_now()) != 0) {
+  if (from_finish && fatal == 0 && (fatal = fatal_signal_now()) != 0) {
     // The signal came while the report was written: written again, so that
     // neither the file nor the summary reads as a run that ended by itself.
     mark_ended_by_signal(rt, report, fatal);
@@ -595,7 +595,7 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where
   if (!rt.settings.quiet) {
     std::fputs(format_summary(report).c_str(), stderr);
     // After a signal the collector's own line says where (write_final_after_signal).
-    if (say_where && rt.written_path != "<stderr>")
+    if (from_finish && rt.written_path != "<stderr>")
       std::fprintf(stderr, "stepscope: report written to %s\n", printable(rt.written_path, kMaxWarningChars).c_str());
   }
   return rt.written_path;
@@ -654,7 +654,7 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
     }
     rt.finished = true;
     rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
-    const std::string path = write_final_report(rt, ending_name(pending), /*say_where=*/false);
+    const std::string path = write_final_report(rt, ending_name(pending), /*from_finish=*/false);
     if (!rt.settings.quiet && !path.empty())
       std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending),
                    printable(path, kMaxWarningChars).c_str());
@@ -714,7 +714,7 @@ std::string finish_run(const char* ended_by) noexcept {
       pthread_join(rt.thread, nullptr);
       rt.thread_joined = true;
     }
-    write_final_report(rt, ended_by, /*say_where=*/true);
+    write_final_report(rt, ended_by, /*from_finish=*/true);
     set_final_state(kFinalWritten);
     return rt.written_path;
   } catch (...) {
