@@ -34,6 +34,7 @@ into the training loop once a phase is open.
 import atexit as _atexit
 import functools as _functools
 import json as _json
+import os as _os
 import sys as _sys
 
 from . import _core
@@ -196,6 +197,14 @@ def _finish_at_python_exit():
         _note_uncaught_exception(last)
     except BaseException:  # the report is still written below
         pass
+    # What the program printed comes before the report and the summary
+    # (STEPSCOPE_OUT=/dev/stdout, `2>&1`): Python flushes its buffers only
+    # after this hook.
+    for stream in (_sys.stdout, _sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
     try:
         _core.finish_at_python_exit(isinstance(last, KeyboardInterrupt))
     except BaseException:  # nothing may change how the program ends
@@ -236,6 +245,47 @@ def _ended_by_exception(last):
 
 
 _atexit.register(_finish_at_python_exit)
+
+
+# multiprocessing's forked children (DataLoader workers, Pool workers) end by
+# os._exit(): no atexit hook and no native exit handler runs in them. With
+# STEPSCOPE_CHILDREN=1 each writes its report from multiprocessing's own exit
+# step instead (its finalizers, which run before that os._exit); a child that
+# does not record returns at once. A child that is killed (SIGKILL, a
+# terminate() of a hung worker) keeps its last snapshot.
+def _finish_in_multiprocessing_child():
+    try:
+        _core.finish_at_python_exit(False)
+    except BaseException:  # nothing may change how the worker ends
+        pass
+
+
+def _register_child_finish(_token):
+    util = _sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util.Finalize(None, _finish_in_multiprocessing_child, exitpriority=-100)  # after the worker's own
+
+
+class _ForkToken:  # multiprocessing's after-fork registry holds its objects weakly
+    pass
+
+
+_fork_token = _ForkToken()
+
+
+def _after_fork_in_child():
+    # Runs in every forked child, before multiprocessing's bootstrap clears
+    # the finalizers it inherited and runs its after-fork callbacks: the
+    # finalizer is registered by one of those callbacks.
+    util = _sys.modules.get("multiprocessing.util")
+    if util is not None:
+        try:
+            util.register_after_fork(_fork_token, _register_child_finish)
+        except BaseException:
+            pass
+
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # stepscope.torch is imported on first use (it imports torch).

@@ -4,6 +4,8 @@
 // handler may unlink it.
 #include "core/atomic_file.hpp"
 
+#include "core/env.hpp"
+
 #include <stepscope/clock.hpp>
 
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 
 namespace stepscope {
@@ -58,25 +61,73 @@ std::string directory_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// Follows symbolic links to the final path (which may not exist yet: a
-// dangling link names the file to create). Relative link text is relative to
-// the link's own directory. via_proc: some hop went through /proc (as
-// /dev/stdout -> /proc/self/fd/1 does): the target is a file some process
-// has open. 0 or an errno.
-int resolve_links(const std::string& path, std::string& out, bool* via_proc = nullptr) {
+// What the links of an output path lead to (walk_links).
+struct LinkWalk {
+  std::string final_path;  // the last hop: the file to write (may not exist yet)
+  bool any_link = false;   // the path was a symbolic link (or a chain of them)
+  bool via_proc = false;   // some hop went through /proc: a file some process has open
+  int own_fd = -1;         // a hop named one of this process's descriptors (/proc/self/fd/N, /dev/fd/N)
+};
+
+// N when `p` names this process's descriptor N (/dev/stdout -> /proc/self/fd/1,
+// /dev/fd/N, /proc/<our pid>/fd/N) and that descriptor is open; else -1.
+int own_descriptor(const std::string& p) {
+  const std::string pid_prefix = "/proc/" + std::to_string(static_cast<long>(::getpid())) + "/fd/";
+  for (const std::string& prefix :
+       {std::string("/proc/self/fd/"), std::string("/proc/thread-self/fd/"), std::string("/dev/fd/"), pid_prefix}) {
+    if (p.rfind(prefix, 0) != 0 || p.size() == prefix.size() || p.size() - prefix.size() > 9) continue;
+    int fd = 0;
+    for (std::size_t i = prefix.size(); i < p.size(); ++i) {
+      if (p[i] < '0' || p[i] > '9') return -1;
+      fd = fd * 10 + (p[i] - '0');
+    }
+    return ::fcntl(fd, F_GETFD) >= 0 ? fd : -1;
+  }
+  return -1;
+}
+
+// The kernel's protected_symlinks, protected_fifos and protected_regular
+// rules, applied whatever the sysctls say: in a world-writable sticky
+// directory (/tmp) a link is followed, and a FIFO or file written, only when
+// this process's user or the directory's owner owns it. A link planted there
+// by another user would make this run write wherever it points; a FIFO, hand
+// the report (host, pid, every set_config value) to whoever reads it.
+// 0 or EACCES with `why` set.
+int check_shared_directory_owner(const std::string& path, const struct stat& st, std::string& why) {
+  struct stat dir {};
+  if (::stat(directory_of(path).c_str(), &dir) != 0) return 0;  // the open below fails on its own
+  const bool shared = (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & S_IWOTH) != 0;
+  if (!shared || st.st_uid == ::geteuid() || st.st_uid == dir.st_uid) return 0;
+  const char* what = S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a file";
+  why = "'" + path + "' is " + what + " owned by another user (uid " + std::to_string(st.st_uid) +
+        ") in a world-writable sticky directory: " + (S_ISLNK(st.st_mode) ? "not followed" : "not written");
+  return EACCES;
+}
+
+// Follows the symbolic links of `path` to the file they name (which may not
+// exist yet: a dangling link names the file to create). Relative link text is
+// relative to the link's own directory. Stops at a hop that names one of this
+// process's descriptors. 0, or an errno with `why` set when it is not errno's text.
+int walk_links(const std::string& path, LinkWalk& out, std::string& why) {
   std::string p = path;
   for (int hops = 0; hops < 40; ++hops) {
-    if (via_proc != nullptr && p.rfind("/proc/", 0) == 0) *via_proc = true;
+    if (p.rfind("/proc/", 0) == 0) out.via_proc = true;
+    if ((out.own_fd = own_descriptor(p)) >= 0) {
+      out.final_path = p;
+      return 0;
+    }
     struct stat st {};
     if (::lstat(p.c_str(), &st) != 0) {
       if (errno != ENOENT) return errno;
-      out = p;
+      out.final_path = p;
       return 0;
     }
     if (!S_ISLNK(st.st_mode)) {
-      out = p;
-      return 0;
+      out.final_path = p;
+      return check_shared_directory_owner(p, st, why);
     }
+    if (const int err = check_shared_directory_owner(p, st, why); err != 0) return err;
+    out.any_link = true;
     char buf[PATH_MAX];
     const ssize_t n = ::readlink(p.c_str(), buf, sizeof buf - 1);
     if (n < 0) return errno;
@@ -84,6 +135,14 @@ int resolve_links(const std::string& path, std::string& out, bool* via_proc = nu
     p = (!link.empty() && link[0] == '/') ? link : directory_of(p) + "/" + link;
   }
   return ELOOP;
+}
+
+// A directory anyone may write to (/tmp, /dev/shm): a file created there is
+// readable by its owner only (reports hold the host, pid and every
+// set_config value).
+bool world_writable_directory(const std::string& path) {
+  struct stat dir {};
+  return ::stat(directory_of(path).c_str(), &dir) == 0 && (dir.st_mode & S_IWOTH) != 0;
 }
 
 long long monotonic_ms() {
@@ -119,9 +178,84 @@ int write_all(int fd, const char* data, std::size_t size, int stall_ms) {
   return 0;
 }
 
-// A FIFO, a character device or a socket: written in place. SIGPIPE (a
-// reader that went away) is blocked on this thread for the write and any
-// pending one consumed, so it fails with EPIPE instead of ending the run.
+// SIGPIPE (a reader that went away) blocked on this thread while `write`
+// runs, and a pending one it raised consumed: the write fails with EPIPE
+// instead of ending the run.
+template <typename Write>
+int without_sigpipe(Write write) {
+  sigset_t pipe_only, previous;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  sigset_t before;
+  const bool was_pending = ::sigpending(&before) == 0 && sigismember(&before, SIGPIPE) == 1;
+  const bool masked = ::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) == 0;
+  const int err = write();
+  if (masked) {
+    if (err == EPIPE && !was_pending) {
+      const timespec zero{0, 0};
+      (void)::sigtimedwait(&pipe_only, nullptr, &zero);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  }
+  return err;
+}
+
+// A pipe, socket or terminal that is already open (a shared, blocking
+// descriptor: its flags are not ours to change): a chunk no larger than
+// PIPE_BUF at a time, each after poll says there is room, so a reader that
+// stopped reading costs at most stall_ms, not a hang.
+int write_polled(int fd, const char* data, std::size_t size, int stall_ms) {
+  std::size_t done = 0;
+  while (done < size) {
+    pollfd p{fd, POLLOUT, 0};
+    const int ready = ::poll(&p, 1, stall_ms);
+    if (ready == 0) return ETIMEDOUT;
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if ((p.revents & (POLLERR | POLLHUP)) != 0 && (p.revents & POLLOUT) == 0) return EPIPE;
+    const std::size_t chunk = size - done < PIPE_BUF ? size - done : PIPE_BUF;
+    const ssize_t n = ::write(fd, data + done, chunk);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return errno;
+    }
+  }
+  return 0;
+}
+
+std::string stream_error_text(int err) {
+  return err == ETIMEDOUT ? "the reader stopped reading" : errno_text(err);
+}
+
+// One of this process's open descriptors (/dev/stdout, /dev/stderr,
+// /proc/self/fd/N): written through a duplicate of it, at its offset (its
+// O_APPEND honoured), never reopened: reopening a file with O_TRUNC would
+// destroy what `>> train.log` collected, and a socket cannot be reopened.
+bool write_descriptor(int fd, const char* data, std::size_t size, std::string& error) {
+  const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  struct stat st {};
+  if (dup < 0 || ::fstat(dup, &st) != 0) {
+    error = errno_text(errno);
+    if (dup >= 0) ::close(dup);
+    return false;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(dup);
+    error = "it is a directory";
+    return false;
+  }
+  int err = S_ISREG(st.st_mode) ? write_all(dup, data, size, 1000)
+                                : without_sigpipe([&] { return write_polled(dup, data, size, 1000); });
+  if (::close(dup) != 0 && err == 0 && errno != EINTR) err = errno;
+  if (err != 0) error = stream_error_text(err);
+  return err == 0;
+}
+
+// A FIFO, a character device or a socket reached by its name: written in
+// place, never renamed over or removed.
 bool write_stream(const std::string& path, const struct stat& st, const char* data, std::size_t size,
                   std::string& error) {
   if (S_ISSOCK(st.st_mode)) {
@@ -150,38 +284,71 @@ bool write_stream(const std::string& path, const struct stat& st, const char* da
       return false;
     }
   }
-  sigset_t pipe_only, previous;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  const bool masked = ::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) == 0;
-  int err = write_all(fd, data, size, 1000);
+  int err = without_sigpipe([&] { return write_all(fd, data, size, 1000); });
   if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
-  if (masked) {
-    if (err == EPIPE) {
-      const timespec zero{0, 0};
-      (void)::sigtimedwait(&pipe_only, nullptr, &zero);
-    }
-    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  }
-  if (err != 0) {
-    error = err == ETIMEDOUT ? "the reader stopped reading" : errno_text(err);
-    return false;
-  }
-  return true;
+  if (err != 0) error = stream_error_text(err);
+  return err == 0;
 }
 
-// A regular file (or one to create): temporary file beside it, fsync, rename.
+// A regular file reached through a symbolic link, or through /proc (another
+// process's descriptor): opened by the kernel through the link - its
+// permission checks and protected_symlinks apply - and written in place; a
+// temporary file is never renamed over the link's target. `append`: written at
+// the end (an open file of some process), else from the start and cut to size.
+bool write_in_place(const std::string& path, const char* data, std::size_t size, bool append, bool durable,
+                    std::string& error) {
+  const int flags = O_WRONLY | O_CLOEXEC | O_NOCTTY | (append ? O_APPEND : O_CREAT);
+  const int fd = ::open(path.c_str(), flags, world_writable_directory(path) ? 0600 : 0666);
+  if (fd < 0) {
+    error = errno_text(errno);
+    return false;
+  }
+  struct stat st {};
+  int err = ::fstat(fd, &st) != 0 ? errno : 0;
+  if (err == 0 && !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    error = "it is not a regular file";
+    return false;
+  }
+  if (err == 0 && !append && ::ftruncate(fd, 0) != 0) err = errno;
+  if (err == 0) err = write_all(fd, data, size, 1000);
+  if (err == 0 && durable && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
+  if (err != 0) error = errno_text(err);
+  return err == 0;
+}
+
+// Creates the temporary file beside `target` exclusively (O_EXCL: never
+// through a link, never someone else's file). Named with our pid; one left by
+// an earlier process with the same pid that was killed mid-write is ours to
+// remove when it is a regular file we own; otherwise another name is tried.
+// Returns the descriptor (armed for remove_pending_temp_file) or -1.
+int create_temp_file(const std::string& target, mode_t mode, std::string& tmp, bool& armed) {
+  const std::string base = target + ".stepscope-tmp." + std::to_string(static_cast<long>(::getpid()));
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    tmp = attempt == 0 ? base : base + "." + std::to_string(attempt);
+    armed = arm_pending(tmp);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode);
+    struct stat st {};
+    if (fd < 0 && errno == EEXIST && ::lstat(tmp.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_uid == ::geteuid() && ::unlink(tmp.c_str()) == 0)
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode);
+    if (fd >= 0 || errno != EEXIST) return fd;
+    disarm_pending(armed);
+    armed = false;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
+// A regular file that is not a link (or one to create): temporary file beside
+// it, fsync, rename.
 bool write_replacing(const std::string& target, const struct stat* existing, const char* data, std::size_t size,
                      bool durable, std::string& error) {
-  const std::string tmp = target + ".stepscope-tmp." + std::to_string(static_cast<long>(::getpid()));
-  const bool armed = arm_pending(tmp);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
-  if (fd < 0 && errno == EEXIST) {
-    // Named with our pid: left by an earlier process with the same pid that
-    // was killed mid-write. Ours to remove.
-    ::unlink(tmp.c_str());
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
-  }
+  std::string tmp;
+  bool armed = false;
+  const mode_t mode = world_writable_directory(target) ? 0600 : 0666;
+  const int fd = create_temp_file(target, mode, tmp, armed);
   if (fd < 0) {
     error = errno_text(errno);
     disarm_pending(armed);
@@ -207,9 +374,10 @@ bool is_stream_target(const std::string& path) noexcept {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return false;
     if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode)) return true;
-    std::string target;
-    bool via_proc = false;
-    return resolve_links(path, target, &via_proc) == 0 && via_proc;  // an open descriptor's file: written in place
+    LinkWalk walk;
+    std::string why;
+    // An open descriptor's file (/dev/stdout redirected to a file): written in place, once.
+    return walk_links(path, walk, why) == 0 && (walk.via_proc || walk.own_fd >= 0);
   } catch (...) {
     return true;
   }
@@ -222,6 +390,13 @@ bool write_file_atomically(const std::string& path, const char* data, std::size_
       error = "empty path";
       return false;
     }
+    LinkWalk walk;
+    std::string why;
+    if (const int err = walk_links(path, walk, why); err != 0) {
+      error = why.empty() ? errno_text(err) : why;
+      return false;
+    }
+    if (walk.own_fd >= 0) return write_descriptor(walk.own_fd, data, size, error);
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) {
@@ -229,42 +404,37 @@ bool write_file_atomically(const std::string& path, const char* data, std::size_
         return false;
       }
       if (!S_ISREG(st.st_mode)) return write_stream(path, st, data, size, error);
-      std::string target;
-      bool via_proc = false;
-      if (const int err = resolve_links(path, target, &via_proc); err != 0) {
-        error = errno_text(err);
-        return false;
-      }
-      struct stat resolved {};
-      if (via_proc || ::stat(target.c_str(), &resolved) != 0 || resolved.st_ino != st.st_ino ||
-          resolved.st_dev != st.st_dev) {
-        // A file reached through an open descriptor (/dev/stdout redirected
-        // to a file): renaming over it would leave the descriptor on the old,
-        // deleted file, so it is rewritten in place. The same for a link the
-        // kernel follows but whose text is no path (a deleted file's fd).
-        const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0) {
-          error = errno_text(errno);
-          return false;
-        }
-        int werr = write_all(fd, data, size, 1000);
-        if (::close(fd) != 0 && werr == 0 && errno != EINTR) werr = errno;
-        if (werr != 0) error = errno_text(werr);
-        return werr == 0;
-      }
-      return write_replacing(target, &st, data, size, durable, error);
-    }
-    if (errno != ENOENT) {
+      if (walk.via_proc) return write_in_place(path, data, size, /*append=*/true, durable, error);
+    } else if (errno != ENOENT) {
       error = errno_text(errno);
       return false;
     }
-    // Nothing there yet, or a dangling link: create the file it names.
-    std::string target;
-    if (const int err = resolve_links(path, target); err != 0) {
-      error = errno_text(err);
+    if (walk.any_link) return write_in_place(path, data, size, /*append=*/false, durable, error);
+    return write_replacing(walk.final_path, S_ISREG(st.st_mode) ? &st : nullptr, data, size, durable, error);
+  } catch (const std::exception& e) {
+    error = e.what();
+    return false;
+  }
+}
+
+bool create_private_file(std::string& path, std::string& error) noexcept {
+  try {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0 && errno == EEXIST) {
+      // Taken (by a planted file or link, or an earlier process with our
+      // pid): a name no one can guess, as mkstemp makes it.
+      std::string name = with_file_tag(path, ".XXXXXX");
+      const std::size_t suffix = name.size() - (name.rfind("XXXXXX") + 6);
+      fd = ::mkostemps(&name[0], static_cast<int>(suffix), O_CLOEXEC);
+      if (fd >= 0) path = name;
+    }
+    if (fd < 0) {
+      error = errno_text(errno);
       return false;
     }
-    return write_replacing(target, nullptr, data, size, durable, error);
+    (void)::fchmod(fd, 0600);
+    ::close(fd);
+    return true;
   } catch (const std::exception& e) {
     error = e.what();
     return false;

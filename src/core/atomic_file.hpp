@@ -8,19 +8,32 @@
 //
 // How each kind of target is written:
 //  - a regular file, or a path that does not exist yet: a temporary file
-//    beside the target (same directory, so rename is atomic), fsync, rename
-//    over the target. The temporary file is removed on every failure path,
-//    and by remove_pending_temp_file() from a signal handler.
-//  - a symbolic link (to a regular file, or dangling): resolved to its final
-//    target, which is written as above; the link itself stays a link.
-//  - a regular file reached through /proc (/dev/stdout -> /proc/self/fd/1
-//    redirected to a file): truncated and written in place, since renaming
-//    over it would leave the shell's descriptor on the old, deleted file.
-//  - a character device or a FIFO (/dev/null, a terminal, /dev/stdout on a
-//    pipe): written in place, never renamed over or removed. A FIFO is
+//    beside the target (same directory, so rename is atomic; created
+//    exclusively, O_EXCL, never through a link), fsync, rename over the
+//    target. The temporary file is removed on every failure path, and by
+//    remove_pending_temp_file() from a signal handler.
+//  - a symbolic link (to a regular file, or dangling): opened by the kernel
+//    through the link (its permission checks and protected_symlinks apply)
+//    and written in place: a temporary file is never renamed over a link's
+//    target. A link in a world-writable sticky directory (/tmp) that neither
+//    this process's user nor the directory's owner owns is not followed at
+//    all, whatever the sysctl says (an error: the caller falls back).
+//  - one of this process's open descriptors (/dev/stdout, /dev/stderr,
+//    /proc/self/fd/N, /dev/fd/N): written through that descriptor, at its
+//    offset (appended where it was opened with >>), never reopened or
+//    truncated: `train >> train.log` keeps its log.
+//  - a regular file reached through another process's /proc/<pid>/fd/N:
+//    appended to, never truncated.
+//  - a character device or a FIFO (/dev/null, a terminal, a named pipe):
+//    written in place, never renamed over or removed. A FIFO is
 //    opened without blocking; with no reader within kFifoReaderWaitMs the
-//    write fails ("no reader on the FIFO") and the caller falls back.
-//  - anything else (a directory, a socket): an error, nothing touched.
+//    write fails ("no reader on the FIFO") and the caller falls back. A pipe
+//    or socket that is already open is written a PIPE_BUF at a time when poll
+//    says there is room. SIGPIPE is blocked for the write: a reader that went
+//    away is an EPIPE error, not the end of the run.
+//  - anything else (a directory, a socket by name): an error, nothing touched.
+// A file created in a world-writable directory is 0600 (a report holds the
+// host, the pid and every set_config value).
 #pragma once
 
 #include <cstddef>
@@ -45,6 +58,13 @@ inline bool write_file_atomically(const std::string& path, const std::string& te
                                   bool durable = true) noexcept {
   return write_file_atomically(path, text.data(), text.size(), error, durable);
 }
+
+// Creates `path` exclusively (O_CREAT | O_EXCL | O_NOFOLLOW), mode 0600, empty,
+// as mkstemp does: when the name is taken (a planted file or link), a name
+// with a random part instead, and `path` says which. For fallback files in a
+// shared directory ($TMPDIR): the caller then writes its content over this
+// file of its own. False with `error` set. Never throws.
+bool create_private_file(std::string& path, std::string& error) noexcept;
 
 // True when path names an existing FIFO, character device or socket, or a
 // file reached through /proc (after following links): such a target is

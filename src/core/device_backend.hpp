@@ -53,10 +53,12 @@ class DeviceBackend {
   virtual std::uint32_t device_records_per_drain() const noexcept { return 0; }
 };
 
-// Called once at start-up. Never throws; never returns null. Installs the
-// hot-path hooks when it can time the device, and writes a one-line reason
-// to `notice` when it cannot.
-std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept;
+// Called once at start-up, with the switches the run time read from the
+// environment (core/env.hpp: src/cuda reads no variable itself). Never throws;
+// never returns null. Installs the hot-path hooks when it can time the device,
+// and writes a one-line reason to `notice` when it cannot (for the report: the
+// run time does not print it).
+std::unique_ptr<DeviceBackend> make_device_backend(const DeviceSwitches& switches, std::string& notice) noexcept;
 
 // True when the program already uses the device (the CUDA driver library is
 // loaded). Allocates nothing. Start-up then builds the device backend on the

@@ -1,12 +1,14 @@
 // Settings from the environment (env.hpp), and the paths the run writes to.
 #include "core/env.hpp"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace stepscope {
 inline namespace v1 {
@@ -24,17 +26,17 @@ bool parse_uint(const char* text, std::uint64_t min, std::uint64_t max, std::uin
   return true;
 }
 
-namespace {
-
-bool parse_switch(const char* text, bool& out) {
-  const char* on[] = {"1", "on", "true", "yes", "ON", "TRUE", "YES", "True", "On"};
-  const char* off[] = {"0", "off", "false", "no", "OFF", "FALSE", "NO", "False", "Off"};
-  for (const char* s : on)
-    if (std::strcmp(text, s) == 0) return out = true, true;
-  for (const char* s : off)
-    if (std::strcmp(text, s) == 0) return out = false, true;
+bool parse_switch(const char* text, bool& out) noexcept {
+  if (text == nullptr) return false;
+  // Any case: "No", "TRUE", "Off" are what people type (strcasecmp allocates nothing).
+  for (const char* s : {"1", "on", "true", "yes"})
+    if (::strcasecmp(text, s) == 0) return out = true, true;
+  for (const char* s : {"0", "off", "false", "no"})
+    if (::strcasecmp(text, s) == 0) return out = false, true;
   return false;
 }
+
+namespace {
 
 const char* system_getenv(const char* name) {
   return std::getenv(name);
@@ -63,16 +65,30 @@ bool parse_seconds(const char* text, double max, double& out) {
 
 }  // namespace
 
+bool parse_cupti_window(const char* text, DeviceSwitches& out) noexcept {
+  if (text == nullptr) return false;
+  if (std::strcmp(text, "always") == 0) {
+    out.cupti_window_steps = out.cupti_window_period = 1;
+    return true;
+  }
+  const char* slash = std::strchr(text, '/');
+  if (slash == nullptr) return false;
+  char on_text[16] = {};
+  const auto on_length = static_cast<std::size_t>(slash - text);
+  if (on_length == 0 || on_length >= sizeof on_text) return false;
+  std::memcpy(on_text, text, on_length);
+  std::uint64_t on = 0, period = 0;
+  if (!parse_uint(on_text, 1, 1000000, on) || !parse_uint(slash + 1, on, 1000000, period)) return false;
+  out.cupti_window_steps = static_cast<std::uint32_t>(on);
+  out.cupti_window_period = static_cast<std::uint32_t>(period);
+  return true;
+}
+
 EarlySettings read_early_settings(GetEnv getenv_fn) noexcept {
   if (getenv_fn == nullptr) getenv_fn = system_getenv;
   EarlySettings e;
-  if (const char* v = getenv_fn("STEPSCOPE"); v != nullptr && *v != '\0') {
-    bool on = true;
-    if (parse_switch(v, on))
-      e.enabled = on;
-    else
-      e.enabled_invalid = true;
-  }
+  if (const char* v = getenv_fn("STEPSCOPE"); v != nullptr && *v != '\0' && !parse_switch(v, e.enabled))
+    e.enabled_invalid = true;
   if (const char* v = getenv_fn("STEPSCOPE_RING_RECORDS"); v != nullptr && *v != '\0') {
     std::uint64_t n = 0;
     if (parse_uint(v, 64, 1u << 22, n) && (n & (n - 1)) == 0)
@@ -81,21 +97,48 @@ EarlySettings read_early_settings(GetEnv getenv_fn) noexcept {
       e.ring_capacity_invalid = true;
   }
   e.clock = getenv_fn("STEPSCOPE_CLOCK");
-  if (const char* v = getenv_fn("STEPSCOPE_CHILDREN"); v != nullptr && *v != '\0') (void)parse_switch(v, e.children);
+  // Bad values keep the default here; read_settings words the warning.
+  for (const auto& [name, value] : {std::pair<const char*, bool*>{"STEPSCOPE_CHILDREN", &e.children},
+                                    {"STEPSCOPE_CUDA", &e.device.cuda},
+                                    {"STEPSCOPE_NVTX", &e.device.nvtx},
+                                    {"STEPSCOPE_CUPTI", &e.device.cupti}})
+    if (const char* v = getenv_fn(name); v != nullptr) (void)parse_switch(v, *value);
+  (void)parse_cupti_window(getenv_fn("STEPSCOPE_CUPTI_WINDOW"), e.device);
   return e;
 }
+
+namespace {
+
+// A value as a warning quotes it: at most kShownValueBytes bytes, and how
+// long it was when cut (a 100 kB value is not echoed whole). The run time
+// makes the whole warning printable (escapes) before it shows it.
+constexpr std::size_t kShownValueBytes = 80;
+std::string shown_value(const char* value) {
+  const std::size_t n = std::strlen(value);
+  if (n <= kShownValueBytes) return value;
+  return std::string(value, kShownValueBytes) + "... (" + std::to_string(n) + " bytes)";
+}
+
+}  // namespace
 
 Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
   if (getenv_fn == nullptr) getenv_fn = system_getenv;
   Settings s;
   auto bad = [&](const char* name, const char* value, const std::string& expected, const std::string& fallback) {
-    warnings.push_back(std::string(name) + "='" + value + "' is invalid (expected " + expected + "); using " +
-                       fallback);
+    warnings.push_back(std::string(name) + "='" + shown_value(value) + "' is invalid (expected " + expected +
+                       "); using " + fallback);
+  };
+  // A switch: unset or empty keeps the default; a bad value, one warning.
+  auto read_switch = [&](const char* name, bool& value) {
+    const char* v = getenv_fn(name);
+    if (v == nullptr || *v == '\0' || parse_switch(v, value)) return;
+    bad(name, v, "1/0, on/off, true/false or yes/no", value ? "1" : "0");
   };
 
   const EarlySettings early = read_early_settings(getenv_fn);
   s.enabled = early.enabled;
-  if (early.enabled_invalid) bad("STEPSCOPE", getenv_fn("STEPSCOPE"), "0 or 1", "1 (enabled)");
+  if (early.enabled_invalid)
+    bad("STEPSCOPE", getenv_fn("STEPSCOPE"), "1/0, on/off, true/false or yes/no", "1 (enabled)");
   s.ring_capacity = early.ring_capacity;
   if (early.ring_capacity_invalid)
     bad("STEPSCOPE_RING_RECORDS", getenv_fn("STEPSCOPE_RING_RECORDS"), "a power of two from 64 to 4194304",
@@ -121,13 +164,8 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
           "adaptive, 1-" + std::to_string(s.interval_ms) + " ms");
     }
   }
-  if (const char* v = getenv_fn("STEPSCOPE_QUIET"); v != nullptr && *v != '\0') {
-    bool q = false;
-    if (parse_switch(v, q))
-      s.quiet = q;
-    else
-      bad("STEPSCOPE_QUIET", v, "0 or 1", "0");
-  }
+  read_switch("STEPSCOPE_QUIET", s.quiet);
+
   if (const char* v = getenv_fn("STEPSCOPE_MERGED_OUT"); v != nullptr && *v != '\0') s.merged_out = v;
   if (const char* v = getenv_fn("STEPSCOPE_TRACE"); v != nullptr && *v != '\0') s.trace = v;
   if (const char* v = getenv_fn("STEPSCOPE_TRACE_OUT"); v != nullptr && *v != '\0') s.trace_out = v;
@@ -155,27 +193,19 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
       bad("STEPSCOPE_SNAPSHOT_S", v, "0 (off) or seconds from 0.1 to 86400",
           std::to_string(static_cast<int>(kDefaultSnapshotSeconds)));
   }
-  if (const char* v = getenv_fn("STEPSCOPE_SIGNALS"); v != nullptr && *v != '\0') {
-    bool on = true;
-    if (parse_switch(v, on))
-      s.signals = on;
-    else
-      bad("STEPSCOPE_SIGNALS", v, "0 or 1", "1");
-  }
-  if (const char* v = getenv_fn("STEPSCOPE_CHILDREN"); v != nullptr && *v != '\0') {
-    bool on = false;
-    if (parse_switch(v, on))
-      s.children = on;
-    else
-      bad("STEPSCOPE_CHILDREN", v, "0 or 1", "0");
-  }
-  if (const char* v = getenv_fn("STEPSCOPE_LIVE_FORCE"); v != nullptr && *v != '\0') {
-    bool force = false;
-    if (parse_switch(v, force))
-      s.live_forced = force;
-    else
-      bad("STEPSCOPE_LIVE_FORCE", v, "0 or 1", "0");
-  }
+  read_switch("STEPSCOPE_SIGNALS", s.signals);
+
+  read_switch("STEPSCOPE_CHILDREN", s.children);
+
+  read_switch("STEPSCOPE_LIVE_FORCE", s.live_forced);
+  read_switch("STEPSCOPE_CUDA", s.device.cuda);
+  read_switch("STEPSCOPE_NVTX", s.device.nvtx);
+  read_switch("STEPSCOPE_CUPTI", s.device.cupti);
+  if (const char* v = getenv_fn("STEPSCOPE_CUPTI_WINDOW");
+      v != nullptr && *v != '\0' && !parse_cupti_window(v, s.device))
+    bad("STEPSCOPE_CUPTI_WINDOW", v, "'always' or K/N steps, 1 <= K <= N <= 1000000",
+        std::to_string(s.device.cupti_window_steps) + "/" + std::to_string(s.device.cupti_window_period));
+
   // Rank and world size from the usual launchers, first one set wins.
   const char* rank_vars[][2] = {{"RANK", "WORLD_SIZE"},
                                 {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},

@@ -21,6 +21,21 @@ inline constexpr std::uint64_t kDefaultWarmupSteps = 5;
 // Default STEPSCOPE_SNAPSHOT_S (see Settings::snapshot_interval_s).
 inline constexpr double kDefaultSnapshotSeconds = 10;
 
+// The device backend's switches (STEPSCOPE_CUDA, STEPSCOPE_NVTX,
+// STEPSCOPE_CUPTI): read here with the others, handed to make_device_backend().
+struct DeviceSwitches {
+  bool cuda = true;   // STEPSCOPE_CUDA=0: no device timing (the device is not even probed)
+  bool nvtx = false;  // STEPSCOPE_NVTX=1: an NVTX range per timed scope
+  bool cupti = true;  // STEPSCOPE_CUPTI=0: phase device times from CUDA events only
+  // STEPSCOPE_CUPTI_WINDOW=K/N|always: CUPTI activity collected in K of every
+  // N measured steps (default 5/200: +50% in a window is +1.3% on the run;
+  // "always" is K = N = 1).
+  std::uint32_t cupti_window_steps = 5;
+  std::uint32_t cupti_window_period = 200;
+};
+
+// Every switch (STEPSCOPE, STEPSCOPE_QUIET, STEPSCOPE_CUDA, ...) is read by
+// parse_switch: 1/0, on/off, true/false, yes/no in any case.
 struct Settings {
   bool enabled = true;                               // STEPSCOPE (0/off/false disables)
   std::string out;                                   // STEPSCOPE_OUT, "" = default name
@@ -51,6 +66,7 @@ struct Settings {
   bool signals = true;     // STEPSCOPE_SIGNALS=0: leave SIGINT/SIGTERM/SIGHUP alone
   bool children = false;   // STEPSCOPE_CHILDREN=1: forked children write their own reports
   std::string merged_out;  // STEPSCOPE_MERGED_OUT: stepscope::mpi's merged report ("" = its default name)
+  DeviceSwitches device;   // STEPSCOPE_CUDA, STEPSCOPE_NVTX, STEPSCOPE_CUPTI
 };
 
 // getenv_fn lets tests supply their own environment.
@@ -67,8 +83,17 @@ struct EarlySettings {
   bool ring_capacity_invalid = false;
   const char* clock = nullptr;  // STEPSCOPE_CLOCK, as set
   bool children = false;        // STEPSCOPE_CHILDREN=1 (read_settings words a bad value)
+  DeviceSwitches device;        // the device backend may be built before read_settings (device_in_use)
 };
 EarlySettings read_early_settings(GetEnv getenv_fn = nullptr) noexcept;
+
+// The one parser of on/off switches: 1/0, on/off, true/false, yes/no in any
+// case. False (out untouched) for anything else. Allocates nothing.
+bool parse_switch(const char* text, bool& out) noexcept;
+
+// STEPSCOPE_CUPTI_WINDOW: "always", or "K/N" (1 <= K <= N <= 1000000).
+// False (switches untouched) for anything else. Allocates nothing.
+bool parse_cupti_window(const char* text, DeviceSwitches& out) noexcept;
 
 // Parses a non-negative integer in [min, max]; false on anything else.
 bool parse_uint(const char* text, std::uint64_t min, std::uint64_t max, std::uint64_t& out);

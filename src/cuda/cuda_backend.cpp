@@ -70,17 +70,6 @@ std::int64_t monotonic_now_ns() {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-// Env flag: unset -> fallback; "0/off/false" / "1/on/true"; anything else one warning.
-bool env_flag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  const std::string s(v);
-  if (s == "0" || s == "off" || s == "OFF" || s == "false" || s == "no") return false;
-  if (s == "1" || s == "on" || s == "ON" || s == "true" || s == "yes") return true;
-  std::fprintf(stderr, "stepscope: warning: %s='%s' is not 0 or 1; using %d\n", name, v, fallback ? 1 : 0);
-  return fallback;
-}
-
 bool create_pair(void*, int, void** begin, void** end) noexcept {
   cudaEvent_t b = nullptr, e = nullptr;
   // Default flags: timing enabled, no blocking sync (we only ever query).
@@ -703,10 +692,10 @@ bool device_in_use() noexcept {
   return found != 0;
 }
 
-std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept {
+std::unique_ptr<DeviceBackend> make_device_backend(const DeviceSwitches& switches, std::string& notice) noexcept {
   notice.clear();
   try {
-    if (!cuda::env_flag("STEPSCOPE_CUDA", true)) {
+    if (!switches.cuda) {
       notice = "device timing off (STEPSCOPE_CUDA=0); host timing only";
       return std::make_unique<cuda::FallbackBackend>("disabled", "device timing turned off by STEPSCOPE_CUDA=0");
     }
@@ -716,12 +705,10 @@ std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept
       notice = "no GPU timing (" + status + "): " + reason + "; host timing only";
       return std::make_unique<cuda::FallbackBackend>(std::move(status), std::move(reason));
     }
-    const bool nvtx = cuda::env_flag("STEPSCOPE_NVTX", false);
-    const bool cupti = cuda::env_flag("STEPSCOPE_CUPTI", true);
-    const cuda::WindowSchedule windows = cuda::window_schedule_from_env();
     // One per process (make_device_backend runs once); the collector owns it
     // and the run time keeps the collector alive until exit.
-    auto owned = std::make_unique<cuda::CudaBackend>(nvtx, cupti, windows);
+    auto owned = std::make_unique<cuda::CudaBackend>(
+        switches.nvtx, switches.cupti, cuda::WindowSchedule{switches.cupti_window_steps, switches.cupti_window_period});
     cuda::g_backend = owned.get();
     cuda::install_hooks<DeviceBeginHook>();
     return owned;

@@ -3,9 +3,6 @@
 #include <stepscope/clock.hpp>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <thread>
 
 namespace stepscope {
@@ -15,17 +12,6 @@ namespace {
 
 constexpr std::size_t kMaxStepsKept = 1u << 16;  // per kind: 512 KiB at most
 constexpr std::size_t kMaxSwitchesKept = 512;
-
-bool parse_count(const char* begin, const char* end, std::uint32_t& out) noexcept {
-  if (begin == end || end - begin > 7) return false;
-  std::uint32_t n = 0;
-  for (const char* p = begin; p != end; ++p) {
-    if (*p < '0' || *p > '9') return false;
-    n = n * 10 + static_cast<std::uint32_t>(*p - '0');
-  }
-  out = n;
-  return true;
-}
 
 double median_ms(std::vector<std::int64_t> v) {
   if (v.empty()) return 0;
@@ -37,32 +23,6 @@ double median_ms(std::vector<std::int64_t> v) {
 }
 
 }  // namespace
-
-bool parse_window_schedule(const char* text, WindowSchedule& out) noexcept {
-  if (text == nullptr) return false;
-  if (std::strcmp(text, "always") == 0) {
-    out.on = out.period = 1;
-    return true;
-  }
-  const char* slash = std::strchr(text, '/');
-  std::uint32_t on = 0, period = 0;
-  if (slash == nullptr || !parse_count(text, slash, on) || !parse_count(slash + 1, slash + std::strlen(slash), period))
-    return false;
-  if (on < 1 || period < on || period > 1000000) return false;
-  out.on = on;
-  out.period = period;
-  return true;
-}
-
-WindowSchedule window_schedule_from_env() noexcept {
-  WindowSchedule schedule;
-  const char* v = std::getenv("STEPSCOPE_CUPTI_WINDOW");
-  if (v != nullptr && *v != '\0' && !parse_window_schedule(v, schedule))
-    std::fprintf(stderr,
-                 "stepscope: warning: STEPSCOPE_CUPTI_WINDOW='%s' is not 'always' or K/N (1 <= K <= N); using %u/%u\n",
-                 v, schedule.on, schedule.period);
-  return schedule;
-}
 
 void CollectionWindows::start(WindowSchedule schedule, bool collecting, Switch fn, void* context) noexcept {
   schedule_ = schedule;

@@ -23,17 +23,13 @@ namespace stepscope {
 inline namespace v1 {
 namespace detail::cuda {
 
+// K steps collected of every N measured steps (core/env.hpp's DeviceSwitches
+// holds STEPSCOPE_CUPTI_WINDOW as read; K == N is "always").
 struct WindowSchedule {
   std::uint32_t on = 5;        // steps collected per window
   std::uint32_t period = 200;  // measured steps from one window's start to the next (2.5%: +50% in a window is +1.3%)
   bool always() const noexcept { return on >= period; }
 };
-// "always", or "K/N" (1 <= K <= N <= 1000000; K == N is "always"). False
-// (and `out` untouched) for anything else.
-bool parse_window_schedule(const char* text, WindowSchedule& out) noexcept;
-// STEPSCOPE_CUPTI_WINDOW, or the default 5/200 (one warning on stderr for a
-// value that is neither).
-WindowSchedule window_schedule_from_env() noexcept;
 
 // Where a step or phase ran relative to the windows.
 enum class Collected { yes, no, partly };

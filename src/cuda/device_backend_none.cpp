@@ -19,7 +19,7 @@ class NoDeviceBackend final : public DeviceBackend {
 };
 }  // namespace
 
-std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept {
+std::unique_ptr<DeviceBackend> make_device_backend(const DeviceSwitches&, std::string& notice) noexcept {
   notice.clear();
   try {
     return std::make_unique<NoDeviceBackend>();
@@ -28,7 +28,9 @@ std::unique_ptr<DeviceBackend> make_device_backend(std::string& notice) noexcept
   }
 }
 
-bool device_in_use() noexcept { return false; }
+bool device_in_use() noexcept {
+  return false;
+}
 
 }  // namespace detail
 }  // namespace v1

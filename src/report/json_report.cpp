@@ -84,13 +84,20 @@ struct Field {
   std::string path;
   operator const json&() const { return j; }  // NOLINT: read like the json it is
   std::string child(const std::string& key) const { return path.empty() ? key : path + "." + key; }
-  // The member `key`, or nullptr when absent or null ("not measured").
-  const json* find(const char* key) const {
-    if (!j.is_object()) return nullptr;
-    const auto it = j.find(key);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  }
+  // The member `key`, or nullptr when absent or null ("not measured"). A
+  // value that should have members and is not an object (`phases: [null]`)
+  // is an error, not a record of zeros.
+  const json* find(const char* key) const;
 };
+
+[[noreturn]] void bad_field(const std::string& path, const std::string& why);
+std::string shown(const json& v);
+
+const json* Field::find(const char* key) const {
+  if (!j.is_object()) bad_field(path.empty() ? "the report" : path, shown(j) + " is not an object");
+  const auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
 
 [[noreturn]] void bad_field(const std::string& path, const std::string& why) {
   throw std::runtime_error(path + ": " + why);
@@ -566,6 +573,7 @@ json to_j(const PhaseSummary& p) {
 }
 PhaseSummary phase_from(const Field& j) {
   PhaseSummary p;
+  if (j.find("name") == nullptr) bad_field(j.child("name"), "missing (every phase has a name)");
   p.name = get_str(j, "name");
   const std::string kind = get_str(j, "kind", "other"), role = get_str(j, "thread_role", "step");
   if (!parse_phase_kind(kind, p.kind)) bad_field(j.child("kind"), shown(json(kind)) + " is not a phase kind");

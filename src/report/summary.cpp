@@ -151,8 +151,15 @@ std::string format_summary(const Report& r) {
     // A run shorter than a second in ms: a 24 ms run read "over 0.0 s".
     const double wall_s = r.system.run_wall_s > 0 ? r.system.run_wall_s : r.system.wall_s;  // the whole run
     const std::string over = wall_s < 1.0 ? fmt::format("{:.3g} ms", wall_s * 1e3) : fmt::format("{:.1f} s", wall_s);
-    line(fmt::format("  stepscope itself: {:.1f} ms of CPU on its collector thread ({:.2f}% of one core over {})",
-                     r.system.collector_cpu_ms, r.system.collector_cpu_ms / (wall_s * 10.0), over));
+    const double share_pct = r.system.collector_cpu_ms / (wall_s * 10.0);
+    // One thread cannot use more than one core: above 100% the CPU time
+    // includes start-up (the device probe) that the wall time does not.
+    line(share_pct <= 100
+             ? fmt::format("  stepscope itself: {:.1f} ms of CPU on its collector thread ({:.2f}% of one core over {})",
+                           r.system.collector_cpu_ms, share_pct, over)
+             : fmt::format("  stepscope itself: {:.1f} ms of CPU on its collector thread, start-up included (the run "
+                           "lasted {}: too short for a share of a core)",
+                           r.system.collector_cpu_ms, over));
   }
   for (const std::string& cost : self_cost_lines(r)) line("  stepscope itself: " + cost);
   if (!r.device.status.empty() && r.device.status != "ok" && r.device.status != "unknown")

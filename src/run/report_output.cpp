@@ -4,12 +4,15 @@
 #include "run/runtime.hpp"
 
 #include "core/env.hpp"
+#include "text/printable.hpp"
 
 #include <stepscope/report.hpp>
 
 #include <fmt/format.h>
 
 #include "core/atomic_file.hpp"
+#include "core/collector.hpp"
+#include "core/trace.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -22,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 
 namespace stepscope {
@@ -136,6 +140,7 @@ bool ReportFile::write(const std::string& wanted, Report& report, bool durable, 
                     " s ago; no rank tells the two apart: set RANK and WORLD_SIZE, call set_rank(), or put {pid} in "
                     "STEPSCOPE_OUT); this process writes '" +
                     moved_to_ + "' instead of replacing it";
+      moved_note_ = printable(moved_note_, kMaxWarningChars);
       std::fprintf(stderr, "stepscope: warning: %s\n", moved_note_.c_str());
       report.warnings.push_back(moved_note_);
     }
@@ -160,16 +165,82 @@ bool ReportFile::write(const std::string& wanted, Report& report, bool durable, 
 std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank) {
   std::string error, written;
   if (file.write(path, report, /*durable=*/true, written, error)) return written;
-  const std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));
+  // The fallback is in a shared directory ($TMPDIR, /tmp): a file of our own,
+  // created exclusively and 0600, never one a name planted there leads to.
+  std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));
+  std::string error2;
+  const bool reserved = create_private_file(fallback, error2);
   const std::string message =
-      "cannot write the report to '" + path + "' (" + error + "); writing it to '" + fallback + "' instead";
+      printable("cannot write the report to '" + path + "' (" + error + "); writing it to '" + fallback + "' instead",
+                kMaxWarningChars);
   std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
   report.warnings.push_back(message);
-  std::string error2;
-  if (write_report_file(report, fallback, error2)) return fallback;
+  if (reserved && write_report_file(report, fallback, error2)) return fallback;
   std::fprintf(stderr, "stepscope: error: cannot write the report to '%s' either (%s); here it is:\n%s\n",
-               fallback.c_str(), error2.c_str(), report_to_json(report).c_str());
+               printable(fallback, kMaxWarningChars).c_str(), printable(error2).c_str(),
+               report_to_json(report).c_str());
   return "<stderr>";
+}
+
+void write_trace_if_enabled(Collector& collector, Report& report, const Settings& s, const std::string& report_path,
+                            long child_pid) {
+  TraceCapture capture = collector.take_trace();
+  if (s.trace.empty() || capture.window.empty()) return;
+  const RunInfo& run = report.run;
+  std::string note, path;
+  if (s.trace_out.empty()) {
+    // Beside the report, whatever the working directory.
+    const auto slash = report_path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : report_path.substr(0, slash + 1);
+    path = dir + process_output_path("", "stepscope-trace.json.gz", run.rank, run.world_size, child_pid, note);
+  } else {
+    path = process_output_path(s.trace_out, "", run.rank, run.world_size, child_pid, note);
+  }
+  std::string error;
+  if (write_chrome_trace(capture, run, path, error)) {
+    if (!s.quiet)
+      std::fprintf(stderr, "stepscope: trace of steps %s (%zu events%s) written to %s\n", capture.window.c_str(),
+                   capture.events.size(), capture.events_over_limit ? ", some over the limit" : "",
+                   printable(path, kMaxWarningChars).c_str());
+    return;
+  }
+  // As the report's fallback: a file of our own, created exclusively, 0600.
+  std::string fallback = fallback_report_path(run.rank, static_cast<long>(::getpid())) + ".trace.json.gz";
+  std::string error2;
+  const bool reserved = create_private_file(fallback, error2);
+  std::string message = "cannot write the trace (" + error + "); writing it to '" + fallback + "' instead";
+  if (!reserved || !write_chrome_trace(capture, run, fallback, error2))
+    message = "cannot write the trace (" + error + "), nor to '" + fallback + "' (" + error2 + "); no trace is written";
+  message = printable(message, kMaxWarningChars);
+  std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
+  report.warnings.push_back(message);
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::map<std::string, std::string> build_options() {
+  std::map<std::string, std::string> build;
+  build["enable"] = STEPSCOPE_ENABLE ? "ON" : "OFF";
+#if defined(STEPSCOPE_WITH_CUDA) && STEPSCOPE_WITH_CUDA
+  build["cuda"] = "ON";
+#else
+  build["cuda"] = "OFF";
+#endif
+#if defined(__clang__)
+  build["compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  build["compiler"] = std::string("gcc ") + __VERSION__;
+#endif
+#if defined(NDEBUG)
+  build["assertions"] = "OFF";
+#else
+  build["assertions"] = "ON";
+#endif
+  return build;
 }
 
 }  // namespace detail

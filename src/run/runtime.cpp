@@ -1,9 +1,11 @@
 // Process-wide run time: initialisation from the environment, thread
 // registration, configuration, finish() and the report at exit, fork safety,
 // and every other ending: flight-recorder snapshots (the report rewritten,
-// incomplete, every STEPSCOPE_SNAPSHOT_S) and SIGINT/SIGTERM/SIGHUP (final
-// report from the collector thread, then the signal's default action).
+// incomplete, every STEPSCOPE_SNAPSHOT_S) and the final report a signal's
+// handler asks for (endings.cpp), written here on the collector thread.
 #include "run/runtime.hpp"
+
+#include "run/endings.hpp"
 
 #include "core/atomic_file.hpp"
 #include "core/collector.hpp"
@@ -18,18 +20,15 @@
 #include "core/trace.hpp"
 #include "report/live.hpp"
 
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cxxabi.h>
-
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +40,6 @@
 #include <new>
 #include <string>
 #include <thread>
-#include <typeinfo>
 
 namespace stepscope {
 inline namespace v1 {
@@ -58,6 +56,13 @@ void device_slot_dropped(std::uint16_t slot) noexcept {
 }
 
 namespace {
+
+// The first flight-recorder snapshot comes this early (s), whatever
+// STEPSCOPE_SNAPSHOT_S says: a run killed in its first seconds (SIGKILL, the
+// OOM killer, _exit, a stack overflow) still leaves a report, and from then on
+// the file is at most STEPSCOPE_SNAPSHOT_S old (docs/benchmarks.md: one costs
+// about 1 ms of the collector's CPU for 30 phases).
+constexpr double kFirstSnapshotSeconds = 1.0;
 
 // Start-up is split in two so that the first record allocates nothing in the
 // application's heap. On the thread of the first scope, initialise_runtime()
@@ -130,325 +135,10 @@ struct Runtime {
   // Flight recorder: off after the first failed snapshot or when the report
   // goes to a FIFO or device. Collector thread only (no lock).
   bool snapshots_off = false;
+  // monotonic_ns() from which the next snapshot is due: 0 until the first
+  // (kFirstSnapshotSeconds into the run). Collector thread only.
+  std::uint64_t next_snapshot_ns = 0;
 };
-
-// ---- Termination signals (SIGINT, SIGTERM, SIGHUP) ----
-//
-// The handler is installed only for a signal whose disposition is SIG_DFL
-// when the collector starts: an application's own handler is never
-// replaced, and one the application installs later replaces ours (the
-// application then decides how its run ends; our snapshot remains). The
-// handler only does async-signal-safe things: it records the signal, wakes
-// the collector thread (atomic store + futex wake), waits on a futex for the
-// final report at most kSignalReportBudgetMs, removes a half-written
-// temporary file if time ran out, then restores SIG_DFL and re-raises, so
-// the exit status is 128 + signal as without stepscope. The collector
-// thread, which blocks these signals, writes the final report.
-constexpr int kTerminationSignals[] = {SIGINT, SIGTERM, SIGHUP};
-// The report takes 20-25 ms from the signal to the exit at load 11
-// (docs/benchmarks.md), but its fsync can wait seconds behind a busy disk
-// (CI: a 1 s budget lost the SIGHUP report while two compilers wrote beside
-// the tests). 5 s stays inside the grace every scheduler gives before its
-// SIGKILL: docker stop 10 s, Kubernetes 30 s, Slurm's KillWait 30 s.
-constexpr long kSignalReportBudgetMs = 5000;
-
-// Who writes the final report: finish() (at exit) or the collector thread
-// (after a signal), whichever claims it first.
-enum FinalState : std::uint32_t { kFinalNone = 0, kFinalWriting = 1, kFinalWritten = 2, kFinalAbandoned = 3 };
-std::atomic<std::uint32_t> g_final_state{kFinalNone};
-std::atomic<int> g_pending_signal{0};
-std::atomic<Collector*> g_signal_collector{nullptr};
-
-void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-}
-
-void set_final_state(FinalState state) noexcept {
-  g_final_state.store(state, std::memory_order_release);
-  futex_wake_all(g_final_state);
-}
-
-// Async-signal-safe (monotonic_ns is clock_gettime): waits until the final report is written (or given up),
-// at most budget_ms. True when it was written.
-bool wait_for_final_report(long budget_ms) noexcept {
-  const std::int64_t deadline = static_cast<std::int64_t>(monotonic_ns()) + budget_ms * 1000000;
-  for (;;) {
-    const std::uint32_t state = g_final_state.load(std::memory_order_acquire);
-    if (state == kFinalWritten) return true;
-    if (state == kFinalAbandoned) return false;
-    const std::int64_t left = deadline - static_cast<std::int64_t>(monotonic_ns());
-    if (left <= 0) return false;
-    // At most 50 ms at a time: a wake between the load and the wait is not lost for long.
-    const std::int64_t wait_ns = left < 50000000 ? left : 50000000;
-    const timespec timeout{static_cast<time_t>(wait_ns / 1000000000), static_cast<long>(wait_ns % 1000000000)};
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&g_final_state), FUTEX_WAIT_PRIVATE, state, &timeout, nullptr,
-              0);
-  }
-}
-
-// A handler's wait for the final report: when time ran out with the report
-// still being written, its half-written temporary file is removed (the
-// process is about to die). Not when the report was given up (that writer
-// cleaned up after itself), nor in a forked child that records nothing
-// (after_fork_child: given up from the start; a temporary file it inherited
-// is the parent's).
-void wait_for_final_report_or_clean_up() noexcept {
-  if (!wait_for_final_report(kSignalReportBudgetMs) && g_final_state.load() != kFinalAbandoned)
-    remove_pending_temp_file();
-}
-
-// The first termination signal the process received while recording, and
-// when (monotonic ns), for the report's `interrupted`: also set when the
-// signal did not end the run (note_signal, any handler of ours).
-std::atomic<int> g_first_signal{0};
-std::atomic<std::uint64_t> g_first_signal_ns{0};
-
-void note_signal(int sig) noexcept {
-  int none = 0;
-  if (g_first_signal.compare_exchange_strong(none, sig)) g_first_signal_ns.store(monotonic_ns());
-}
-
-// ---- An uncaught exception ----
-//
-// The exception that ended the run, for the report's `exception`: noted by
-// note_uncaught_exception (the Python package's exit hook passes the one
-// Python printed; on_terminate the one std::terminate was called for). The
-// first one only; static storage, no allocation, no lock: state goes
-// 0 (none) -> 1 (being written) -> 2 (readable).
-constexpr std::size_t kExceptionTypeBytes = 200;
-constexpr std::size_t kExceptionMessageBytes = 400;
-struct ExceptionNote {
-  std::atomic<int> state{0};
-  char type[kExceptionTypeBytes + 1];
-  char message[kExceptionMessageBytes + 1];
-  std::uint64_t ns;
-};
-ExceptionNote g_exception;
-
-// The first line of `text`, at most `bytes` bytes (printable() escapes the
-// rest when the report is built).
-void copy_first_line(char* to, const char* text, std::size_t bytes) noexcept {
-  std::size_t n = 0;
-  if (text != nullptr)
-    for (; n < bytes && text[n] != '\0' && text[n] != '\n' && text[n] != '\r'; ++n) to[n] = text[n];
-  to[n] = '\0';
-}
-
-// ---- std::terminate ----
-//
-// An exception that escapes main (or a thread's function, or a noexcept
-// function) calls std::terminate, then std::abort: no exit handler runs and
-// the last snapshot was all that remained, with nothing saying why. With
-// STEPSCOPE_SIGNALS on, the collector installs on_terminate in front of the
-// process's terminate handler: it notes the exception in flight (demangled
-// type, what()), asks the collector thread for the final report as a signal
-// does (ended_by "terminate"), waits for it at most kSignalReportBudgetMs,
-// then calls the handler it replaced (std::abort by default), so the
-// program ends exactly as it would have. A terminate on the collector thread
-// itself, or after the final report, only chains.
-constexpr int kTerminateEnding = -1;  // in g_pending_signal: not a signal, std::terminate
-std::atomic<std::terminate_handler> g_previous_terminate{nullptr};
-std::atomic<long> g_collector_tid{0};
-
-void note_current_exception() noexcept {
-  std::exception_ptr current = std::current_exception();
-  if (!current) return;  // std::terminate() called directly, or a joinable std::thread destroyed
-  char type[kExceptionTypeBytes + 1] = "(unknown type)";
-  const char* message = "";
-  if (const std::type_info* info = abi::__cxa_current_exception_type()) {
-    int status = -1;
-    // Allocates (malloc): after std::bad_alloc it may fail, and the mangled name is kept.
-    char* demangled = abi::__cxa_demangle(info->name(), nullptr, nullptr, &status);
-    copy_first_line(type, status == 0 && demangled != nullptr ? demangled : info->name(), kExceptionTypeBytes);
-    std::free(demangled);
-  }
-  try {
-    std::rethrow_exception(current);
-  } catch (const std::exception& e) {
-    message = e.what();
-  } catch (...) {
-  }
-  note_uncaught_exception(type, message);
-}
-
-// Async-signal-safe, from the thread that is ending the process: asks the
-// collector thread for the final report (ended_by from `pending`, as in
-// g_pending_signal) unless another ending is under way, and waits at most
-// kSignalReportBudgetMs for whichever report is being written (a crash during
-// the exit's report lets it finish). Nothing when the collector is not
-// running yet, or on the collector thread (it would wait on itself).
-void request_final_report(int pending) noexcept {
-  Collector* collector = g_signal_collector.load();
-  if (collector == nullptr || g_collector_tid.load() == static_cast<long>(::syscall(SYS_gettid))) return;
-  int none = 0;
-  if (g_final_state.load() == kFinalNone && g_pending_signal.compare_exchange_strong(none, pending))
-    collector->request_stop();
-  wait_for_final_report_or_clean_up();
-}
-
-void on_terminate() noexcept {
-  static std::atomic<bool> entered{false};
-  if (!entered.exchange(true)) {
-    note_current_exception();
-    request_final_report(kTerminateEnding);
-  }
-  if (const std::terminate_handler previous = g_previous_terminate.load();
-      previous != nullptr && previous != on_terminate)
-    previous();
-  std::abort();
-}
-
-// ---- Crashes (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) ----
-//
-// A crash used to leave the last snapshot, or nothing in a run shorter than
-// one snapshot interval, and "killed or crashed?" for a reason. For each of
-// these signals whose disposition is SIG_DFL when the collector starts (a
-// sanitizer's, faulthandler's or the application's handler is left alone),
-// the crashing thread asks the collector thread - a healthy thread with its
-// own data - for the final report (ended_by "SIGSEGV", ...), waits for it at
-// most kSignalReportBudgetMs, then restores SIG_DFL and re-raises: the core
-// dump and the exit status are the crash's as without stepscope. The report
-// is written to a temporary file and renamed, so a writer that dies halfway
-// (a heap the crash corrupted) leaves the last snapshot in place. A crash on
-// the collector thread only re-raises; during another ending it waits for
-// that report first. SIGABRT after on_terminate finds its report written.
-constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-
-// From a handler of ours, after its report: the signal's default action
-// back, and the signal again. Blocked while the handler runs, it is
-// delivered with that action (the process ends) as soon as the handler
-// returns; a fault also re-executes its instruction, which faults again.
-void reraise_with_default_action(int sig) noexcept {
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  sigemptyset(&default_action.sa_mask);
-  ::sigaction(sig, &default_action, nullptr);
-  ::raise(sig);
-}
-
-void on_crash_signal(int sig) {
-  const int saved_errno = errno;
-  request_final_report(sig);
-  reraise_with_default_action(sig);
-  errno = saved_errno;
-}
-
-// The report's ended_by for what g_pending_signal holds.
-const char* ending_name(int pending) noexcept {
-  switch (pending) {
-    case kTerminateEnding:
-      return "terminate";
-    case SIGSEGV:
-      return "SIGSEGV";
-    case SIGBUS:
-      return "SIGBUS";
-    case SIGFPE:
-      return "SIGFPE";
-    case SIGILL:
-      return "SIGILL";
-    case SIGABRT:
-      return "SIGABRT";
-    default:
-      return termination_signal_name(pending);
-  }
-}
-
-// ---- Observed handlers (the Python package) ----
-//
-// Python owns SIGINT: its handler turns Ctrl-C into KeyboardInterrupt, which
-// a program or a library may catch. torch.multiprocessing.spawn's workers
-// swallow it and exit normally, Lightning shuts down "gracefully", scripts
-// catch it to save a checkpoint: the run then ends by a normal exit and its
-// report said nothing of the Ctrl-C. For a Python run the collector puts a
-// thin handler in front of each termination signal's C handler that is
-// neither SIG_DFL (those get on_termination_signal) nor SIG_IGN: it notes
-// the signal, then calls the handler it stands in front of with the same
-// arguments, so Python (or whoever installed it) behaves exactly as before.
-// A later signal.signal() replaces it, which only ends the observation.
-// Handlers with SA_RESETHAND (one-shot) are left alone.
-struct sigaction g_observed_previous[NSIG];  // written before the handler that reads it is installed
-void on_termination_signal(int sig);
-
-void on_observed_signal(int sig, siginfo_t* info, void* context) {
-  const int saved_errno = errno;
-  note_signal(sig);
-  errno = saved_errno;
-  const struct sigaction& previous = g_observed_previous[sig];
-  if ((previous.sa_flags & SA_SIGINFO) != 0) {
-    if (previous.sa_sigaction != nullptr) previous.sa_sigaction(sig, info, context);
-  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN && previous.sa_handler != nullptr) {
-    previous.sa_handler(sig);
-  }
-}
-
-// Collector thread, after install_signal_handlers. Returns the signals observed.
-std::string observe_signal_handlers() {
-  std::string observed;
-  for (int sig : kTerminationSignals) {
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) != 0) continue;
-    const bool siginfo = (current.sa_flags & SA_SIGINFO) != 0;
-    if (siginfo ? current.sa_sigaction == on_observed_signal
-                : (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN ||
-                   current.sa_handler == on_termination_signal))
-      continue;
-    if ((current.sa_flags & SA_RESETHAND) != 0) continue;
-    g_observed_previous[sig] = current;
-    struct sigaction ours {};
-    ours.sa_sigaction = on_observed_signal;
-    ours.sa_mask = current.sa_mask;
-    ours.sa_flags = SA_SIGINFO | (current.sa_flags & (SA_ONSTACK | SA_RESTART | SA_NODEFER));
-    if (::sigaction(sig, &ours, nullptr) == 0)
-      observed += std::string(observed.empty() ? "" : ",") + termination_signal_name(sig);
-  }
-  return observed;
-}
-
-void on_termination_signal(int sig) {
-  const int saved_errno = errno;
-  note_signal(sig);
-  int none = 0;
-  (void)g_pending_signal.compare_exchange_strong(none, sig);
-  if (Collector* collector = g_signal_collector.load()) collector->request_stop();
-  wait_for_final_report_or_clean_up();
-  reraise_with_default_action(sig);
-  errno = saved_errno;
-}
-
-void block_termination_signals(sigset_t* previous) noexcept {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : kTerminationSignals) sigaddset(&set, sig);
-  ::pthread_sigmask(SIG_BLOCK, &set, previous);
-}
-
-// Installs `handler` for `sig` when its disposition is SIG_DFL (an
-// application's, a sanitizer's or faulthandler's handler is never replaced),
-// with the termination signals blocked while it runs (one ending at a time
-// per thread). True when installed.
-bool install_if_default(int sig, void (*handler)(int), int flags) {
-  struct sigaction current {};
-  if (::sigaction(sig, nullptr, &current) != 0) return false;
-  if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return false;
-  struct sigaction ours {};
-  ours.sa_handler = handler;
-  sigemptyset(&ours.sa_mask);
-  for (int other : kTerminationSignals) sigaddset(&ours.sa_mask, other);
-  ours.sa_flags = flags;
-  return ::sigaction(sig, &ours, nullptr) == 0;
-}
-
-// Collector thread, after the settings are read. Returns the signals handled.
-std::string install_signal_handlers() {
-  std::string installed;
-  const auto add = [&installed](const char* name) { installed += std::string(installed.empty() ? "" : ",") + name; };
-  for (int sig : kTerminationSignals)
-    if (install_if_default(sig, on_termination_signal, SA_RESTART)) add(termination_signal_name(sig));
-  // On the thread's alternate stack when it has one (a stack overflow leaves no room on its own).
-  for (int sig : kCrashSignals)
-    if (install_if_default(sig, on_crash_signal, SA_RESTART | SA_ONSTACK)) add(ending_name(sig));
-  return installed;
-}
 
 // Static storage, never destroyed: threads may still record while static
 // objects are being destroyed at exit, so the run time must outlive them;
@@ -465,9 +155,12 @@ std::int64_t current_tid() {
   return static_cast<std::int64_t>(::syscall(SYS_gettid));
 }
 
+// A warning of the run time: in every report, and once on stderr. Its
+// values and paths come from the environment and the file system: made
+// printable (no raw newline or escape sequence reaches the terminal).
 void warn(Runtime& rt, const std::string& message) {
-  rt.warnings.push_back(message);
-  std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
+  rt.warnings.push_back(printable(message, kMaxWarningChars));
+  std::fprintf(stderr, "stepscope: warning: %s\n", rt.warnings.back().c_str());
 }
 
 void at_exit_handler() {
@@ -501,8 +194,7 @@ void after_fork_child() {
   // must not wait for a report nobody writes (multiprocessing's
   // Pool.terminate() and Process.terminate() send SIGTERM; each child waited
   // the whole 5 s budget). adopt_forked_child resets both when the child records.
-  g_signal_collector.store(nullptr, std::memory_order_relaxed);
-  g_final_state.store(kFinalAbandoned, std::memory_order_relaxed);
+  forget_collector_after_fork();
   // The next scope decides (initialise_runtime): recording was on, or not
   // started yet. Off (STEPSCOPE=0, finished) stays off.
   if (g_mode.load(std::memory_order_relaxed) == kModeEnabled) {
@@ -545,18 +237,14 @@ bool adopt_forked_child(Runtime& rt, const EarlySettings& early) noexcept {
   rt.thread_started = rt.thread_joined = rt.ready = rt.finished = false;
   rt.path_note_given = false;
   rt.snapshots_off = false;
+  rt.next_snapshot_ns = 0;
   rt.written_path.clear();
   rt.warnings.clear();
   rt.lost_records.store(0, std::memory_order_relaxed);
   rt.child_pid = static_cast<long>(::getpid());
   rt.forked_child = false;
   rt.registry = nullptr;  // a new one below (the parent's rings are the parent's)
-  g_final_state.store(kFinalNone, std::memory_order_relaxed);
-  g_pending_signal.store(0, std::memory_order_relaxed);
-  g_first_signal.store(0, std::memory_order_relaxed);
-  g_exception.state.store(0, std::memory_order_relaxed);
-  g_collector_tid.store(0, std::memory_order_relaxed);
-  g_signal_collector.store(nullptr, std::memory_order_relaxed);
+  reset_endings_in_child();
   return true;
 }
 
@@ -605,33 +293,6 @@ std::string report_path(Runtime& rt) {
   return path;
 }
 
-std::string host_name() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
-
-std::map<std::string, std::string> build_options() {
-  std::map<std::string, std::string> build;
-  build["enable"] = STEPSCOPE_ENABLE ? "ON" : "OFF";
-#if defined(STEPSCOPE_WITH_CUDA) && STEPSCOPE_WITH_CUDA
-  build["cuda"] = "ON";
-#else
-  build["cuda"] = "OFF";
-#endif
-#if defined(__clang__)
-  build["compiler"] = std::string("clang ") + __clang_version__;
-#elif defined(__GNUC__)
-  build["compiler"] = std::string("gcc ") + __VERSION__;
-#endif
-#if defined(NDEBUG)
-  build["assertions"] = "OFF";
-#else
-  build["assertions"] = "ON";
-#endif
-  return build;
-}
-
 void write_snapshot(Runtime& rt) noexcept;
 void write_final_after_signal(Runtime& rt, int pending) noexcept;
 
@@ -642,6 +303,17 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept;
 Collector* start_collector(Runtime& rt) {
   std::vector<std::string> env_warnings;
   Settings settings = read_settings(env_warnings);
+  long child_pid = 0;
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    child_pid = rt.child_pid;
+  }
+  // A forked child that records (STEPSCOPE_CHILDREN=1), a DataLoader worker
+  // above all, runs no steps of its own: its step number stays its parent's
+  // at the fork (0 for workers started with the first epoch), and every record
+  // would count as warm-up. Its phases count from its first record unless
+  // STEPSCOPE_WARMUP says otherwise.
+  if (child_pid > 0 && !settings.warmup_from_env) settings.warmup_steps = 0;
   CollectorOptions options;
   options.ring_capacity = rt.registry->ring_capacity();
   options.interval = std::chrono::milliseconds(settings.interval_ms);
@@ -656,7 +328,9 @@ Collector* start_collector(Runtime& rt) {
     return format_live_line(tracker.update(facts, elapsed_s), max_width);
   };
   options.start_thread = false;  // this thread runs the loop
-  options.snapshot_interval_s = settings.snapshot_interval_s;
+  // The collector offers a snapshot every kFirstSnapshotSeconds at most;
+  // write_snapshot keeps to STEPSCOPE_SNAPSHOT_S after the first.
+  options.snapshot_interval_s = std::min(settings.snapshot_interval_s, kFirstSnapshotSeconds);
   options.quiet = settings.quiet;
   options.on_snapshot = [&rt] { write_snapshot(rt); };
   std::string device_notice;
@@ -666,7 +340,7 @@ Collector* start_collector(Runtime& rt) {
     device = std::move(rt.early_device);
     device_notice = rt.early_device_notice;
   }
-  if (!device) device = make_device_backend(device_notice);
+  if (!device) device = make_device_backend(settings.device, device_notice);
   auto collector = std::make_unique<Collector>(options, std::move(device), rt.registry);
   Collector* published = collector.get();
   // Exit handlers run in reverse order of registration: registered after the
@@ -679,13 +353,14 @@ Collector* start_collector(Runtime& rt) {
     std::lock_guard<std::mutex> lock(rt.mutex);
     for (const auto& w : env_warnings) warn(rt, w);
     if (rt.clock.override_invalid)
-      warn(rt, "STEPSCOPE_CLOCK='" + settings.clock + "' is not 'tsc' or 'monotonic'; using the default");
+      warn(rt, "STEPSCOPE_CLOCK='" + printable(settings.clock, kMaxQuotedValueChars) +
+                   "' is not 'tsc' or 'monotonic'; using the default");
     if (!trace_valid)
-      warn(rt, "STEPSCOPE_TRACE='" + settings.trace +
+      warn(rt, "STEPSCOPE_TRACE='" + printable(settings.trace, kMaxQuotedValueChars) +
                    "' is invalid (expected A-B, N, slow or slow:MS); no trace is written");
+    // In the report's device section only: a CPU-only run of a CUDA build is
+    // no news worth a line on every run's stderr.
     rt.device_notice = device_notice;
-    // In the report's device section anyway; on stderr unless STEPSCOPE_QUIET.
-    if (!device_notice.empty() && !settings.quiet) std::fprintf(stderr, "stepscope: %s\n", device_notice.c_str());
     if (rt.rank < 0) {
       rt.rank = settings.rank;
       rt.world_size = settings.world_size;
@@ -772,7 +447,7 @@ bool initialise_runtime() noexcept {
   // first step: the backend (and its hooks) are ready before this scope
   // records. This allocates, but such a program's heap is shaped by the
   // device runtime anyway.
-  if (device_in_use()) rt.early_device = make_device_backend(rt.early_device_notice);
+  if (device_in_use()) rt.early_device = make_device_backend(early.device, rt.early_device_notice);
   if (pthread_create(&rt.thread, nullptr, collector_thread_main, nullptr) != 0) {
     std::fputs("stepscope: warning: cannot start the collector thread; nothing is recorded in this run\n", stderr);
     g_mode.store(kModeDisabled, std::memory_order_release);
@@ -843,13 +518,12 @@ Report build_report(bool final_report) {
   if (const int sig = g_first_signal.load(); sig != 0) {
     const std::uint64_t at = g_first_signal_ns.load();
     report.interrupted = Report::Interruption{
-        termination_signal_name(sig),
-        at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
+        ending_name(sig), at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
   }
-  if (g_exception.state.load(std::memory_order_acquire) == 2) {
-    const std::uint64_t at = g_exception.ns;
+  std::string exception_type, exception_message;
+  if (std::uint64_t at = 0; noted_exception(exception_type, exception_message, at)) {
     report.exception = Report::UncaughtException{
-        printable(g_exception.type, kExceptionTypeBytes), printable(g_exception.message, kExceptionMessageBytes),
+        printable(exception_type, kExceptionTypeBytes), printable(exception_message, kExceptionMessageBytes),
         at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
   }
   add_runtime_site_counts(report);
@@ -877,65 +551,52 @@ Settings run_settings() noexcept {
   }
 }
 
-const char* termination_signal_name(int sig) noexcept {
-  switch (sig) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "";
-  }
-}
-
-void write_trace_if_enabled(Collector& collector, Report& report, const Settings& s, const std::string& report_path,
-                            long child_pid) {
-  TraceCapture capture = collector.take_trace();
-  if (s.trace.empty() || capture.window.empty()) return;
-  const RunInfo& run = report.run;
-  std::string note, path;
-  if (s.trace_out.empty()) {
-    // Beside the report, whatever the working directory.
-    const auto slash = report_path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "" : report_path.substr(0, slash + 1);
-    path = dir + process_output_path("", "stepscope-trace.json.gz", run.rank, run.world_size, child_pid, note);
-  } else {
-    path = process_output_path(s.trace_out, "", run.rank, run.world_size, child_pid, note);
-  }
-  std::string error;
-  if (write_chrome_trace(capture, run, path, error)) {
-    if (!s.quiet)
-      std::fprintf(stderr, "stepscope: trace of steps %s (%zu events%s) written to %s\n", capture.window.c_str(),
-                   capture.events.size(), capture.events_over_limit ? ", some over the limit" : "", path.c_str());
-    return;
-  }
-  const std::string fallback = fallback_report_path(run.rank, static_cast<long>(::getpid())) + ".trace.json.gz";
-  std::string message = "cannot write the trace (" + error + "); writing it to '" + fallback + "' instead";
-  std::string error2;
-  if (!write_chrome_trace(capture, run, fallback, error2))
-    message = "cannot write the trace (" + error + "), nor to '" + fallback + "' (" + error2 + "); no trace is written";
-  std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
-  report.warnings.push_back(message);
-}
-
 namespace {
+
+// A run that finish() or the exit handler was ending when a signal of ours
+// came: it dies of that signal (the handler re-raises it once the report is out).
+void mark_ended_by_signal(Runtime& rt, Report& report, int sig) {
+  report.ended_by = ending_name(sig);
+  if (!report.interrupted) {
+    const std::uint64_t now = monotonic_ns();
+    report.interrupted = Report::Interruption{
+        report.ended_by,
+        now > rt.recording_started_ns ? static_cast<double>(now - rt.recording_started_ns) / 1e9 : 0.0};
+  }
+}
 
 // The final report (rt.mutex held, the collector's loop ended): trace first,
 // so that its warnings are in the report. Returns the path written.
-std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where) {
+// from_finish: finish() or the exit handler wrote it (not a signal's request).
+std::string write_final_report(Runtime& rt, const char* ended_by, bool from_finish) {
   const std::string path = report_path(rt);
   Report report = build_report(true);
   report.complete = true;
   report.ended_by = ended_by;
+  // finish() or the exit handler with a signal of ours under way: the
+  // process dies of it once this report is out, and the report says so.
+  int fatal = from_finish ? fatal_signal_now() : 0;
+  if (fatal != 0) mark_ended_by_signal(rt, report, fatal);
+  if (report.total_records == 0) {
+    // Nothing recorded (stepscope imported or started, no phase ever ended):
+    // no report, and above all none over a file that is someone else's.
+    if (!rt.settings.quiet)
+      std::fputs("stepscope: nothing was recorded in this process (no phase ended): no report written\n", stderr);
+    return rt.written_path = "";
+  }
   write_trace_if_enabled(*rt.collector, report, rt.settings, path, rt.child_pid);
   rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank);
+  if (from_finish && fatal == 0 && (fatal = fatal_signal_now()) != 0) {
+    // The signal came while the report was written: written again, so that
+    // neither the file nor the summary reads as a run that ended by itself.
+    mark_ended_by_signal(rt, report, fatal);
+    rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank);
+  }
   if (!rt.settings.quiet) {
     std::fputs(format_summary(report).c_str(), stderr);
     // After a signal the collector's own line says where (write_final_after_signal).
-    if (say_where && rt.written_path != "<stderr>")
-      std::fprintf(stderr, "stepscope: report written to %s\n", rt.written_path.c_str());
+    if (from_finish && rt.written_path != "<stderr>")
+      std::fprintf(stderr, "stepscope: report written to %s\n", printable(rt.written_path, kMaxWarningChars).c_str());
   }
   return rt.written_path;
 }
@@ -947,7 +608,8 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool say_where
 // kernel keeps; syncing every few seconds would only cost the disk.
 void write_snapshot(Runtime& rt) noexcept {
   try {
-    if (rt.snapshots_off || g_final_state.load() != kFinalNone) return;
+    const std::uint64_t now = monotonic_ns();
+    if (rt.snapshots_off || g_final_state.load() != kFinalNone || now < rt.next_snapshot_ns) return;
     std::unique_lock<std::mutex> lock(rt.mutex, std::try_to_lock);
     if (!lock.owns_lock() || rt.finished) return;
     const std::string path = report_path(rt);
@@ -957,14 +619,16 @@ void write_snapshot(Runtime& rt) noexcept {
     }
     Report report = build_report(false);
     lock.unlock();
+    if (report.total_records == 0) return;  // nothing to tell yet (the next offer retries): no file over anyone's
     report.complete = false;
+    rt.next_snapshot_ns = now + static_cast<std::uint64_t>(rt.settings.snapshot_interval_s * 1e9);
     report.snapshot_time_utc = report.run.time_utc;
     std::string error, written;
     if (!rt.report_file.write(path, report, /*durable=*/false, written, error)) {
       rt.snapshots_off = true;
       std::fprintf(stderr,
                    "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); no more snapshots\n",
-                   written.c_str(), error.c_str());
+                   printable(written, kMaxWarningChars).c_str(), printable(error).c_str());
     }
   } catch (...) {
     // Out of memory: the next snapshot retries.
@@ -990,9 +654,10 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
     }
     rt.finished = true;
     rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
-    const std::string path = write_final_report(rt, ending_name(pending), /*say_where=*/false);
-    if (!rt.settings.quiet)
-      std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending), path.c_str());
+    const std::string path = write_final_report(rt, ending_name(pending), /*from_finish=*/false);
+    if (!rt.settings.quiet && !path.empty())
+      std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending),
+                   printable(path, kMaxWarningChars).c_str());
     set_final_state(kFinalWritten);
   } catch (...) {
     set_final_state(kFinalAbandoned);
@@ -1000,15 +665,6 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
 }
 
 }  // namespace
-
-void note_uncaught_exception(const char* type, const char* message) noexcept {
-  int none = 0;
-  if (!g_exception.state.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return;  // the first only
-  g_exception.ns = monotonic_ns();
-  copy_first_line(g_exception.type, type != nullptr && type[0] != '\0' ? type : "(unknown type)", kExceptionTypeBytes);
-  copy_first_line(g_exception.message, message, kExceptionMessageBytes);
-  g_exception.state.store(2, std::memory_order_release);
-}
 
 std::string finish_run(const char* ended_by) noexcept {
   try {
@@ -1020,10 +676,16 @@ std::string finish_run(const char* ended_by) noexcept {
     // another thread, or waits until the report is written.
     sigset_t previous;
     block_termination_signals(&previous);
+    // A SIGPIPE that the report's own writes raise (stderr or the report on
+    // a closed pipe) is dropped, not delivered when the mask is restored.
     struct RestoreMask {
       sigset_t mask;
-      ~RestoreMask() { ::pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
-    } restore{previous};
+      bool sigpipe_was_pending;
+      ~RestoreMask() {
+        consume_own_sigpipe(sigpipe_was_pending);
+        ::pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+      }
+    } restore{previous, sigpipe_pending()};
     std::uint32_t none = kFinalNone;
     if (!g_final_state.compare_exchange_strong(none, kFinalWriting)) {
       // The collector thread is writing the report a signal asked for.
@@ -1052,7 +714,7 @@ std::string finish_run(const char* ended_by) noexcept {
       pthread_join(rt.thread, nullptr);
       rt.thread_joined = true;
     }
-    write_final_report(rt, ended_by, /*say_where=*/true);
+    write_final_report(rt, ended_by, /*from_finish=*/true);
     set_final_state(kFinalWritten);
     return rt.written_path;
   } catch (...) {

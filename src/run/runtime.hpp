@@ -8,6 +8,7 @@
 #include <stepscope/export.hpp>
 #include <stepscope/report.hpp>
 
+#include <map>
 #include <string>
 
 namespace stepscope {
@@ -15,6 +16,12 @@ inline namespace v1 {
 namespace detail {
 
 class Collector;
+
+// The longest warning the run time shows (characters, after printable()):
+// a path or value from the environment may be 100 kB.
+inline constexpr std::size_t kMaxWarningChars = 2000;
+// The most of one value (from the environment) a warning quotes.
+inline constexpr std::size_t kMaxQuotedValueChars = 80;
 
 // Builds the report from the collector's facts plus run information and the
 // analyzer's verdict. final_report stops the collector first.
@@ -57,6 +64,10 @@ class ReportFile {
 // it in the report and writes to the fallback path; as a last resort prints
 // the JSON on stderr. Returns the path written ("<stderr>" for the last resort).
 std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank);
+// What the report says of the run's machine and build (run.host, run.build).
+std::string host_name();
+std::map<std::string, std::string> build_options();
+
 // STEPSCOPE_TRACE: writes the captured window as a gzipped Chrome trace,
 // beside the report (report_path's directory) unless STEPSCOPE_TRACE_OUT
 // says where. A failure's reason goes to stderr and to report.warnings.
@@ -72,9 +83,6 @@ std::string finish_run(const char* ended_by) noexcept;
 // (the first call only; bounded copies, no allocation; any thread): the
 // Python package's exit hook, and std::terminate in C++ programs.
 void note_uncaught_exception(const char* type, const char* message) noexcept;
-
-// Name of a termination signal the run time handles ("SIGTERM"), else "".
-const char* termination_signal_name(int sig) noexcept;
 
 }  // namespace detail
 }  // namespace v1

@@ -143,3 +143,49 @@ TEST_CASE("process output paths: ranks and forked children never share a file", 
   REQUIRE(process_output_path("report.json", "", -1, 1, 42, note) == "report.pid42.json");
   REQUIRE(note.find("{pid}") != std::string::npos);
 }
+
+TEST_CASE("one switch parser for every variable: any case, yes/no, on/off, true/false, 1/0", "[env]") {
+  // Issue 29: STEPSCOPE_CUDA=FALSE/Off/No left device timing on (the CUDA
+  // backend had a parser of its own) and the core rejected No/Yes.
+  for (const char* off : {"0", "off", "OFF", "Off", "false", "FALSE", "False", "no", "NO", "No", "nO"}) {
+    INFO(off);
+    std::vector<std::string> w;
+    const Settings s =
+        read({{"STEPSCOPE_CUDA", off}, {"STEPSCOPE_CUPTI", off}, {"STEPSCOPE_SIGNALS", off}, {"STEPSCOPE", off}}, w);
+    CHECK(w.empty());
+    CHECK_FALSE(s.device.cuda);
+    CHECK_FALSE(s.device.cupti);
+    CHECK_FALSE(s.signals);
+    CHECK_FALSE(s.enabled);
+    CHECK_FALSE(read_early_settings([](const char* name) -> const char* {
+                  return std::string(name) == "STEPSCOPE_CUDA" ? "No" : nullptr;
+                }).device.cuda);
+  }
+  for (const char* on : {"1", "on", "On", "true", "True", "yes", "Yes", "YES"}) {
+    INFO(on);
+    std::vector<std::string> w;
+    const Settings s = read({{"STEPSCOPE_NVTX", on}, {"STEPSCOPE_QUIET", on}, {"STEPSCOPE_CHILDREN", on}}, w);
+    CHECK(w.empty());
+    CHECK(s.device.nvtx);
+    CHECK(s.quiet);
+    CHECK(s.children);
+  }
+  std::vector<std::string> none;
+  const Settings d = read({}, none);
+  CHECK(d.device.cuda);
+  CHECK_FALSE(d.device.nvtx);
+  CHECK(d.device.cupti);
+  std::vector<std::string> w;
+  CHECK(read({{"STEPSCOPE_CUDA", "maybe"}}, w).device.cuda);  // bad: the default, one warning
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].find("STEPSCOPE_CUDA='maybe'") != std::string::npos);
+}
+
+TEST_CASE("a warning quotes at most a bounded part of a bad value", "[env]") {
+  std::vector<std::string> w;
+  const std::string huge(100000, 'x');
+  (void)read({{"STEPSCOPE_WARMUP", huge}}, w);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].size() < 300);
+  CHECK(w[0].find("(100000 bytes)") != std::string::npos);
+}

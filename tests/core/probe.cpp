@@ -32,6 +32,14 @@
 //                              exception in flight
 //   probe own-terminate MS   — installs its own terminate handler (writes
 //                              "own-terminate", exits 9), then as throw
+//   probe exit-after MS      — steps for MS ms, then _exit(3) (no exit handler runs)
+//   probe chatty             — steps until killed, one line on stdout per step
+//                              (flushed); writes "running" after 20 steps
+//   probe printing N         — a line on stdout, N workload steps, another line
+//   probe idle MS            — starts stepscope (enabled()), records nothing,
+//                              sleeps MS ms and exits
+//   probe big-exit-thread N  — big-exit with an idle second thread (a signal
+//                              during the exit's report goes to it)
 #include <stepscope/stepscope.hpp>
 
 #include <fcntl.h>
@@ -41,8 +49,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -79,13 +87,22 @@ void spin_us(int us) {
 
 void one_step() {
   STEPSCOPE_STEP();
-  { STEPSCOPE_PHASE("data"); spin_us(300); }
+  {
+    STEPSCOPE_PHASE("data");
+    spin_us(300);
+  }
   {
     STEPSCOPE_PHASE("forward");
     spin_us(200);
-    { STEPSCOPE_PHASE_KIND("matmul", stepscope::PhaseKind::compute); spin_us(400); }
+    {
+      STEPSCOPE_PHASE_KIND("matmul", stepscope::PhaseKind::compute);
+      spin_us(400);
+    }
   }
-  { STEPSCOPE_PHASE("optimizer"); spin_us(100); }
+  {
+    STEPSCOPE_PHASE("optimizer");
+    spin_us(100);
+  }
   spin_us(100);  // in the step, in no phase: unattributed
 }
 
@@ -109,7 +126,9 @@ int threads(int n) {
   std::vector<std::thread> workers;
   for (int t = 0; t < n; ++t)
     workers.emplace_back([] {
-      for (int i = 0; i < 1000; ++i) { STEPSCOPE_PHASE("work"); }
+      for (int i = 0; i < 1000; ++i) {
+        STEPSCOPE_PHASE("work");
+      }
     });
   for (auto& w : workers) w.join();
   // The threads are gone; their records must still be in the report.
@@ -303,6 +322,42 @@ int fork_early(int children) {
   return failed == 0 ? 0 : 3;
 }
 
+int exit_after(int ms) {
+  step_for(ms);
+  ::_exit(3);
+}
+
+int chatty() {
+  for (int i = 0;; ++i) {
+    one_step();
+    std::printf("step %d\n", i);
+    std::fflush(stdout);
+    if (i == 20) touch("running");
+  }
+}
+
+int printing(int steps) {
+  std::printf("program output before\n");
+  std::fflush(stdout);
+  const int status = workload(steps);
+  std::printf("program output after\n");
+  std::fflush(stdout);
+  return status;
+}
+
+int idle(int ms) {
+  (void)stepscope::enabled();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return 0;
+}
+
+int big_exit_thread(int phases) {
+  std::thread([] {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }).detach();
+  return big_exit(phases);
+}
+
 }  // namespace
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -314,7 +369,9 @@ int fork_early(int children) {
 #endif
 #if defined(PROBE_ASAN)
 // LeakSanitizer's hook: non-zero turns its exit check off (see g_forked_child).
-extern "C" int __lsan_is_turned_off() { return g_forked_child ? 1 : 0; }
+extern "C" int __lsan_is_turned_off() {
+  return g_forked_child ? 1 : 0;
+}
 #endif
 
 int main(int argc, char** argv) {
@@ -337,6 +394,11 @@ int main(int argc, char** argv) {
   if (mode == "throw-thread") return throw_from_thread(n);
   if (mode == "terminate") return terminate_after(n);
   if (mode == "own-terminate") return own_terminate(n);
+  if (mode == "exit-after") return exit_after(n);
+  if (mode == "chatty") return chatty();
+  if (mode == "idle") return idle(n);
+  if (mode == "printing") return printing(n);
+  if (mode == "big-exit-thread") return big_exit_thread(n);
   std::fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
   return 2;
 }

@@ -314,3 +314,19 @@ TEST_CASE("the STEPSCOPE_TRACE file lands beside the report, not in the working 
   CHECK(exists(dir.path + "/out/stepscope-trace.json.gz"));
   CHECK_FALSE(exists(dir.path + "/stepscope-trace.json.gz"));
 }
+
+TEST_CASE("the collector's CPU line never claims more than one core for a run shorter than its start-up",
+          "[runtime][summary]") {
+  // Issue 29: a process that recorded almost nothing printed "281.69% of one
+  // core": the collector's CPU time includes its start-up (the device probe),
+  // the run's wall time does not.
+  stepscope::Report r;
+  r.system.wall_s = 0.004;
+  r.system.collector_cpu_ms = 11.3;
+  const std::string text = stepscope::format_summary(r);
+  INFO(text);
+  CHECK(text.find("of one core") == std::string::npos);
+  CHECK(text.find("11.3 ms of CPU on its collector thread, start-up included") != std::string::npos);
+  r.system.wall_s = 10;
+  CHECK(stepscope::format_summary(r).find("(0.11% of one core over 10.0 s)") != std::string::npos);
+}

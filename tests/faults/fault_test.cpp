@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -50,21 +51,29 @@ constexpr int kSignalDuringWriteTrials = 40;
 constexpr int kSignalDuringWriteTrials = 40;
 #endif
 
+// Where a probe's stdout and stderr go: by default dir/<tag>.out and
+// dir/<tag>.err; `out_fd` instead of the first (a pipe, a file opened for
+// append), and stderr onto stdout as `2>&1` does.
+struct ProbeOutput {
+  int out_fd = -1;
+  bool err_to_out = false;
+};
+
 // Starts the probe in `dir` (its working directory) with STEPSCOPE_QUIET=1,
-// TMPDIR=dir and `env` ("NAME=value" each); stdout and stderr go to
-// dir/<tag>.out and dir/<tag>.err.
+// TMPDIR=dir and `env` ("NAME=value" each); stdout and stderr as `output` says.
 pid_t start_probe(const TempDir& dir, const std::vector<std::string>& env, const std::vector<std::string>& args,
-                  const std::string& tag = "probe") {
+                  const std::string& tag = "probe", ProbeOutput output = {}) {
   const std::string out = dir / (tag + ".out"), err = dir / (tag + ".err");
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
   // Child: this test process is single-threaded here, so setenv is safe.
   if (::chdir(dir.path.c_str()) != 0) ::_exit(120);
-  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int out_fd = output.out_fd >= 0 ? output.out_fd : ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err_fd = output.err_to_out ? out_fd : ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (out_fd < 0 || err_fd < 0) ::_exit(121);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
+  ::signal(SIGPIPE, SIG_DFL);  // as a shell starts a program (ctest may run us with it ignored)
   ::setenv("STEPSCOPE_QUIET", "1", 1);
   ::setenv("STEPSCOPE_CUDA", "0", 1);
   ::setenv("TMPDIR", dir.path.c_str(), 1);
@@ -352,6 +361,9 @@ TEST_CASE("STEPSCOPE_SIGNALS=0 leaves crashes alone: abort() leaves the last sna
 TEST_CASE("a symlink as the output is written through; the link stays a link", "[faults][paths]") {
   TempDir dir;
   stepscope_test::spit(dir / "target.json", "old contents\n");
+  struct stat before {};
+  REQUIRE(::stat((dir / "target.json").c_str(), &before) == 0);
+  const ino_t target_inode = before.st_ino;
   REQUIRE(::symlink("target.json", (dir / "link.json").c_str()) == 0);
   REQUIRE(::symlink("new.json", (dir / "dangling.json").c_str()) == 0);
   REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=link.json"}, {"workload", "10"}))) == 0);
@@ -363,6 +375,10 @@ TEST_CASE("a symlink as the output is written through; the link stays a link", "
   CHECK(S_ISLNK(st.st_mode));
   CHECK(load(dir / "target.json").steps.count == 5);
   CHECK(load(dir / "new.json").steps.count == 5);
+  // Written in place through the link: no temporary file renamed over its target.
+  struct stat after {};
+  REQUIRE(::stat((dir / "target.json").c_str(), &after) == 0);
+  CHECK(after.st_ino == target_inode);
 }
 
 TEST_CASE("/dev/stdout redirected to a file receives the report", "[faults][paths]") {
@@ -561,4 +577,241 @@ TEST_CASE("STEPSCOPE_CHILDREN=1 with a parent already recording: both reports, n
     CHECK(child.dropped_records == 0);
   }
   CHECK(children == 1);
+}
+
+// ---- Issue 29: outputs, endings, signals ----
+
+namespace {
+
+// The name the report gives a signal: "SIG" + the kernel's abbreviation, or SIGRTMIN+N.
+std::string signal_name(int sig) {
+  if (sig >= SIGRTMIN && sig <= SIGRTMAX)
+    return sig == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(sig - SIGRTMIN);
+  return std::string("SIG") + ::sigabbrev_np(sig);
+}
+
+}  // namespace
+
+TEST_CASE("every signal whose default action ends the process writes the final report", "[faults][signals]") {
+  // Before: SIGQUIT (Ctrl-\), SIGPIPE, SIGUSR1, SIGALRM... left no report at all.
+  std::vector<int> signals = {SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
+                              SIGXCPU, SIGXFSZ, SIGPWR,  SIGIO,   SIGSYS,  SIGTRAP,   SIGRTMIN + 2};
+#ifdef SIGSTKFLT
+  signals.push_back(SIGSTKFLT);
+#endif
+  for (const int sig : signals) {
+    const std::string name = signal_name(sig);
+    INFO(name);
+    TempDir dir;
+    const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"forever"});
+    REQUIRE(wait_for_file(dir / "running"));
+    ::kill(pid, sig);
+    const int status = wait_exit(pid);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == sig);  // the exit status is the signal's, as without stepscope
+    const stepscope::Report r = load(dir / "stepscope-report.json");
+    CHECK(r.complete);
+    CHECK(r.ended_by == name);
+    CHECK(r.steps.count + r.steps.warmup_excluded >= 20);
+  }
+}
+
+TEST_CASE("a closed stdout pipe (./train | head): SIGPIPE writes the report once, even to that pipe",
+          "[faults][signals]") {
+  for (const bool report_to_pipe : {false, true}) {
+    INFO("STEPSCOPE_OUT=/dev/stdout: " << report_to_pipe);
+    TempDir dir;
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);  // the probe holds no read end (dup2 onto stdout keeps the write end)
+    std::vector<std::string> env = {"STEPSCOPE_SNAPSHOT_S=0", "STEPSCOPE_QUIET=0"};
+    if (report_to_pipe) env.push_back("STEPSCOPE_OUT=/dev/stdout");
+    const pid_t pid = start_probe(dir, env, {"chatty"}, "probe", ProbeOutput{fds[1], false});
+    ::close(fds[1]);
+    REQUIRE(wait_for_file(dir / "running"));
+    char buf[256];
+    REQUIRE(::read(fds[0], buf, sizeof buf) > 0);  // what `head` reads before it exits
+    ::close(fds[0]);
+    const int status = wait_exit(pid, 30);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGPIPE);
+    const std::string err = slurp(dir / "probe.err");
+    INFO(err);
+    CHECK(contains(err, "stepscope: SIGPIPE: report written to"));
+    std::string path = dir / "stepscope-report.json";
+    if (report_to_pipe) {  // the pipe is closed: the fallback file, said once
+      const auto at = err.find("writing it to '");
+      REQUIRE(at != std::string::npos);
+      path = err.substr(at + 15, err.find('\'', at + 15) - (at + 15));
+      CHECK(err.find("writing it to '", at + 1) == std::string::npos);
+    }
+    const stepscope::Report r = load(path);
+    CHECK(r.ended_by == "SIGPIPE");
+  }
+}
+
+TEST_CASE("a run that dies in its first seconds without a handler (_exit, SIGKILL) leaves a snapshot",
+          "[faults][snapshot]") {
+  // Default STEPSCOPE_SNAPSHOT_S (10 s): the first snapshot used to come only
+  // then, so a run killed sooner left no file at all.
+  TempDir dir;
+  const int status = wait_exit(start_probe(dir, {}, {"exit-after", "3000"}));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  CHECK_FALSE(r.complete);
+  CHECK(r.total_records > 0);
+}
+
+TEST_CASE("a process that records nothing leaves an existing report alone", "[faults][paths]") {
+  TempDir dir;
+  stepscope_test::spit(dir / "stepscope-report.json", "the user's report\n");
+  // It starts stepscope and lives past the first snapshot's time, recording nothing.
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_QUIET=0"}, {"idle", "1500"}))) == 0);
+  CHECK(slurp(dir / "stepscope-report.json") == "the user's report\n");
+  CHECK(contains(slurp(dir / "probe.err"), "nothing was recorded"));
+  CHECK_FALSE(contains(slurp(dir / "probe.err"), "of one core"));
+}
+
+TEST_CASE("/dev/stdout appended to a log (>> train.log 2>&1): the log is kept, the JSON whole, the summary after",
+          "[faults][paths]") {
+  TempDir dir;
+  const std::string log = dir / "train.log";
+  stepscope_test::spit(log, "yesterday's log\n");
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
+  REQUIRE(fd >= 0);
+  const pid_t pid = start_probe(dir, {"STEPSCOPE_OUT=/dev/stdout", "STEPSCOPE_QUIET=0", "STEPSCOPE_SNAPSHOT_S=0.1"},
+                                {"printing", "200"}, "probe", ProbeOutput{fd, true});
+  ::close(fd);
+  REQUIRE(WEXITSTATUS(wait_exit(pid)) == 0);
+  const std::string text = slurp(log);
+  INFO(text);
+  // Before: reopened with O_TRUNC at offset 0, the log was gone and the
+  // summary, written at the shell's offset, landed inside the JSON.
+  REQUIRE(text.rfind("yesterday's log\nprogram output before\n", 0) == 0);
+  const auto json_at = text.find("\n{");
+  const auto summary_at = text.find("== stepscope");
+  REQUIRE(json_at != std::string::npos);
+  REQUIRE(summary_at != std::string::npos);
+  CHECK(json_at < summary_at);
+  const auto json_end = text.find("\n}\n", json_at);
+  REQUIRE(json_end != std::string::npos);
+  CHECK(json_end < summary_at);
+  stepscope::Report r;
+  std::string error;
+  INFO(error);
+  REQUIRE(stepscope::report_from_json(text.substr(json_at + 1, json_end + 2 - json_at), r, error));
+  CHECK(r.complete);
+  CHECK(r.steps.count == 195);
+}
+
+TEST_CASE("a link another user planted in a sticky directory is not followed; fallbacks are private",
+          "[faults][paths][security]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: planting a link owned by another user needs root");
+    return;
+  }
+  TempDir dir;
+  const std::string shared = dir / "shared";  // as /tmp: world-writable, sticky
+  REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(shared.c_str(), 01777) == 0);
+  const std::string victim = dir / "victim.txt";
+  stepscope_test::spit(victim, "precious\n");
+  const auto plant = [&](const std::string& at) {
+    REQUIRE(::symlink(victim.c_str(), at.c_str()) == 0);
+    REQUIRE(::lchown(at.c_str(), 65534, 65534) == 0);  // nobody's link
+  };
+  SECTION("at the report's own path") {
+    plant(shared + "/stepscope-report.json");
+    const int status =
+        wait_exit(start_probe(dir, {"STEPSCOPE_OUT=" + shared + "/stepscope-report.json"}, {"workload", "10"}));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    CHECK(slurp(victim) == "precious\n");
+    const std::string err = slurp(dir / "probe.err");
+    INFO(err);
+    CHECK(contains(err, "not followed"));
+    const auto at = err.find("writing it to '");
+    REQUIRE(at != std::string::npos);
+    const std::string fallback = err.substr(at + 15, err.find('\'', at + 15) - (at + 15));
+    CHECK(load(fallback).steps.count == 5);
+    struct stat st {};
+    REQUIRE(::stat(fallback.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);  // in a shared directory: the owner's only
+  }
+  SECTION("a FIFO another user planted at the report's path gets nothing") {
+    const std::string fifo = shared + "/stepscope-report.json";
+    REQUIRE(::mkfifo(fifo.c_str(), 0666) == 0);
+    REQUIRE(::chown(fifo.c_str(), 65534, 65534) == 0);
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // the planter, listening
+    REQUIRE(reader >= 0);
+    REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_OUT=" + fifo}, {"workload", "10"}))) == 0);
+    char byte = 0;
+    CHECK(::read(reader, &byte, 1) <= 0);
+    ::close(reader);
+    CHECK(contains(slurp(dir / "probe.err"), "not written"));
+  }
+  SECTION("at the predictable fallback name in $TMPDIR") {
+    const pid_t pid =
+        start_probe(dir, {"TMPDIR=" + shared, "STEPSCOPE_OUT=" + dir.path + "/missing/dir/report.json"}, {"forever"});
+    REQUIRE(wait_for_file(dir / "running"));
+    plant(shared + "/stepscope-report." + std::to_string(pid) + ".json");
+    ::kill(pid, SIGTERM);
+    REQUIRE(WIFSIGNALED(wait_exit(pid)));
+    CHECK(slurp(victim) == "precious\n");
+    int reports = 0;
+    for (const auto& name : list_dir(shared)) {
+      struct stat st {};
+      REQUIRE(::lstat((shared + "/" + name).c_str(), &st) == 0);
+      if (S_ISLNK(st.st_mode)) continue;
+      ++reports;
+      CHECK((st.st_mode & 0777) == 0600);
+      CHECK(load(shared + "/" + name).ended_by == "SIGTERM");
+    }
+    CHECK(reports == 1);
+  }
+}
+
+TEST_CASE("a signal during the exit's report: neither the report nor the summary says the program caught it",
+          "[faults][signals]") {
+  TempDir dir;
+  int died = 0;
+  for (int trial = 0; trial < kSignalDuringWriteTrials / 2; ++trial) {
+    ::unlink((dir / "running").c_str());
+    ::unlink((dir / "stepscope-report.json").c_str());
+    const pid_t pid = start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0", "STEPSCOPE_QUIET=0"}, {"big-exit-thread", "3000"});
+    REQUIRE(wait_for_file(dir / "running"));
+    std::this_thread::sleep_for(std::chrono::microseconds(500 * (trial % 20)));
+    ::kill(pid, SIGTERM);
+    const int status = wait_exit(pid);
+    if (!WIFSIGNALED(status)) continue;  // the signal came after the process was gone
+    ++died;
+    const std::string err = slurp(dir / "probe.err");
+    INFO("trial " << trial << "\n" << err);
+    CHECK_FALSE(contains(err, "caught it"));
+    if (!exists(dir / "stepscope-report.json")) continue;
+    const stepscope::Report r = load(dir / "stepscope-report.json");
+    CHECK_FALSE((r.interrupted.has_value() && (r.ended_by == "exit" || r.ended_by == "finish")));
+  }
+  CHECK(died > 0);
+}
+
+TEST_CASE("warnings show bad values and paths printably, cut to a bounded length", "[faults][env]") {
+  // Issue 29: warnings echoed values raw: a newline forged a line of stepscope's
+  // own, an escape sequence cleared the terminal, a 100 kB value came back whole.
+  TempDir dir;
+  const std::string forged = "3\nstepscope: report written to /forged\x1b[2J";
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(
+              dir, {"STEPSCOPE_WARMUP=" + forged, "STEPSCOPE_TRACE=" + std::string(100000, 'x'), "STEPSCOPE_QUIET=1"},
+              {"workload", "10"}))) == 0);
+  const std::string err = slurp(dir / "probe.err");
+  INFO(err.substr(0, 2000));
+  CHECK(err.find('\x1b') == std::string::npos);
+  CHECK(err.find("\nstepscope: report written to /forged") == std::string::npos);
+  CHECK(contains(err, "STEPSCOPE_WARMUP='3\\nstepscope: report written to /forged\\x1b[2J'"));
+  CHECK(err.size() < 2000);
+  const stepscope::Report r = load(dir / "stepscope-report.json");
+  REQUIRE(r.warnings.size() >= 2);
+  for (const auto& w : r.warnings) {
+    CHECK(w.size() < 400);
+    CHECK(w.find('\n') == std::string::npos);
+  }
 }

@@ -385,6 +385,20 @@ TEST_CASE("STEPSCOPE_CUPTI=0: call counts are absent, not zero (C11)", "[gpu-sim
   CHECK(run.counter("cupti_subscribe_calls") == 0);
 }
 
+TEST_CASE("the CUDA switches take every spelling of off: STEPSCOPE_CUDA=No, STEPSCOPE_CUPTI=FALSE", "[gpu-sim]") {
+  // Issue 29: the CUDA backend had its own parser, which took FALSE/False/Off/NO/No for "on".
+  for (const char* off : {"No", "FALSE", "Off"}) {
+    INFO(off);
+    Run device_off;
+    probe(device_off, "async 10", std::string("STEPSCOPE_CUDA=") + off);
+    CHECK(device_off.report.device.status == "disabled");
+    CHECK_FALSE(device_off.report.device.enabled);
+    Run cupti_off;
+    probe(cupti_off, "async 10", std::string("STEPSCOPE_CUPTI=") + off);
+    CHECK(cupti_off.report.device.status == "cupti_disabled");
+  }
+}
+
 TEST_CASE("the collector's own calls stay out of the CUPTI runtime timeline (C9)", "[gpu-sim]") {
   Run run;
   probe(run, "async 40");

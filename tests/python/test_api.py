@@ -473,3 +473,90 @@ def test_a_caught_ctrl_c_is_reported_as_an_interruption(tmp_path):
 def test_a_run_without_signals_reports_no_interruption(tmp_path):
     report, _, _ = run_loop(tmp_path, "at-exit", "at-exit", env={"STEPSCOPE_WARMUP": "0"})
     assert report["ended_by"] == "exit" and report["interrupted"] is None
+
+
+def test_a_process_that_records_nothing_leaves_an_existing_report_alone(tmp_path):
+    """`import stepscope` (and starting it) in a process that records nothing
+    replaced the user's stepscope-report.json with an empty 0-step report, and
+    its summary claimed "281.69% of one core" for the collector."""
+    import sys
+
+    existing = tmp_path / "stepscope-report.json"
+    existing.write_text('{"the user\'s": "report"}\n')
+    env = dict(os.environ, STEPSCOPE_QUIET="0")
+    env.pop("STEPSCOPE_OUT", None)
+    for script in ("import stepscope", "import stepscope\nstepscope.enabled()\nstepscope.phase('never')"):
+        proc = subprocess.run(
+            [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert existing.read_text() == '{"the user\'s": "report"}\n'
+        assert "of one core" not in proc.stderr
+
+
+def test_report_to_stdout_appends_after_what_the_program_printed(tmp_path):
+    """STEPSCOPE_OUT=/dev/stdout with `>> train.log 2>&1`: the log was
+    reopened with O_TRUNC (yesterday's lines lost) and the summary landed inside
+    the JSON. Now the report is appended at the descriptor's offset, after what
+    the program printed, and the summary follows it."""
+    import sys
+
+    log = tmp_path / "train.log"
+    log.write_text("yesterday\n")
+    script = (
+        "import time, stepscope\n"
+        "print('hello from the program')\n"
+        "for i in stepscope.steps(range(12)):\n"
+        "    with stepscope.phase('forward'): time.sleep(0.001)\n"
+    )
+    env = dict(os.environ, STEPSCOPE_OUT="/dev/stdout", STEPSCOPE_QUIET="0", STEPSCOPE_WARMUP="2")
+    with open(log, "a") as out:
+        proc = subprocess.run(
+            [sys.executable, "-c", script], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=120
+        )
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert text.startswith("yesterday\nhello from the program\n{"), text[:200]
+    body = text[len("yesterday\nhello from the program\n") :]
+    end = body.index("\n}\n") + 3
+    report = json.loads(body[:end])
+    assert report["complete"] is True and report["steps"]["count"] == 10
+    assert "== stepscope" in body[end:]
+
+
+def test_dataloader_workers_with_children_write_complete_reports(tmp_path):
+    """STEPSCOPE_CHILDREN=1 and DataLoader workers: a worker ends with
+    os._exit(), so it left at best a snapshot (complete: false) with every
+    phase count 0 (a worker runs no step of its own and never left warm-up).
+    Each worker now writes its final report from multiprocessing's exit step,
+    with its phases counted."""
+    import sys
+
+    pytest.importorskip("torch")
+    script = (
+        "import time, stepscope, torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class Samples(Dataset):\n"
+        "    def __len__(self): return 32\n"
+        "    def __getitem__(self, i):\n"
+        "        with stepscope.phase('load'): time.sleep(0.001)\n"
+        "        return torch.zeros(4)\n"
+        "for batch in stepscope.steps(DataLoader(Samples(), batch_size=4, num_workers=2)):\n"
+        "    with stepscope.phase('forward'): time.sleep(0.001)\n"
+    )
+    env = dict(os.environ, STEPSCOPE_CHILDREN="1", STEPSCOPE_QUIET="1")
+    env.pop("STEPSCOPE_OUT", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    workers = sorted(tmp_path.glob("stepscope-report.pid*.json"))
+    assert len(workers) == 2, list(tmp_path.iterdir())
+    loads = 0
+    for path in workers:
+        report = json.loads(path.read_text())
+        assert report["complete"] is True and report["ended_by"] == "exit", path
+        loads += sum(p["count"] for p in report["phases"] if p["name"] == "load")
+    assert loads == 32  # every sample, none left in a warm-up
+    parent = json.loads((tmp_path / "stepscope-report.json").read_text())
+    assert parent["steps"]["count"] + parent["steps"]["warmup_excluded"] == 8

@@ -150,6 +150,12 @@ TEST_CASE("valid JSON of the wrong shape is refused naming the field", "[tools][
        "phases[1].count: \"many\" is not a count"},
       {"run-array.json", [](nlohmann::json& j) { j["run"] = nlohmann::json::array(); },
        "run: an array is not an object"},
+      // Entries that are not objects were read as records of zeros (issue 29: `show` exited 0).
+      {"null-phase.json", [](nlohmann::json& j) { j["phases"] = {nullptr}; }, "phases[0]: null is not an object"},
+      {"number-phase.json", [](nlohmann::json& j) { j["phases"].push_back(7); }, "is not an object"},
+      {"nameless-phase.json", [](nlohmann::json& j) { j["phases"][0].erase("name"); }, "phases[0].name: missing"},
+      {"string-what-if.json", [](nlohmann::json& j) { j["what_if"] = {"faster"}; },
+       "what_if[0]: \"faster\" is not an object"},
       {"bad-kind.json", [](nlohmann::json& j) { j["phases"][0]["kind"] = "gpu"; },
        "phases[0].kind: \"gpu\" is not a phase kind"},
       {"bad-bool.json", [](nlohmann::json& j) { j["device"]["enabled"] = "yes"; },
