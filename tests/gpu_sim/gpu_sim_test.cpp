@@ -619,6 +619,8 @@ TEST_CASE("device-true accounting: a launch-bound loop's lever is the host", "[g
   REQUIRE(launch != nullptr);
   CHECK(launch->step_change_pct < -50);
   CHECK(launch->note.find("CUDA graphs") != std::string::npos);
+}
+
 // ---- CUPTI in windows and the run's own cost (issue 27 item 5) ----------------
 
 TEST_CASE("CUPTI in windows: a launch-bound loop measures what collecting costs it", "[gpu-sim]") {
