@@ -584,8 +584,14 @@ TEST_CASE("device-true accounting: a periodic slow device step is named with its
   // launch queue (5 steps deep) fills, pays for that step spread over the
   // steps that follow it: host-paced the period was smeared (and the finding
   // was skipped on device-paced runs).
-  Run run;
-  probe(run, "behind-periodic 45", "STEPSCOPE_SIM_LAUNCH_QUEUE=256");
+  std::unique_ptr<Run> attempt;
+  for (int i = 0; i < 3; ++i) {  // as above: a host stalled for 5 steps idles the device; try again
+    attempt = std::make_unique<Run>();
+    probe(*attempt, "behind-periodic 45", "STEPSCOPE_SIM_LAUNCH_QUEUE=256");
+    if (attempt->counter("device_gap_ns") < 1e6) break;
+    WARN("the host stalled long enough to idle the device; running again");
+  }
+  const Run& run = *attempt;
   const Report& r = run.report;
   INFO(format_summary(r));
   REQUIRE(r.steps.clock == "device");
@@ -603,6 +609,8 @@ TEST_CASE("device-true accounting: a periodic slow device step is named with its
   }
   // The series (one point per step here) is device-paced: the slow steps
   // stand out where they ran, the others sit at the device's step.
+  // (Where the device idled inside some step, that step is slow on the device too, truly.)
+  const bool steady = run.counter("device_gap_ns") < 1e6;
   const StepSeries& series = r.steps.series;
   REQUIRE(series.stride == 1);
   REQUIRE(series.wall_ms.size() == r.steps.count);
@@ -613,7 +621,7 @@ TEST_CASE("device-true accounting: a periodic slow device step is named with its
       ++slow_points;
       CHECK(series.wall_ms[i] >= 1.5 * kBehindStepMs);
       CHECK(series.kind_ms[PhaseKind::compute][i] >= 1.5 * kBehindStepMs);
-    } else {
+    } else if (steady) {
       CHECK(series.wall_ms[i] < 1.5 * kBehindStepMs);
     }
   }
