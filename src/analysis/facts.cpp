@@ -60,7 +60,8 @@ ClockFacts clock_facts(const Report& report) {
     if (p.thread_role != ThreadRole::step || p.kind == PhaseKind::input || !p.device_ms) continue;
     c.host_wait_ms += std::max(0.0, phase_host_ms_per_step(p, report) - phase_device_ms_per_step(p, report));
   }
-  c.host_paced = c.host_wait_ms < kThresholds.host_wait_paced * std::max(s.breakdown.wall_ms, 1e-9);
+  // Of the host's step, as the aggregator decided the pacing (fill_device_clock).
+  c.host_paced = c.host_wait_ms < kThresholds.host_wait_paced * std::max(c.host_wall_ms, 1e-9);
   return c;
 }
 

@@ -27,7 +27,8 @@
 // "host:launch" removes the device's idle while the host launches (what CUDA
 // graphs, fusion or torch.compile save), kernels per step × launch cost.
 // A projection the data cannot support (a phase with device time on only some
-// occurrences) says so in its note and projects no change.
+// occurrences; "host:launch" without CUPTI's timeline) says so in its note and
+// projects no change.
 //
 // A background loader (input phases on threads that run no steps) is a stage
 // of the pipeline too: it produces one batch per step at its measured rate
@@ -154,10 +155,10 @@ StepBreakdown measured_breakdown(const Report& facts, const Pipeline& pl) {
 Part phase_part(const Report& facts, const Pipeline& pl, const PhaseSummary& p) {
   Part part;
   part.target = p.name;
+  part.share = detail::clamp01(p.share_of_step);
   part.feed = pl.loader > 0 && pl.loader >= pl.own && p.kind == PhaseKind::input;
   if (p.thread_role == ThreadRole::outside_step) part.note = "runs between steps on the step thread";
   if (!pl.device) {
-    part.share = detail::clamp01(p.share_of_step);
     part.host = part.share * pl.wall;
     if (p.device_ms && p.device_ms->count > 0 && p.device_ms->mean > 0)
       part.note = fmt::format(
@@ -166,7 +167,6 @@ Part phase_part(const Report& facts, const Pipeline& pl, const PhaseSummary& p) 
           p.self_ms.mean, p.device_ms->mean);
     return part;
   }
-  part.share = detail::clamp01(p.share_of_step);
   part.host = host_cost(p, facts);
   part.device = detail::phase_device_ms_per_step(p, facts);
   part.device_work = is_device_kind(p.kind);
@@ -225,13 +225,22 @@ std::vector<Part> kind_parts(const Report& facts, const Pipeline& pl) {
   return parts;
 }
 
-// A launch-bound loop's lever: the device's idle while the host launches.
+// A launch-bound loop's lever: the device's idle while the host launches,
+// from CUPTI's timeline (with the default windows, the steps inside them).
+// A device-clocked run without it (CUPTI off or held by another client, or
+// no window held a whole step) says so rather than nothing.
 std::optional<Part> launch_part(const Report& facts, const Pipeline& pl) {
   if (!pl.device) return std::nullopt;
   const detail::DeviceFacts d = detail::device_facts(facts);
-  if (!d.present || d.idle_launch < kThresholds.what_if_min_share) return std::nullopt;
   Part part;
   part.target = "host:launch";
+  if (!d.present) {
+    part.note =
+        "not projected: the GPU's idle while the host launches comes from CUPTI's kernel records, and this run has "
+        "none (STEPSCOPE_CUPTI=0, another CUPTI client, or no CUPTI window held a whole measured step)";
+    return part;
+  }
+  if (d.idle_launch < kThresholds.what_if_min_share) return std::nullopt;
   part.share = d.idle_launch;
   part.host = part.device = d.idle_launch * pl.wall;
   const double kernels = d.kernels_per_step.value_or(0);

@@ -166,6 +166,7 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
   // (fill_report adds them up), so each step is added in one place only.
   StepPoint& point = open_point_;
   if (point.n == 0) point.first_step = r.step;
+  point.last_step = r.step;
   ++point.n;
   point.wall_ns += wall + gap.input_ns + gap.other_ns;
   point.unattributed_ns += self;
@@ -189,16 +190,36 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
 __attribute__((noinline, cold)) void Aggregator::keep_slow_step(const ThreadInfo& t, std::uint64_t step,
                                                                 std::uint64_t wall_ns, std::uint64_t unattributed_ns,
                                                                 std::uint64_t between_ns) {
-  const SlowStepEntry entry{step, wall_ns, unattributed_ns, between_ns, t.step_kind_ns};
+  keep_slowest(slow_steps_, slow_floor_ns_, SlowStepEntry{step, wall_ns, unattributed_ns, between_ns, t.step_kind_ns});
+}
+
+void Aggregator::keep_slowest(std::vector<SlowStepEntry>& kept, std::uint64_t& floor_ns, const SlowStepEntry& entry) {
   const auto later = [](const SlowStepEntry& a, const SlowStepEntry& b) { return a.wall_ns > b.wall_ns; };
-  if (slow_steps_.size() >= StepStats::kSlowestStepsKept) {
-    std::pop_heap(slow_steps_.begin(), slow_steps_.end(), later);
-    slow_steps_.back() = entry;
+  if (kept.size() >= StepStats::kSlowestStepsKept) {
+    std::pop_heap(kept.begin(), kept.end(), later);
+    kept.back() = entry;
   } else {
-    slow_steps_.push_back(entry);
+    kept.push_back(entry);
   }
-  std::push_heap(slow_steps_.begin(), slow_steps_.end(), later);
-  if (slow_steps_.size() >= StepStats::kSlowestStepsKept) slow_floor_ns_ = slow_steps_.front().wall_ns;
+  std::push_heap(kept.begin(), kept.end(), later);
+  if (kept.size() >= StepStats::kSlowestStepsKept) floor_ns = kept.front().wall_ns;
+}
+
+std::vector<SlowStep> Aggregator::slowest_of(const std::vector<SlowStepEntry>& kept) {
+  std::vector<SlowStep> out;
+  for (const SlowStepEntry& e : kept) {
+    SlowStep slow;
+    slow.step = e.step;
+    slow.wall_ms = static_cast<double>(e.wall_ns) * kNsToMs;
+    for (PhaseKind k : kPhaseKinds) slow.kind_ms[k] = static_cast<double>(e.kind_ns[detail::kind_index(k)]) * kNsToMs;
+    slow.unattributed_ms = static_cast<double>(e.unattributed_ns) * kNsToMs;
+    slow.between_steps_ms = static_cast<double>(e.between_ns) * kNsToMs;
+    out.push_back(slow);
+  }
+  std::sort(out.begin(), out.end(), [](const SlowStep& a, const SlowStep& b) {
+    return a.wall_ms != b.wall_ms ? a.wall_ms > b.wall_ms : a.step < b.step;
+  });
+  return out;
 }
 
 void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall) {
@@ -394,7 +415,13 @@ void Aggregator::add_series_point(const StepPoint& point) {
     m.unattributed_ns += b.unattributed_ns;
     m.between_ns += b.between_ns;
     m.between_input_ns += b.between_input_ns;
-    for (int k = 0; k < kKindCount; ++k) m.kind_ns[k] += b.kind_ns[k];
+    m.last_step = b.last_step;
+    m.device_n += b.device_n;
+    m.device_ns += b.device_ns;
+    for (int k = 0; k < kKindCount; ++k) {
+      m.kind_ns[k] += b.kind_ns[k];
+      m.device_kind_ns[k] += b.device_kind_ns[k];
+    }
     m.rss_mb = b.rss_mb;
     merged.push_back(m);
   }
@@ -480,81 +507,6 @@ void Aggregator::flush_pending() {
   pending_.clear();
 }
 
-void Aggregator::add_device_time(const PhaseSite* site, bool in_step, std::uint64_t step, std::uint64_t device_ns,
-                                 std::uint8_t depth) {
-  if (is_warmup(step)) return;
-  if (site->is_step) {  // the device's step boundaries: outermost steps only
-    if (depth < step_device_depth_) {
-      step_device_ = DurationStats{};
-      step_device_depth_ = depth;
-    }
-    if (depth == step_device_depth_) step_device_.add(device_ns);
-    return;
-  }
-  const std::uint32_t id = phase_id(site);
-  if (id >= device_.size()) device_.resize(phase_info_.size());
-  device_[id][in_step ? 0 : 1].add(device_ns);
-  if (in_step && depth < kDeviceDepths) device_kind_ns_[depth][detail::kind_index(site->kind)] += device_ns;
-}
-
-// The device-true accounting (docs/gpu.md): when the device timed (nearly)
-// every measured step, the step is paced by the device's step boundaries and
-// its parts are the device time of the step's outermost phases. A phase's
-// device time runs from when the device reached its start to when its work
-// ended, so it holds the GPU idle the phase caused (an input wait, launch
-// gaps, a synchronous copy) and none of the time the host spent blocked there
-// while the device worked off earlier phases' backlog. The period is the
-// device's step where the host waits for it, else the larger of the device's
-// step and the host's (a host-bound loop leaves the device idle between
-// steps); the host-clocked figures stay beside them.
-void Aggregator::fill_device_clock(Report& report) const {
-  StepStats& s = report.steps;
-  const std::uint64_t timed = step_device_.moments.count();
-  if (s.count == 0 || timed == 0 || timed * 10 < s.count * 9) return;
-  const Distribution device = step_device_.to_distribution_ms();
-  const StepBreakdown host = s.breakdown;
-  // The host's time waiting for the device per step: step phases' host self
-  // time beyond their device time (input phases' is their own work). Where
-  // it is a tenth of the step the device paces it, and the host's mean (its
-  // measured steps start while the queue fills, a few device steps earlier)
-  // says nothing of the period.
-  const double measured = static_cast<double>(s.count);
-  double host_wait = 0;
-  for (const PhaseSummary& p : report.phases)
-    if (p.thread_role == ThreadRole::step && p.kind != PhaseKind::input && p.device_ms)
-      host_wait += std::max(0.0, (p.self_ms.mean - p.device_ms->mean) * static_cast<double>(p.count) / measured);
-  const bool device_paced = host_wait >= 0.1 * host.wall_ms;  // kThresholds.host_wait_paced (analysis)
-  StepBreakdown& b = s.breakdown;
-  b = StepBreakdown{};
-  b.wall_ms = device_paced ? device.mean : std::max(device.mean, host.wall_ms);
-  // The host's time between steps shows only where the device did not hide it.
-  const double gap = host.between_steps_ms + host.between_steps_input_ms;
-  const double between = std::clamp(b.wall_ms - device.mean, 0.0, gap);
-  b.between_steps_input_ms = gap > 0 ? between * host.between_steps_input_ms / gap : 0;
-  b.between_steps_ms = between - b.between_steps_input_ms;
-  const std::size_t depth = std::min<std::size_t>(step_device_depth_ + 1u, kDeviceDepths - 1);
-  const double n = static_cast<double>(timed);
-  double parts = 0;
-  for (PhaseKind k : kPhaseKinds) parts += static_cast<double>(device_kind_ns_[depth][detail::kind_index(k)]);
-  parts = parts * kNsToMs / n;
-  const double room = b.wall_ms - between;
-  const double scale = parts > room && parts > 0 ? room / parts : 1.0;
-  for (PhaseKind k : kPhaseKinds)
-    b.kind_ms[k] = static_cast<double>(device_kind_ns_[depth][detail::kind_index(k)]) * kNsToMs / n * scale;
-  b.kind_ms[PhaseKind::input] += b.between_steps_input_ms;
-  b.unattributed_ms = std::max(0.0, room - parts * scale);
-  s.host_wall_ms = s.wall_ms;
-  s.host_breakdown = host;
-  s.wall_ms = device;
-  s.histogram = step_device_.histogram.to_data();
-  s.clock = "device";
-  for (PhaseSummary& p : report.phases) {
-    if (p.thread_role != ThreadRole::step || !p.device_ms || p.device_ms->count == 0) continue;
-    p.host_share_of_step = p.share_of_step;
-    p.share_of_step = p.device_ms->mean * static_cast<double>(p.count) / measured / b.wall_ms;
-  }
-}
-
 std::vector<std::string> Aggregator::notes() const {
   std::vector<std::string> notes;
   if (depth_clamped_ > 0)
@@ -609,19 +561,7 @@ void Aggregator::fill_report(Report& report) const {
   s.loop_first_ms = static_cast<double>(loop_first_ns_) * kNsToMs;
   s.loop_first_max_ms = static_cast<double>(loop_first_max_ns_) * kNsToMs;
   s.between_steps_input_ms = static_cast<double>(gap_input_ns_) * kNsToMs;
-  s.slowest.clear();
-  for (const SlowStepEntry& e : slow_steps_) {
-    SlowStep slow;
-    slow.step = e.step;
-    slow.wall_ms = static_cast<double>(e.wall_ns) * kNsToMs;
-    for (PhaseKind k : kPhaseKinds) slow.kind_ms[k] = static_cast<double>(e.kind_ns[detail::kind_index(k)]) * kNsToMs;
-    slow.unattributed_ms = static_cast<double>(e.unattributed_ns) * kNsToMs;
-    slow.between_steps_ms = static_cast<double>(e.between_ns) * kNsToMs;
-    s.slowest.push_back(slow);
-  }
-  std::sort(s.slowest.begin(), s.slowest.end(), [](const SlowStep& a, const SlowStep& b) {
-    return a.wall_ms != b.wall_ms ? a.wall_ms > b.wall_ms : a.step < b.step;
-  });
+  s.slowest = slowest_of(slow_steps_);
   StepSeries& series = s.series;
   series = StepSeries{};
   series.stride = static_cast<std::uint32_t>(series_stride_);

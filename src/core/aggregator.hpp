@@ -191,12 +191,16 @@ class Aggregator {
     }
   };
   struct StepPoint {  // accumulates one series point
-    std::uint64_t first_step = 0, n = 0;
+    std::uint64_t first_step = 0, last_step = 0, n = 0;
     std::uint64_t wall_ns = 0, unattributed_ns = 0;
     std::uint64_t between_ns = 0;        // gaps before its steps, in no input phase
     std::uint64_t between_input_ns = 0;  // input phases in those gaps (also in kind_ns)
     std::array<std::uint64_t, kKindCount> kind_ns{};
     double rss_mb = 0;
+    // The device's side of its steps (fill_device_clock): steps timed, their
+    // device time, and their outermost phases' device time by kind.
+    std::uint64_t device_n = 0, device_ns = 0;
+    std::array<std::uint64_t, kKindCount> device_kind_ns{};
   };
   struct SlowStepEntry {  // one of the slowest steps so far (StepStats::slowest)
     std::uint64_t step = 0, wall_ns = 0, unattributed_ns = 0, between_ns = 0;
@@ -253,6 +257,10 @@ class Aggregator {
   void add_series_point(const StepPoint& point);
   void keep_slow_step(const ThreadInfo& t, std::uint64_t step, std::uint64_t wall_ns, std::uint64_t unattributed_ns,
                       std::uint64_t between_ns);
+  static void keep_slowest(std::vector<SlowStepEntry>& kept, std::uint64_t& floor_ns, const SlowStepEntry& entry);
+  static std::vector<SlowStep> slowest_of(const std::vector<SlowStepEntry>& kept);
+  void add_device_step(std::uint64_t step, std::uint64_t device_ns, std::uint8_t depth);
+  StepPoint& series_point_of(std::uint64_t step);
   void process_background(const PendingBackground& p);
   std::uint64_t overlap_with_steps(std::uint64_t start, std::uint64_t end) const;
 
@@ -287,7 +295,20 @@ class Aggregator {
   DurationStats step_device_;
   std::uint8_t step_device_depth_ = 0xff;
   std::array<std::array<std::uint64_t, kKindCount>, kDeviceDepths> device_kind_ns_{};
+  // The last few steps' phase device time by depth and kind, by step number
+  // (a step's phases resolve before the step itself: their events come
+  // first), joined to the step's own device time in add_device_step.
+  struct DeviceStepParts {
+    std::uint64_t step = ~std::uint64_t{0};
+    std::array<std::array<std::uint64_t, kKindCount>, kDeviceDepths> kind_ns{};
+  };
+  static constexpr std::size_t kDeviceStepsJoined = 16;
+  std::array<DeviceStepParts, kDeviceStepsJoined> device_parts_{};
+  // The device-paced slowest steps (as slow_steps_, device step times).
+  std::vector<SlowStepEntry> device_slow_steps_;
+  std::uint64_t device_slow_floor_ns_ = 0;
   void fill_device_clock(Report& report) const;
+  void fill_device_series(Report& report, bool device_paced) const;
 
   // Steps.
   DurationStats step_wall_, step_warmup_wall_, step_unended_wall_;

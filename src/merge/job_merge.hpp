@@ -295,6 +295,8 @@ void find_stragglers(JobMerge& jm);
 void add_rank_rows(JobMerge& jm);
 void judge_job(JobMerge& jm);
 void explain_stragglers(JobMerge& jm);
+// The job's step clock and host-clocked figures (step_clock.cpp).
+void merge_step_clock(JobMerge& jm);
 
 }  // namespace merging
 }  // namespace v1

@@ -764,6 +764,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   add_rank_rows(jm);
   fill_job_run(jm);
   fill_job_steps(jm);
+  merge_step_clock(jm);
   fill_job_system_and_device(jm);
   judge_job(jm);
   explain_stragglers(jm);

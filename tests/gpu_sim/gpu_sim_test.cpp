@@ -578,6 +578,56 @@ TEST_CASE("device-true accounting: a device that runs behind the host", "[gpu-si
   CHECK(format_summary(r).find("page faults") == std::string::npos);
 }
 
+TEST_CASE("device-true accounting: a periodic slow device step is named with its period", "[gpu-sim][accounting]") {
+  // The behind-the-host loop with every 8th step's backward kernels 3x longer
+  // (192.8 ms on the device against 84.8). The host, blocked wherever the
+  // launch queue (5 steps deep) fills, pays for that step spread over the
+  // steps that follow it: host-paced the period was smeared (and the finding
+  // was skipped on device-paced runs).
+  std::unique_ptr<Run> attempt;
+  for (int i = 0; i < 3; ++i) {  // as above: a host stalled for 5 steps idles the device; try again
+    attempt = std::make_unique<Run>();
+    probe(*attempt, "behind-periodic 45", "STEPSCOPE_SIM_LAUNCH_QUEUE=256");
+    if (attempt->counter("device_gap_ns") < 1e6) break;
+    WARN("the host stalled long enough to idle the device; running again");
+  }
+  const Run& run = *attempt;
+  const Report& r = run.report;
+  INFO(format_summary(r));
+  REQUIRE(r.steps.clock == "device");
+  const Finding* periodic = finding(r, "periodic_slow_steps");
+  REQUIRE(periodic != nullptr);
+  CHECK(periodic->values.at("period_steps") == 8);
+  CHECK(periodic->message.find("in compute phases") != std::string::npos);
+  // The slowest steps are the device's: the slow steps, at their device time.
+  REQUIRE(r.steps.slowest.size() >= 4);
+  const std::uint64_t phase = r.steps.slowest.front().step % 8;
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(r.steps.slowest[i].step % 8 == phase);
+    CHECK(r.steps.slowest[i].wall_ms >= 1.5 * kBehindStepMs);
+    CHECK(r.steps.slowest[i].kind_ms[PhaseKind::compute] >= 1.5 * kBehindStepMs);
+  }
+  // The series (one point per step here) is device-paced: the slow steps
+  // stand out where they ran, the others sit at the device's step.
+  // (Where the device idled inside some step, that step is slow on the device too, truly.)
+  const bool steady = run.counter("device_gap_ns") < 1e6;
+  const StepSeries& series = r.steps.series;
+  REQUIRE(series.stride == 1);
+  REQUIRE(series.wall_ms.size() == r.steps.count);
+  int slow_points = 0;
+  for (std::size_t i = 0; i < series.wall_ms.size(); ++i) {
+    INFO("step " << series.first_step[i] << ": " << series.wall_ms[i] << " ms");
+    if (series.first_step[i] % 8 == phase) {
+      ++slow_points;
+      CHECK(series.wall_ms[i] >= 1.5 * kBehindStepMs);
+      CHECK(series.kind_ms[PhaseKind::compute][i] >= 1.5 * kBehindStepMs);
+    } else if (steady) {
+      CHECK(series.wall_ms[i] < 1.5 * kBehindStepMs);
+    }
+  }
+  CHECK(slow_points >= 4);
+}
+
 TEST_CASE("device-true accounting: loss.item() is where the host waits", "[gpu-sim][accounting]") {
   Run run;
   probe(run, "behind-item 15", "STEPSCOPE_SIM_DRIVER_WAIT=spin STEPSCOPE_SIM_DRIVER_WAIT_FAULT_PAGES=1500");
@@ -619,6 +669,37 @@ TEST_CASE("device-true accounting: a launch-bound loop's lever is the host", "[g
   REQUIRE(launch != nullptr);
   CHECK(launch->step_change_pct < -50);
   CHECK(launch->note.find("CUDA graphs") != std::string::npos);
+}
+
+TEST_CASE("device-true accounting: the launch-bound lever with the default CUPTI windows", "[gpu-sim][accounting]") {
+  // CUPTI on for 5 of every 200 measured steps: the device facts come from
+  // the first window (measured steps 1-5), in a run shorter than one period
+  // too, and in one that ends inside its first window (3 measured steps).
+  for (const char* args : {"scheduling 30", "scheduling 8"}) {
+    Run run;
+    probe(run, args, "STEPSCOPE_CUPTI_WINDOW=");
+    const Report& r = run.report;
+    INFO(args << "\n" << format_summary(r));
+    REQUIRE(r.steps.clock == "device");
+    CHECK(r.overhead.device_mode == "windows");
+    CHECK(run.fact("cupti_steps") == std::min<double>(5, static_cast<double>(r.steps.count)));
+    CHECK(r.bottleneck.category == "scheduling");
+    const WhatIf* launch = what_if(r, "host:launch", 0);
+    REQUIRE(launch != nullptr);
+    CHECK(launch->step_change_pct < -50);
+    CHECK(launch->note.find("CUDA graphs") != std::string::npos);
+    // (Below the what-if floor, the kernels' share is not projected at all.)
+    if (const WhatIf* compute_2x = what_if(r, "kind:compute", 2)) CHECK(compute_2x->step_change_pct > -10);
+  }
+  // No CUPTI timeline at all: the lever is not projected, and says why (was: no line).
+  Run off;
+  probe(off, "scheduling 30", "STEPSCOPE_CUPTI=0");
+  REQUIRE(off.report.steps.clock == "device");
+  const WhatIf* launch = what_if(off.report, "host:launch", 0);
+  REQUIRE(launch != nullptr);
+  CHECK(launch->note.rfind("not projected: ", 0) == 0);
+  CHECK(launch->note.find("STEPSCOPE_CUPTI=0") != std::string::npos);
+  CHECK(launch->step_change_pct == 0);
 }
 
 // ---- CUPTI in windows and the run's own cost (issue 27 item 5) ----------------

@@ -30,6 +30,7 @@ namespace {
 void forward_kernel() {}
 void tiny_kernel() {}
 void long_kernel() {}
+void slow_kernel() {}
 
 constexpr std::int64_t kMs = 1'000'000;
 
@@ -37,6 +38,7 @@ void name_kernels() {
   simcuda::register_kernel(reinterpret_cast<const void*>(&forward_kernel), "forward_kernel");
   simcuda::register_kernel(reinterpret_cast<const void*>(&tiny_kernel), "tiny_kernel");
   simcuda::register_kernel(reinterpret_cast<const void*>(&long_kernel), "long_kernel");
+  simcuda::register_kernel(reinterpret_cast<const void*>(&slow_kernel), "slow_kernel");
 }
 
 void launch(void (*fn)(), cudaStream_t stream) {
@@ -236,9 +238,12 @@ int input(int steps) {
 // Device truth per step: 4 x 7.5 + 4 x 13.5 + 40 x 0.02 = 84.8 ms (the
 // H200's 8.48 ms ten times over, so that a host starved of CPU on a busy
 // 2-core machine still runs ahead); the optimizer's 0.8 ms of it is 0.9%.
-int behind(int steps, bool item) {
+// With `slow_every` > 0, every slow_every-th step's backward kernels run 3x
+// longer (4 x 40.5 ms: a 192.8 ms step).
+int behind(int steps, bool item, int slow_every = 0) {
   simcuda::set_kernel_ns("forward", 7'500'000);
   simcuda::set_kernel_ns("long", 13'500'000);
+  simcuda::set_kernel_ns("slow", 40'500'000);
   simcuda::set_kernel_ns("tiny", 20'000);
   void* loss_device = nullptr;
   if (cudaMalloc(&loss_device, sizeof(float)) != cudaSuccess) return 2;
@@ -255,7 +260,8 @@ int behind(int steps, bool item) {
     }
     {
       STEPSCOPE_PHASE_KIND("backward", stepscope::PhaseKind::compute);
-      for (int k = 0; k < 4; ++k) launch(long_kernel, nullptr);
+      const bool slow = slow_every > 0 && (i + 1) % slow_every == 0;
+      for (int k = 0; k < 4; ++k) launch(slow ? slow_kernel : long_kernel, nullptr);
     }
     {
       STEPSCOPE_PHASE_KIND("optimizer", stepscope::PhaseKind::compute);
@@ -479,6 +485,7 @@ int main(int argc, char** argv) {
   if (mode == "async") return async_forward(steps, true);
   if (mode == "behind") return behind(steps, false);
   if (mode == "behind-item") return behind(steps, true);
+  if (mode == "behind-periodic") return behind(steps, false, 8);
   if (mode == "unbound") return async_forward(steps, false);
   if (mode == "user-stream") return user_stream(steps);
   if (mode == "capture") return capture(steps);

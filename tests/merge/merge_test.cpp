@@ -454,6 +454,63 @@ TEST_CASE("time outside steps: breakdown parts averaged, run totals summed, cove
   CHECK(!merge_ok(ranks).steps.coverage.has_value());
 }
 
+TEST_CASE("a job of device-clocked ranks is device-clocked, with the host figures beside", "[merge][json]") {
+  JobSpec spec;
+  spec.ranks = 4;
+  spec.noise = 0;
+  std::vector<Report> ranks = make_job(spec);
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    StepStats& s = ranks[r].steps;
+    s.clock = "device";
+    Distribution host = s.wall_ms;
+    host.mean = host.p50 = 50.0 + 10.0 * static_cast<double>(r);  // 50, 60, 70, 80
+    host.total = host.mean * static_cast<double>(host.count);
+    host.min = host.max = host.mean;
+    host.stddev = 0;
+    s.host_wall_ms = host;
+    StepBreakdown hb = s.breakdown;
+    hb.wall_ms = host.mean;
+    hb.unattributed_ms = 2.0 * static_cast<double>(r + 1);  // 2, 4, 6, 8
+    s.host_breakdown = hb;
+    for (PhaseSummary& p : ranks[r].phases) {
+      p.host_share_of_step = p.share_of_step;
+      if (p.name == "allreduce") p.host_share_of_step = 0.1 * static_cast<double>(r + 1);  // 0.1 .. 0.4
+    }
+  }
+  const Report job = merge_ok(ranks);
+  CHECK(job.steps.clock == "device");
+  REQUIRE(job.steps.host_wall_ms.has_value());
+  CHECK(job.steps.host_wall_ms->mean == Approx(65));
+  CHECK(job.steps.host_wall_ms->count == ranks[0].steps.wall_ms.count * 4);
+  REQUIRE(job.steps.host_breakdown.has_value());
+  CHECK(job.steps.host_breakdown->wall_ms == Approx(65));
+  CHECK(job.steps.host_breakdown->unattributed_ms == Approx(5));
+  const PhaseSummary* allreduce = nullptr;
+  for (const PhaseSummary& p : job.phases)
+    if (p.name == "allreduce") allreduce = &p;
+  REQUIRE(allreduce != nullptr);
+  REQUIRE(allreduce->host_share_of_step.has_value());
+  CHECK(*allreduce->host_share_of_step == Approx(0.25));
+
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(report_to_json(job), back, error));
+  CHECK(back.steps.clock == "device");
+  REQUIRE(back.steps.host_breakdown.has_value());
+  CHECK(back.steps.host_breakdown->unattributed_ms == Approx(5));
+
+  // One rank with the host's clock only: the job cannot claim the device's, and says so.
+  ranks[2].steps.clock = "host";
+  ranks[2].steps.host_wall_ms.reset();
+  ranks[2].steps.host_breakdown.reset();
+  const Report mixed = merge_ok(ranks);
+  CHECK(mixed.steps.clock == "host");
+  CHECK_FALSE(mixed.steps.host_wall_ms.has_value());
+  bool warned = false;
+  for (const std::string& w : mixed.warnings) warned = warned || w.find("3 of 4 ranks") != std::string::npos;
+  CHECK(warned);
+}
+
 TEST_CASE("each rank's HTA tables are carried, by rank, and survive JSON", "[merge][json]") {
   JobSpec spec;
   spec.ranks = 3;
