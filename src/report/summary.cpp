@@ -46,7 +46,8 @@ std::string format_summary(const Report& r) {
     // One step time for the header, the breakdown, the what-ifs and diff: the
     // loop's, the time between steps included (a naive range-for read 7.97
     // ms/step here beside a 41.3 ms breakdown).
-    const char* paced = r.steps.clock == "device" ? ", paced by the device" : "";
+    const bool device = r.steps.clock == "device";
+    const char* paced = device ? ", paced by the device" : "";
     const double loop_ms = r.steps.breakdown.wall_ms;
     if (loop_ms > 1.005 * w.mean)
       line(
