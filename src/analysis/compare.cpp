@@ -201,10 +201,23 @@ RunConditions conditions_of(const Report& base, const Report& cand) {
     c.reasons.push_back(fmt::format("the step threads waited for a CPU {:.0f}% of the run in base vs {:.0f}% in new",
                                     100 * a.runqueue, 100 * b.runqueue));
   }
+  // DataLoader workers are processes of their own, so "other processes" holds
+  // them: a num_workers 0 -> 2 diff read as the machine's load alone (trials
+  // 2026-12-04, docs/trials.md).
+  const auto workers = [](const Report& r) {
+    const auto it = r.run.config.find("num_workers");
+    return it == r.run.config.end() ? std::string("0") : it->second;
+  };
+  const std::string wa = workers(base), wb = workers(cand);
+  const std::string among =
+      wa != wb
+          ? fmt::format(", this run's DataLoader workers among them: num_workers {} -> {} moved part of it", wa, wb)
+      : wa != "0" ? std::string(", this run's DataLoader workers among them")
+                  : std::string();
   if (a.other_cores >= 0 && b.other_cores >= 0 &&
       std::fabs(a.other_cores - b.other_cores) >= t.conditions_other_cpu_cores) {
-    c.reasons.push_back(fmt::format("other processes used {:.1f} cores during base vs {:.1f} during new", a.other_cores,
-                                    b.other_cores));
+    c.reasons.push_back(fmt::format("other processes used {:.1f} cores during base vs {:.1f} during new{}",
+                                    a.other_cores, b.other_cores, among.empty() ? "" : " (" + among.substr(2) + ")"));
   }
   const auto crowded = [&t](const Load& l) {
     return l.other_cores >= t.conditions_other_cpu_cores && l.busy_share >= t.conditions_busy_machine;
@@ -213,9 +226,9 @@ RunConditions conditions_of(const Report& base, const Report& cand) {
     const auto pct = [](double share) { return share < 0 ? std::string("?") : fmt::format("{:.0f}%", 100 * share); };
     c.shared = true;
     c.shared_reason = fmt::format(
-        "the machine was busy: {} of its CPUs during base, {} during new (other processes {:.1f} and {:.1f} cores); "
+        "the machine was busy: {} of its CPUs during base, {} during new (other processes {:.1f} and {:.1f} cores{}); "
         "neighbours on the same cores slow a step without making it wait for a CPU",
-        pct(a.busy_share), pct(b.busy_share), std::max(0.0, a.other_cores), std::max(0.0, b.other_cores));
+        pct(a.busy_share), pct(b.busy_share), std::max(0.0, a.other_cores), std::max(0.0, b.other_cores), among);
   }
   if (a.involuntary >= 0 && b.involuntary >= 0) {
     const double hi = std::max(a.involuntary, b.involuntary), lo = std::min(a.involuntary, b.involuntary);

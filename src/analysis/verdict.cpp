@@ -154,9 +154,19 @@ class Classifier {
 void Classifier::collect_step_shares() {
   const auto& t = kThresholds;
   const bool gpu = device_.present;
+  // The shares are the breakdown's rows, net of the CPU wait and page faults
+  // carved out of them: said where there are any, since the phase table shows
+  // the phases whole (mnist on a busy machine read 46.6% in compute phases
+  // beside a backward, forward and optimizer of 98%; docs/trials.md).
+  std::string carved;
+  if (shares_.cpu_wait > 0) carved = "waiting for a CPU";
+  if (shares_.page_fault > 0) carved += (carved.empty() ? "" : " and ") + std::string("faulting pages");
+  const std::string net =
+      carved.empty() ? ""
+                     : fmt::format(", besides the time it spent there {} (rows of their own in the breakdown)", carved);
   add(kIo, Weight::primary, "input_share", shares_.input, t.moderately_bound, ">=",
-      fmt::format("The step thread spent {:.1f}% of the step in input phases (getting the next batch).",
-                  pct(shares_.input)));
+      fmt::format("The step thread spent {:.1f}% of the step in input phases (getting the next batch){}.",
+                  pct(shares_.input), net));
   // With a device timeline the host clock around compute phases measures kernel
   // launches, not the math: informational only, the GPU facts decide compute.
   add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_share", shares_.compute,
@@ -164,11 +174,11 @@ void Classifier::collect_step_shares() {
       gpu ? fmt::format("Compute phases took {:.1f}% of the step on the host clock; on a GPU run that "
                         "is mostly launch time, so the device timeline decides compute.",
                         pct(shares_.compute))
-          : fmt::format("The step thread spent {:.1f}% of the step in compute phases.", pct(shares_.compute)));
+          : fmt::format("The step thread spent {:.1f}% of the step in compute phases{}.", pct(shares_.compute), net));
   add(kMemory, Weight::primary, "memory_share", shares_.memory, t.moderately_bound,
-      ">=", fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step.", pct(shares_.memory)));
+      ">=", fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step{}.", pct(shares_.memory), net));
   add(kCommunication, Weight::primary, "communication_share", shares_.communication, t.moderately_bound,
-      ">=", fmt::format("Communication phases took {:.1f}% of the step.", pct(shares_.communication)));
+      ">=", fmt::format("Communication phases took {:.1f}% of the step{}.", pct(shares_.communication), net));
   add(gpu ? kNoCategory : kScheduling, gpu ? Weight::info : Weight::primary, "unattributed_share", shares_.unattributed,
       t.scheduling_moderately_bound, ">=",
       fmt::format("{:.1f}% of the step was inside the step but in no phase (framework overhead, "

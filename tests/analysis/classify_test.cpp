@@ -213,6 +213,16 @@ TEST_CASE("classify: a step mostly outside phases on a busy machine stays unknow
   busy_covered.system.runqueue_wait_s = 0.09 * busy_covered.system.wall_s;
   const Verdict c = classify(busy_covered);
   CHECK(c.category == "compute");
+  // Its compute share is the breakdown's row, net of the wait: the evidence
+  // says so (the phase table beside it shows the phases whole).
+  const Evidence* compute = evidence(c, "compute_share");
+  REQUIRE(compute != nullptr);
+  CHECK(compute->value < 0.80);
+  CHECK(compute->sentence.find("besides the time it spent there waiting for a CPU") != std::string::npos);
+  const Verdict quiet_covered = classify(host_report(covered));
+  const Evidence* quiet_compute = evidence(quiet_covered, "compute_share");
+  REQUIRE(quiet_compute != nullptr);
+  CHECK(quiet_compute->sentence == "The step thread spent 80.0% of the step in compute phases.");
 }
 
 TEST_CASE("classify: unknown on conflicting signals (near tie)", "[analysis][classify][unknown]") {

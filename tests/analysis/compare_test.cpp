@@ -534,6 +534,18 @@ TEST_CASE("compare: a setting that changed explains the step, not the machine (0
   b.system.other_processes_cpu_s = 1.5 * b.system.wall_s;
   const Comparison busy = compare_reports(a, b);
   CHECK(busy.conditions.differ);
+  CHECK_FALSE(any_contains(busy.conditions.reasons, "DataLoader workers"));  // no num_workers in either run
+  // PyTorch's mnist with a slow Dataset, num_workers 0 -> 2 (trials
+  // 2026-12-04): the workers are "other processes", so the change itself
+  // moved that figure; the reasons say so.
+  a.run.config["num_workers"] = "0";
+  b.run.config["num_workers"] = "2";
+  const Comparison workers = compare_reports(a, b);
+  CHECK(any_contains(workers.conditions.reasons,
+                     "other processes used 0.1 cores during base vs 1.5 during new (this "
+                     "run's DataLoader workers among them: num_workers 0 -> 2 moved part"));
+  CHECK(workers.conditions.shared_reason.find("DataLoader workers among them: num_workers 0 -> 2") !=
+        std::string::npos);
 }
 
 TEST_CASE("compare: a phase that moved by most of the step change explains it, config key or not",
