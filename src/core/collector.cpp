@@ -249,8 +249,8 @@ void Collector::drain_locked() {
       if (e->ran_steps && !e->retiring.load(std::memory_order_relaxed))
         sample_list_.push_back({e->os_tid, e->ring.current_kind.load(std::memory_order_relaxed)});
     const std::uint64_t completed = aggregator_.steps_completed();
-    sampler_.sample(sample_list_, {completed > 0 && completed >= options_.aggregator.warmup_steps,
-                                   aggregator_.measured_steps()});
+    sampler_.sample(sample_list_,
+                    {completed > 0 && completed >= options_.aggregator.warmup_steps, aggregator_.measured_steps()});
     aggregator_.set_rss_mb(sampler_.rss_mb());
   }
   if (!finished.empty()) {
@@ -309,7 +309,8 @@ void Collector::stop() noexcept {
     }
     drain_locked();  // records pushed while the device backend finished
     aggregator_.flush_pending();
-    if (options_.sample_system) final_system_ = sampler_.finish(static_cast<std::int64_t>(monotonic_ns()), aggregator_.measured_steps());
+    if (options_.sample_system)
+      final_system_ = sampler_.finish(static_cast<std::int64_t>(monotonic_ns()), aggregator_.measured_steps());
   } catch (...) {
     // Out of memory while aggregating: the report will show what was counted.
   }
