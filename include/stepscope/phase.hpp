@@ -38,6 +38,15 @@ STEPSCOPE_API extern std::atomic<std::uint8_t> g_mode;
 // scope opened (a step scope: its own 1-based number), so the collector can
 // leave warm-up steps out without buffering.
 STEPSCOPE_API extern std::atomic<std::uint32_t> g_steps_started;
+// The step whose opening asks the collector for a drain (request_drain()):
+// the first after warm-up, where the OS counters' window of the measured
+// steps starts, even in a run shorter than the collector's wait. 0: none.
+STEPSCOPE_API extern std::atomic<std::uint32_t> g_drain_at_step;
+
+// Once per step: one load and a compare; the call happens once per run.
+STEPSCOPE_DETAIL_ALWAYS_INLINE void on_step_opened(std::uint32_t step) noexcept {
+  if (STEPSCOPE_DETAIL_UNLIKELY(step == g_drain_at_step.load(std::memory_order_relaxed))) request_drain();
+}
 
 // Deepest nesting tracked per thread; deeper scopes still record, with their
 // depth clamped (self time is then approximate and the report says so).
@@ -114,6 +123,7 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, c
   open.site = site;
   open.start = start;
   open.step = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;
+  on_step_opened(open.step);
   open.depth = ts.depth;
   open.in_step = ts.step_depth != 0;
   open.active = true;
@@ -177,6 +187,7 @@ class ScopeBase {
     in_step_ = ts.step_depth != 0;
     if (site->is_step) {
       step_ = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;  // once per step
+      on_step_opened(step_);
       ++ts.step_depth;
     } else {
       step_ = g_steps_started.load(std::memory_order_relaxed);

@@ -39,11 +39,12 @@ struct PhaseSite {
   int line;
 };
 
-// Cold: a ring is over half full between two drains (a burst after a quiet
-// spell, when the collector's wait is long): wakes the collector now, once per
-// drain, instead of dropping records at its next timed wake-up. A system
-// call, made only then.
-STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void ring_half_full() noexcept;
+// Cold: wakes the collector now, once per drain, instead of at its next timed
+// wake-up (a system call, made only then). Called when a ring is over half
+// full between two drains (a burst after a quiet spell, when the collector's
+// wait is long: records would be dropped) and when the first measured step
+// opens (the OS counters' window starts there, however short the run).
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void request_drain() noexcept;
 
 enum RecordFlags : std::uint8_t {
   kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
@@ -100,7 +101,7 @@ class ThreadRing {
         dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         return false;
       }
-      if (head - cached_tail_ >= half_) ring_half_full();
+      if (head - cached_tail_ >= half_) request_drain();
     }
     slots_[head & mask_] = record;
     head_.store(head + 1, std::memory_order_release);

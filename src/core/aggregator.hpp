@@ -116,6 +116,7 @@ class Aggregator {
   double median_step_ms() const { return step_wall_.histogram.quantile(0.5) * 1e-6; }
   std::uint64_t measured_steps() const { return step_wall_.moments.count(); }
   std::uint64_t steps_completed() const { return step_wall_.moments.count() + step_warmup_wall_.moments.count(); }
+  std::uint64_t last_step_end_ticks() const { return last_step_end_; }  // 0: no step ended
   std::vector<std::string> notes() const;
 
   // Facts for the report (no verdict): steps, phases, records.

@@ -1,6 +1,7 @@
 #include "core/collector.hpp"
 
 #include <stepscope/clock.hpp>
+#include <stepscope/phase.hpp>
 
 #include <linux/futex.h>
 #include <sys/ioctl.h>
@@ -36,7 +37,11 @@ Collector::Collector(CollectorOptions options, std::unique_ptr<DeviceBackend> de
     device_->configure(device_settings);
   }
   start_ns_ = static_cast<std::int64_t>(monotonic_ns());
-  if (options_.sample_system) sampler_.start(start_ns_);
+  if (options_.sample_system) {
+    sampler_.start(start_ns_);
+    const auto warmup = static_cast<std::uint32_t>(std::min<std::uint64_t>(options_.aggregator.warmup_steps, 1u << 30));
+    g_drain_at_step.store(std::max<std::uint32_t>(warmup, 1) + 1, std::memory_order_relaxed);
+  }
   if (options_.live_interval_s > 0) {
     live_terminal_ = ::isatty(STDERR_FILENO) == 1;
     live_active_ = (live_terminal_ || options_.live_forced) && options_.live_line;
@@ -81,7 +86,9 @@ void Collector::request_stop() noexcept {
   wake();
 }
 
-void ring_half_full() noexcept {
+std::atomic<std::uint32_t> g_drain_at_step{0};
+
+void request_drain() noexcept {
   if (!g_drain_requested.exchange(true, std::memory_order_acq_rel)) Collector::wake();
 }
 
@@ -301,8 +308,18 @@ void Collector::stop() noexcept {
     std::lock_guard<std::mutex> state(state_mutex_);
     if (stopped_) return;
     stopped_ = true;
-    sampler_.end_window();  // the final drain may come long after the loop: not the steps' window
+    // The OS counters' window of the measured steps ends at the last drain
+    // that saw them progress, not at this one, which may come long after the
+    // loop (evaluation, checkpoints); unless the last step ended within a
+    // collector wait of now, as a timed drain would have (a run shorter than
+    // the wait has no other end).
+    sampler_.end_window();
     drain_locked();
+    const std::uint64_t last_end = aggregator_.last_step_end_ticks();
+    const auto now = static_cast<std::int64_t>(monotonic_ns());
+    if (last_end != 0 && now - clock_.to_ns(last_end) <= std::chrono::nanoseconds(options_.interval).count())
+      sampler_.end_window_at(now, aggregator_.measured_steps());
+    g_drain_at_step.store(0, std::memory_order_relaxed);
     if (device_ && !device_finished_) {
       device_->finish(aggregator_, device_info_);
       device_finished_ = true;

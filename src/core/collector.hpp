@@ -159,7 +159,7 @@ class Collector {
   // timeout) rather than on a condition variable, so that request_stop()
   // can wake it from a signal handler. Any thread writes both. One word for
   // every collector of the process, so that a ring half full
-  // (ring_half_full(), any recording thread) needs no pointer to its
+  // (request_drain(), any recording thread) needs no pointer to its
   // collector: another collector (tests make several) wakes for nothing.
   static std::atomic<std::uint32_t> wake_word_;
   std::atomic<bool> stop_requested_{false};

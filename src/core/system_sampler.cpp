@@ -216,6 +216,11 @@ void SystemSampler::sample(const std::vector<ThreadSample>& step_threads, StepPr
   cost_ns_ += monotonic_ns() - t0;
 }
 
+void SystemSampler::end_window_at(std::int64_t now_ns, std::uint64_t measured) {
+  if (window_open_ && measured > window_end_.measured) mark_window(window_end_, now_ns, measured, false);
+  window_closed_ = true;
+}
+
 SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_steps) {
   SystemSignals out;
   if (!started_) return out;

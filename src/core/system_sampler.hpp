@@ -46,6 +46,9 @@ class SystemSampler {
   void sample(const std::vector<ThreadSample>& step_threads, StepProgress progress);
   // The final drain follows: the window keeps its last boundary.
   void end_window() { window_closed_ = true; }
+  // Ends the window at now_ns (the loop just ended) when it opened and
+  // steps were measured since its last mark, even after end_window().
+  void end_window_at(std::int64_t now_ns, std::uint64_t measured);
   double rss_mb() const { return rss_mb_; }
   // measured_steps: the measured steps of the whole run (the window's counters are scaled to them).
   SystemSignals finish(std::int64_t now_ns, std::uint64_t measured_steps = 0);

@@ -40,6 +40,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace stepscope {
 inline namespace v1 {
@@ -115,6 +116,11 @@ struct Runtime {
   // on_thread_exit reads it without the lock (a thread exits in the child
   // only after the fork returned).
   bool forked_child = false;
+  // Set in the child by after_fork_child when the forking thread had scopes
+  // open across the fork (a DataLoader worker forked inside the parent's
+  // step and fetch): its ring is the parent's. A child that records gives it
+  // a ring of its own (initialise_runtime). Mutex held.
+  ThreadState* forking_thread = nullptr;
   // In a forked child that records (STEPSCOPE_CHILDREN=1): its pid, which
   // names its report; 0 otherwise. Written by the child's first scope (mutex held).
   long child_pid = 0;
@@ -203,7 +209,10 @@ void after_fork_child() {
     // unless scopes are open across the fork (their ends need a ring; what
     // they record in the child is lost).
     ThreadState& ts = t_thread_state;
-    if (ts.depth == 0) ts.ring = nullptr;
+    if (ts.depth == 0)
+      ts.ring = nullptr;
+    else
+      rt.forking_thread = &ts;
   }
   rt.mutex.unlock();
 }
@@ -455,6 +464,15 @@ bool initialise_runtime() noexcept {
   }
   rt.thread_started = true;
   g_mode.store(kModeEnabled, std::memory_order_release);
+  if (ThreadState* ts = std::exchange(rt.forking_thread, nullptr)) {
+    // The forking thread (the child's main thread, tid = pid) records into a
+    // ring of its own; its scopes open across the fork are the parent's, and
+    // the child's scopes do not nest in them. Without a ring the parent's
+    // copy stays: the open scopes' ends go there, drained by nobody.
+    ts->depth = ts->step_depth = 0;
+    ts->next_step.active = false;
+    if (ThreadRing* ring = rt.registry->add(static_cast<std::int64_t>(::getpid()))) ts->ring = ring;
+  }
   return true;
 }
 

@@ -149,6 +149,26 @@ int forking() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 3;
 }
 
+// As a DataLoader worker starts: forked inside the parent's step and its
+// data phase. The child runs its own 20 steps and exits without unwinding.
+int fork_in_step() {
+  for (int i = 0; i < 20; ++i) one_step();
+  int status = 0;
+  {
+    STEPSCOPE_STEP();
+    STEPSCOPE_PHASE("data");
+    const pid_t child = fork();
+    if (child == 0) {
+      g_forked_child = true;
+      for (int i = 0; i < 20; ++i) one_step();
+      std::exit(0);
+    }
+    waitpid(child, &status, 0);
+  }
+  for (int i = 0; i < 20; ++i) one_step();
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 3;
+}
+
 void early_exit_handler() {
   const char* out = std::getenv("STEPSCOPE_OUT");
   const std::string report = out != nullptr && *out != '\0' ? out : "stepscope-report.json";
@@ -380,6 +400,7 @@ int main(int argc, char** argv) {
   if (mode == "workload") return workload(n);
   if (mode == "threads") return threads(n);
   if (mode == "fork") return forking();
+  if (mode == "fork-in-step") return fork_in_step();
   if (mode == "exit-order") return exit_order(n);
   if (mode == "exit-quick") return exit_quick();
   if (mode == "forever") return forever();

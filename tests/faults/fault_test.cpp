@@ -579,6 +579,27 @@ TEST_CASE("STEPSCOPE_CHILDREN=1 with a parent already recording: both reports, n
   CHECK(children == 1);
 }
 
+TEST_CASE("STEPSCOPE_CHILDREN=1, forked inside a step and phase (a DataLoader worker): the child's own steps",
+          "[faults][fork]") {
+  // Before: the forking thread kept the parent's ring (scopes were open
+  // across the fork), which nobody in the child drained: no child report.
+  TempDir dir;
+  REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {"STEPSCOPE_CHILDREN=1"}, {"fork-in-step"}))) == 0);
+  const stepscope::Report parent = load(dir / "stepscope-report.json");
+  CHECK(parent.steps.count + parent.steps.warmup_excluded == 41);
+  int children = 0;
+  for (const auto& name : list_dir(dir.path)) {
+    if (name.rfind("stepscope-report.pid", 0) != 0) continue;
+    ++children;
+    const stepscope::Report child = load(dir / name);
+    CHECK(child.steps.count + child.steps.warmup_excluded == 20);
+    // Its phases are its steps' own, not nested in the parent's open step.
+    for (const auto& p : child.phases)
+      if (p.name == "forward") CHECK(p.count == child.steps.count);
+  }
+  CHECK(children == 1);
+}
+
 // ---- Issue 29: outputs, endings, signals ----
 
 namespace {

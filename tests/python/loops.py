@@ -79,14 +79,16 @@ class SlowDataset(torch.utils.data.Dataset):
 
 
 def slow_data_mode(workers):
-    # 32 samples x 0.25 ms = 8 ms (more with sleep's overshoot) of waiting per
-    # batch, against about 5 ms of compute on an idle core: with 0 workers
-    # the step waits for all of it; 4 workers make a batch every ~2.5 ms,
-    # ahead of the step (and further ahead on a loaded machine, where the
-    # compute slows down and the sleeps do not).
+    # 32 samples x 0.75 ms = 24 ms (more with sleep's overshoot) of waiting
+    # per batch, against about 14 ms of compute on this machine's idle core:
+    # with 0 workers the step waits for all of it; 4 workers make a batch
+    # every ~7 ms, ahead of the step. The wait dominates so the gain stays
+    # well outside the noise on a loaded machine too, where the compute
+    # slows down and the sleeps do not (CI once saw 0.25 ms samples give
+    # only -21% with a 24% drift between a run's halves).
     model = mlp(256, 512)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = torch.utils.data.DataLoader(SlowDataset(32 * 50, 256, 0.00025), batch_size=32, num_workers=workers)
+    loader = torch.utils.data.DataLoader(SlowDataset(32 * 50, 256, 0.00075), batch_size=32, num_workers=workers)
     stepscope.torch.instrument(model, optimizer)
     stepscope.set_config("loop", "slow-data")
     train(model, optimizer, loader)

@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -184,13 +185,14 @@ const Evidence* evidence(const Report& r, const std::string& signal) {
   return nullptr;
 }
 
-// The verdict is backed: its own share signal crossed its threshold, and
-// there is advice.
-void check_backed(const Report& r, const std::string& signal) {
+// The verdict is backed: one of its own share signals crossed its threshold,
+// and there is advice.
+void check_backed(const Report& r, std::initializer_list<const char*> signals) {
   INFO(describe(r));
-  const Evidence* e = evidence(r, signal);
-  REQUIRE(e != nullptr);
-  CHECK(e->supports);
+  CHECK(std::any_of(signals.begin(), signals.end(), [&](const char* signal) {
+    const Evidence* e = evidence(r, signal);
+    return e != nullptr && e->supports;
+  }));
   CHECK(std::count_if(r.bottleneck.evidence.begin(), r.bottleneck.evidence.end(),
                       [](const Evidence& x) { return x.supports; }) >= 1);
   CHECK(!r.bottleneck.recommendations.empty());
@@ -218,7 +220,7 @@ TEST_CASE("io: a loader reading cold files through a slow volume starves the ste
   const Report r = run_scenario(dir, "io", 150, category_is("io"));
   INFO(describe(r));
   REQUIRE(r.bottleneck.category == "io");
-  check_backed(r, "input_share");
+  check_backed(r, {"input_share"});
   // The loader's read and decode run on a background thread: shown, not counted as waiting.
   const PhaseSummary* read = phase(r, "read", ThreadRole::background);
   REQUIRE(read != nullptr);
@@ -233,7 +235,7 @@ TEST_CASE("compute: matrix math dominates the step", "[scenarios][compute]") {
   const Report r = run_scenario(dir, "compute", 150, category_is("compute"));
   INFO(describe(r));
   REQUIRE(r.bottleneck.category == "compute");
-  check_backed(r, "compute_share");
+  check_backed(r, {"compute_share"});
   if (r.system.compute_on_cpu_fraction >= 0) CHECK(r.system.compute_on_cpu_fraction >= 0.5);
 }
 
@@ -242,7 +244,7 @@ TEST_CASE("memory: fresh pages and large copies every step", "[scenarios][memory
   const Report r = run_scenario(dir, "memory", 150, category_is("memory"));
   INFO(describe(r));
   REQUIRE(r.bottleneck.category == "memory");
-  check_backed(r, "memory_share");
+  check_backed(r, {"memory_share"});
   // 8 MiB of fresh 4 KiB pages per step: the page-fault storm is in the evidence.
   const Evidence* faults = evidence(r, "minor_faults_per_step");
   REQUIRE(faults != nullptr);
@@ -274,7 +276,7 @@ TEST_CASE("communication: the step waits for a straggling peer in all-reduce", "
   const Report r = run_scenario(dir, "communication", 150, category_is("communication"));
   INFO(describe(r));
   REQUIRE(r.bottleneck.category == "communication");
-  check_backed(r, "communication_share");
+  check_backed(r, {"communication_share"});
   const PhaseSummary* allreduce = phase(r, "allreduce", ThreadRole::step);
   REQUIRE(allreduce != nullptr);
   CHECK(allreduce->kind == PhaseKind::communication);
@@ -285,7 +287,9 @@ TEST_CASE("scheduling: an oversubscribed spinning pool cannot keep the step fed"
   const Report r = run_scenario(dir, "scheduling", 100, category_is("scheduling"));
   INFO(describe(r));
   REQUIRE(r.bottleneck.category == "scheduling");
-  check_backed(r, "unattributed_share");
+  // Time outside phases, or (on a busy machine) the step thread's own wait
+  // for a CPU, which the analyzer takes out of the unattributed time.
+  check_backed(r, {"unattributed_share", "cpu_wait_share"});
   // The time outside phases is explained by a scheduling signal from the OS.
   const Evidence* invol = evidence(r, "involuntary_switches_per_second");
   const Evidence* runqueue = evidence(r, "runqueue_wait_fraction");
@@ -361,7 +365,7 @@ TEST_CASE("pipeline: a slow read on the step thread is io (compute runner-up); o
   }
   INFO("A: " << describe(a) << "B: " << describe(b));
   REQUIRE(a.bottleneck.category == "io");
-  check_backed(a, "input_share");
+  check_backed(a, {"input_share"});
   CHECK(kind_share(a, PhaseKind::input) >= 0.20);
   // Where compute costs more than input (3.8 vs 2.5 ms on a quiet machine;
   // on a busy one the CPU wait is carved out of compute and may leave it
@@ -559,7 +563,7 @@ TEST_CASE("page faults: a step that maps and touches 48 MiB every step is memory
   }
   INFO(describe(r));
   REQUIRE(r.bottleneck.category == "memory");
-  check_backed(r, "page_fault_share");
+  check_backed(r, {"page_fault_share"});
   const Evidence* faults = evidence(r, "minor_faults_per_step");
   REQUIRE(faults != nullptr);
   CHECK(faults->value >= 12000);  // 48 MiB of 4 KiB pages
@@ -849,7 +853,7 @@ TEST_CASE("mlp demo: --slow-loader makes the step wait on input", "[scenarios][d
   const Report r = run_expecting(dir, "demo-slow", STEPSCOPE_MLP_DEMO, "--steps 100 --slow-loader", category_is("io"));
   INFO(describe(r));
   REQUIRE(r.bottleneck.category == "io");
-  check_backed(r, "input_share");
+  check_backed(r, {"input_share"});
   CHECK(r.run.config.at("slow_loader") == "true");
   // The recommendation is about a starved loader (the step waits, off CPU).
   if (r.system.input_on_cpu_fraction >= 0) CHECK(r.system.input_on_cpu_fraction < 0.5);
