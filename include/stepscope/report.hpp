@@ -676,7 +676,9 @@ struct Straggler {
   // Why it is slow, from the composition of its step: "input" (its data
   // phase: the loader), "phase" (extra time in the phase `phase`),
   // "unattributed" (time outside any phase; `phase` is "(unattributed)"),
-  // "step" (its whole step, no one part stands out).
+  // "step" (its whole step, no one part stands out), "cpu_wait" (its step
+  // threads waited for a CPU, beyond the median rank's wait, at least half
+  // its excess: its host's cores, wherever the wait fell).
   std::string cause;
 };
 

@@ -177,6 +177,9 @@ void find_stragglers(JobMerge& jm) {
   const double busy_median_se = median_inplace(se_scratch);
   const std::vector<PhaseTest> phase_tests = phases_across_ranks(jm);
   std::vector<PointPass> passes = step_point_passes(jm);
+  std::vector<double> cpu_wait(n);
+  for (std::size_t i = 0; i < n; ++i) cpu_wait[i] = ranks[i].cpu_wait;
+  const RankSample cpu_wait_sample(cpu_wait, rank_ids);
 
   // The per-step pass for every rank, and how much outlier time the other
   // ranks have too: on a busy host every rank is preempted now and then, and
@@ -254,6 +257,12 @@ void find_stragglers(JobMerge& jm) {
               : best.phase == kUnattributedPhase      ? "unattributed"
               : best.kind == PhaseKind::input         ? "input"
                                                       : "phase";
+    // A rank whose step threads waited for a CPU that much longer than the
+    // median rank's was slowed by its host's cores (oversubscribed by other
+    // processes or threads), wherever the wait fell.
+    if (std::isfinite(ranks[i].cpu_wait) && cpu_wait_sample.size() >= 2 && cpu_wait_sample.has(i) &&
+        ranks[i].cpu_wait - cpu_wait_sample.median_without(i) >= kCpuWaitCauseShare * s.excess_ms)
+      s.cause = "cpu_wait";
     // Chronic or one-off: in how many aligned points it was materially slower.
     if (pass.valid_points > 0) {
       s.slow_step_fraction = static_cast<double>(pass.slow.size()) / pass.valid_points;
@@ -435,6 +444,11 @@ std::string straggler_with_cause(const Straggler& s) {
   if (s.cause == "unattributed")
     return fmt::format("{} by work outside any phase (unattributed time +{:.2f} ms/step over the median rank)", rank,
                        s.excess_ms);
+  if (s.cause == "cpu_wait")
+    return fmt::format(
+        "{}: its step threads waited for a CPU on its host (+{:.2f} ms/step over the median rank, "
+        "that much more waiting for a core)",
+        rank, s.excess_ms);
   if (s.cause == "step")
     return fmt::format("{} in its whole step (+{:.2f} ms/step outside communication over the median rank)", rank,
                        s.excess_ms);
@@ -486,6 +500,9 @@ void explain_stragglers(JobMerge& jm) {
                     "processes on its cores); {} slowness points at {}.",
                     s.rank,
                     s.cause == "input" ? fmt::format("its input pipeline ('{}': storage, DataLoader workers)", s.phase)
+                    : s.cause == "cpu_wait"
+                        ? std::string("its host's cores (more runnable threads than cores: other processes, "
+                                      "DataLoader workers, intra-op threads per rank)")
                     : s.cause == "unattributed"
                         ? std::string("the code between its phases (wrap it in a phase to see which part)")
                         : "'" + s.phase + "'",

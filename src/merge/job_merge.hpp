@@ -43,6 +43,9 @@ constexpr std::size_t kLeaveOneOutBelow = 8;
 // rank slower in more of them is judged by its means).
 constexpr double kOneOffMaxFraction = 0.25;
 // Aligned step points kept per merge: bounds memory at ranks x this.
+// A straggler whose step threads waited for a CPU beyond the median rank's
+// wait by at least this share of its excess was slowed by its host's cores.
+constexpr double kCpuWaitCauseShare = 0.5;
 constexpr std::size_t kMaxStepPoints = 256;
 constexpr std::size_t kMaxSlowSteps = 8;
 constexpr std::size_t kMaxListedMissing = 64;
@@ -143,6 +146,9 @@ struct RankFacts {
   double unattributed = 0;
   double busy = 0;     // wall - comm
   double busy_se = 0;  // standard error of the busy mean (noise floor)
+  // The step threads' time runnable but not running (schedstat), ms per
+  // measured step; NaN when the report has no OS counters for its steps.
+  double cpu_wait = kNaN;
   double comm() const { return kind_ms[PhaseKind::communication]; }
 };
 

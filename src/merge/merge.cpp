@@ -76,6 +76,8 @@ RankFacts rank_facts(const Report& r, int rank) {
   f.busy = std::max(0.0, f.wall - f.comm());
   const double n = std::max(1.0, static_cast<double>(r.steps.wall_ms.count));
   f.busy_se = r.steps.wall_ms.stddev / std::sqrt(n);
+  if (r.system.available && r.system.window_steps > 0)
+    f.cpu_wait = 1e3 * r.system.runqueue_wait_s / r.system.window_steps;
   return f;
 }
 

@@ -712,6 +712,37 @@ TEST_CASE("the straggler is named by its cause: extra phase time, unattributed w
   for (const RankSummary& r : job.ranks->ranks) CHECK(r.waits_for.empty());
 }
 
+TEST_CASE("a straggler whose step threads waited for a CPU is named by its host's cores, not its code", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 4;
+  spec.steps = 20;
+  spec.forward_ms = 5;
+  spec.slow_rank = 1;
+  spec.slow_extra_ms = 3;
+  spec.slow_in = "unattributed";
+  for (double slow_wait_ms : {0.0, 2.5}) {
+    std::vector<Report> ranks = make_job(spec);
+    for (Report& r : ranks) {
+      r.system.available = true;
+      r.system.window_steps = spec.steps;
+      r.system.runqueue_wait_s = 1e-3 * spec.steps * (0.1 + (r.run.rank == spec.slow_rank ? slow_wait_ms : 0.0));
+    }
+    INFO("the straggler's extra CPU wait: " << slow_wait_ms << " ms/step");
+    const Report job = merge_ok(ranks);
+    REQUIRE(job.ranks->stragglers.size() == 1);
+    const Straggler& s = job.ranks->stragglers[0];
+    CHECK(s.rank == 1);
+    if (slow_wait_ms == 0) {
+      CHECK(s.cause == "unattributed");  // as much waiting as the others: its own work
+    } else {
+      CHECK(s.cause == "cpu_wait");
+      CHECK(job.bottleneck.summary.find("waited for a CPU on its host") != std::string::npos);
+      REQUIRE(!job.bottleneck.recommendations.empty());
+      CHECK(job.bottleneck.recommendations[0].find("its host's cores") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("the ranks' JSON texts merge as their reports do; a rank that sent nothing is missing", "[merge]") {
   JobSpec spec;
   spec.ranks = 3;

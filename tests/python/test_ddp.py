@@ -263,8 +263,13 @@ def test_balanced_ranks_have_no_straggler(tmp_path, world):
     def check(run_dir):
         job, _, stderr = run_job(run_dir, world, "none", slow_rank=-1, launch="worker" if world == 4 else "spawn")
         assert job is not None, stderr
-        assert job["ranks"]["stragglers"] == []
-        assert all(row["waits_for"] == [] for row in job["ranks"]["ranks"])
+        # On the shared 2-core host, 4 ranks: a rank the scheduler kept off a
+        # core more than the others may hold them back; the merge must then
+        # name the host's cores (cause cpu_wait), never the balanced code.
+        stragglers = job["ranks"]["stragglers"]
+        assert all(s["cause"] == "cpu_wait" for s in stragglers), stragglers
+        if not stragglers:
+            assert all(row["waits_for"] == [] for row in job["ranks"]["ranks"])
         # DDP's all-reduce is there, as communication, on every rank.
         assert all(row["communication_ms"] > 0 for row in job["ranks"]["ranks"])
 
