@@ -124,7 +124,7 @@ struct Runtime {
   // In a forked child that records (STEPSCOPE_CHILDREN=1): its pid, which
   // names its report; 0 otherwise. Written by the child's first scope (mutex held).
   long child_pid = 0;
-  // monotonic_ns() when the collector started (start_collector, mutex held):
+  // monotonic_ns() when recording started (the first scope, mutex held):
   // the origin of the report's interrupted.after_s.
   std::uint64_t recording_started_ns = 0;
   // The "no {rank} in STEPSCOPE_OUT" note was given (mutex held).
@@ -316,6 +316,19 @@ Collector* start_collector(Runtime& rt) {
   {
     std::lock_guard<std::mutex> lock(rt.mutex);
     child_pid = rt.child_pid;
+    // The handlers first, before the slow part of the start-up (the device
+    // probe loads the CUDA driver): a signal that comes before the collector
+    // exists asks for the final report, which the collector writes as soon
+    // as it is published. Installed later, a Ctrl-C in the first steps of a
+    // loaded machine's run (CI, under ASan) ended it with no report.
+    if (settings.signals) {
+      (void)install_signal_handlers();
+      if (rt.frontend == "python") (void)observe_signal_handlers();
+      if (g_previous_terminate.load() == nullptr) {
+        const std::terminate_handler previous = std::set_terminate(on_terminate);
+        if (previous != on_terminate) g_previous_terminate.store(previous);  // on_terminate: a forked child's
+      }
+    }
   }
   // A forked child that records (STEPSCOPE_CHILDREN=1), a DataLoader worker
   // above all, runs no steps of its own: its step number stays its parent's
@@ -374,15 +387,6 @@ Collector* start_collector(Runtime& rt) {
       rt.rank = settings.rank;
       rt.world_size = settings.world_size;
     }
-    if (settings.signals) {
-      (void)install_signal_handlers();
-      if (rt.frontend == "python") (void)observe_signal_handlers();
-      if (g_previous_terminate.load() == nullptr) {
-        const std::terminate_handler previous = std::set_terminate(on_terminate);
-        if (previous != on_terminate) g_previous_terminate.store(previous);  // on_terminate: a forked child's
-      }
-    }
-    rt.recording_started_ns = monotonic_ns();
     rt.settings = std::move(settings);
     rt.collector = std::move(collector);
     rt.ready = true;
@@ -463,6 +467,7 @@ bool initialise_runtime() noexcept {
     return false;
   }
   rt.thread_started = true;
+  rt.recording_started_ns = monotonic_ns();
   g_mode.store(kModeEnabled, std::memory_order_release);
   if (ThreadState* ts = std::exchange(rt.forking_thread, nullptr)) {
     // The forking thread (the child's main thread, tid = pid) records into a
