@@ -177,14 +177,14 @@ void note_current_exception() noexcept {
 // collector thread for the final report (ended_by from `pending`, as in
 // g_pending_signal) unless another ending is under way, and waits at most
 // kSignalReportBudgetMs for whichever report is being written (a crash during
-// the exit's report lets it finish). Nothing when the collector is not
-// running yet, or on the collector thread (it would wait on itself).
+// the exit's report lets it finish). Before the collector is published the
+// request waits for it (start_collector stops the loop it has not begun);
+// nothing on the collector thread (it would wait on itself).
 void request_final_report(int pending) noexcept {
-  Collector* collector = g_signal_collector.load();
-  if (collector == nullptr || g_collector_tid.load() == static_cast<long>(::syscall(SYS_gettid))) return;
+  if (g_collector_tid.load() == static_cast<long>(::syscall(SYS_gettid))) return;
   int none = 0;
   if (g_final_state.load() == kFinalNone && g_pending_signal.compare_exchange_strong(none, pending))
-    collector->request_stop();
+    if (Collector* collector = g_signal_collector.load()) collector->request_stop();
   wait_for_final_report_or_clean_up();
 }
 
@@ -272,7 +272,7 @@ void on_observed_signal(int sig, siginfo_t* info, void* context) {
 // Installs `handler` for `sig` when its disposition is SIG_DFL, with the
 // termination signals blocked while it runs (one ending at a time per
 // thread). True when installed.
-bool install_if_default(int sig, void (*handler)(int), int flags) {
+bool install_if_default(int sig, void (*handler)(int), int flags) noexcept {
   struct sigaction current {};
   if (::sigaction(sig, nullptr, &current) != 0) return false;
   if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return false;
@@ -281,10 +281,6 @@ bool install_if_default(int sig, void (*handler)(int), int flags) {
   ours.sa_mask = termination_set();
   ours.sa_flags = flags;
   return ::sigaction(sig, &ours, nullptr) == 0;
-}
-
-void add_name(std::string& names, int sig) {
-  names += std::string(names.empty() ? "" : ",") + ending_name(sig);
 }
 
 }  // namespace
@@ -367,21 +363,16 @@ void block_termination_signals(sigset_t* previous) noexcept {
   ::pthread_sigmask(SIG_BLOCK, &set, previous);
 }
 
-std::string install_signal_handlers() {
-  std::string installed;
-  (void)ending_name(0);  // the names table, built here rather than in a handler
+void install_signal_handlers() noexcept {
+  (void)ending_name(0);  // the names table (snprintf into static storage), built here rather than in a handler
   for (int sig = 1; sig < NSIG; ++sig)
-    if (is_termination_signal(sig) && install_if_default(sig, on_termination_signal, SA_RESTART))
-      add_name(installed, sig);
+    if (is_termination_signal(sig)) (void)install_if_default(sig, on_termination_signal, SA_RESTART);
   // On the thread's alternate stack when it has one (a stack overflow leaves no room on its own).
-  for (int sig : kCrashSignals)
-    if (install_if_default(sig, on_crash_signal, SA_RESTART | SA_ONSTACK)) add_name(installed, sig);
-  return installed;
+  for (int sig : kCrashSignals) (void)install_if_default(sig, on_crash_signal, SA_RESTART | SA_ONSTACK);
 }
 
-// Collector thread, after install_signal_handlers. Returns the signals observed.
-std::string observe_signal_handlers() {
-  std::string observed;
+// Collector thread, after install_signal_handlers.
+void observe_signal_handlers() noexcept {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (!is_termination_signal(sig)) continue;
     struct sigaction current {};
@@ -397,9 +388,8 @@ std::string observe_signal_handlers() {
     ours.sa_sigaction = on_observed_signal;
     ours.sa_mask = current.sa_mask;
     ours.sa_flags = SA_SIGINFO | (current.sa_flags & (SA_ONSTACK | SA_RESTART | SA_NODEFER));
-    if (::sigaction(sig, &ours, nullptr) == 0) add_name(observed, sig);
+    (void)::sigaction(sig, &ours, nullptr);
   }
-  return observed;
 }
 
 void on_terminate() noexcept {

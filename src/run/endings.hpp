@@ -78,12 +78,12 @@ const char* ending_name(int pending) noexcept;
 // crashes) on the calling thread; `previous` (may be null) gets the old mask.
 void block_termination_signals(sigset_t* previous) noexcept;
 
-// Collector thread, after the settings are read: a handler for every
-// default-fatal signal still at SIG_DFL. Returns the names handled.
-std::string install_signal_handlers();
+// The first scope, on the user's thread (no allocation): a handler for every
+// default-fatal signal still at SIG_DFL.
+void install_signal_handlers() noexcept;
 // The Python package: a thin observer in front of the handlers Python (or a
 // library) installed, so a caught Ctrl-C is still in the report.
-std::string observe_signal_handlers();
+void observe_signal_handlers() noexcept;
 
 // std::terminate: notes the exception in flight, asks for the final report,
 // then calls the handler it replaced (g_previous_terminate).

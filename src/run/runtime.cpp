@@ -316,14 +316,9 @@ Collector* start_collector(Runtime& rt) {
   {
     std::lock_guard<std::mutex> lock(rt.mutex);
     child_pid = rt.child_pid;
-    // The handlers first, before the slow part of the start-up (the device
-    // probe loads the CUDA driver): a signal that comes before the collector
-    // exists asks for the final report, which the collector writes as soon
-    // as it is published. Installed later, a Ctrl-C in the first steps of a
-    // loaded machine's run (CI, under ASan) ended it with no report.
+    // install_signal_handlers ran in the first scope (initialise_runtime).
     if (settings.signals) {
-      (void)install_signal_handlers();
-      if (rt.frontend == "python") (void)observe_signal_handlers();
+      if (rt.frontend == "python") observe_signal_handlers();
       if (g_previous_terminate.load() == nullptr) {
         const std::terminate_handler previous = std::set_terminate(on_terminate);
         if (previous != on_terminate) g_previous_terminate.store(previous);  // on_terminate: a forked child's
@@ -415,6 +410,7 @@ void* collector_thread_main(void*) {
     // Out of memory while starting: stay out of the way for the rest of the run.
     g_mode.store(kModeDisabled, std::memory_order_release);
     std::fputs("stepscope: error: could not start (out of memory?); nothing is recorded in this run\n", stderr);
+    set_final_state(kFinalAbandoned);  // a signal's handler waits for no report
     {
       std::lock_guard<std::mutex> lock(rt.mutex);
       rt.ready = true;
@@ -439,7 +435,7 @@ bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock) {
 
 // Runs inside the first scope of the process, on the user's thread. It must
 // not allocate (see the comment on Runtime): only getenv, a file read with
-// open/read, static storage and pthread_create (whose one small calloc, the
+// open/read, sigaction, static storage and pthread_create (whose one small calloc, the
 // new thread's TLS vector, glibc makes on the creating thread). The one
 // exception: a program that already uses the device (device_in_use).
 bool initialise_runtime() noexcept {
@@ -469,6 +465,12 @@ bool initialise_runtime() noexcept {
   rt.thread_started = true;
   rt.recording_started_ns = monotonic_ns();
   g_mode.store(kModeEnabled, std::memory_order_release);
+  // The handlers go in with the first scope, not when the collector thread
+  // gets to run: a signal before the collector exists asks for the final
+  // report, which the collector writes as soon as it is published. Installed
+  // by the collector thread, a signal in the first steps of a loaded
+  // machine's run (CI, under ASan) ended it with no report.
+  if (early.signals) install_signal_handlers();
   if (ThreadState* ts = std::exchange(rt.forking_thread, nullptr)) {
     // The forking thread (the child's main thread, tid = pid) records into a
     // ring of its own; its scopes open across the fork are the parent's, and

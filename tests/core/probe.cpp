@@ -40,6 +40,8 @@
 //                              sleeps MS ms and exits
 //   probe big-exit-thread N  — big-exit with an idle second thread (a signal
 //                              during the exit's report goes to it)
+//   probe signal-at-start SIG — one step, then raises signal SIG at once
+//                              (before the collector thread has started)
 #include <stepscope/stepscope.hpp>
 
 #include <fcntl.h>
@@ -200,6 +202,12 @@ int exit_quick() {
 
 void touch(const char* name) {
   if (std::FILE* f = std::fopen(name, "w")) std::fclose(f);
+}
+
+int signal_at_start(int sig) {
+  one_step();
+  ::raise(sig);
+  return 0;
 }
 
 int forever() {
@@ -404,6 +412,7 @@ int main(int argc, char** argv) {
   if (mode == "exit-order") return exit_order(n);
   if (mode == "exit-quick") return exit_quick();
   if (mode == "forever") return forever();
+  if (mode == "signal-at-start") return signal_at_start(n);
   if (mode == "abort") return abort_after(n);
   if (mode == "segv") return segv_after(n);
   if (mode == "own-handler") return own_handler(argc > 2 ? argv[2] : "before");

@@ -637,6 +637,24 @@ TEST_CASE("every signal whose default action ends the process writes the final r
   }
 }
 
+TEST_CASE("a signal in the first step, before the collector thread runs, still writes the final report",
+          "[faults][signals]") {
+  // Before: the collector thread installed the handlers; on a loaded machine
+  // (CI, under ASan) a signal 20 steps in came before it ran: no report.
+  for (const int sig : {SIGTERM, SIGTRAP}) {
+    const std::string name = signal_name(sig);
+    INFO(name);
+    TempDir dir;
+    const int status =
+        wait_exit(start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"signal-at-start", std::to_string(sig)}));
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == sig);
+    const stepscope::Report r = load(dir / "stepscope-report.json");
+    CHECK(r.ended_by == name);
+    CHECK(r.steps.count + r.steps.warmup_excluded == 1);
+  }
+}
+
 TEST_CASE("a closed stdout pipe (./train | head): SIGPIPE writes the report once, even to that pipe",
           "[faults][signals]") {
   for (const bool report_to_pipe : {false, true}) {
