@@ -12,15 +12,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <type_traits>
+#include <vector>
 
 namespace stepscope {
 inline namespace v1 {
@@ -145,934 +150,753 @@ std::int64_t integer_of(const json& v, const std::string& path, std::int64_t lo,
   return v.is_number_float() ? static_cast<std::int64_t>(d) : v.get<std::int64_t>();
 }
 
-double get_num(const Field& f, const char* key, double fallback = 0) {
-  const json* v = f.find(key);
-  return v == nullptr ? fallback : real_of(*v, f.child(key));
-}
-std::uint64_t get_u64(const Field& f, const char* key, std::uint64_t max = UINT64_MAX) {
-  const json* v = f.find(key);
-  return v == nullptr ? 0 : count_of(*v, f.child(key), max);
-}
-std::uint32_t get_u32(const Field& f, const char* key) {
-  return static_cast<std::uint32_t>(get_u64(f, key, UINT32_MAX));
-}
-int get_int(const Field& f, const char* key, int fallback, int lo, int hi) {
-  const json* v = f.find(key);
-  return v == nullptr ? fallback : static_cast<int>(integer_of(*v, f.child(key), lo, hi));
-}
-int get_rank(const Field& f, const char* key) {
-  return get_int(f, key, -1, -1, kMaxRanks - 1);
-}
-bool get_bool(const Field& f, const char* key, bool fallback = false) {
-  const json* v = f.find(key);
-  if (v == nullptr) return fallback;
-  if (!v->is_boolean()) bad_field(f.child(key), shown(*v) + " is not true or false");
-  return v->get<bool>();
-}
-std::string get_str(const Field& f, const char* key, const std::string& fallback = "") {
-  const json* v = f.find(key);
-  if (v == nullptr) return fallback;
-  if (!v->is_string()) bad_field(f.child(key), shown(*v) + " is not a string");
-  return v->get<std::string>();
-}
-Field get_obj(const Field& f, const char* key) {
-  static const json empty = json::object();
-  const json* v = f.find(key);
-  if (v == nullptr) return Field{empty, f.child(key)};
-  if (!v->is_object()) bad_field(f.child(key), shown(*v) + " is not an object");
-  return Field{*v, f.child(key)};
-}
-// A field every report has: absent is an error, not a default.
-Field required_obj(const Field& f, const char* key) {
-  if (f.find(key) == nullptr) bad_field(f.child(key), "missing (every report has it)");
-  return get_obj(f, key);
-}
-// The elements of an array field, each with its path ("phases[3]").
-std::vector<Field> get_arr(const Field& f, const char* key) {
-  std::vector<Field> out;
-  const json* v = f.find(key);
-  if (v == nullptr) return out;
-  if (!v->is_array()) bad_field(f.child(key), shown(*v) + " is not an array");
-  out.reserve(v->size());
-  for (std::size_t i = 0; i < v->size(); ++i)
-    out.push_back(Field{(*v)[i], f.child(key) + "[" + std::to_string(i) + "]"});
-  return out;
-}
-// The members of an object field, each with its path.
-std::vector<std::pair<std::string, Field>> get_members(const Field& f, const char* key) {
-  std::vector<std::pair<std::string, Field>> out;
-  const Field object = get_obj(f, key);
-  for (const auto& [k, v] : object.j.items()) out.emplace_back(k, Field{v, object.child(k)});
-  return out;
-}
-// A map of numbers (findings[i].values); null (not finite) is skipped.
-std::map<std::string, double> get_numbers(const Field& f, const char* key) {
-  std::map<std::string, double> out;
-  for (const auto& [k, v] : get_members(f, key))
-    if (!v.j.is_null()) out[k] = real_of(v, v.path);
-  return out;
-}
-
-// device.facts: the keys for_each_device_fact() names; null (not finite) and
-// keys this stepscope does not know are skipped.
-DeviceFactsSection device_facts_from(const Field& facts) {
-  DeviceFactsSection out;
-  for_each_device_fact(
-      [&facts](const char* key, std::optional<double>& value) {
-        const json* v = facts.find(key);
-        if (v != nullptr) value = real_of(*v, facts.child(key));
-      },
-      out);
-  return out;
-}
-
-// device.hta: HTA's tables for an imported trace (docs/report-schema.md).
-json hta_to_j(const HtaTables& h) {
-  const auto& t = h.temporal_breakdown;
-  json temporal{{"idle_us", num(t.idle_us)},
-                {"compute_us", num(t.compute_us)},
-                {"non_compute_us", num(t.non_compute_us)},
-                {"kernel_time_us", num(t.kernel_time_us)},
-                {"idle_pctg", num(t.idle_pctg)},
-                {"compute_pctg", num(t.compute_pctg)},
-                {"non_compute_pctg", num(t.non_compute_pctg)}};
-  json kernel_types = json::array();
-  for (const auto& k : h.kernel_type_breakdown)
-    kernel_types.push_back(
-        json{{"kernel_type", k.kernel_type}, {"sum_us", num(k.sum_us)}, {"percentage", num(k.percentage)}});
-  json idle = json::array();
-  for (const auto& i : h.idle_time_breakdown)
-    idle.push_back(json{{"stream", i.stream},
-                        {"idle_category", i.idle_category},
-                        {"idle_time_us", num(i.idle_time_us)},
-                        {"idle_time_ratio", num(i.idle_time_ratio)}});
-  const auto& l = h.launch_stats;
-  json launch{{"pairs", l.pairs},
-              {"short_kernels", l.short_kernels},
-              {"runtime_outliers", l.runtime_outliers},
-              {"launch_delay_outliers", l.launch_delay_outliers},
-              {"thresholds", json{{"runtime_cutoff_us", num(l.runtime_cutoff_us)},
-                                  {"launch_delay_cutoff_us", num(l.launch_delay_cutoff_us)}}}};
-  return json{{"rank", h.rank},
-              {"temporal_breakdown", temporal},
-              {"kernel_type_breakdown", kernel_types},
-              {"comp_comm_overlap_pctg", h.comp_comm_overlap_pctg ? num(*h.comp_comm_overlap_pctg) : json(nullptr)},
-              {"idle_time_breakdown", idle},
-              {"launch_stats", launch},
-              {"steps_kept", h.steps_kept}};
-}
-HtaTables hta_from(const Field& j) {
-  HtaTables h;
-  h.present = true;
-  h.rank = get_rank(j, "rank");
-  const Field t = get_obj(j, "temporal_breakdown");
-  auto& tb = h.temporal_breakdown;
-  tb.idle_us = get_num(t, "idle_us");
-  tb.compute_us = get_num(t, "compute_us");
-  tb.non_compute_us = get_num(t, "non_compute_us");
-  tb.kernel_time_us = get_num(t, "kernel_time_us");
-  tb.idle_pctg = get_num(t, "idle_pctg");
-  tb.compute_pctg = get_num(t, "compute_pctg");
-  tb.non_compute_pctg = get_num(t, "non_compute_pctg");
-  for (const Field& k : get_arr(j, "kernel_type_breakdown"))
-    h.kernel_type_breakdown.push_back({get_str(k, "kernel_type"), get_num(k, "sum_us"), get_num(k, "percentage")});
-  if (j.find("comp_comm_overlap_pctg") != nullptr) h.comp_comm_overlap_pctg = get_num(j, "comp_comm_overlap_pctg");
-  for (const Field& i : get_arr(j, "idle_time_breakdown"))
-    h.idle_time_breakdown.push_back({static_cast<std::int64_t>(get_int(i, "stream", -1, -1, INT32_MAX)),
-                                     get_str(i, "idle_category"), get_num(i, "idle_time_us"),
-                                     get_num(i, "idle_time_ratio")});
-  const Field l = get_obj(j, "launch_stats");
-  h.launch_stats.pairs = static_cast<std::int64_t>(get_u64(l, "pairs", INT64_MAX));
-  h.launch_stats.short_kernels = static_cast<std::int64_t>(get_u64(l, "short_kernels", INT64_MAX));
-  h.launch_stats.runtime_outliers = static_cast<std::int64_t>(get_u64(l, "runtime_outliers", INT64_MAX));
-  h.launch_stats.launch_delay_outliers = static_cast<std::int64_t>(get_u64(l, "launch_delay_outliers", INT64_MAX));
-  const Field cut = get_obj(l, "thresholds");
-  h.launch_stats.runtime_cutoff_us = get_num(cut, "runtime_cutoff_us", 50);
-  h.launch_stats.launch_delay_cutoff_us = get_num(cut, "launch_delay_cutoff_us", 100);
-  for (const Field& s : get_arr(j, "steps_kept"))
-    h.steps_kept.push_back(static_cast<std::int64_t>(count_of(s, s.path, INT64_MAX)));
-  return h;
-}
-
-json to_j(const Distribution& d) {
-  return json{{"count", d.count},        {"total", num(d.total)}, {"mean", num(d.mean)},
-              {"stddev", num(d.stddev)}, {"min", num(d.min)},     {"max", num(d.max)},
-              {"p50", num(d.p50)},       {"p90", num(d.p90)},     {"p99", num(d.p99)}};
-}
-Distribution dist_from(const Field& j) {
-  Distribution d;
-  d.count = get_u64(j, "count");
-  d.total = get_num(j, "total");
-  d.mean = get_num(j, "mean");
-  d.stddev = get_num(j, "stddev");
-  d.min = get_num(j, "min");
-  d.max = get_num(j, "max");
-  d.p50 = get_num(j, "p50");
-  d.p90 = get_num(j, "p90");
-  d.p99 = get_num(j, "p99");
-  return d;
-}
-
-json to_j(const HistogramData& h) {
-  json buckets = json::array();
-  for (const auto& [index, count] : h.buckets) buckets.push_back(json::array({index, count}));
-  return json{{"layout", "log-linear-ns"}, {"sub_bucket_bits", h.sub_bucket_bits}, {"buckets", buckets}};
-}
-HistogramData hist_from(const Field& j) {
-  HistogramData h;
-  // The bucket layout shifts by it (html.cpp, merge.cpp): keep it a valid shift.
-  h.sub_bucket_bits = get_int(j, "sub_bucket_bits", 0, 0, 20);
-  for (const Field& b : get_arr(j, "buckets")) {
-    if (!b.j.is_array() || b.j.size() != 2) bad_field(b.path, shown(b) + " is not a pair [bucket index, count]");
-    h.buckets.emplace_back(static_cast<std::uint32_t>(count_of(b.j[0], b.path + "[0]", UINT32_MAX)),
-                           count_of(b.j[1], b.path + "[1]"));
-  }
-  return h;
-}
-
 // A kind's part of a breakdown or series: "input_ms", "compute_ms", ...
 std::string kind_key(PhaseKind kind) {
   return std::string(phase_kind_name(kind)) + "_ms";
 }
 
-// Writes every kind's part of `parts` (values written by `to`) into object `j`.
-template <class T, class To>
-json with_kinds(json j, const PerKind<T>& parts, To to) {
-  for (PhaseKind k : kPhaseKinds) j[kind_key(k)] = to(parts[k]);
-  return j;
-}
-// Reads every kind's part (read by `from(j, key)`).
-template <class T, class From>
-PerKind<T> kinds_from(const Field& j, From from) {
-  PerKind<T> parts;
-  for (PhaseKind k : kPhaseKinds) parts[k] = from(j, kind_key(k).c_str());
-  return parts;
-}
-double num_from(const Field& j, const char* key) {
-  return get_num(j, key);
-}
+// ---- One list of fields per struct --------------------------------------------
+//
+// fields(v, x) names each member of x once, with its JSON key and, where it
+// has one, its range. The Writer visits it to build the JSON; the Reader to
+// fill a default-constructed x, checking every value (an absent or null key
+// keeps the member's default). Both visitors answer the same calls:
+//   v(key, x)                    a number, count, string, flag, struct, vector or optional
+//   v.integer(key, x, lo, hi)    an integer in [lo, hi];  v.rank(key, x): a rank or -1
+//   v.fraction(key, x)           negative ("not measured") is written as null
+//   v.nullable(key, text)        "" is written as null
+//   v.group(key, fn)             a nested object that is not a struct of its own
+//   v.keep(written)              false: the writer leaves the keys out (the reader reads them)
+template <class T>
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
 
-json to_j(const StepBreakdown& b) {
-  return with_kinds(json{{"wall_ms", num(b.wall_ms)},
-                         {"unattributed_ms", num(b.unattributed_ms)},
-                         {"cpu_wait_ms", num(b.cpu_wait_ms)},
-                         {"page_fault_ms", num(b.page_fault_ms)},
-                         {"between_steps_input_ms", num(b.between_steps_input_ms)},
-                         {"between_steps_ms", num(b.between_steps_ms)}},
-                    b.kind_ms, num);
-}
-StepBreakdown breakdown_from(const Field& j) {
-  StepBreakdown b;
-  b.wall_ms = get_num(j, "wall_ms");
-  b.kind_ms = kinds_from<double>(j, num_from);
-  b.unattributed_ms = get_num(j, "unattributed_ms");
-  b.cpu_wait_ms = get_num(j, "cpu_wait_ms");
-  b.page_fault_ms = get_num(j, "page_fault_ms");
-  b.between_steps_input_ms = get_num(j, "between_steps_input_ms");
-  b.between_steps_ms = get_num(j, "between_steps_ms");
-  return b;
-}
+class Writer {
+ public:
+  static constexpr bool reading = false;
+  json j = json::object();
 
-json to_j(const SlowStep& x) {
-  return with_kinds(json{{"step", x.step},
-                         {"wall_ms", num(x.wall_ms)},
-                         {"unattributed_ms", num(x.unattributed_ms)},
-                         {"between_steps_ms", num(x.between_steps_ms)}},
-                    x.kind_ms, num);
-}
-SlowStep slow_step_from(const Field& j) {
-  SlowStep x;
-  x.step = get_u64(j, "step");
-  x.wall_ms = get_num(j, "wall_ms");
-  x.kind_ms = kinds_from<double>(j, num_from);
-  x.unattributed_ms = get_num(j, "unattributed_ms");
-  x.between_steps_ms = get_num(j, "between_steps_ms");
-  return x;
-}
-
-json nums(const std::vector<double>& v) {
-  json a = json::array();
-  for (double x : v) a.push_back(num(x));
-  return a;
-}
-std::vector<double> nums_from(const Field& j, const char* key) {
-  std::vector<double> v;
-  for (const Field& x : get_arr(j, key)) v.push_back(x.j.is_null() ? 0.0 : real_of(x, x.path));
-  return v;
-}
-
-json to_j(const StepSeries& s) {
-  return with_kinds(json{{"stride", s.stride},
-                         {"first_step", s.first_step},
-                         {"wall_ms", nums(s.wall_ms)},
-                         {"unattributed_ms", nums(s.unattributed_ms)},
-                         {"between_steps_ms", nums(s.between_steps_ms)},
-                         {"rss_mb", nums(s.rss_mb)}},
-                    s.kind_ms, nums);
-}
-StepSeries series_from(const Field& j) {
-  StepSeries s;
-  s.stride = get_u32(j, "stride");
-  if (s.stride == 0) s.stride = 1;
-  for (const Field& x : get_arr(j, "first_step")) s.first_step.push_back(count_of(x, x.path));
-  s.wall_ms = nums_from(j, "wall_ms");
-  s.kind_ms = kinds_from<std::vector<double>>(j, nums_from);
-  s.unattributed_ms = nums_from(j, "unattributed_ms");
-  s.between_steps_ms = nums_from(j, "between_steps_ms");
-  s.rss_mb = nums_from(j, "rss_mb");
-  return s;
-}
-
-json to_j(const SystemSignals& s) {
-  auto fraction = [](double f) { return f < 0 ? json(nullptr) : num(f); };
-  return json{{"available", s.available},
-              {"wall_s", num(s.wall_s)},
-              {"cpu_user_s", num(s.cpu_user_s)},
-              {"cpu_system_s", num(s.cpu_system_s)},
-              {"cores_available", s.cores_available},
-              {"cpu_utilization", num(s.cpu_utilization)},
-              {"minor_faults", s.minor_faults},
-              {"major_faults", s.major_faults},
-              {"voluntary_switches", s.voluntary_switches},
-              {"involuntary_switches", s.involuntary_switches},
-              {"read_bytes", s.read_bytes},
-              {"write_bytes", s.write_bytes},
-              {"io_wait_s", num(s.io_wait_s)},
-              {"runqueue_wait_s", num(s.runqueue_wait_s)},
-              {"rss_start_mb", num(s.rss_start_mb)},
-              {"rss_peak_mb", num(s.rss_peak_mb)},
-              {"rss_end_mb", num(s.rss_end_mb)},
-              {"input_on_cpu_fraction", fraction(s.input_on_cpu_fraction)},
-              {"compute_on_cpu_fraction", fraction(s.compute_on_cpu_fraction)},
-              {"input_disk_wait_fraction", fraction(s.input_disk_wait_fraction)},
-              {"input_samples", s.input_samples},
-              {"samples", s.samples},
-              {"sampling_cost_ms", num(s.sampling_cost_ms)},
-              {"collector_cpu_ms", num(s.collector_cpu_ms)},
-              {"load_average_start", fraction(s.load_average_start)},
-              {"load_average_end", fraction(s.load_average_end)},
-              {"cores_online", s.cores_online},
-              {"other_processes_cpu_s", fraction(s.other_processes_cpu_s)},
-              {"window_steps", num(s.window_steps)},
-              {"run_wall_s", num(s.run_wall_s)},
-              {"before_steps_wall_s", num(s.before_steps_wall_s)},
-              {"before_steps_cpu_system_s", num(s.before_steps_cpu_system_s)},
-              {"before_steps_minor_faults", s.before_steps_minor_faults},
-              {"page_fault_us", fraction(s.page_fault_us)}};
-}
-SystemSignals system_from(const Field& j) {
-  SystemSignals s;
-  s.available = get_bool(j, "available");
-  s.wall_s = get_num(j, "wall_s");
-  s.cpu_user_s = get_num(j, "cpu_user_s");
-  s.cpu_system_s = get_num(j, "cpu_system_s");
-  s.cores_available = get_int(j, "cores_available", 0, 0, 1 << 24);
-  s.cpu_utilization = get_num(j, "cpu_utilization");
-  s.minor_faults = get_u64(j, "minor_faults");
-  s.major_faults = get_u64(j, "major_faults");
-  s.voluntary_switches = get_u64(j, "voluntary_switches");
-  s.involuntary_switches = get_u64(j, "involuntary_switches");
-  s.read_bytes = get_u64(j, "read_bytes");
-  s.write_bytes = get_u64(j, "write_bytes");
-  s.io_wait_s = get_num(j, "io_wait_s");
-  s.runqueue_wait_s = get_num(j, "runqueue_wait_s");
-  s.rss_start_mb = get_num(j, "rss_start_mb");
-  s.rss_peak_mb = get_num(j, "rss_peak_mb");
-  s.rss_end_mb = get_num(j, "rss_end_mb");
-  s.input_on_cpu_fraction = get_num(j, "input_on_cpu_fraction", -1);
-  s.compute_on_cpu_fraction = get_num(j, "compute_on_cpu_fraction", -1);
-  s.input_disk_wait_fraction = get_num(j, "input_disk_wait_fraction", -1);
-  s.input_samples = get_u64(j, "input_samples");
-  s.samples = get_u64(j, "samples");
-  s.sampling_cost_ms = get_num(j, "sampling_cost_ms");
-  s.collector_cpu_ms = get_num(j, "collector_cpu_ms");
-  s.load_average_start = get_num(j, "load_average_start", -1);
-  s.load_average_end = get_num(j, "load_average_end", -1);
-  s.cores_online = get_int(j, "cores_online", 0, 0, 1 << 20);
-  s.other_processes_cpu_s = get_num(j, "other_processes_cpu_s", -1);
-  s.window_steps = get_num(j, "window_steps");
-  s.run_wall_s = get_num(j, "run_wall_s");
-  s.before_steps_wall_s = get_num(j, "before_steps_wall_s");
-  s.before_steps_cpu_system_s = get_num(j, "before_steps_cpu_system_s");
-  s.before_steps_minor_faults = get_u64(j, "before_steps_minor_faults");
-  s.page_fault_us = get_num(j, "page_fault_us", -1);
-  return s;
-}
-
-json to_j(const Verdict& v) {
-  json evidence = json::array();
-  for (const auto& e : v.evidence)
-    evidence.push_back(json{{"signal", e.signal},
-                            {"value", num(e.value)},
-                            {"threshold", num(e.threshold)},
-                            {"comparison", e.comparison},
-                            {"supports", e.supports},
-                            {"crossed", e.crossed},
-                            {"sentence", e.sentence}});
-  json ranking = json::array();
-  for (const auto& [category, cost] : v.ranking)
-    ranking.push_back(json{{"category", category}, {"share_of_step", num(cost)}});
-  return json{{"category", v.category}, {"confidence", num(v.confidence)},
-              {"severity", v.severity}, {"summary", v.summary},
-              {"evidence", evidence},   {"recommendations", v.recommendations},
-              {"ranking", ranking}};
-}
-Verdict verdict_from(const Field& j) {
-  Verdict v;
-  v.category = get_str(j, "category", "unknown");
-  v.confidence = get_num(j, "confidence");
-  v.severity = get_str(j, "severity");
-  v.summary = get_str(j, "summary");
-  for (const Field& e : get_arr(j, "evidence")) {
-    Evidence ev;
-    ev.signal = get_str(e, "signal");
-    ev.value = get_num(e, "value");
-    ev.threshold = get_num(e, "threshold");
-    ev.comparison = get_str(e, "comparison");
-    ev.supports = get_bool(e, "supports");
-    ev.crossed = get_bool(e, "crossed", ev.supports);
-    ev.sentence = get_str(e, "sentence");
-    v.evidence.push_back(std::move(ev));
+  template <class T>
+  static json value(const T& x) {
+    if constexpr (std::is_same_v<T, double>) {
+      return num(x);
+    } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string>) {
+      return x;
+    } else if constexpr (IsVector<T>::value) {
+      json a = json::array();
+      for (const auto& e : x) a.push_back(value(e));
+      return a;
+    } else if constexpr (IsOptional<T>::value) {
+      return x ? value(*x) : json(nullptr);
+    } else {
+      Writer w;
+      fields(w, const_cast<T&>(x));  // fields() serves both directions; the writer only reads
+      return std::move(w.j);
+    }
   }
-  for (const Field& r : get_arr(j, "recommendations")) {
-    if (!r.j.is_string()) bad_field(r.path, shown(r) + " is not a string");
-    v.recommendations.push_back(r.j.get<std::string>());
+  template <class T>
+  void operator()(const char* key, const T& x) {
+    j[key] = value(x);
   }
-  for (const Field& r : get_arr(j, "ranking"))
-    v.ranking.emplace_back(get_str(r, "category"), get_num(r, "share_of_step"));
-  return v;
+  template <class T>
+  void integer(const char* key, const T& x, std::int64_t, std::int64_t) {
+    j[key] = x;
+  }
+  void rank(const char* key, const int& x, bool null_if_none = false) {
+    j[key] = null_if_none && x < 0 ? json(nullptr) : json(x);
+  }
+  void ranks(const char* key, const std::vector<int>& x) { j[key] = x; }
+  void fraction(const char* key, const double& x) { j[key] = x < 0 ? json(nullptr) : num(x); }
+  void nullable(const char* key, const std::string& x) { j[key] = x.empty() ? json(nullptr) : json(x); }
+  template <class Fn>
+  void group(const char* key, Fn&& fn) {
+    Writer w;
+    fn(w);
+    j[key] = std::move(w.j);
+  }
+  bool keep(bool written) const { return written; }
+  void require(const char*, const char* = nullptr) const {}
+  void kind(const char* key, const PhaseKind& x) { j[key] = to_string(x); }
+  void role(const char* key, const ThreadRole& x) { j[key] = to_string(x); }
+  void pairs(const char* key, const std::vector<std::pair<std::string, double>>& x, const char* first,
+             const char* second) {
+    json a = json::array();
+    for (const auto& [name, number] : x) a.push_back(json{{first, name}, {second, num(number)}});
+    j[key] = std::move(a);
+  }
+  void buckets(const char* key, const std::vector<std::pair<std::uint32_t, std::uint64_t>>& x) {
+    json a = json::array();
+    for (const auto& [index, count] : x) a.push_back(json::array({index, count}));
+    j[key] = std::move(a);
+  }
+  void numbers(const char* key, const std::map<std::string, double>& x) {
+    json o = json::object();
+    for (const auto& [name, number] : x) o[name] = num(number);
+    j[key] = std::move(o);
+  }
+  void strings(const char* key, const std::map<std::string, std::string>& x) { j[key] = x; }
+  // run.config: a value set_config() stored as a number is written as one.
+  void config(const char* key, const std::map<std::string, std::string>& values,
+              const std::map<std::string, std::string>& types) {
+    json o = json::object();
+    for (const auto& [name, text] : values) {
+      const auto type = types.find(name);
+      char* end = nullptr;
+      const double d = std::strtod(text.c_str(), &end);
+      const bool number = type != types.end() && type->second == "number" && end != text.c_str() && *end == '\0';
+      o[name] = number ? num(d) : json(text);
+    }
+    j[key] = std::move(o);
+  }
+  // device.facts: the facts measured, under the keys for_each_device_fact() names.
+  void facts(const char* key, const DeviceFactsSection& x) {
+    json o = json::object();
+    for_each_device_fact(
+        [&o](const char* name, const std::optional<double>& value) {
+          if (value) o[name] = num(*value);
+        },
+        x);
+    j[key] = std::move(o);
+  }
+};
+
+class Reader {
+ public:
+  static constexpr bool reading = true;
+  Field f;
+
+  // Reads `v` (at `path`) into x.
+  template <class T>
+  static void read(const json& v, const std::string& path, T& x) {
+    if constexpr (std::is_same_v<T, double>) {
+      x = real_of(v, path);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) bad_field(path, shown(v) + " is not true or false");
+      x = v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      x = static_cast<T>(count_of(v, path, static_cast<std::uint64_t>(std::numeric_limits<T>::max())));
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!v.is_string()) bad_field(path, shown(v) + " is not a string");
+      x = v.get<std::string>();
+    } else if constexpr (IsVector<T>::value) {
+      if (!v.is_array()) bad_field(path, shown(v) + " is not an array");
+      x.clear();
+      x.reserve(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        typename T::value_type e{};
+        // A number not written (not finite) in a series reads as 0.
+        if (!(std::is_same_v<typename T::value_type, double> && v[i].is_null()))
+          read(v[i], path + "[" + std::to_string(i) + "]", e);
+        x.push_back(std::move(e));
+      }
+    } else if constexpr (IsOptional<T>::value) {
+      typename T::value_type e{};
+      read(v, path, e);
+      x = std::move(e);
+    } else {
+      if (!v.is_object()) bad_field(path, shown(v) + " is not an object");
+      Reader r{Field{v, path}};
+      fields(r, x);
+    }
+  }
+  template <class T>
+  void operator()(const char* key, T& x) const {
+    if (const json* v = f.find(key)) read(*v, f.child(key), x);
+  }
+  template <class T>
+  void integer(const char* key, T& x, std::int64_t lo, std::int64_t hi) const {
+    if (const json* v = f.find(key)) x = static_cast<T>(integer_of(*v, f.child(key), lo, hi));
+  }
+  void rank(const char* key, int& x, bool = false) const { integer(key, x, -1, kMaxRanks - 1); }
+  void ranks(const char* key, std::vector<int>& x) const {
+    if (const json* v = f.find(key)) {
+      if (!v->is_array()) bad_field(f.child(key), shown(*v) + " is not an array");
+      for (std::size_t i = 0; i < v->size(); ++i)
+        x.push_back(
+            static_cast<int>(integer_of((*v)[i], f.child(key) + "[" + std::to_string(i) + "]", 0, kMaxRanks - 1)));
+    }
+  }
+  void fraction(const char* key, double& x) const { (*this)(key, x); }
+  void nullable(const char* key, std::string& x) const { (*this)(key, x); }
+  template <class Fn>
+  void group(const char* key, Fn&& fn) const {
+    static const json empty = json::object();
+    const json* v = f.find(key);
+    if (v != nullptr && !v->is_object()) bad_field(f.child(key), shown(*v) + " is not an object");
+    Reader r{Field{v != nullptr ? *v : empty, f.child(key)}};
+    fn(r);
+  }
+  bool keep(bool) const { return true; }
+  // A key every report has: absent is an error, not a default.
+  void require(const char* key, const char* what = "every report has it") const {
+    if (f.find(key) == nullptr) bad_field(f.child(key), std::string("missing (") + what + ")");
+  }
+  bool has(const char* key) const { return f.find(key) != nullptr; }
+  void kind(const char* key, PhaseKind& x) const {
+    std::string text;
+    (*this)(key, text);
+    if (!text.empty() && !parse_phase_kind(text, x))
+      bad_field(f.child(key), shown(json(text)) + " is not a phase kind");
+  }
+  void role(const char* key, ThreadRole& x) const {
+    std::string text;
+    (*this)(key, text);
+    if (!text.empty() && !parse_thread_role(text, x))
+      bad_field(f.child(key), shown(json(text)) + " is not a thread role");
+  }
+  void pairs(const char* key, std::vector<std::pair<std::string, double>>& x, const char* first,
+             const char* second) const {
+    list(key, [&](const Reader& e) {
+      std::pair<std::string, double> p;
+      e(first, p.first);
+      e(second, p.second);
+      x.push_back(std::move(p));
+    });
+  }
+  void buckets(const char* key, std::vector<std::pair<std::uint32_t, std::uint64_t>>& x) const {
+    const json* v = f.find(key);
+    if (v == nullptr) return;
+    if (!v->is_array()) bad_field(f.child(key), shown(*v) + " is not an array");
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const json& b = (*v)[i];
+      const std::string path = f.child(key) + "[" + std::to_string(i) + "]";
+      if (!b.is_array() || b.size() != 2) bad_field(path, shown(b) + " is not a pair [bucket index, count]");
+      x.emplace_back(static_cast<std::uint32_t>(count_of(b[0], path + "[0]", UINT32_MAX)),
+                     count_of(b[1], path + "[1]"));
+    }
+  }
+  // A map of numbers (findings[i].values); null (not finite) is skipped.
+  void numbers(const char* key, std::map<std::string, double>& x) const {
+    members(key, [&](const std::string& name, const json& v, const std::string& path) {
+      if (!v.is_null()) x[name] = real_of(v, path);
+    });
+  }
+  void strings(const char* key, std::map<std::string, std::string>& x) const {
+    members(key, [&](const std::string& name, const json& v, const std::string&) {
+      x[name] = v.is_string() ? v.get<std::string>() : v.dump();
+    });
+  }
+  void config(const char* key, std::map<std::string, std::string>& values,
+              std::map<std::string, std::string>& types) const {
+    members(key, [&](const std::string& name, const json& v, const std::string&) {
+      if (v.is_number()) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", v.get<double>());  // as set_config() stored it
+        values[name] = buf;
+        types[name] = "number";
+      } else {
+        values[name] = v.is_string() ? v.get<std::string>() : v.dump();  // depth-limited before parsing
+        types[name] = "string";
+      }
+    });
+  }
+  // device.facts: the keys for_each_device_fact() names; null and unknown keys are skipped.
+  void facts(const char* key, DeviceFactsSection& x) const {
+    group(key, [&x](const Reader& r) {
+      for_each_device_fact([&r](const char* name, std::optional<double>& value) { r(name, value); }, x);
+    });
+  }
+
+ private:
+  template <class Fn>
+  void list(const char* key, Fn&& fn) const {
+    const json* v = f.find(key);
+    if (v == nullptr) return;
+    if (!v->is_array()) bad_field(f.child(key), shown(*v) + " is not an array");
+    for (std::size_t i = 0; i < v->size(); ++i)
+      fn(Reader{Field{(*v)[i], f.child(key) + "[" + std::to_string(i) + "]"}});
+  }
+  template <class Fn>
+  void members(const char* key, Fn&& fn) const {
+    group(key, [&fn](const Reader& r) {
+      for (const auto& [name, v] : r.f.j.items()) fn(name, v, r.f.child(name));
+    });
+  }
+};
+
+// Every kind's part, as "<kind>_ms" keys of the same object.
+template <class V, class T>
+void kinds(V& v, PerKind<T>& parts) {
+  for (PhaseKind k : kPhaseKinds) v(kind_key(k).c_str(), parts[k]);
 }
 
-json to_j(const PhaseSummary& p) {
-  json j{{"name", p.name},
-         {"kind", to_string(p.kind)},
-         {"thread_role", to_string(p.thread_role)},
-         {"count", p.count},
-         {"host_ms", to_j(p.host_ms)},
-         {"self_ms", to_j(p.self_ms)},
-         {"share_of_step", num(p.share_of_step)},
-         {"threads", p.threads},
-         {"histogram", to_j(p.histogram)}};
-  j["overlap_with_steps"] = p.overlap_with_steps ? num(*p.overlap_with_steps) : json(nullptr);
-  j["device_ms"] = p.device_ms ? to_j(*p.device_ms) : json(nullptr);
-  if (p.host_share_of_step) j["host_share_of_step"] = num(*p.host_share_of_step);
-  if (!p.sites.empty()) {
-    json sites = json::array();
-    for (const PhaseCallSite& site : p.sites)
-      sites.push_back(json{{"file", site.file}, {"line", site.line}, {"host_ms", to_j(site.host_ms)}});
-    j["sites"] = std::move(sites);
-    j["sites_merged"] = p.sites_merged;
-  }
-  if (!p.top_operators.empty()) {
-    json ops = json::array();
-    for (const OperatorTime& op : p.top_operators)
-      ops.push_back(json{{"name", op.name}, {"kind", op.kind}, {"count", op.count}, {"self_ms", num(op.self_ms)}});
-    j["top_operators"] = std::move(ops);
-  }
-  return j;
-}
-PhaseSummary phase_from(const Field& j) {
-  PhaseSummary p;
-  if (j.find("name") == nullptr) bad_field(j.child("name"), "missing (every phase has a name)");
-  p.name = get_str(j, "name");
-  const std::string kind = get_str(j, "kind", "other"), role = get_str(j, "thread_role", "step");
-  if (!parse_phase_kind(kind, p.kind)) bad_field(j.child("kind"), shown(json(kind)) + " is not a phase kind");
-  if (!parse_thread_role(role, p.thread_role))
-    bad_field(j.child("thread_role"), shown(json(role)) + " is not a thread role");
-  p.count = get_u64(j, "count");
-  p.host_ms = dist_from(get_obj(j, "host_ms"));
-  p.self_ms = dist_from(get_obj(j, "self_ms"));
-  p.share_of_step = get_num(j, "share_of_step");
-  p.threads = get_u32(j, "threads");
-  p.histogram = hist_from(get_obj(j, "histogram"));
-  if (j.find("overlap_with_steps") != nullptr) p.overlap_with_steps = get_num(j, "overlap_with_steps");
-  if (j.find("device_ms") != nullptr) p.device_ms = dist_from(get_obj(j, "device_ms"));
-  if (j.find("host_share_of_step") != nullptr) p.host_share_of_step = get_num(j, "host_share_of_step");
-  for (const Field& x : get_arr(j, "sites")) {
-    PhaseCallSite site;
-    site.file = get_str(x, "file");
-    site.line = get_int(x, "line", 0, 0, INT32_MAX);
-    site.host_ms = dist_from(get_obj(x, "host_ms"));
-    p.sites.push_back(std::move(site));
-  }
-  p.sites_merged = get_u64(j, "sites_merged");
-  for (const Field& x : get_arr(j, "top_operators")) {
-    OperatorTime op;
-    op.name = get_str(x, "name");
-    op.kind = get_str(x, "kind");
-    op.count = get_u64(x, "count");
-    op.self_ms = get_num(x, "self_ms");
-    p.top_operators.push_back(std::move(op));
-  }
-  return p;
+template <class V>
+void fields(V& v, Distribution& d) {
+  v("count", d.count);
+  v("total", d.total);
+  v("mean", d.mean);
+  v("stddev", d.stddev);
+  v("min", d.min);
+  v("max", d.max);
+  v("p50", d.p50);
+  v("p90", d.p90);
+  v("p99", d.p99);
 }
 
-json to_j(const AcrossRanks& a) {
-  return json{{"min", num(a.min)},
-              {"median", num(a.median)},
-              {"max", num(a.max)},
-              {"mean", num(a.mean)},
-              {"min_rank", a.min_rank},
-              {"max_rank", a.max_rank},
-              {"imbalance", num(a.imbalance)}};
+template <class V>
+void fields(V& v, HistogramData& h) {
+  if constexpr (!V::reading) v("layout", std::string("log-linear-ns"));
+  v.integer("sub_bucket_bits", h.sub_bucket_bits, 0, 20);  // the bucket layout shifts by it
+  v.buckets("buckets", h.buckets);
 }
-AcrossRanks across_from(const Field& j) {
-  AcrossRanks a;
-  a.min = get_num(j, "min");
-  a.median = get_num(j, "median");
-  a.max = get_num(j, "max");
-  a.mean = get_num(j, "mean");
-  a.min_rank = get_rank(j, "min_rank");
-  a.max_rank = get_rank(j, "max_rank");
-  a.imbalance = get_num(j, "imbalance");
-  return a;
+
+template <class V>
+void fields(V& v, HtaTemporalBreakdown& t) {
+  v("idle_us", t.idle_us);
+  v("compute_us", t.compute_us);
+  v("non_compute_us", t.non_compute_us);
+  v("kernel_time_us", t.kernel_time_us);
+  v("idle_pctg", t.idle_pctg);
+  v("compute_pctg", t.compute_pctg);
+  v("non_compute_pctg", t.non_compute_pctg);
+}
+
+template <class V>
+void fields(V& v, HtaKernelTypeRow& k) {
+  v("kernel_type", k.kernel_type);
+  v("sum_us", k.sum_us);
+  v("percentage", k.percentage);
+}
+
+template <class V>
+void fields(V& v, HtaIdleRow& i) {
+  v.integer("stream", i.stream, -1, INT32_MAX);
+  v("idle_category", i.idle_category);
+  v("idle_time_us", i.idle_time_us);
+  v("idle_time_ratio", i.idle_time_ratio);
+}
+
+template <class V>
+void fields(V& v, HtaLaunchStats& l) {
+  v("pairs", l.pairs);
+  v("short_kernels", l.short_kernels);
+  v("runtime_outliers", l.runtime_outliers);
+  v("launch_delay_outliers", l.launch_delay_outliers);
+  v.group("thresholds", [&l](auto& t) {
+    t("runtime_cutoff_us", l.runtime_cutoff_us);
+    t("launch_delay_cutoff_us", l.launch_delay_cutoff_us);
+  });
+}
+
+// device.hta: HTA's tables for an imported trace (docs/report-schema.md).
+template <class V>
+void fields(V& v, HtaTables& h) {
+  if constexpr (V::reading) h.present = true;
+  v.rank("rank", h.rank);
+  v("temporal_breakdown", h.temporal_breakdown);
+  v("kernel_type_breakdown", h.kernel_type_breakdown);
+  v("comp_comm_overlap_pctg", h.comp_comm_overlap_pctg);
+  v("idle_time_breakdown", h.idle_time_breakdown);
+  v("launch_stats", h.launch_stats);
+  v("steps_kept", h.steps_kept);
+}
+
+template <class V>
+void fields(V& v, StepBreakdown& b) {
+  v("wall_ms", b.wall_ms);
+  kinds(v, b.kind_ms);
+  v("unattributed_ms", b.unattributed_ms);
+  v("cpu_wait_ms", b.cpu_wait_ms);
+  v("page_fault_ms", b.page_fault_ms);
+  v("between_steps_input_ms", b.between_steps_input_ms);
+  v("between_steps_ms", b.between_steps_ms);
+}
+
+template <class V>
+void fields(V& v, SlowStep& x) {
+  v("step", x.step);
+  v("wall_ms", x.wall_ms);
+  kinds(v, x.kind_ms);
+  v("unattributed_ms", x.unattributed_ms);
+  v("between_steps_ms", x.between_steps_ms);
+}
+
+template <class V>
+void fields(V& v, StepSeries& s) {
+  v("stride", s.stride);
+  if constexpr (V::reading) s.stride = std::max<std::uint32_t>(s.stride, 1);
+  v("first_step", s.first_step);
+  v("wall_ms", s.wall_ms);
+  kinds(v, s.kind_ms);
+  v("unattributed_ms", s.unattributed_ms);
+  v("between_steps_ms", s.between_steps_ms);
+  v("rss_mb", s.rss_mb);
+}
+
+template <class V>
+void fields(V& v, StepStats& s) {
+  v.require("count");
+  v("count", s.count);
+  v("warmup_excluded", s.warmup_excluded);
+  v("wall_ms", s.wall_ms);
+  v("warmup_wall_ms", s.warmup_wall_ms);
+  v("unended_excluded", s.unended_excluded);
+  v("unended_wall_ms", s.unended_wall_ms);
+  v("breakdown", s.breakdown);
+  v("series", s.series);
+  v("histogram", s.histogram);
+  v("coverage", s.coverage);
+  v("between_steps_ms", s.between_steps_ms);
+  v("between_steps_input_ms", s.between_steps_input_ms);
+  v("loop_boundaries", s.loop_boundaries);  // 0 in reports that predate it
+  v("between_loops_ms", s.between_loops_ms);
+  v("loop_first_steps", s.loop_first_steps);  // 0 in reports that predate them
+  v("loop_first_ms", s.loop_first_ms);
+  v("loop_first_max_ms", s.loop_first_max_ms);
+  v("slowest", s.slowest);
+  v("clock", s.clock);  // "host" in reports that predate it
+  if constexpr (V::reading) {
+    if (s.slowest.size() > StepStats::kSlowestStepsKept) s.slowest.resize(StepStats::kSlowestStepsKept);
+    if (s.clock != "device") s.clock = "host";
+  }
+  if (v.keep(s.host_wall_ms.has_value())) v("host_wall_ms", s.host_wall_ms);
+  if (v.keep(s.host_breakdown.has_value())) v("host_breakdown", s.host_breakdown);
+}
+
+template <class V>
+void fields(V& v, SystemSignals& s) {
+  v("available", s.available);
+  v("wall_s", s.wall_s);
+  v("cpu_user_s", s.cpu_user_s);
+  v("cpu_system_s", s.cpu_system_s);
+  v.integer("cores_available", s.cores_available, 0, 1 << 24);
+  v("cpu_utilization", s.cpu_utilization);
+  v("minor_faults", s.minor_faults);
+  v("major_faults", s.major_faults);
+  v("voluntary_switches", s.voluntary_switches);
+  v("involuntary_switches", s.involuntary_switches);
+  v("read_bytes", s.read_bytes);
+  v("write_bytes", s.write_bytes);
+  v("io_wait_s", s.io_wait_s);
+  v("runqueue_wait_s", s.runqueue_wait_s);
+  v("rss_start_mb", s.rss_start_mb);
+  v("rss_peak_mb", s.rss_peak_mb);
+  v("rss_end_mb", s.rss_end_mb);
+  v.fraction("input_on_cpu_fraction", s.input_on_cpu_fraction);
+  v.fraction("compute_on_cpu_fraction", s.compute_on_cpu_fraction);
+  v.fraction("input_disk_wait_fraction", s.input_disk_wait_fraction);
+  v("input_samples", s.input_samples);
+  v("samples", s.samples);
+  v("sampling_cost_ms", s.sampling_cost_ms);
+  v("collector_cpu_ms", s.collector_cpu_ms);
+  v.fraction("load_average_start", s.load_average_start);
+  v.fraction("load_average_end", s.load_average_end);
+  v.integer("cores_online", s.cores_online, 0, 1 << 20);
+  v.fraction("other_processes_cpu_s", s.other_processes_cpu_s);
+  v("window_steps", s.window_steps);
+  v("run_wall_s", s.run_wall_s);
+  v("before_steps_wall_s", s.before_steps_wall_s);
+  v("before_steps_cpu_system_s", s.before_steps_cpu_system_s);
+  v("before_steps_minor_faults", s.before_steps_minor_faults);
+  v.fraction("page_fault_us", s.page_fault_us);
+}
+
+template <class V>
+void fields(V& v, Evidence& e) {
+  v("signal", e.signal);
+  v("value", e.value);
+  v("threshold", e.threshold);
+  v("comparison", e.comparison);
+  v("supports", e.supports);
+  if constexpr (V::reading) e.crossed = e.supports;  // reports that predate `crossed`
+  v("crossed", e.crossed);
+  v("sentence", e.sentence);
+}
+
+template <class V>
+void fields(V& v, Verdict& x) {
+  v("category", x.category);
+  v("confidence", x.confidence);
+  v("severity", x.severity);
+  v("summary", x.summary);
+  v("evidence", x.evidence);
+  v("recommendations", x.recommendations);
+  v.pairs("ranking", x.ranking, "category", "share_of_step");
+}
+
+template <class V>
+void fields(V& v, PhaseCallSite& s) {
+  v("file", s.file);
+  v.integer("line", s.line, 0, INT32_MAX);
+  v("host_ms", s.host_ms);
+}
+
+template <class V>
+void fields(V& v, OperatorTime& op) {
+  v("name", op.name);
+  v("kind", op.kind);
+  v("count", op.count);
+  v("self_ms", op.self_ms);
+}
+
+template <class V>
+void fields(V& v, PhaseSummary& p) {
+  v.require("name", "every phase has a name");
+  v("name", p.name);
+  v.kind("kind", p.kind);
+  v.role("thread_role", p.thread_role);
+  v("count", p.count);
+  v("host_ms", p.host_ms);
+  v("self_ms", p.self_ms);
+  v("share_of_step", p.share_of_step);
+  v("threads", p.threads);
+  v("histogram", p.histogram);
+  v("overlap_with_steps", p.overlap_with_steps);
+  v("device_ms", p.device_ms);
+  if (v.keep(p.host_share_of_step.has_value())) v("host_share_of_step", p.host_share_of_step);
+  if (v.keep(!p.sites.empty())) {
+    v("sites", p.sites);
+    v("sites_merged", p.sites_merged);
+  }
+  if (v.keep(!p.top_operators.empty())) v("top_operators", p.top_operators);
+}
+
+template <class V>
+void fields(V& v, Finding& x) {
+  v("kind", x.kind);
+  v("severity", x.severity);
+  v("message", x.message);
+  v.numbers("values", x.values);
+}
+
+template <class V>
+void fields(V& v, WhatIf& w) {
+  v("target", w.target);
+  v("share", w.share);
+  v("speedup", w.speedup);
+  v("step_ms_now", w.step_ms_now);
+  v("step_ms_projected", w.step_ms_projected);
+  v("step_change_pct", w.step_change_pct);
+  v("note", w.note);
+}
+
+template <class V>
+void fields(V& v, AcrossRanks& a) {
+  v("min", a.min);
+  v("median", a.median);
+  v("max", a.max);
+  v("mean", a.mean);
+  v.rank("min_rank", a.min_rank);
+  v.rank("max_rank", a.max_rank);
+  v("imbalance", a.imbalance);
+}
+
+template <class V>
+void fields(V& v, RankSummary& r) {
+  v.rank("rank", r.rank);
+  v("host", r.host);
+  v("steps", r.steps);
+  v("step_ms", r.step_ms);
+  v("busy_ms", r.busy_ms);
+  kinds(v, r.kind_ms);
+  v("unattributed_ms", r.unattributed_ms);
+  v("comm_wait_ms", r.comm_wait_ms);
+  v("verdict", r.verdict);
+  v("straggler", r.straggler);
+  v.ranks("waits_for", r.waits_for);  // absent in merged reports written before it
+  v("complete", r.complete);          // absent in merged reports written before it
+  v.nullable("ended_by", r.ended_by);
+  v.nullable("interrupted", r.interrupted);
+  v.nullable("exception", r.exception);
+}
+
+template <class V>
+void fields(V& v, PhaseAcrossRanks& p) {
+  v("name", p.name);
+  v.kind("kind", p.kind);
+  v("ranks", p.ranks);
+  v("per_step_ms", p.per_step_ms);
+}
+
+template <class V>
+void fields(V& v, StepAcrossRanks& s) {
+  v("first_step", s.first_step);
+  v("wall_ms", s.wall_ms);
+  v("busy_ms", s.busy_ms);
+  v("communication_ms", s.communication_ms);
+}
+
+template <class V>
+void fields(V& v, Straggler& s) {
+  v.rank("rank", s.rank);
+  v("phase", s.phase);
+  v("rank_ms", s.rank_ms);
+  v("median_ms", s.median_ms);
+  v("excess_ms", s.excess_ms);
+  v("robust_z", s.robust_z);
+  v("slow_step_fraction", s.slow_step_fraction);
+  v("pattern", s.pattern);
+  v("slow_steps", s.slow_steps);
+  v("cause", s.cause);  // absent in merged reports written before it
 }
 
 // The multi-rank section of a merged report (absent from single-rank reports).
-json to_j(const MultiRank& m) {
-  json ranks = json::array();
-  for (const auto& r : m.ranks)
-    ranks.push_back(with_kinds(json{{"rank", r.rank},
-                                    {"host", r.host},
-                                    {"steps", r.steps},
-                                    {"step_ms", num(r.step_ms)},
-                                    {"busy_ms", num(r.busy_ms)},
-                                    {"unattributed_ms", num(r.unattributed_ms)},
-                                    {"comm_wait_ms", num(r.comm_wait_ms)},
-                                    {"verdict", r.verdict},
-                                    {"straggler", r.straggler},
-                                    {"waits_for", r.waits_for},
-                                    {"complete", r.complete},
-                                    {"ended_by", r.ended_by.empty() ? json(nullptr) : json(r.ended_by)},
-                                    {"interrupted", r.interrupted.empty() ? json(nullptr) : json(r.interrupted)},
-                                    {"exception", r.exception.empty() ? json(nullptr) : json(r.exception)}},
-                               r.kind_ms, num));
-  json phases = json::array();
-  for (const auto& p : m.phases)
-    phases.push_back(
-        json{{"name", p.name}, {"kind", to_string(p.kind)}, {"ranks", p.ranks}, {"per_step_ms", to_j(p.per_step_ms)}});
-  json steps = json::array();
-  for (const auto& s : m.steps)
-    steps.push_back(json{{"first_step", s.first_step},
-                         {"wall_ms", to_j(s.wall_ms)},
-                         {"busy_ms", to_j(s.busy_ms)},
-                         {"communication_ms", to_j(s.communication_ms)}});
-  json stragglers = json::array();
-  for (const auto& s : m.stragglers)
-    stragglers.push_back(json{{"rank", s.rank},
-                              {"phase", s.phase},
-                              {"rank_ms", num(s.rank_ms)},
-                              {"median_ms", num(s.median_ms)},
-                              {"excess_ms", num(s.excess_ms)},
-                              {"robust_z", num(s.robust_z)},
-                              {"slow_step_fraction", num(s.slow_step_fraction)},
-                              {"pattern", s.pattern},
-                              {"slow_steps", s.slow_steps},
-                              {"cause", s.cause}});
-  return json{{"world_size", m.world_size},
-              {"ranks_merged", m.ranks_merged},
-              {"missing_ranks", m.missing_ranks},
-              {"step_ms", to_j(m.step_ms)},
-              {"busy_ms", to_j(m.busy_ms)},
-              {"compute_ms", to_j(m.compute_ms)},
-              {"communication_ms", to_j(m.communication_ms)},
-              {"comm_ms", num(m.comm_ms)},
-              {"comm_collective_ms", num(m.comm_collective_ms)},
-              {"comm_wait_ms", num(m.comm_wait_ms)},
-              {"comm_wait_fraction", num(m.comm_wait_fraction)},
-              {"expected_wait_from_imbalance_ms", num(m.expected_wait_from_imbalance_ms)},
-              {"stragglers", stragglers},
-              {"method", m.method},
-              {"ranks", ranks},
-              {"phases", phases},
-              {"step_stride", m.step_stride},
-              {"steps", steps}};
+template <class V>
+void fields(V& v, MultiRank& m) {
+  v.integer("world_size", m.world_size, 0, kMaxRanks);
+  v.integer("ranks_merged", m.ranks_merged, 0, kMaxRanks);
+  v.ranks("missing_ranks", m.missing_ranks);
+  v("step_ms", m.step_ms);
+  v("busy_ms", m.busy_ms);
+  v("compute_ms", m.compute_ms);
+  v("communication_ms", m.communication_ms);
+  v("comm_ms", m.comm_ms);
+  v("comm_collective_ms", m.comm_collective_ms);
+  v("comm_wait_ms", m.comm_wait_ms);
+  v("comm_wait_fraction", m.comm_wait_fraction);
+  v("expected_wait_from_imbalance_ms", m.expected_wait_from_imbalance_ms);
+  v("stragglers", m.stragglers);
+  v("method", m.method);
+  v("ranks", m.ranks);
+  v("phases", m.phases);
+  v("step_stride", m.step_stride);
+  if constexpr (V::reading) m.step_stride = std::max<std::uint32_t>(m.step_stride, 1);
+  v("steps", m.steps);
 }
-MultiRank multirank_from(const Field& j) {
-  MultiRank m;
-  m.world_size = get_int(j, "world_size", 0, 0, kMaxRanks);
-  m.ranks_merged = get_int(j, "ranks_merged", 0, 0, kMaxRanks);
-  for (const Field& r : get_arr(j, "missing_ranks"))
-    m.missing_ranks.push_back(static_cast<int>(integer_of(r, r.path, 0, kMaxRanks - 1)));
-  m.step_ms = across_from(get_obj(j, "step_ms"));
-  m.busy_ms = across_from(get_obj(j, "busy_ms"));
-  m.compute_ms = across_from(get_obj(j, "compute_ms"));
-  m.communication_ms = across_from(get_obj(j, "communication_ms"));
-  m.comm_ms = get_num(j, "comm_ms");
-  m.comm_collective_ms = get_num(j, "comm_collective_ms");
-  m.comm_wait_ms = get_num(j, "comm_wait_ms");
-  m.comm_wait_fraction = get_num(j, "comm_wait_fraction");
-  m.expected_wait_from_imbalance_ms = get_num(j, "expected_wait_from_imbalance_ms");
-  for (const Field& x : get_arr(j, "stragglers")) {
-    Straggler s;
-    s.rank = get_rank(x, "rank");
-    s.phase = get_str(x, "phase");
-    s.rank_ms = get_num(x, "rank_ms");
-    s.median_ms = get_num(x, "median_ms");
-    s.excess_ms = get_num(x, "excess_ms");
-    s.robust_z = get_num(x, "robust_z");
-    s.slow_step_fraction = get_num(x, "slow_step_fraction");
-    s.pattern = get_str(x, "pattern");
-    for (const Field& v : get_arr(x, "slow_steps")) s.slow_steps.push_back(count_of(v, v.path));
-    s.cause = get_str(x, "cause");  // absent in merged reports written before it
-    m.stragglers.push_back(std::move(s));
+
+template <class V>
+void fields(V& v, DeviceUsage& u) {
+  v.integer("id", u.id, -1, INT32_MAX);
+  v("name", u.name);
+  v("phases_timed", u.phases_timed);
+  v("steps_ran_on", u.steps_ran_on);
+  v("memory_capacity_mb", u.memory_capacity_mb);
+  v("memory_peak_mb", u.memory_peak_mb);
+  v("busy_fraction", u.busy_fraction);
+  v("busy_ms", u.busy_ms);
+  v("kernels", u.kernels);
+  v("memcpys", u.memcpys);
+  v("peer_memcpys", u.peer_memcpys);
+  v("peer_memcpy_mb", u.peer_memcpy_mb);
+  v("memsets", u.memsets);
+}
+
+template <class V>
+void fields(V& v, DeviceInfo& d) {
+  v("enabled", d.enabled);
+  v("status", d.status);
+  v("reason", d.reason);
+  v("name", d.name);
+  v("memory_capacity_mb", d.memory_capacity_mb);
+  v("memory_peak_mb", d.memory_peak_mb);
+  v.facts("facts", d.facts);
+  if (v.keep(d.hta.present)) v("hta", d.hta);  // reading it sets `present`
+  if (v.keep(!d.hta_ranks.empty())) v("hta_ranks", d.hta_ranks);
+  if (v.keep(!d.devices.empty())) {  // live CUDA runs: each GPU's own figures
+    v.integer("facts_device", d.facts_device, -1, INT32_MAX);
+    v("devices", d.devices);
   }
-  m.method = get_str(j, "method");
-  for (const Field& x : get_arr(j, "ranks")) {
-    RankSummary r;
-    r.rank = get_rank(x, "rank");
-    r.host = get_str(x, "host");
-    r.steps = get_u64(x, "steps");
-    r.step_ms = get_num(x, "step_ms");
-    r.busy_ms = get_num(x, "busy_ms");
-    r.kind_ms = kinds_from<double>(x, num_from);
-    r.unattributed_ms = get_num(x, "unattributed_ms");
-    r.comm_wait_ms = get_num(x, "comm_wait_ms");
-    r.verdict = get_str(x, "verdict");
-    r.straggler = get_bool(x, "straggler");
-    for (const Field& v : get_arr(x, "waits_for"))  // absent in merged reports written before it
-      r.waits_for.push_back(static_cast<int>(integer_of(v, v.path, 0, kMaxRanks - 1)));
-    r.complete = get_bool(x, "complete", true);  // absent in merged reports written before it
-    r.ended_by = get_str(x, "ended_by");
-    r.interrupted = get_str(x, "interrupted");
-    r.exception = get_str(x, "exception");
-    m.ranks.push_back(std::move(r));
-  }
-  for (const Field& x : get_arr(j, "phases")) {
-    PhaseAcrossRanks p;
-    p.name = get_str(x, "name");
-    const std::string kind = get_str(x, "kind", "other");
-    if (!parse_phase_kind(kind, p.kind)) bad_field(x.child("kind"), shown(json(kind)) + " is not a phase kind");
-    p.ranks = get_u32(x, "ranks");
-    p.per_step_ms = across_from(get_obj(x, "per_step_ms"));
-    m.phases.push_back(std::move(p));
-  }
-  m.step_stride = get_u32(j, "step_stride");
-  if (m.step_stride == 0) m.step_stride = 1;
-  for (const Field& x : get_arr(j, "steps")) {
-    StepAcrossRanks s;
-    s.first_step = get_u64(x, "first_step");
-    s.wall_ms = across_from(get_obj(x, "wall_ms"));
-    s.busy_ms = across_from(get_obj(x, "busy_ms"));
-    s.communication_ms = across_from(get_obj(x, "communication_ms"));
-    m.steps.push_back(std::move(s));
-  }
-  return m;
+  if (v.keep(d.cupti_launches_unrecorded > 0)) v("cupti_launches_unrecorded", d.cupti_launches_unrecorded);
+}
+
+template <class V>
+void fields(V& v, RunInfo& run) {
+  v("library_version", run.library_version);
+  v("time_utc", run.time_utc);
+  v("host", run.host);
+  v.integer("pid", run.pid, -(std::int64_t{1} << 53), std::int64_t{1} << 53);
+  v.rank("rank", run.rank, /*null_if_none=*/true);
+  v.integer("world_size", run.world_size, 0, kMaxRanks);
+  v("source", run.source);
+  v.strings("build", run.build);
+  v.config("config", run.config, run.config_types);
+  v.group("clock", [&run](auto& c) {
+    c("source", run.clock_source);
+    c("tsc_ghz", run.clock_tsc_ghz);
+    c("error_ppm", run.clock_error_ppm);
+    c("reason", run.clock_reason);
+  });
+  v.group("warmup", [&run](auto& w) {
+    w("steps", run.warmup_steps);
+    w("source", run.warmup_source);
+  });
+}
+
+template <class V>
+void fields(V& v, Report::Interruption& x) {
+  v("signal", x.signal);
+  v("after_s", x.after_s);
+}
+
+template <class V>
+void fields(V& v, Report::UncaughtException& x) {
+  v("type", x.type);
+  v("message", x.message);
+  v("after_s", x.after_s);
+}
+
+template <class V>
+void fields(V& v, Report::RuntimeSites& x) {
+  v("sites", x.sites);
+  v("overflow", x.overflow);
+  v("truncated", x.truncated);
+}
+
+template <class V>
+void fields(V& v, Overhead& o) {
+  v("scope_ns", o.scope_ns);
+  v("tsc_scope_ns", o.tsc_scope_ns);
+  v("collector_core_fraction", o.collector_core_fraction);
+  v("device_mode", o.device_mode);
+  v("window_steps", o.window_steps);
+  v("window_period", o.window_period);
+  v("instrumented_steps", o.instrumented_steps);
+  v("uninstrumented_steps", o.uninstrumented_steps);
+  v("instrumented_step_ms", o.instrumented_step_ms);
+  v("uninstrumented_step_ms", o.uninstrumented_step_ms);
+  v("measured", o.measured);
+  v("window_cost_pct", o.window_cost_pct);
+  v("run_cost_pct", o.run_cost_pct);
+}
+
+// Absent sections of older reports read as their defaults (runtime_sites,
+// overhead, interrupted, exception; `complete`: those reports were final).
+template <class V>
+void fields(V& v, Report& r) {
+  for (const char* key : {"run", "steps", "phases", "bottleneck"}) v.require(key);
+  v.integer("schema_version", r.schema_version, INT32_MIN, INT32_MAX);
+  v("run", r.run);
+  v("steps", r.steps);
+  v("phases", r.phases);
+  v("dropped_records", r.dropped_records);
+  v("total_records", r.total_records);
+  v("system", r.system);
+  v("device", r.device);
+  v("bottleneck", r.bottleneck);
+  v("findings", r.findings);
+  v("what_if", r.what_if);
+  v("warnings", r.warnings);
+  if (v.keep(r.ranks.has_value())) v("ranks", r.ranks);  // merged multi-rank reports only
+  v("complete", r.complete);
+  v.nullable("ended_by", r.ended_by);
+  v("interrupted", r.interrupted);
+  v("exception", r.exception);
+  v.nullable("snapshot_time_utc", r.snapshot_time_utc);
+  v("runtime_sites", r.runtime_sites);
+  v("overhead", r.overhead);
 }
 
 json to_j(const Report& r) {
-  json run{{"library_version", r.run.library_version},
-           {"time_utc", r.run.time_utc},
-           {"host", r.run.host},
-           {"pid", r.run.pid},
-           {"rank", r.run.rank < 0 ? json(nullptr) : json(r.run.rank)},
-           {"world_size", r.run.world_size},
-           {"source", r.run.source},
-           {"build", r.run.build},
-           {"clock", json{{"source", r.run.clock_source},
-                          {"tsc_ghz", num(r.run.clock_tsc_ghz)},
-                          {"error_ppm", num(r.run.clock_error_ppm)},
-                          {"reason", r.run.clock_reason}}},
-           {"warmup", json{{"steps", r.run.warmup_steps}, {"source", r.run.warmup_source}}}};
-  json config = json::object();
-  for (const auto& [key, value] : r.run.config) {
-    auto type = r.run.config_types.find(key);
-    if (type != r.run.config_types.end() && type->second == "number") {
-      char* end = nullptr;
-      const double d = std::strtod(value.c_str(), &end);
-      config[key] = (end != value.c_str() && *end == '\0') ? num(d) : json(value);
-    } else {
-      config[key] = value;
-    }
-  }
-  run["config"] = config;
-
-  json steps{{"count", r.steps.count},
-             {"warmup_excluded", r.steps.warmup_excluded},
-             {"wall_ms", to_j(r.steps.wall_ms)},
-             {"warmup_wall_ms", to_j(r.steps.warmup_wall_ms)},
-             {"unended_excluded", r.steps.unended_excluded},
-             {"unended_wall_ms", num(r.steps.unended_wall_ms)},
-             {"breakdown", to_j(r.steps.breakdown)},
-             // Derived, for scripts: the accounting the verdict and the summary use.
-             {"settled_breakdown", to_j(settled_breakdown(r))},
-             {"series", to_j(r.steps.series)},
-             {"histogram", to_j(r.steps.histogram)},
-             {"coverage", r.steps.coverage ? num(*r.steps.coverage) : json(nullptr)},
-             {"between_steps_ms", num(r.steps.between_steps_ms)},
-             {"between_steps_input_ms", num(r.steps.between_steps_input_ms)},
-             {"loop_boundaries", r.steps.loop_boundaries},
-             {"between_loops_ms", num(r.steps.between_loops_ms)},
-             {"loop_first_steps", r.steps.loop_first_steps},
-             {"loop_first_ms", num(r.steps.loop_first_ms)},
-             {"loop_first_max_ms", num(r.steps.loop_first_max_ms)},
-             {"slowest", json::array()}};
-  for (const SlowStep& x : r.steps.slowest) steps["slowest"].push_back(to_j(x));
-  steps["clock"] = r.steps.clock;
-  if (r.steps.host_wall_ms) steps["host_wall_ms"] = to_j(*r.steps.host_wall_ms);
-  if (r.steps.host_breakdown) steps["host_breakdown"] = to_j(*r.steps.host_breakdown);
-  json phases = json::array();
-  for (const auto& p : r.phases) phases.push_back(to_j(p));
-  json findings = json::array();
-  for (const auto& f : r.findings)
-    findings.push_back(json{{"kind", f.kind}, {"severity", f.severity}, {"message", f.message}, {"values", f.values}});
-  json what_if = json::array();
-  for (const auto& w : r.what_if)
-    what_if.push_back(json{{"target", w.target},
-                           {"share", num(w.share)},
-                           {"speedup", num(w.speedup)},
-                           {"step_ms_now", num(w.step_ms_now)},
-                           {"step_ms_projected", num(w.step_ms_projected)},
-                           {"step_change_pct", num(w.step_change_pct)},
-                           {"note", w.note}});
-  json device{{"enabled", r.device.enabled},
-              {"status", r.device.status},
-              {"reason", r.device.reason},
-              {"name", r.device.name},
-              {"memory_capacity_mb", num(r.device.memory_capacity_mb)},
-              {"memory_peak_mb", num(r.device.memory_peak_mb)}};
-  json facts = json::object();
-  for_each_device_fact(
-      [&facts](const char* key, const std::optional<double>& value) {
-        if (value) facts[key] = num(*value);
-      },
-      r.device.facts);
-  device["facts"] = facts;
-  if (r.device.hta.present) device["hta"] = hta_to_j(r.device.hta);
-  if (!r.device.hta_ranks.empty()) {
-    json per_rank = json::array();
-    for (const HtaTables& h : r.device.hta_ranks) per_rank.push_back(hta_to_j(h));
-    device["hta_ranks"] = std::move(per_rank);
-  }
-  // Live CUDA runs: each GPU's own figures (C14); absent otherwise.
-  if (!r.device.devices.empty()) {
-    device["facts_device"] = r.device.facts_device;
-    json per_device = json::array();
-    for (const DeviceUsage& u : r.device.devices)
-      per_device.push_back(json{{"id", u.id},
-                                {"name", u.name},
-                                {"phases_timed", u.phases_timed},
-                                {"steps_ran_on", u.steps_ran_on},
-                                {"memory_capacity_mb", num(u.memory_capacity_mb)},
-                                {"memory_peak_mb", num(u.memory_peak_mb)},
-                                {"busy_fraction", num(u.busy_fraction)},
-                                {"busy_ms", num(u.busy_ms)},
-                                {"kernels", u.kernels},
-                                {"memcpys", u.memcpys},
-                                {"peer_memcpys", u.peer_memcpys},
-                                {"peer_memcpy_mb", num(u.peer_memcpy_mb)},
-                                {"memsets", u.memsets}});
-    device["devices"] = std::move(per_device);
-  }
-  if (r.device.cupti_launches_unrecorded > 0) device["cupti_launches_unrecorded"] = r.device.cupti_launches_unrecorded;
-
-  json out{{"schema_version", r.schema_version},
-           {"run", run},
-           {"steps", steps},
-           {"phases", phases},
-           {"dropped_records", r.dropped_records},
-           {"total_records", r.total_records},
-           {"system", to_j(r.system)},
-           {"device", device},
-           {"bottleneck", to_j(r.bottleneck)},
-           {"findings", findings},
-           {"what_if", what_if},
-           {"warnings", r.warnings}};
-  if (r.ranks) out["ranks"] = to_j(*r.ranks);  // merged multi-rank reports only
-  out["complete"] = r.complete;
-  out["ended_by"] = r.ended_by.empty() ? json(nullptr) : json(r.ended_by);
-  out["interrupted"] =
-      r.interrupted ? json{{"signal", r.interrupted->signal}, {"after_s", r.interrupted->after_s}} : json(nullptr);
-  out["exception"] =
-      r.exception
-          ? json{{"type", r.exception->type}, {"message", r.exception->message}, {"after_s", r.exception->after_s}}
-          : json(nullptr);
-  out["snapshot_time_utc"] = r.snapshot_time_utc.empty() ? json(nullptr) : json(r.snapshot_time_utc);
-  out["runtime_sites"] = json{{"sites", r.runtime_sites.sites},
-                              {"overflow", r.runtime_sites.overflow},
-                              {"truncated", r.runtime_sites.truncated}};
-  const Overhead& o = r.overhead;
-  out["overhead"] = json{{"scope_ns", num(o.scope_ns)},
-                         {"tsc_scope_ns", num(o.tsc_scope_ns)},
-                         {"collector_core_fraction", num(o.collector_core_fraction)},
-                         {"device_mode", o.device_mode},
-                         {"window_steps", o.window_steps},
-                         {"window_period", o.window_period},
-                         {"instrumented_steps", o.instrumented_steps},
-                         {"uninstrumented_steps", o.uninstrumented_steps},
-                         {"instrumented_step_ms", num(o.instrumented_step_ms)},
-                         {"uninstrumented_step_ms", num(o.uninstrumented_step_ms)},
-                         {"measured", o.measured},
-                         {"window_cost_pct", num(o.window_cost_pct)},
-                         {"run_cost_pct", num(o.run_cost_pct)}};
+  json out = Writer::value(r);
+  // Derived, for scripts: the accounting the verdict and the summary use.
+  out["steps"]["settled_breakdown"] = Writer::value(settled_breakdown(r));
   return out;
 }
 
 Report report_from(const json& document) {
   if (!document.is_object()) throw std::runtime_error("the top level is not a JSON object: not a stepscope report");
-  const Field j{document, ""};
-  if (j.find("schema_version") == nullptr) throw std::runtime_error("no 'schema_version': not a stepscope report");
+  if (!document.contains("schema_version")) throw std::runtime_error("no 'schema_version': not a stepscope report");
+  const int version = static_cast<int>(integer_of(document["schema_version"], "schema_version", INT32_MIN, INT32_MAX));
+  if (version != kReportSchemaVersion)
+    throw std::runtime_error("unsupported schema_version " + std::to_string(version) + " (this stepscope reads " +
+                             std::to_string(kReportSchemaVersion) + ")");
   Report r;
-  r.schema_version = get_int(j, "schema_version", 0, INT32_MIN, INT32_MAX);
-  if (r.schema_version != kReportSchemaVersion)
-    throw std::runtime_error("unsupported schema_version " + std::to_string(r.schema_version) +
-                             " (this stepscope reads " + std::to_string(kReportSchemaVersion) + ")");
-  const Field run = required_obj(j, "run");
-  r.run.library_version = get_str(run, "library_version");
-  r.run.time_utc = get_str(run, "time_utc");
-  r.run.host = get_str(run, "host");
-  if (const json* pid = run.find("pid"))
-    r.run.pid = integer_of(*pid, run.child("pid"), -(std::int64_t{1} << 53), std::int64_t{1} << 53);
-  r.run.rank = get_rank(run, "rank");
-  r.run.world_size = get_int(run, "world_size", 1, 0, kMaxRanks);
-  r.run.source = get_str(run, "source", "live");
-  for (const auto& [k, v] : get_members(run, "build"))
-    r.run.build[k] = v.j.is_string() ? v.j.get<std::string>() : v.j.dump();
-  for (const auto& [k, v] : get_members(run, "config")) {
-    if (v.j.is_string()) {
-      r.run.config[k] = v.j.get<std::string>();
-      r.run.config_types[k] = "string";
-    } else if (v.j.is_number()) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.17g", v.j.get<double>());  // as set_config() stored it
-      r.run.config[k] = buf;
-      r.run.config_types[k] = "number";
-    } else {
-      r.run.config[k] = v.j.dump();  // depth-limited before parsing (report_from_json)
-      r.run.config_types[k] = "string";
-    }
-  }
-  const Field clock = get_obj(run, "clock");
-  r.run.clock_source = get_str(clock, "source");
-  r.run.clock_tsc_ghz = get_num(clock, "tsc_ghz");
-  r.run.clock_error_ppm = get_num(clock, "error_ppm");
-  r.run.clock_reason = get_str(clock, "reason");
-  const Field warmup = get_obj(run, "warmup");
-  r.run.warmup_steps = get_u64(warmup, "steps");
-  r.run.warmup_source = get_str(warmup, "source");
-
-  const Field steps = required_obj(j, "steps");
-  if (steps.find("count") == nullptr) bad_field("steps.count", "missing (every report has it)");
-  r.steps.count = get_u64(steps, "count");
-  r.steps.warmup_excluded = get_u64(steps, "warmup_excluded");
-  r.steps.wall_ms = dist_from(get_obj(steps, "wall_ms"));
-  r.steps.warmup_wall_ms = dist_from(get_obj(steps, "warmup_wall_ms"));
-  r.steps.unended_excluded = get_u64(steps, "unended_excluded");
-  r.steps.unended_wall_ms = get_num(steps, "unended_wall_ms");
-  r.steps.breakdown = breakdown_from(get_obj(steps, "breakdown"));
-  r.steps.series = series_from(get_obj(steps, "series"));
-  r.steps.histogram = hist_from(get_obj(steps, "histogram"));
-  if (steps.find("coverage") != nullptr) r.steps.coverage = get_num(steps, "coverage");
-  r.steps.between_steps_ms = get_num(steps, "between_steps_ms");
-  r.steps.between_steps_input_ms = get_num(steps, "between_steps_input_ms");
-  r.steps.loop_boundaries = get_u64(steps, "loop_boundaries");  // 0 in reports that predate it
-  r.steps.between_loops_ms = get_num(steps, "between_loops_ms");
-  r.steps.loop_first_steps = get_u64(steps, "loop_first_steps");  // 0 in reports that predate them
-  r.steps.loop_first_ms = get_num(steps, "loop_first_ms");
-  r.steps.loop_first_max_ms = get_num(steps, "loop_first_max_ms");
-  r.steps.clock = get_str(steps, "clock", "host") == "device" ? "device" : "host";  // "host" in reports that predate it
-  if (steps.find("host_wall_ms") != nullptr) r.steps.host_wall_ms = dist_from(get_obj(steps, "host_wall_ms"));
-  if (steps.find("host_breakdown") != nullptr)
-    r.steps.host_breakdown = breakdown_from(get_obj(steps, "host_breakdown"));
-  for (const Field& x : get_arr(steps, "slowest")) {  // absent in reports that predate it
-    if (r.steps.slowest.size() >= StepStats::kSlowestStepsKept) break;
-    r.steps.slowest.push_back(slow_step_from(x));
-  }
-  if (j.find("phases") == nullptr) bad_field("phases", "missing (every report has it)");
-  for (const Field& p : get_arr(j, "phases")) r.phases.push_back(phase_from(p));
-  r.dropped_records = get_u64(j, "dropped_records");
-  r.total_records = get_u64(j, "total_records");
-  r.system = system_from(get_obj(j, "system"));
-  const Field device = get_obj(j, "device");
-  r.device.enabled = get_bool(device, "enabled");
-  r.device.status = get_str(device, "status");
-  r.device.reason = get_str(device, "reason");
-  r.device.name = get_str(device, "name");
-  r.device.memory_capacity_mb = get_num(device, "memory_capacity_mb");
-  r.device.memory_peak_mb = get_num(device, "memory_peak_mb");
-  r.device.facts = device_facts_from(get_obj(device, "facts"));
-  if (device.find("hta") != nullptr) r.device.hta = hta_from(get_obj(device, "hta"));
-  for (const Field& h : get_arr(device, "hta_ranks")) r.device.hta_ranks.push_back(hta_from(h));
-  r.device.facts_device = get_int(device, "facts_device", -1, -1, INT32_MAX);
-  r.device.cupti_launches_unrecorded = get_u64(device, "cupti_launches_unrecorded");
-  for (const Field& d : get_arr(device, "devices")) {
-    DeviceUsage u;
-    u.id = get_int(d, "id", -1, -1, INT32_MAX);
-    u.name = get_str(d, "name");
-    u.phases_timed = get_bool(d, "phases_timed");
-    u.steps_ran_on = get_bool(d, "steps_ran_on");
-    u.memory_capacity_mb = get_num(d, "memory_capacity_mb");
-    u.memory_peak_mb = get_num(d, "memory_peak_mb");
-    u.busy_fraction = get_num(d, "busy_fraction", -1);
-    u.busy_ms = get_num(d, "busy_ms");
-    u.kernels = get_u64(d, "kernels");
-    u.memcpys = get_u64(d, "memcpys");
-    u.peer_memcpys = get_u64(d, "peer_memcpys");
-    u.peer_memcpy_mb = get_num(d, "peer_memcpy_mb");
-    u.memsets = get_u64(d, "memsets");
-    r.device.devices.push_back(std::move(u));
-  }
-  r.bottleneck = verdict_from(required_obj(j, "bottleneck"));
-  for (const Field& f : get_arr(j, "findings")) {
-    Finding finding;
-    finding.kind = get_str(f, "kind");
-    finding.severity = get_str(f, "severity");
-    finding.message = get_str(f, "message");
-    finding.values = get_numbers(f, "values");
-    r.findings.push_back(std::move(finding));
-  }
-  for (const Field& w : get_arr(j, "what_if")) {
-    WhatIf x;
-    x.target = get_str(w, "target");
-    x.share = get_num(w, "share");
-    x.speedup = get_num(w, "speedup");
-    x.step_ms_now = get_num(w, "step_ms_now");
-    x.step_ms_projected = get_num(w, "step_ms_projected");
-    x.step_change_pct = get_num(w, "step_change_pct");
-    x.note = get_str(w, "note");
-    r.what_if.push_back(std::move(x));
-  }
-  for (const Field& w : get_arr(j, "warnings")) {
-    if (!w.j.is_string()) bad_field(w.path, shown(w) + " is not a string");
-    r.warnings.push_back(w.j.get<std::string>());
-  }
-  if (j.find("ranks") != nullptr) r.ranks = multirank_from(get_obj(j, "ranks"));
-  // Absent in reports written before the flight recorder: those were final.
-  r.complete = get_bool(j, "complete", true);
-  r.ended_by = get_str(j, "ended_by");
-  if (const json* v = j.find("interrupted"); v != nullptr && !v->is_null()) {  // absent in older reports
-    const Field interrupted = get_obj(j, "interrupted");
-    r.interrupted = Report::Interruption{get_str(interrupted, "signal"), get_num(interrupted, "after_s")};
-  }
-  if (const json* v = j.find("exception"); v != nullptr && !v->is_null()) {  // absent in older reports
-    const Field exception = get_obj(j, "exception");
-    r.exception = Report::UncaughtException{get_str(exception, "type"), get_str(exception, "message"),
-                                            get_num(exception, "after_s")};
-  }
-  r.snapshot_time_utc = get_str(j, "snapshot_time_utc");
-  if (j.find("runtime_sites") != nullptr) {  // absent before run-time-named sites
-    const Field sites = get_obj(j, "runtime_sites");
-    r.runtime_sites.sites = get_u64(sites, "sites");
-    r.runtime_sites.overflow = get_u64(sites, "overflow");
-    r.runtime_sites.truncated = get_u64(sites, "truncated");
-  }
-  if (j.find("overhead") != nullptr) {  // absent before the run measured its own cost
-    const Field o = get_obj(j, "overhead");
-    Overhead& x = r.overhead;
-    x.scope_ns = get_num(o, "scope_ns");
-    x.tsc_scope_ns = get_num(o, "tsc_scope_ns");
-    x.collector_core_fraction = get_num(o, "collector_core_fraction", -1);
-    x.device_mode = get_str(o, "device_mode");
-    x.window_steps = get_u64(o, "window_steps");
-    x.window_period = get_u64(o, "window_period");
-    x.instrumented_steps = get_u64(o, "instrumented_steps");
-    x.uninstrumented_steps = get_u64(o, "uninstrumented_steps");
-    x.instrumented_step_ms = get_num(o, "instrumented_step_ms");
-    x.uninstrumented_step_ms = get_num(o, "uninstrumented_step_ms");
-    x.measured = get_bool(o, "measured");
-    x.window_cost_pct = get_num(o, "window_cost_pct");
-    x.run_cost_pct = get_num(o, "run_cost_pct");
-  }
+  Reader::read(document, "", r);
   return r;
 }
 
