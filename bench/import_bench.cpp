@@ -44,8 +44,7 @@ const stepscope::detail::WholeDocument* v100_document(benchmark::State& state) {
     stepscope::detail::MemoryInput input(gz);
     stepscope::detail::WholeDocumentLoader loader;
     auto* loaded = new stepscope::detail::WholeDocument;  // lives as long as the process
-    if (loader.load(input, std::size_t{64} << 20, *loaded) !=
-        stepscope::detail::WholeDocumentLoader::Outcome::loaded) {
+    if (loader.load(input, std::size_t{64} << 20, *loaded) != stepscope::detail::WholeDocumentLoader::Outcome::loaded) {
       delete loaded;
       return static_cast<stepscope::detail::WholeDocument*>(nullptr);
     }
@@ -72,7 +71,9 @@ const std::string kV100 = STEPSCOPE_TEST_DATA_DIR "/traces/v100_single_rank_comp
 double process_cpu_ms() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
+  const auto ms = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
+  };
   return ms(usage.ru_utime) + ms(usage.ru_stime);
 }
 

@@ -29,7 +29,8 @@ std::string fingerprint(const stepscope::ImportResult& r) {
   for (const auto& d : tl.device_ops)
     out << d.start_ns << ' ' << d.end_ns << ' ' << d.stream << ' ' << d.correlation << ' ' << d.name << ';';
   for (const auto& h : tl.host_ops)
-    out << h.start_ns << ' ' << h.end_ns << ' ' << h.pid << ' ' << h.tid << ' ' << h.correlation << ' ' << h.name << ';';
+    out << h.start_ns << ' ' << h.end_ns << ' ' << h.pid << ' ' << h.tid << ' ' << h.correlation << ' ' << h.name
+        << ';';
   for (const auto& p : tl.phases) out << p.name << ' ' << p.start_ns << ' ' << p.tid << ';';
   return out.str();
 }

@@ -47,7 +47,9 @@ __global__ void fill(float* p, int n, float v) {
   if (i < n) p[i] = v * static_cast<float>((i * 2654435761u) % 1000) * 1e-3f;
 }
 
-dim3 grid_for(int rows, int cols) { return dim3((cols + 15) / 16, (rows + 15) / 16); }
+dim3 grid_for(int rows, int cols) {
+  return dim3((cols + 15) / 16, (rows + 15) / 16);
+}
 
 bool check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
@@ -61,8 +63,10 @@ int main(int argc, char** argv) {
   int steps = 60;
   std::string inject;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--inject") == 0 && i + 1 < argc) inject = argv[++i];
+    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--inject") == 0 && i + 1 < argc)
+      inject = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--steps N] [--inject slow-input|pageable-copy|tiny-kernels]\n", argv[0]);
       return 64;
@@ -121,7 +125,8 @@ int main(int argc, char** argv) {
     }
     {
       STEPSCOPE_PHASE("h2d");
-      check(cudaMemcpyAsync(device_batch, host_batch, sizeof(float) * copy_floats, cudaMemcpyHostToDevice, stream), "copy");
+      check(cudaMemcpyAsync(device_batch, host_batch, sizeof(float) * copy_floats, cudaMemcpyHostToDevice, stream),
+            "copy");
       check(cudaMemcpyAsync(x, device_batch, sizeof(float) * kBatch * kIn, cudaMemcpyDeviceToDevice, stream), "copy");
     }
     {

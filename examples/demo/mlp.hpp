@@ -139,7 +139,9 @@ class Mlp {
     const int classes = sizes_.back();
     // d loss / d logits = (softmax - one_hot) / batch
     delta_ = activations_.back();
-    for (int r = 0; r < batch; ++r) delta_[static_cast<std::size_t>(r) * static_cast<std::size_t>(classes) + static_cast<std::size_t>(labels_[static_cast<std::size_t>(r)])] -= 1.0f;
+    for (int r = 0; r < batch; ++r)
+      delta_[static_cast<std::size_t>(r) * static_cast<std::size_t>(classes) +
+             static_cast<std::size_t>(labels_[static_cast<std::size_t>(r)])] -= 1.0f;
     const float inv_batch = 1.0f / static_cast<float>(batch);
     for (float& d : delta_) d *= inv_batch;
     for (std::size_t l = layers_.size(); l-- > 0;) {

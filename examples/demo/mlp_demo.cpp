@@ -131,7 +131,8 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetSpec
       shard.push_back(static_cast<unsigned char>(label));
       for (int f = 0; f < spec.features; ++f) {
         const float v = centers[static_cast<std::size_t>(label * spec.features + f)] + noise * normal(rng);
-        const float unit = (std::clamp(v, -spec.value_range, spec.value_range) + spec.value_range) / (2 * spec.value_range);
+        const float unit =
+            (std::clamp(v, -spec.value_range, spec.value_range) + spec.value_range) / (2 * spec.value_range);
         shard.push_back(static_cast<unsigned char>(std::lround(unit * 255.0f)));
       }
     }
@@ -161,8 +162,8 @@ void load_batches(const std::vector<std::string>& paths, const DatasetSpec& spec
     for (const auto& [shard, chunk] : order) {
       {
         STEPSCOPE_PHASE_KIND("read", stepscope::PhaseKind::input);
-        readers[static_cast<std::size_t>(shard)]->read_at(
-            static_cast<std::uint64_t>(chunk) * raw.size(), raw.data(), raw.size());
+        readers[static_cast<std::size_t>(shard)]->read_at(static_cast<std::uint64_t>(chunk) * raw.size(), raw.data(),
+                                                          raw.size());
       }
       Batch b;
       {
@@ -171,7 +172,8 @@ void load_batches(const std::vector<std::string>& paths, const DatasetSpec& spec
         b.inputs.resize(static_cast<std::size_t>(batch) * static_cast<std::size_t>(spec.features));
         b.labels.resize(static_cast<std::size_t>(batch));
         for (int r = 0; r < batch; ++r) {
-          const unsigned char* rec = raw.data() + static_cast<std::size_t>(r % per_chunk) * static_cast<std::size_t>(spec.record_bytes());
+          const unsigned char* rec =
+              raw.data() + static_cast<std::size_t>(r % per_chunk) * static_cast<std::size_t>(spec.record_bytes());
           b.labels[static_cast<std::size_t>(r)] = std::min<int>(rec[0], spec.classes - 1);
           float* row = b.inputs.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(spec.features);
           // Dequantise back to [-range, range], then scale to unit variance-ish.
@@ -218,8 +220,8 @@ int run(const Options& o) {
   stepscope::set_config("dataset_samples", spec.samples);
 
   Mlp model({spec.features, o.hidden, o.hidden, spec.classes}, 1);
-  std::printf("mlp %d-%d-%d-%d (%zu parameters), batch %d, %d steps, %s loader, data in %s\n", spec.features,
-              o.hidden, o.hidden, spec.classes, model.parameter_count(), o.batch, o.steps,
+  std::printf("mlp %d-%d-%d-%d (%zu parameters), batch %d, %d steps, %s loader, data in %s\n", spec.features, o.hidden,
+              o.hidden, spec.classes, model.parameter_count(), o.batch, o.steps,
               o.slow_loader ? "slow (cold, 256 KiB/s)" : "fast", data_dir.path().c_str());
 
   BoundedQueue<Batch> queue(4);
@@ -262,8 +264,10 @@ int run(const Options& o) {
     accuracies.push_back(model.accuracy());
     if ((step + 1) % o.log_every == 0 || step + 1 == o.steps) {
       const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(o.log_every), losses.size());
-      const float mean_loss = std::accumulate(losses.end() - static_cast<long>(n), losses.end(), 0.0f) / static_cast<float>(n);
-      const float mean_acc = std::accumulate(accuracies.end() - static_cast<long>(n), accuracies.end(), 0.0f) / static_cast<float>(n);
+      const float mean_loss =
+          std::accumulate(losses.end() - static_cast<long>(n), losses.end(), 0.0f) / static_cast<float>(n);
+      const float mean_acc =
+          std::accumulate(accuracies.end() - static_cast<long>(n), accuracies.end(), 0.0f) / static_cast<float>(n);
       std::printf("step %5d  loss %.4f  accuracy %.3f\n", step + 1, mean_loss, mean_acc);
       std::fflush(stdout);
     }
@@ -282,7 +286,8 @@ int run(const Options& o) {
     const std::string path = o.out + "/loss.csv";
     if (std::FILE* f = std::fopen(path.c_str(), "w")) {
       std::fprintf(f, "step,loss,accuracy\n");
-      for (std::size_t i = 0; i < losses.size(); ++i) std::fprintf(f, "%zu,%.6f,%.4f\n", i + 1, losses[i], accuracies[i]);
+      for (std::size_t i = 0; i < losses.size(); ++i)
+        std::fprintf(f, "%zu,%.6f,%.4f\n", i + 1, losses[i], accuracies[i]);
       std::fclose(f);
     }
   }

@@ -53,19 +53,31 @@ bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
-    if (a == "--steps" && has_value) o.steps = std::atoi(argv[++i]);
-    else if (a == "--batch" && has_value) o.batch = std::atoi(argv[++i]);
-    else if (a == "--hidden" && has_value) o.hidden = std::atoi(argv[++i]);
-    else if (a == "--slow-rank" && has_value) o.slow_rank = std::atoi(argv[++i]);
-    else if (a == "--slow-ms" && has_value) o.slow_ms = std::atof(argv[++i]);
-    else if (a == "--slow-factor" && has_value) o.slow_factor = std::atoi(argv[++i]);
-    else if (a == "--lr" && has_value) o.lr = std::atof(argv[++i]);
-    else if (a == "--log-every" && has_value) o.log_every = std::atoi(argv[++i]);
-    else if (a == "--poll-us" && has_value) o.poll_us = std::atoi(argv[++i]);
-    else if (a == "--gather") o.gather = true;
-    else return false;
+    if (a == "--steps" && has_value)
+      o.steps = std::atoi(argv[++i]);
+    else if (a == "--batch" && has_value)
+      o.batch = std::atoi(argv[++i]);
+    else if (a == "--hidden" && has_value)
+      o.hidden = std::atoi(argv[++i]);
+    else if (a == "--slow-rank" && has_value)
+      o.slow_rank = std::atoi(argv[++i]);
+    else if (a == "--slow-ms" && has_value)
+      o.slow_ms = std::atof(argv[++i]);
+    else if (a == "--slow-factor" && has_value)
+      o.slow_factor = std::atoi(argv[++i]);
+    else if (a == "--lr" && has_value)
+      o.lr = std::atof(argv[++i]);
+    else if (a == "--log-every" && has_value)
+      o.log_every = std::atoi(argv[++i]);
+    else if (a == "--poll-us" && has_value)
+      o.poll_us = std::atoi(argv[++i]);
+    else if (a == "--gather")
+      o.gather = true;
+    else
+      return false;
   }
-  return o.steps > 0 && o.batch > 0 && o.hidden > 0 && o.slow_ms >= 0 && o.slow_factor >= 0 && o.log_every > 0 && o.poll_us >= 0;
+  return o.steps > 0 && o.batch > 0 && o.hidden > 0 && o.slow_ms >= 0 && o.slow_factor >= 0 && o.log_every > 0 &&
+         o.poll_us >= 0;
 }
 
 // out[rows x cols] = a[rows x inner] * b[inner x cols] (+= when accumulate).
@@ -124,8 +136,10 @@ struct Model {
     grads.assign(n, 0.0f);
     std::mt19937 rng(99);  // same initial weights on every rank
     std::normal_distribution<float> w(0.0f, 1.0f);
-    for (std::size_t i = 0; i < static_cast<std::size_t>(d) * h; ++i) w1()[i] = w(rng) / std::sqrt(static_cast<float>(d));
-    for (std::size_t i = 0; i < static_cast<std::size_t>(h) * c; ++i) w2()[i] = w(rng) / std::sqrt(static_cast<float>(h));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(d) * h; ++i)
+      w1()[i] = w(rng) / std::sqrt(static_cast<float>(d));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(h) * c; ++i)
+      w2()[i] = w(rng) / std::sqrt(static_cast<float>(h));
   }
 };
 
@@ -141,9 +155,10 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) {
     if (rank == 0)
-      std::fprintf(stderr,
-                   "usage: stepscope_dp_train [--steps N] [--batch N] [--hidden N] [--lr X] [--log-every N]\n"
-                   "                          [--slow-rank R (--slow-ms X | --slow-factor K)] [--poll-us N] [--gather]\n");
+      std::fprintf(
+          stderr,
+          "usage: stepscope_dp_train [--steps N] [--batch N] [--hidden N] [--lr X] [--log-every N]\n"
+          "                          [--slow-rank R (--slow-ms X | --slow-factor K)] [--poll-us N] [--gather]\n");
     MPI_Finalize();
     return 2;
   }

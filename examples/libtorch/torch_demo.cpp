@@ -67,23 +67,32 @@ bool parse(int argc, char** argv, Options& o) {
       out = std::atoi(argv[++i]);
       return true;
     };
-    if (a == "--steps") { if (!next_int(o.steps)) return false; }
-    else if (a == "--batch") { if (!next_int(o.batch)) return false; }
-    else if (a == "--workers") { if (!next_int(o.workers)) return false; }
-    else if (a == "--threads") { if (!next_int(o.threads)) return false; }
-    else if (a == "--decode-rounds") { if (!next_int(o.decode_rounds)) return false; }
-    else if (a == "--log-every") { if (!next_int(o.log_every)) return false; }
-    else if (a == "--heap-offset") { if (!next_int(o.heap_offset)) return false; }
-    else if (a == "--lr") {
+    if (a == "--steps") {
+      if (!next_int(o.steps)) return false;
+    } else if (a == "--batch") {
+      if (!next_int(o.batch)) return false;
+    } else if (a == "--workers") {
+      if (!next_int(o.workers)) return false;
+    } else if (a == "--threads") {
+      if (!next_int(o.threads)) return false;
+    } else if (a == "--decode-rounds") {
+      if (!next_int(o.decode_rounds)) return false;
+    } else if (a == "--log-every") {
+      if (!next_int(o.log_every)) return false;
+    } else if (a == "--heap-offset") {
+      if (!next_int(o.heap_offset)) return false;
+    } else if (a == "--lr") {
       if (i + 1 >= argc) return false;
       o.lr = std::atof(argv[++i]);
-    }
-    else if (a == "--slow-input") o.slow_input = true;
-    else if (a == "--tiny-batches") o.tiny_batches = true;
-    else return false;
+    } else if (a == "--slow-input")
+      o.slow_input = true;
+    else if (a == "--tiny-batches")
+      o.tiny_batches = true;
+    else
+      return false;
   }
   if (o.slow_input) {
-    o.workers = 0;  // decode on the step thread: the step waits for every sample
+    o.workers = 0;                                    // decode on the step thread: the step waits for every sample
     if (o.decode_rounds == 0) o.decode_rounds = 600;  // ~2 ms per sample
   }
   if (o.tiny_batches) o.batch = 2;
@@ -175,10 +184,10 @@ int main(int argc, char** argv) {
 
   const std::size_t dataset_size = 8192;
   auto dataset = SyntheticImages(dataset_size, o.decode_rounds).map(torch::data::transforms::Stack<>());
-  auto loader = torch::data::make_data_loader(
-      std::move(dataset), torch::data::DataLoaderOptions().batch_size(static_cast<std::size_t>(o.batch))
-                              .workers(static_cast<std::size_t>(o.workers))
-                              .drop_last(true));
+  auto loader = torch::data::make_data_loader(std::move(dataset), torch::data::DataLoaderOptions()
+                                                                      .batch_size(static_cast<std::size_t>(o.batch))
+                                                                      .workers(static_cast<std::size_t>(o.workers))
+                                                                      .drop_last(true));
 
   Net model;
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(o.lr).momentum(0.9));

@@ -12,7 +12,13 @@ int main() {
   std::vector<float> w(1 << 16, 0.5f), out(1 << 16);
   SlowLoader loader(200, std::chrono::milliseconds(2));
   for (auto& batch : stepscope::steps(loader)) {  // one step per batch; fetching it is the step's "data" phase
-    { STEPSCOPE_PHASE("forward"); for (std::size_t i = 0; i < w.size(); ++i) out[i] = std::tanh(w[i] * batch[i % 64] + static_cast<float>(i % 7)); }
-    { STEPSCOPE_PHASE("optimizer"); for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 1e-3f * out[i]; }
+    {
+      STEPSCOPE_PHASE("forward");
+      for (std::size_t i = 0; i < w.size(); ++i) out[i] = std::tanh(w[i] * batch[i % 64] + static_cast<float>(i % 7));
+    }
+    {
+      STEPSCOPE_PHASE("optimizer");
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 1e-3f * out[i];
+    }
   }
 }  // at exit: stepscope-report.json + the summary below on stderr

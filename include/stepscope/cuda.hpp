@@ -27,7 +27,8 @@
 #include <cstddef>
 
 #if defined(STEPSCOPE_WITH_CUDA) && !STEPSCOPE_WITH_CUDA
-#error "<stepscope/cuda.hpp> needs a stepscope library built with CUDA (configure it with -DSTEPSCOPE_CUDA=ON or AUTO on a machine with the CUDA toolkit)"
+#error \
+    "<stepscope/cuda.hpp> needs a stepscope library built with CUDA (configure it with -DSTEPSCOPE_CUDA=ON or AUTO on a machine with the CUDA toolkit)"
 #endif
 
 namespace stepscope {
@@ -77,7 +78,9 @@ inline ScopedStream::ScopedStream(void* cuda_stream) noexcept
     : previous_(current_stream()), previous_bound_(detail::stream_bound()) {
   set_stream(cuda_stream);
 }
-inline ScopedStream::~ScopedStream() { detail::restore_stream(previous_, previous_bound_); }
+inline ScopedStream::~ScopedStream() {
+  detail::restore_stream(previous_, previous_bound_);
+}
 
 }  // namespace v1
 }  // namespace stepscope
@@ -85,7 +88,7 @@ inline ScopedStream::~ScopedStream() { detail::restore_stream(previous_, previou
 #if STEPSCOPE_ENABLE
 // A phase whose device time is measured on `cuda_stream`: the stream is bound
 // before the phase opens and restored after it closes.
-#define STEPSCOPE_PHASE_STREAM(name, cuda_stream)                                               \
+#define STEPSCOPE_PHASE_STREAM(name, cuda_stream)                                              \
   ::stepscope::ScopedStream STEPSCOPE_DETAIL_CONCAT(stepscope_stream_, __LINE__){cuda_stream}; \
   STEPSCOPE_PHASE(name)
 #else

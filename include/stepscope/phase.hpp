@@ -68,9 +68,9 @@ struct OpenStep {
 // TLS wrapper call; registration fills it on the first record.
 struct ThreadState {
   ThreadRing* ring;
-  std::uint8_t depth;       // open scopes on this thread
-  std::uint8_t step_depth;  // open step scopes on this thread
-  bool exited;              // thread is past its exit handler: records are counted, not kept
+  std::uint8_t depth;                      // open scopes on this thread
+  std::uint8_t step_depth;                 // open step scopes on this thread
+  bool exited;                             // thread is past its exit handler: records are counted, not kept
   std::uint8_t kind_stack[kMaxDepth + 1];  // kind of each open scope, for the sampler
   OpenStep next_step;                      // the step stepscope::next_step() opened last; closed by the next call,
                                            // finish() or the thread's exit (close_next_step below)
@@ -217,7 +217,8 @@ class ScopeBase {
     }
     ts.depth = depth_;
     ts.ring->current_kind.store(depth_ == 0 ? 0xff : ts.kind_stack[depth_ - 1], std::memory_order_relaxed);
-    if (STEPSCOPE_DETAIL_UNLIKELY(!ts.ring->try_push(PhaseRecord{site_, start_, end, step_, device_slot_, depth_, flags})) &&
+    if (STEPSCOPE_DETAIL_UNLIKELY(
+            !ts.ring->try_push(PhaseRecord{site_, start_, end, step_, device_slot_, depth_, flags})) &&
         device_slot_ != 0)
       device_slot_dropped(device_slot_);  // counted as dropped by the ring; the slot is not lost
   }

@@ -54,11 +54,21 @@ inline namespace v1 {
 STEPSCOPE_API void set_config(const std::string& key, const std::string& value) noexcept;
 STEPSCOPE_API void set_config(const std::string& key, const char* value) noexcept;
 STEPSCOPE_API void set_config(const std::string& key, double value) noexcept;
-inline void set_config(const std::string& key, int value) noexcept { set_config(key, static_cast<double>(value)); }
-inline void set_config(const std::string& key, long value) noexcept { set_config(key, static_cast<double>(value)); }
-inline void set_config(const std::string& key, long long value) noexcept { set_config(key, static_cast<double>(value)); }
-inline void set_config(const std::string& key, unsigned value) noexcept { set_config(key, static_cast<double>(value)); }
-inline void set_config(const std::string& key, unsigned long value) noexcept { set_config(key, static_cast<double>(value)); }
+inline void set_config(const std::string& key, int value) noexcept {
+  set_config(key, static_cast<double>(value));
+}
+inline void set_config(const std::string& key, long value) noexcept {
+  set_config(key, static_cast<double>(value));
+}
+inline void set_config(const std::string& key, long long value) noexcept {
+  set_config(key, static_cast<double>(value));
+}
+inline void set_config(const std::string& key, unsigned value) noexcept {
+  set_config(key, static_cast<double>(value));
+}
+inline void set_config(const std::string& key, unsigned long value) noexcept {
+  set_config(key, static_cast<double>(value));
+}
 
 // For a language binding that drives the run (the Python package calls
 // set_frontend("python") when it loads): recorded as run.build["frontend"],
@@ -96,10 +106,12 @@ STEPSCOPE_API void set_rank(int rank, int world_size) noexcept;
 // Each call site owns one constant-initialised PhaseSite; `name` must be a
 // string literal (or another constant expression). __COUNTER__ gives the
 // site and the scope object names unique in the enclosing block.
-#define STEPSCOPE_DETAIL_SCOPE(type, n, name, kind, is_step)                                       \
-  static constexpr ::stepscope::detail::PhaseSite STEPSCOPE_DETAIL_CONCAT(stepscope_site_, n){       \
-      name, kind, is_step, __FILE__, __LINE__};                                                      \
-  ::stepscope::type STEPSCOPE_DETAIL_CONCAT(stepscope_scope_, n) { &STEPSCOPE_DETAIL_CONCAT(stepscope_site_, n) }
+#define STEPSCOPE_DETAIL_SCOPE(type, n, name, kind, is_step)                                                       \
+  static constexpr ::stepscope::detail::PhaseSite STEPSCOPE_DETAIL_CONCAT(stepscope_site_, n){name, kind, is_step, \
+                                                                                              __FILE__, __LINE__}; \
+  ::stepscope::type STEPSCOPE_DETAIL_CONCAT(stepscope_scope_, n) {                                                 \
+    &STEPSCOPE_DETAIL_CONCAT(stepscope_site_, n)                                                                   \
+  }
 
 #define STEPSCOPE_PHASE_KIND(name, kind) STEPSCOPE_DETAIL_SCOPE(ScopedPhase, __COUNTER__, name, kind, false)
 #define STEPSCOPE_PHASE(name) STEPSCOPE_PHASE_KIND(name, ::stepscope::default_phase_kind(name))

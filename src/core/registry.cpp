@@ -10,7 +10,9 @@ namespace detail {
 
 namespace {
 
-constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+constexpr std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
 // Records start on their own cache line after the entry.
 constexpr std::size_t kRecordsOffset = round_up(sizeof(RingEntry), kCacheLine);
 

@@ -3,16 +3,16 @@
 #include <stepscope/clock.hpp>
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cmath>
 #include <string>
 
 namespace stepscope {
@@ -178,8 +178,12 @@ SystemSampler::ThreadFile* SystemSampler::thread_file(std::int64_t tid) {
     if (t.tid == tid) return &t;
   if (threads_.size() >= 64) return nullptr;  // bound: sample at most 64 step threads
   const std::string base = "/proc/self/task/" + std::to_string(tid);
-  ThreadFile t{tid, ::open((base + "/stat").c_str(), O_RDONLY | O_CLOEXEC),
-               ::open((base + "/schedstat").c_str(), O_RDONLY | O_CLOEXEC), 0, 0, 0};
+  ThreadFile t{tid,
+               ::open((base + "/stat").c_str(), O_RDONLY | O_CLOEXEC),
+               ::open((base + "/schedstat").c_str(), O_RDONLY | O_CLOEXEC),
+               0,
+               0,
+               0};
   t.runqueue_start_ns = runqueue_ns(t);
   // A thread first seen inside the window: its wait counts from now.
   t.runqueue_window_start_ns = t.runqueue_window_end_ns = t.runqueue_start_ns;
@@ -255,7 +259,8 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_
   out.cpu_system_s = std::max(0.0, b.system_s - a.system_s) * scale;
   cpu_set_t set;
   CPU_ZERO(&set);
-  out.cores_available = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  out.cores_available =
+      sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   if (out.wall_s > 0 && out.cores_available > 0)
     out.cpu_utilization = (out.cpu_user_s + out.cpu_system_s) / (out.wall_s * out.cores_available);
   out.minor_faults = counted(b.minflt, a.minflt);

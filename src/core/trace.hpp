@@ -30,12 +30,12 @@ struct TraceEvent {
   bool device = false;        // a device (GPU) interval
   std::int64_t start_ns = 0;  // CLOCK_MONOTONIC ns
   std::int64_t end_ns = 0;
-  std::uint64_t step = 0;     // step number the interval belongs to
+  std::uint64_t step = 0;  // step number the interval belongs to
   std::uint8_t depth = 0;
 };
 
 struct TraceCapture {
-  std::string window;  // as given in STEPSCOPE_TRACE
+  std::string window;              // as given in STEPSCOPE_TRACE
   std::vector<TraceEvent> events;  // sorted by (start, depth)
   std::uint64_t events_over_limit = 0;
   std::vector<std::pair<std::int64_t, std::string>> thread_names;  // tid -> "step thread" / "background"

@@ -35,8 +35,8 @@ bool parse_trace_window(const std::string& text, TraceWindow& out) {
   if (dash == std::string::npos) {
     if (!parse_uint(text.c_str(), 1, ~0u, a)) return false;
     b = a;
-  } else if (!parse_uint(text.substr(0, dash).c_str(), 1, ~0u, a) || !parse_uint(text.substr(dash + 1).c_str(), 1, ~0u, b) ||
-             b < a) {
+  } else if (!parse_uint(text.substr(0, dash).c_str(), 1, ~0u, a) ||
+             !parse_uint(text.substr(dash + 1).c_str(), 1, ~0u, b) || b < a) {
     return false;
   }
   out.mode = TraceWindow::Mode::steps;
@@ -96,7 +96,8 @@ void TraceRecorder::on_record(std::int64_t tid, bool step_thread, const PhaseRec
     return;
   }
   const double ms = static_cast<double>(clock_->duration_ns(r.start_ticks, r.end_ticks)) * 1e-6;
-  const double threshold = window_.mode == TraceWindow::Mode::slow_absolute ? window_.slow_ms : window_.slow_factor * median_step_ms;
+  const double threshold =
+      window_.mode == TraceWindow::Mode::slow_absolute ? window_.slow_ms : window_.slow_factor * median_step_ms;
   if (median_step_ms > 0 || window_.mode == TraceWindow::Mode::slow_absolute) {
     if (ms > threshold) {
       TraceEvent step = convert(tid, r);
@@ -120,7 +121,8 @@ TraceCapture TraceRecorder::take() {
                                         a.name == b.name;
                                }),
                    out.events.end());
-  for (const auto& [tid, is_step] : step_threads_) out.thread_names.emplace_back(tid, is_step ? "step thread" : "background");
+  for (const auto& [tid, is_step] : step_threads_)
+    out.thread_names.emplace_back(tid, is_step ? "step thread" : "background");
   capture_ = TraceCapture{};
   capture_.window = window_.text;
   return out;

@@ -20,8 +20,8 @@ namespace detail {
 struct TraceWindow {
   enum class Mode { off, steps, slow_relative, slow_absolute } mode = Mode::off;
   std::uint64_t first_step = 0, last_step = 0;  // steps mode, inclusive
-  double slow_factor = 1.5;                      // slow_relative: step > factor x running median
-  double slow_ms = 0;                            // slow_absolute
+  double slow_factor = 1.5;                     // slow_relative: step > factor x running median
+  double slow_ms = 0;                           // slow_absolute
   std::string text;
 };
 

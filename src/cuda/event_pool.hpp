@@ -171,7 +171,8 @@ class EventPool {
       for (std::uint32_t i = 0; i < kBlockSlots; ++i) {
         Slot& s = block->slots[i];
         if (!create_(context_, device, &s.begin_event, &s.end_event)) {
-          for (std::uint32_t j = 0; j < i; ++j) destroy_(context_, block->slots[j].begin_event, block->slots[j].end_event);
+          for (std::uint32_t j = 0; j < i; ++j)
+            destroy_(context_, block->slots[j].begin_event, block->slots[j].end_event);
           return nullptr;
         }
       }

@@ -70,12 +70,18 @@ enum class ValueType : std::uint8_t {
 
 inline const char* type_name(ValueType t) {
   switch (t) {
-    case ValueType::null: return "null";
-    case ValueType::boolean: return "boolean";
-    case ValueType::string: return "string";
-    case ValueType::object: return "object";
-    case ValueType::array: return "array";
-    default: return "number";
+    case ValueType::null:
+      return "null";
+    case ValueType::boolean:
+      return "boolean";
+    case ValueType::string:
+      return "string";
+    case ValueType::object:
+      return "object";
+    case ValueType::array:
+      return "array";
+    default:
+      return "number";
   }
 }
 
@@ -193,18 +199,20 @@ inline bool microseconds_text_to_ns(const std::string& text, double value, std::
 
 inline bool as_int64(const Scalar& s, std::int64_t& out) {
   switch (s.type) {
-    case ValueType::number_integer: out = s.integer; return true;
+    case ValueType::number_integer:
+      out = s.integer;
+      return true;
     case ValueType::number_unsigned:
       // Kineto writes stream -1 as 4294967295 on some versions; int64 holds it.
-      if (s.unsigned_value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-        return false;
+      if (s.unsigned_value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
       out = static_cast<std::int64_t>(s.unsigned_value);
       return true;
     case ValueType::number_float:
       if (!(std::fabs(s.floating) < 9.2e18)) return false;
       out = static_cast<std::int64_t>(s.floating);
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -227,11 +235,31 @@ inline constexpr std::string_view kNoCategory{"\0(no cat)", 9};
 
 // Keys, per context.
 enum class Key : std::uint8_t {
-  other, trace_events, distributed_info, device_properties,
-  ph, cat, name, ts, dur, pid, tid, args,
-  stream, correlation, device, bytes,
-  rank, world_size, backend,
-  device_id, device_name, total_memory, compute_major, compute_minor, sm_count,
+  other,
+  trace_events,
+  distributed_info,
+  device_properties,
+  ph,
+  cat,
+  name,
+  ts,
+  dur,
+  pid,
+  tid,
+  args,
+  stream,
+  correlation,
+  device,
+  bytes,
+  rank,
+  world_size,
+  backend,
+  device_id,
+  device_name,
+  total_memory,
+  compute_major,
+  compute_minor,
+  sm_count,
 };
 
 // Key lookups run once per key of every event, so they compare lengths and
@@ -267,19 +295,23 @@ inline Key event_key(std::string_view k) {
       if (key_is(k, "name")) return Key::name;
       if (key_is(k, "args")) return Key::args;
       return Key::other;
-    default: return Key::other;
+    default:
+      return Key::other;
   }
 }
 
 inline Key args_key(std::string_view k) {
   switch (k.size()) {
-    case 5: return key_is(k, "bytes") ? Key::bytes : Key::other;
+    case 5:
+      return key_is(k, "bytes") ? Key::bytes : Key::other;
     case 6:
       if (key_is(k, "stream")) return Key::stream;
       if (key_is(k, "device")) return Key::device;
       return Key::other;
-    case 11: return key_is(k, "correlation") ? Key::correlation : Key::other;
-    default: return Key::other;
+    case 11:
+      return key_is(k, "correlation") ? Key::correlation : Key::other;
+    default:
+      return Key::other;
   }
 }
 
@@ -412,7 +444,9 @@ class TraceBuilder {
         }
         e.name = keep(s, e.name_copy);
         return;
-      case Key::ts: set_number(e.ts, s); return;
+      case Key::ts:
+        set_number(e.ts, s);
+        return;
       case Key::dur:
         if (s.type == ValueType::null) return;  // treated as missing, as HTA's dropna
         set_number(e.dur, s);
@@ -428,7 +462,8 @@ class TraceBuilder {
         (key == Key::pid ? e.pid : e.tid) = v;
         return;
       }
-      default: return;  // non-object args: HTA falls back to defaults
+      default:
+        return;  // non-object args: HTA falls back to defaults
     }
   }
 
@@ -449,11 +484,20 @@ class TraceBuilder {
     // Like HTA (pd.to_numeric(errors="coerce")), a non-numeric arg becomes -1.
     if (!as_int64(s, v)) v = -1;
     switch (key) {
-      case Key::stream: e.stream = v; break;
-      case Key::correlation: e.correlation = v; break;
-      case Key::device: e.device = static_cast<std::int32_t>(v); break;
-      case Key::bytes: e.bytes = v; break;
-      default: break;
+      case Key::stream:
+        e.stream = v;
+        break;
+      case Key::correlation:
+        e.correlation = v;
+        break;
+      case Key::device:
+        e.device = static_cast<std::int32_t>(v);
+        break;
+      case Key::bytes:
+        e.bytes = v;
+        break;
+      default:
+        break;
     }
   }
 
@@ -518,12 +562,23 @@ class TraceBuilder {
     std::int64_t v = -1;
     if (!as_int64(s, v)) v = -1;
     switch (key) {
-      case Key::device_id: d.id = static_cast<int>(v); break;
-      case Key::total_memory: d.total_memory_bytes = v; break;
-      case Key::compute_major: d.compute_major = static_cast<int>(v); break;
-      case Key::compute_minor: d.compute_minor = static_cast<int>(v); break;
-      case Key::sm_count: d.multiprocessor_count = static_cast<int>(v); break;
-      default: break;
+      case Key::device_id:
+        d.id = static_cast<int>(v);
+        break;
+      case Key::total_memory:
+        d.total_memory_bytes = v;
+        break;
+      case Key::compute_major:
+        d.compute_major = static_cast<int>(v);
+        break;
+      case Key::compute_minor:
+        d.compute_minor = static_cast<int>(v);
+        break;
+      case Key::sm_count:
+        d.multiprocessor_count = static_cast<int>(v);
+        break;
+      default:
+        break;
     }
   }
 
@@ -564,8 +619,7 @@ class TraceBuilder {
   // end = floor(ts + dur). Doing the same double arithmetic reproduces its
   // integer microseconds bit for bit; integer inputs are exact either way.
   bool convert_times(const EventFields& e, std::int64_t& start_ns, std::int64_t& end_ns) const {
-    const bool both_integer =
-        e.ts.kind == NumberValue::Kind::integer && e.dur.kind == NumberValue::Kind::integer;
+    const bool both_integer = e.ts.kind == NumberValue::Kind::integer && e.dur.kind == NumberValue::Kind::integer;
     if (both_integer) {
       const std::int64_t limit = static_cast<std::int64_t>(kMaxMicroseconds);
       if (std::llabs(e.ts.integer) > limit || std::llabs(e.dur.integer) > limit) return false;

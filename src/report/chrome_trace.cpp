@@ -5,8 +5,8 @@
 #include "core/atomic_file.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <map>
@@ -57,8 +57,10 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
     json events = json::array();
     const std::string process = run.rank >= 0 ? fmt::format("rank {} (pid {}, {})", run.rank, run.pid, run.host)
                                               : fmt::format("pid {} ({})", run.pid, run.host);
-    events.push_back(json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", process}}}});
-    events.push_back(json{{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
+    events.push_back(
+        json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", process}}}});
+    events.push_back(
+        json{{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
     std::map<std::int64_t, std::string> names;
     for (const auto& [tid, role] : capture.thread_names) names[tid] = fmt::format("{} (tid {})", role, tid);
     for (const auto& e : capture.events)
@@ -66,7 +68,8 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
     for (const auto& e : capture.events)
       if (!names.count(e.thread)) names[e.thread] = fmt::format("thread {}", e.thread);
     for (const auto& [tid, name] : names)
-      events.push_back(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
+      events.push_back(
+          json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
     // Timestamps in microseconds relative to the first event, so viewers do
     // not start hours into the machine's uptime.
     const std::int64_t origin = capture.events.empty() ? 0 : capture.events.front().start_ns;
@@ -81,7 +84,11 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
               {"args", {{"step", e.step}, {"kind", to_string(e.kind)}, {"depth", e.depth}}}};
       events.push_back(std::move(ev));
       if (e.is_step)  // an instant marker at each step start, visible at any zoom
-        events.push_back(json{{"ph", "i"}, {"s", "p"}, {"name", fmt::format("step {}", e.step)}, {"pid", pid}, {"tid", e.thread},
+        events.push_back(json{{"ph", "i"},
+                              {"s", "p"},
+                              {"name", fmt::format("step {}", e.step)},
+                              {"pid", pid},
+                              {"tid", e.thread},
                               {"ts", static_cast<double>(e.start_ns - origin) / 1000.0}});
     }
     json doc{{"traceEvents", events},

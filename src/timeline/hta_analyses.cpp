@@ -7,11 +7,11 @@
 #include <map>
 #include <unordered_map>
 
-#include "timeline/timeline.hpp"
 #include "timeline/correlation_map.hpp"
 #include "timeline/device_analyses.hpp"
 #include "timeline/presorted_sort.hpp"
 #include "timeline/sweep.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -51,8 +51,10 @@ std::int64_t intersection_length(const std::vector<Interval>& a, const std::vect
     const std::int64_t lo = std::max(a[i].start_ns, b[j].start_ns);
     const std::int64_t hi = std::min(a[i].end_ns, b[j].end_ns);
     if (hi > lo) total += hi - lo;
-    if (a[i].end_ns < b[j].end_ns) ++i;
-    else ++j;
+    if (a[i].end_ns < b[j].end_ns)
+      ++i;
+    else
+      ++j;
   }
   return total;
 }
@@ -66,9 +68,15 @@ std::vector<Interval> merged_where(const Timeline& tl, bool (*pred)(const Device
   return merge_intervals(std::move(v));
 }
 
-bool is_computation(const DeviceInterval& d) { return d.cls == KernelClass::computation; }
-bool is_communication(const DeviceInterval& d) { return d.cls == KernelClass::communication; }
-bool is_memory(const DeviceInterval& d) { return d.cls == KernelClass::memory; }
+bool is_computation(const DeviceInterval& d) {
+  return d.cls == KernelClass::computation;
+}
+bool is_communication(const DeviceInterval& d) {
+  return d.cls == KernelClass::communication;
+}
+bool is_memory(const DeviceInterval& d) {
+  return d.cls == KernelClass::memory;
+}
 
 }  // namespace
 
@@ -131,8 +139,7 @@ CommComputeOverlap comm_compute_overlap(const Timeline& timeline) {
   return out;
 }
 
-std::vector<StreamIdleBreakdown> idle_time_breakdown(const Timeline& timeline,
-                                                     std::int64_t kernel_wait_threshold_ns) {
+std::vector<StreamIdleBreakdown> idle_time_breakdown(const Timeline& timeline, std::int64_t kernel_wait_threshold_ns) {
   // Start of the host event that launched each device op (HTA's
   // index_correlation join); the last one wins when a correlation repeats.
   std::vector<char> device_side(timeline.names.size(), 0);  // device-side in HTA
@@ -151,8 +158,7 @@ std::vector<StreamIdleBreakdown> idle_time_breakdown(const Timeline& timeline,
   std::vector<std::vector<const DeviceInterval*>> ops_of;  // parallel to out
   detail::CorrelationMap<std::size_t> slot_of_stream(16);  // stream -> index in out + 1
   for (const DeviceInterval& d : timeline.device_ops) {
-    if (d.kind != DeviceOpKind::kernel && d.kind != DeviceOpKind::memcpy && d.kind != DeviceOpKind::memset)
-      continue;
+    if (d.kind != DeviceOpKind::kernel && d.kind != DeviceOpKind::memcpy && d.kind != DeviceOpKind::memset) continue;
     std::size_t& slot = slot_of_stream[d.stream];
     if (slot == 0) {
       StreamIdleBreakdown s;
@@ -166,8 +172,9 @@ std::vector<StreamIdleBreakdown> idle_time_breakdown(const Timeline& timeline,
   for (std::size_t k = 0; k < out.size(); ++k) {
     StreamIdleBreakdown& s = out[k];
     auto& ops = ops_of[k];
-    detail::stable_sort_presorted(
-        ops.begin(), ops.end(), [](const DeviceInterval* a, const DeviceInterval* b) { return a->start_ns < b->start_ns; });
+    detail::stable_sort_presorted(ops.begin(), ops.end(), [](const DeviceInterval* a, const DeviceInterval* b) {
+      return a->start_ns < b->start_ns;
+    });
     ++s.other_count;  // the first op has no gap; HTA files it under "other"
     for (std::size_t i = 1; i < ops.size(); ++i) {
       const std::int64_t previous_end = ops[i - 1]->end_ns;
@@ -227,8 +234,10 @@ std::vector<LaunchPair> launch_pairs(const Timeline& timeline, const LaunchStats
   // Per name: 0 not a launch, 1 a CUDA launch, 2 a ROCm launch.
   std::vector<char> launch_name(timeline.names.size(), 0);
   for (std::size_t i = 0; i < timeline.names.size(); ++i) {
-    if (is_launch_name(timeline.names[i])) launch_name[i] = 1;
-    else if (options.include_hip_launches && is_hip_launch_name(timeline.names[i])) launch_name[i] = 2;
+    if (is_launch_name(timeline.names[i]))
+      launch_name[i] = 1;
+    else if (options.include_hip_launches && is_hip_launch_name(timeline.names[i]))
+      launch_name[i] = 2;
   }
   // Per launch correlation, the host ops that carry it as a list in host_ops
   // order: first and last index, then `next` links (kNone ends a list).
@@ -246,8 +255,10 @@ std::vector<LaunchPair> launch_pairs(const Timeline& timeline, const LaunchStats
     HostList* list = cpu_side.find(timeline.host_ops[i].correlation);
     if (list == nullptr) continue;
     const auto index = static_cast<std::uint32_t>(i);
-    if (list->first == kNone) list->first = index;
-    else next[list->last] = index;
+    if (list->first == kNone)
+      list->first = index;
+    else
+      next[list->last] = index;
     list->last = index;
   }
 

@@ -5,8 +5,8 @@
 // DDP/FSDP ranges) are what framework_phases() reads a step's structure from.
 #include <string_view>
 
-#include "timeline/timeline.hpp"
 #include "timeline/name_rules.hpp"
+#include "timeline/timeline.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -39,9 +39,11 @@ bool is_memory(std::string_view name) {
 
 // The compute exclusion list: names matching it are not computation.
 bool is_excluded_from_compute(std::string_view name) {
-  static constexpr std::string_view kPrefixes[] = {
-      "nccl",    "Stream Wait Event", "runFunction",       "hip",  "job_exe",
-      "packet",  "pe_exe",            "cpum_exe_subgraph", "hccl", "collective_subgraph_execution"};
+  static constexpr std::string_view kPrefixes[] = {"nccl",        "Stream Wait Event",
+                                                   "runFunction", "hip",
+                                                   "job_exe",     "packet",
+                                                   "pe_exe",      "cpum_exe_subgraph",
+                                                   "hccl",        "collective_subgraph_execution"};
   for (std::string_view prefix : kPrefixes)
     if (starts_with(name, prefix)) return true;
   static constexpr std::string_view kAnywhere[] = {"Memcpy", "Memset", "dma", "Sync"};
@@ -72,29 +74,38 @@ HostOpKind classify_runtime_call(std::string_view name) {
   // Calls that block the host until the device has caught up: explicit
   // synchronisation and the synchronous copy entry points.
   if (name.find("Synchronize") != std::string_view::npos || name == "cudaMemcpy" || name == "cudaMemcpy2D" ||
-      name == "hipMemcpy" || name == "hipMemcpyWithStream" || name == "cuMemcpyDtoH" ||
-      name == "cuMemcpyDtoH_v2" || name == "cudaMemcpyFromSymbol" || name == "cudaMemcpyToSymbol")
+      name == "hipMemcpy" || name == "hipMemcpyWithStream" || name == "cuMemcpyDtoH" || name == "cuMemcpyDtoH_v2" ||
+      name == "cudaMemcpyFromSymbol" || name == "cudaMemcpyToSymbol")
     return HostOpKind::runtime_sync;
   return HostOpKind::runtime_other;
 }
 
 const char* to_string(KernelClass cls) {
   switch (cls) {
-    case KernelClass::computation: return "COMPUTATION";
-    case KernelClass::communication: return "COMMUNICATION";
-    case KernelClass::memory: return "MEMORY";
-    case KernelClass::other: return "OTHER";
+    case KernelClass::computation:
+      return "COMPUTATION";
+    case KernelClass::communication:
+      return "COMMUNICATION";
+    case KernelClass::memory:
+      return "MEMORY";
+    case KernelClass::other:
+      return "OTHER";
   }
   return "OTHER";
 }
 
 const char* to_string(DeviceOpKind kind) {
   switch (kind) {
-    case DeviceOpKind::kernel: return "kernel";
-    case DeviceOpKind::memcpy: return "memcpy";
-    case DeviceOpKind::memset: return "memset";
-    case DeviceOpKind::sync: return "sync";
-    case DeviceOpKind::other: return "other";
+    case DeviceOpKind::kernel:
+      return "kernel";
+    case DeviceOpKind::memcpy:
+      return "memcpy";
+    case DeviceOpKind::memset:
+      return "memset";
+    case DeviceOpKind::sync:
+      return "sync";
+    case DeviceOpKind::other:
+      return "other";
   }
   return "other";
 }
@@ -119,14 +130,21 @@ void describe_memcpy(std::string_view name, timeline::MemcpyDirection& direction
                      timeline::HostMemoryKind& host_memory) {
   using timeline::MemcpyDirection;
   direction = MemcpyDirection::unknown;
-  if (name.find("HtoD") != std::string_view::npos) direction = MemcpyDirection::host_to_device;
-  else if (name.find("DtoH") != std::string_view::npos) direction = MemcpyDirection::device_to_host;
-  else if (name.find("DtoD") != std::string_view::npos) direction = MemcpyDirection::device_to_device;
-  else if (name.find("PtoP") != std::string_view::npos) direction = MemcpyDirection::peer_to_peer;
-  else if (name.find("HtoH") != std::string_view::npos) direction = MemcpyDirection::host_to_host;
+  if (name.find("HtoD") != std::string_view::npos)
+    direction = MemcpyDirection::host_to_device;
+  else if (name.find("DtoH") != std::string_view::npos)
+    direction = MemcpyDirection::device_to_host;
+  else if (name.find("DtoD") != std::string_view::npos)
+    direction = MemcpyDirection::device_to_device;
+  else if (name.find("PtoP") != std::string_view::npos)
+    direction = MemcpyDirection::peer_to_peer;
+  else if (name.find("HtoH") != std::string_view::npos)
+    direction = MemcpyDirection::host_to_host;
   host_memory = timeline::HostMemoryKind::unknown;
-  if (name.find("Pageable") != std::string_view::npos) host_memory = timeline::HostMemoryKind::pageable;
-  else if (name.find("Pinned") != std::string_view::npos) host_memory = timeline::HostMemoryKind::pinned;
+  if (name.find("Pageable") != std::string_view::npos)
+    host_memory = timeline::HostMemoryKind::pageable;
+  else if (name.find("Pinned") != std::string_view::npos)
+    host_memory = timeline::HostMemoryKind::pinned;
 }
 
 bool is_autograd_node(std::string_view name) {

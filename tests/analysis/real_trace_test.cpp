@@ -66,8 +66,7 @@ TEST_CASE("real traces: mostly idle GPUs are never compute-bound", "[analysis][t
   }
 }
 
-TEST_CASE("real traces: exposed communication ranks above compute on the 128-rank job",
-          "[analysis][traces]") {
+TEST_CASE("real traces: exposed communication ranks above compute on the 128-rank job", "[analysis][traces]") {
   const Verdict v = classify(report_from_trace("sampled_128rank_rank0.json.gz"));
   CHECK(cost(v, "communication") > cost(v, "compute"));
   CHECK(v.ranking.at(1).first == "communication");

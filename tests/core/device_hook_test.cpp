@@ -39,7 +39,7 @@ TEST_CASE("a dropped record gives its device slot back through the abandon hook"
   g_device_abandon.store(&fake_abandon);
 
   const stepscope::Report before = stepscope::snapshot();  // empties the ring
-  constexpr int kSteps = 5000;  // 15,000 records into a 64-record ring
+  constexpr int kSteps = 5000;                             // 15,000 records into a 64-record ring
   for (int i = 0; i < kSteps; ++i) {
     STEPSCOPE_STEP();
     { STEPSCOPE_PHASE("data"); }

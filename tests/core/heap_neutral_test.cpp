@@ -14,8 +14,8 @@
 // themselves.
 #include <stepscope/stepscope.hpp>
 
-#include "stats/clock.hpp"
 #include "core/env.hpp"
+#include "stats/clock.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -69,7 +69,9 @@ int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
   *out = p;
   return 0;
 }
-void free(void* p) { __libc_free(p); }
+void free(void* p) {
+  __libc_free(p);
+}
 }
 
 namespace {
@@ -84,7 +86,9 @@ std::size_t allocations_during(Fn&& fn) {
   return t_calls;
 }
 
-void* idle(void*) { return nullptr; }
+void* idle(void*) {
+  return nullptr;
+}
 
 // What creating (not running) one thread costs its creator in this libc.
 std::size_t thread_creation_allocations() {

@@ -27,7 +27,9 @@ bool fake_create(void* context, int, void** begin, void** end) noexcept {
   *end = reinterpret_cast<void*>(static_cast<std::uintptr_t>(2 * n + 1));
   return true;
 }
-void fake_destroy(void* context, void*, void*) noexcept { static_cast<FakeEvents*>(context)->destroyed.fetch_add(1); }
+void fake_destroy(void* context, void*, void*) noexcept {
+  static_cast<FakeEvents*>(context)->destroyed.fetch_add(1);
+}
 
 }  // namespace
 
@@ -138,7 +140,8 @@ TEST_CASE("training thread takes (and drops some), collector gives back: every s
   for (;;) {
     const std::uint16_t id = channel[r % channel.size()].load(std::memory_order_acquire);
     if (id == 0) {
-      if (done.load(std::memory_order_acquire) && channel[r % channel.size()].load(std::memory_order_acquire) == 0) break;
+      if (done.load(std::memory_order_acquire) && channel[r % channel.size()].load(std::memory_order_acquire) == 0)
+        break;
       std::this_thread::yield();
       continue;
     }
@@ -156,10 +159,10 @@ TEST_CASE("training thread takes (and drops some), collector gives back: every s
   CHECK_FALSE(abandon_failed);
   CHECK(dropped > 0);
   CHECK(pool.abandoned() == dropped);
-  CHECK(taken == given + dropped);                  // conservation
-  CHECK(taken + exhausted == kTakes);               // every phase either timed or counted
+  CHECK(taken == given + dropped);     // conservation
+  CHECK(taken + exhausted == kTakes);  // every phase either timed or counted
   CHECK(pool.exhausted() == exhausted);
-  CHECK(block->free_slots() == kBlockSlots);        // all back
+  CHECK(block->free_slots() == kBlockSlots);  // all back
 }
 
 TEST_CASE("a slot whose record was dropped goes back to its own thread, never leaks", "[cuda][pool]") {

@@ -57,8 +57,10 @@ int spin(int us, int steps) {
   for (int i = 0; i < steps; ++i) {
     STEPSCOPE_STEP();
     STEPSCOPE_PHASE_KIND("spin", stepscope::PhaseKind::compute);
-    if (gpu) spin_kernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(us) * 1000ull);
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (gpu)
+      spin_kernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(us) * 1000ull);
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   if (gpu && cudaStreamSynchronize(stream) != cudaSuccess) return 3;  // outside the steps
   std::printf("launches=%d\n", gpu ? steps : 0);

@@ -2,4 +2,6 @@
 // includes <stepscope/cuda.hpp> against a library without the CUDA backend.
 #include <stepscope/cuda.hpp>
 
-int main() { return 0; }
+int main() {
+  return 0;
+}

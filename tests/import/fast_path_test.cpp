@@ -2,9 +2,9 @@
 // importer's answer must not depend on which parser produced it. Real traces
 // must take the fast path; anything unusual or broken must come out exactly
 // as the nlohmann path words it.
+#include <zlib.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
-#include <zlib.h>
 
 #include <dirent.h>
 
@@ -68,8 +68,7 @@ std::vector<std::string> describe(const ImportResult& r) {
        << s.fractional_timestamps << ' ' << s.legacy_format << ' ' << s.events_without_category;
   emit();
   const timeline::Timeline& tl = r.trace;
-  line << "meta " << tl.rank << ' ' << tl.world_size << ' ' << tl.has_distributed_info << ' '
-       << tl.distributed_backend;
+  line << "meta " << tl.rank << ' ' << tl.world_size << ' ' << tl.has_distributed_info << ' ' << tl.distributed_backend;
   emit();
   for (const auto& d : tl.devices) {
     line << "device " << d.id << ' ' << d.name << ' ' << d.total_memory_bytes << ' ' << d.compute_major << ' '
@@ -81,9 +80,9 @@ std::vector<std::string> describe(const ImportResult& r) {
     emit();
   }
   for (const auto& d : tl.device_ops) {
-    line << "dev " << d.start_ns << ' ' << d.end_ns << ' ' << d.stream << ' ' << d.correlation << ' ' << d.device
-         << ' ' << d.name << ' ' << int(d.kind) << ' ' << int(d.cls) << ' ' << int(d.direction) << ' '
-         << int(d.host_memory) << ' ' << d.bytes;
+    line << "dev " << d.start_ns << ' ' << d.end_ns << ' ' << d.stream << ' ' << d.correlation << ' ' << d.device << ' '
+         << d.name << ' ' << int(d.kind) << ' ' << int(d.cls) << ' ' << int(d.direction) << ' ' << int(d.host_memory)
+         << ' ' << d.bytes;
     emit();
   }
   for (const auto& h : tl.host_ops) {
@@ -128,7 +127,8 @@ bool check_same_as_exact(const std::string& bytes, const std::string& what, Impo
   require_same(exact, automatic, what);
   ImportOptions streaming = options;
   streaming.max_in_memory_json_bytes = 0;
-  require_same(exact, detail::import_kineto_buffer_with(bytes, streaming, KinetoParser::automatic), what + " (streamed)");
+  require_same(exact, detail::import_kineto_buffer_with(bytes, streaming, KinetoParser::automatic),
+               what + " (streamed)");
   detail::ImportTuning split;
   split.min_split_bytes = 0;
   split.split_search_from = split_from >= 0 ? split_from : static_cast<std::int64_t>(bytes.size() / 2);
@@ -137,7 +137,9 @@ bool check_same_as_exact(const std::string& bytes, const std::string& what, Impo
   return how.fast_path_used;
 }
 
-std::string trace_of(const std::string& events) { return R"({"traceEvents": [)" + events + "]}"; }
+std::string trace_of(const std::string& events) {
+  return R"({"traceEvents": [)" + events + "]}";
+}
 
 }  // namespace
 
@@ -159,8 +161,7 @@ TEST_CASE("fast scanner and exact parser build identical timelines from every tr
     }
     // The public entry point takes the fast path, on two threads when the JSON is over 1 MiB.
     ImportDiagnostics how;
-    const ImportResult automatic =
-        detail::import_kineto_trace_with(kTraces + file, {}, KinetoParser::automatic, &how);
+    const ImportResult automatic = detail::import_kineto_trace_with(kTraces + file, {}, KinetoParser::automatic, &how);
     CHECK(automatic.ok);
     CHECK(how.fast_path_used);
     CHECK(how.fast_path_gave_up.empty());
@@ -189,30 +190,41 @@ TEST_CASE("a split parse equals the exact parser wherever the split falls", "[im
   // try every offset. Strings and nested values holding "}, {" make the
   // helper start where no event begins: the main scanner then carries on
   // alone. Metadata or a second traceEvents after the split is left to it too.
-  const std::string kernel = R"("ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "args": {"stream": 7, "correlation": 1})";
+  const std::string kernel =
+      R"("ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "args": {"stream": 7, "correlation": 1})";
   const std::vector<std::pair<std::string, std::string>> documents = {
       {"minimal", read_file(kCorpus + "minimal.json")},
       {"float timestamps", read_file(kCorpus + "float_ts.json")},
       {"array format", read_file(kCorpus + "array_format.json")},
       {"'}, {' in strings and nested values",
-       trace_of(R"({"name": "a}, {b", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "x},{", "ts": 3, "dur": 1, "ph": "X",)"
+       trace_of(R"({"name": "a}, {b", "ts": 1, "dur": 2, )" + kernel +
+                R"(}, {"name": "x},{", "ts": 3, "dur": 1, "ph": "X",)"
                 R"( "cat": "cpu_op", "args": {"shapes": [{"a": 1}, {"b": 2}], "s": "}, {"ph": "X"}"}},)"
-                R"( {"name": "c", "ts": 5, "dur": 1, )" + kernel + "}")},
+                R"( {"name": "c", "ts": 5, "dur": 1, )" +
+                kernel + "}")},
       {"members after traceEvents",
        R"({"traceEvents": [{"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 2, "dur": 2, )" +
-           kernel + R"(}], "traceName": "x", "other": [{"a": 1}, {"b": 2}], "distributedInfo": {"rank": 3},)"
+           kernel +
+           R"(}], "traceName": "x", "other": [{"a": 1}, {"b": 2}], "distributedInfo": {"rank": 3},)"
            R"( "deviceProperties": [{"id": 0, "name": "G"}, {"id": 1}], "z": {}})"},
-      {"two traceEvents arrays",
-       R"({"traceEvents": [{"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 1, "dur": 2, )" +
-           kernel + R"(}], "traceEvents": [{"name": "c", "ts": 3, "dur": 2, )" + kernel + R"(}, {"name": "a", "ts": 4,)"
-           R"( "dur": 1, )" + kernel + "}]}"},
-      {"names first met after the split", trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3, "dur": 2, )" +
-                                                   kernel + R"(}, {"name": "a", "ts": 5, "dur": 2, "ph": "X", "cat": "cpu_op"}, )"
-                                                   R"({"name": "c", "ts": 7, "dur": 2.5, "ph": "X", "cat": "user_annotation"})")},
-      {"broken after the split", trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3, "dur": 2, )" +
-                                          kernel + R"(}, {"name": "c", "ts": "late", "dur": 2, "ph": "X", "cat": "kernel"})")},
-      {"trailing data after the split", trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3,)"
-                                                 R"( "dur": 2, )" + kernel + "}") + " x"},
+      {"two traceEvents arrays", R"({"traceEvents": [{"name": "a", "ts": 1, "dur": 2, )" + kernel +
+                                     R"(}, {"name": "b", "ts": 1, "dur": 2, )" + kernel +
+                                     R"(}], "traceEvents": [{"name": "c", "ts": 3, "dur": 2, )" + kernel +
+                                     R"(}, {"name": "a", "ts": 4,)"
+                                     R"( "dur": 1, )" +
+                                     kernel + "}]}"},
+      {"names first met after the split",
+       trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3, "dur": 2, )" + kernel +
+                R"(}, {"name": "a", "ts": 5, "dur": 2, "ph": "X", "cat": "cpu_op"}, )"
+                R"({"name": "c", "ts": 7, "dur": 2.5, "ph": "X", "cat": "user_annotation"})")},
+      {"broken after the split",
+       trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel + R"(}, {"name": "b", "ts": 3, "dur": 2, )" + kernel +
+                R"(}, {"name": "c", "ts": "late", "dur": 2, "ph": "X", "cat": "kernel"})")},
+      {"trailing data after the split", trace_of(R"({"name": "a", "ts": 1, "dur": 2, )" + kernel +
+                                                 R"(}, {"name": "b", "ts": 3,)"
+                                                 R"( "dur": 2, )" +
+                                                 kernel + "}") +
+                                            " x"},
   };
   int handed_over = 0;
   for (const auto& [what, json] : documents) {
@@ -251,13 +263,15 @@ TEST_CASE("corpus seeds and every prefix of them: same answer from both parsers"
 }
 
 TEST_CASE("valid but unusual JSON takes the fast path and matches the exact parser", "[import][fast]") {
-  const std::string kernel = R"("ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "args": {"stream": 7, "correlation": 1})";
+  const std::string kernel =
+      R"("ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "args": {"stream": 7, "correlation": 1})";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"escapes in a name", trace_of(R"({"name": "a\"b\\c\/d\b\f\n\r\t\u0000", "ts": 1, "dur": 2, )" + kernel + "}")},
       {"unicode escapes and surrogate pairs",
        trace_of(R"({"name": "\u00e9\u4E2D\ud83d\ude00", "ts": 1, "dur": 2, )" + kernel + "}")},
       {"raw UTF-8", trace_of("{\"name\": \"\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80\xEF\xBF\xBF\xF4\x8F\xBF\xBF\", "
-                             "\"ts\": 1, \"dur\": 2, " + kernel + "}")},
+                             "\"ts\": 1, \"dur\": 2, " +
+                             kernel + "}")},
       {"escaped keys", trace_of(R"({"p\u0068": "X", "c\u0061t": "kernel", "n\u0061me": "k", "\u0074s": 5, "dur": 1,)"
                                 R"( "args": {"str\u0065am": 3, "correlation": 2}})")},
       {"number forms",
@@ -271,11 +285,14 @@ TEST_CASE("valid but unusual JSON takes the fast path and matches the exact pars
                 R"({"ph": "X", "cat": "cpu_op", "name": "d", "pid": 18446744073709551615, "ts": 1, "dur": 1},)"
                 R"({"ph": "X", "cat": "cpu_op", "name": "e", "pid": -9223372036854775808, "ts": 1, "dur": 1})")},
       {"args of every shape",
-       trace_of(R"({"name": "k1", "ts": 1, "dur": 2, "ph": "X", "cat": "kernel", "args": {"stream": "7", "correlation": [1], "device": {"x": [1, {"y": null}]}, "bytes": 1.9e3}},)"
-                R"({"name": "k2", "ts": 1, "dur": 2, "ph": "X", "cat": "kernel", "args": [1, 2]},)"
-                R"({"name": "k3", "ts": 1, "dur": 2, "ph": "X", "cat": "kernel", "args": "none"},)"
-                R"({"name": "k4", "ts": 1, "dur": 2, "ph": "X", "cat": "gpu_memcpy", "args": {"stream": 4294967295, "correlation": 3, "bytes": 4096, "grid": [1, 2, 3], "flag": false}})")},
-      {"duplicate keys", trace_of(R"({"name": "a", "name": "b", "ts": 1, "ts": 2.5, "dur": 3, "cat": "kernel", "cat": null, "ph": "X", "args": {"stream": 1, "stream": 2, "correlation": 5}})")},
+       trace_of(
+           R"({"name": "k1", "ts": 1, "dur": 2, "ph": "X", "cat": "kernel", "args": {"stream": "7", "correlation": [1], "device": {"x": [1, {"y": null}]}, "bytes": 1.9e3}},)"
+           R"({"name": "k2", "ts": 1, "dur": 2, "ph": "X", "cat": "kernel", "args": [1, 2]},)"
+           R"({"name": "k3", "ts": 1, "dur": 2, "ph": "X", "cat": "kernel", "args": "none"},)"
+           R"({"name": "k4", "ts": 1, "dur": 2, "ph": "X", "cat": "gpu_memcpy", "args": {"stream": 4294967295, "correlation": 3, "bytes": 4096, "grid": [1, 2, 3], "flag": false}})")},
+      {"duplicate keys",
+       trace_of(
+           R"({"name": "a", "name": "b", "ts": 1, "ts": 2.5, "dur": 3, "cat": "kernel", "cat": null, "ph": "X", "args": {"stream": 1, "stream": 2, "correlation": 5}})")},
       {"null cat and dur, Trace, and odd non-complete events",
        trace_of(R"({"ph": "X", "cat": null, "name": "a", "ts": 1, "dur": 1},)"
                 R"({"ph": "X", "cat": "cpu_op", "name": "b", "ts": 1, "dur": null},)"
@@ -283,18 +300,22 @@ TEST_CASE("valid but unusual JSON takes the fast path and matches the exact pars
                 R"({"ph": "i", "cat": "x", "name": "d", "ts": "soon", "dur": [1], "s": "g"},)"
                 R"({"ph": "X", "cat": "cpu_op", "name": "e", "ts": 5, "dur": 1, "args": null},)"
                 R"({}, {"ph": "M", "name": "process_name", "args": {"name": "python"}})")},
-      {"whitespace of every kind", "\r\n\t {\t\"traceEvents\"\r:\n[\n\t{ \"ph\" :\"X\" , \"cat\":\"kernel\",\"name\":\"k\","
-                                  "\"ts\"\t:\t1 ,\"dur\":2,\"args\":{ \"stream\" : 1 , \"correlation\" : 2 } } ] } \n\t\r "},
-      {"no whitespace at all", R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"stream":1,"correlation":2}}]})"},
+      {"whitespace of every kind",
+       "\r\n\t {\t\"traceEvents\"\r:\n[\n\t{ \"ph\" :\"X\" , \"cat\":\"kernel\",\"name\":\"k\","
+       "\"ts\"\t:\t1 ,\"dur\":2,\"args\":{ \"stream\" : 1 , \"correlation\" : 2 } } ] } \n\t\r "},
+      {"no whitespace at all",
+       R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"stream":1,"correlation":2}}]})"},
       {"metadata of every shape",
        R"({"schemaVersion": 1, "distributedInfo": {"backend": 5, "rank": 3, "world_size": 8, "pg": {"a": [1]}, "x": null},)"
        R"( "deviceProperties": [1, "x", [2], {"id": 1.5, "name": 7, "totalGlobalMem": "big", "numSms": 80, "props": {"a": 1}}, {"name": "G\u00e9"}],)"
        R"( "traceEvents": [], "other": {"deep": [[[[{"k": [true, false, null]}]]]]}, "deviceProperties2": 1})"},
       {"metadata of the wrong shape is skipped",
        R"({"distributedInfo": [1, 2], "deviceProperties": {"id": 1}, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}]})"},
-      {"the array format", R"([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "args": {"stream": 1, "correlation": 2}}])"},
+      {"the array format",
+       R"([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "args": {"stream": 1, "correlation": 2}}])"},
       {"empty traceEvents", R"({"traceEvents": []})"},
-      {"two traceEvents arrays", R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "dur": 2}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2}]})"},
+      {"two traceEvents arrays",
+       R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "dur": 2}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2}]})"},
   };
   for (const auto& [what, json] : cases) {
     ImportOptions exact_ns;
@@ -336,11 +357,15 @@ TEST_CASE("malformed or unsupported input falls back and gives the exact parser'
       {"double overflow", trace_of(R"({"ph": "X", "cat": "kernel", "name": "k", "ts": 1e400, "dur": 2})")},
       {"double overflow in a skipped value", trace_of(R"({"ph": "i", "args": {"x": -2E+999}})")},
       {"double underflow", trace_of(R"({"ph": "X", "cat": "kernel", "name": "k", "ts": 1e-400, "dur": 2})")},
-      {"huge integer", trace_of(R"({"ph": "X", "cat": "cpu_op", "name": "k", "pid": 123456789012345678901234567890, "ts": 1, "dur": 2})")},
-      {"very long number", trace_of(R"({"ph": "X", "cat": "cpu_op", "name": "k", "ts": 1.)" + std::string(100, '5') + R"(, "dur": 2})")},
+      {"huge integer",
+       trace_of(
+           R"({"ph": "X", "cat": "cpu_op", "name": "k", "pid": 123456789012345678901234567890, "ts": 1, "dur": 2})")},
+      {"very long number",
+       trace_of(R"({"ph": "X", "cat": "cpu_op", "name": "k", "ts": 1.)" + std::string(100, '5') + R"(, "dur": 2})")},
       {"out-of-range timestamp", trace_of(R"({"ph": "X", "cat": "kernel", "name": "k", "ts": 1e300, "dur": 1})")},
       {"ts of the wrong type", trace_of(R"({"ph": "X", "cat": "kernel", "name": "k", "ts": "1", "dur": 1})")},
-      {"ts too large for int64", trace_of(R"({"ph": "X", "cat": "kernel", "name": "k", "ts": 18446744073709551615, "dur": 1})")},
+      {"ts too large for int64",
+       trace_of(R"({"ph": "X", "cat": "kernel", "name": "k", "ts": 18446744073709551615, "dur": 1})")},
       {"ph of the wrong type", trace_of(R"({"ph": 1, "name": "k"})")},
       {"cat of the wrong type", trace_of(R"({"ph": "X", "cat": ["kernel"], "name": "k", "ts": 1, "dur": 2})")},
       {"name of the wrong type", trace_of(R"({"ph": "X", "cat": "kernel", "name": 5, "ts": 1, "dur": 2})")},
@@ -404,8 +429,11 @@ TEST_CASE("tokens split across chunk boundaries", "[import][fast]") {
   // offset, in both.
   const std::size_t chunk = stepscope::detail::Decoder::kChunkBytes;
   const std::vector<std::string> tricky = {
-      R"("name": "\u00e9\ud83d\ude00\"\\ tail")", "\"name\": \"\xE4\xB8\xAD\xF0\x9F\x98\x80 tail\"",
-      R"("ts": 4203669604595.407)", R"("dur": 2.5e-1)", R"("pid": -9223372036854775808)",
+      R"("name": "\u00e9\ud83d\ude00\"\\ tail")",
+      "\"name\": \"\xE4\xB8\xAD\xF0\x9F\x98\x80 tail\"",
+      R"("ts": 4203669604595.407)",
+      R"("dur": 2.5e-1)",
+      R"("pid": -9223372036854775808)",
       R"("args": {"stream": 4294967295, "correlation": 12, "grid": [1, 2, 3], "n": null, "t": true, "f": false})",
       R"("na\u006de": "k")"};
   int fast_runs = 0;
@@ -450,9 +478,15 @@ TEST_CASE("mutated traces: same answer from both parsers", "[import][fast][mutat
       for (int e = 0; e < edits && !mutant.empty(); ++e) {
         const std::size_t at = random() % mutant.size();
         switch (random() % 4) {
-          case 0: mutant[at] = interesting[random() % interesting.size()]; break;
-          case 1: mutant.erase(at, 1 + random() % 4); break;
-          case 2: mutant.insert(at, 1, interesting[random() % interesting.size()]); break;
+          case 0:
+            mutant[at] = interesting[random() % interesting.size()];
+            break;
+          case 1:
+            mutant.erase(at, 1 + random() % 4);
+            break;
+          case 2:
+            mutant.insert(at, 1, interesting[random() % interesting.size()]);
+            break;
           default: {
             const std::size_t from = random() % mutant.size();
             mutant.insert(at, mutant.substr(from, 1 + random() % 24));
@@ -476,13 +510,38 @@ TEST_CASE("numbers read exactly as nlohmann reads them", "[import][fast][numbers
   using stepscope::detail::kineto::Scalar;
   using stepscope::detail::kineto::ValueType;
   std::mt19937_64 random(7);
-  std::vector<std::string> tokens = {"0", "-0", "0.0", "-0.0", "1", "-1", "9", "10", "1.5", "63.813", "0.1",
-                                     "4203669604595.407", "1712195495519689.047", "1e2", "1E+2", "1e-2", "-1.25e-3",
-                                     "9007199254740993", "9007199254740993.0", "0.30000000000000004",
-                                     "123456789012345.6", "1234567890123456.7", "999999999999999.9",
-                                     "18446744073709551615", "9223372036854775807", "-9223372036854775808",
-                                     "4294967295", "1.7976931348623157e308", "2.2250738585072014e-308",
-                                     "5e-324", "0.000000000000000000000000001", "12345678.12345678"};
+  std::vector<std::string> tokens = {"0",
+                                     "-0",
+                                     "0.0",
+                                     "-0.0",
+                                     "1",
+                                     "-1",
+                                     "9",
+                                     "10",
+                                     "1.5",
+                                     "63.813",
+                                     "0.1",
+                                     "4203669604595.407",
+                                     "1712195495519689.047",
+                                     "1e2",
+                                     "1E+2",
+                                     "1e-2",
+                                     "-1.25e-3",
+                                     "9007199254740993",
+                                     "9007199254740993.0",
+                                     "0.30000000000000004",
+                                     "123456789012345.6",
+                                     "1234567890123456.7",
+                                     "999999999999999.9",
+                                     "18446744073709551615",
+                                     "9223372036854775807",
+                                     "-9223372036854775808",
+                                     "4294967295",
+                                     "1.7976931348623157e308",
+                                     "2.2250738585072014e-308",
+                                     "5e-324",
+                                     "0.000000000000000000000000001",
+                                     "12345678.12345678"};
   // Kineto-like timestamps and durations, plus random digit strings.
   for (int i = 0; i < 20000; ++i) {
     const std::uint64_t whole = random() % 10000000000000000ull;
@@ -525,8 +584,7 @@ TEST_CASE("numbers read exactly as nlohmann reads them", "[import][fast][numbers
     for (const char* after : {"99999999", "\"0000000", ",       "}) {
       const std::string padded = token + after;
       Scalar p;
-      const NumberRead read_padded =
-          read_json_number<true>(padded.data(), padded.data() + token.size(), true, p);
+      const NumberRead read_padded = read_json_number<true>(padded.data(), padded.data() + token.size(), true, p);
       REQUIRE(read_padded.status == NumberRead::ok);
       REQUIRE(read_padded.end == padded.data() + token.size());
       REQUIRE(p.type == s.type);
@@ -544,8 +602,15 @@ TEST_CASE("decimals of 16 to 19 digits convert as strtod does", "[import][fast][
   // for bit against the C library, near powers of two and at random.
   using stepscope::detail::kineto::decimal_to_double;
   std::mt19937_64 random(11);
-  std::vector<std::uint64_t> mantissas = {1, 9, 10, 9007199254740991ull, 9007199254740992ull, 9007199254740993ull,
-                                          9999999999999999999ull, 1000000000000000000ull, 18014398509481985ull};
+  std::vector<std::uint64_t> mantissas = {1,
+                                          9,
+                                          10,
+                                          9007199254740991ull,
+                                          9007199254740992ull,
+                                          9007199254740993ull,
+                                          9999999999999999999ull,
+                                          1000000000000000000ull,
+                                          18014398509481985ull};
   for (int bits = 53; bits < 64; ++bits)
     for (std::uint64_t delta = 0; delta < 4; ++delta) {
       mantissas.push_back((1ull << bits) - delta);

@@ -1,8 +1,8 @@
 // Helpers shared by the import tests: raw file bytes and in-memory gzip.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <fstream>
 #include <sstream>

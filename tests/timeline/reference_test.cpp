@@ -21,7 +21,9 @@ nlohmann::json load_reference() {
   return nlohmann::json::parse(in);
 }
 
-double us(std::int64_t ns) { return static_cast<double>(ns) / 1000.0; }
+double us(std::int64_t ns) {
+  return static_cast<double>(ns) / 1000.0;
+}
 
 // Within 0.1% of the reference (absolute 1 us for tiny values).
 void check_time(const std::string& what, double ours_us, double reference_us) {

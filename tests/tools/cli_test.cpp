@@ -364,8 +364,10 @@ TEST_CASE("merge joins the reports of a job's ranks", "[tools][cli][merge]") {
   TempDir dir;
   // {rank} in the path: a multi-rank run's STEPSCOPE_OUT without it gets
   // ".rank<N>" inserted (ranks must not share a file).
-  REQUIRE(make_probe_report(dir, "rank0.json", "RANK=0 WORLD_SIZE=2 STEPSCOPE_OUT='" + (dir / "rank{rank}.json") + "'"));
-  REQUIRE(make_probe_report(dir, "rank1.json", "RANK=1 WORLD_SIZE=2 STEPSCOPE_OUT='" + (dir / "rank{rank}.json") + "'"));
+  REQUIRE(
+      make_probe_report(dir, "rank0.json", "RANK=0 WORLD_SIZE=2 STEPSCOPE_OUT='" + (dir / "rank{rank}.json") + "'"));
+  REQUIRE(
+      make_probe_report(dir, "rank1.json", "RANK=1 WORLD_SIZE=2 STEPSCOPE_OUT='" + (dir / "rank{rank}.json") + "'"));
   auto r = run(dir, tool() + " merge rank0.json rank1.json -o job.json --html job.html");
   INFO(r.err);
   REQUIRE(r.status == kOk);
