@@ -49,10 +49,6 @@ inline constexpr PhaseSite kUnnamedRuntimeSite{"(unnamed)", PhaseKind::other, fa
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE const PhaseSite* intern_site(std::string_view name, PhaseKind kind,
                                                                      bool is_step) noexcept;
 
-// Cold: a copy of `text` that lives as long as the process (the same text,
-// the same pointer), from the same bounded store; null when it is full.
-STEPSCOPE_API const char* intern_text(std::string_view text) noexcept;
-
 // Counts for the report (runtime_sites).
 struct RuntimeSiteCounts {
   std::uint64_t sites = 0;      // distinct sites interned

@@ -9,6 +9,7 @@
 //   agg.fill_report(facts);          // per-phase stats, steps, breakdown
 #pragma once
 
+#include "core/env.hpp"
 #include "stats/clock.hpp"
 #include "stats/histogram.hpp"
 
@@ -27,7 +28,7 @@ inline namespace v1 {
 namespace detail {
 
 struct AggregatorOptions {
-  std::uint64_t warmup_steps = 5;
+  std::uint64_t warmup_steps = kDefaultWarmupSteps;
   std::size_t series_capacity = 1024;      // points kept per step series (then downsampled)
   std::size_t step_intervals_kept = 4096;  // at least (rounded up to a power of two)
   std::size_t pending_background_max = 1 << 16;

@@ -104,16 +104,6 @@ const PhaseSite* overflow_site(PhaseKind kind, bool is_step) {
 
 }  // namespace
 
-const char* intern_text(std::string_view text) noexcept {
-  SiteStore& s = store();
-  try {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    return intern_text_locked(s, text);
-  } catch (...) {  // std::mutex::lock may throw std::system_error
-    return nullptr;
-  }
-}
-
 const PhaseSite* intern_site(std::string_view name, PhaseKind kind, bool is_step) noexcept {
   if (static_cast<std::size_t>(kind) >= kKinds) kind = PhaseKind::other;
   name = clamp_length(name);

@@ -623,7 +623,7 @@ class CudaBackend final : public DeviceBackend {
   PrimaryCtxGetState ctx_state_ = nullptr;
   DeviceGet device_get_ = nullptr;
   std::string cupti_status_, cupti_reason_;
-  std::uint64_t warmup_steps_ = 5;  // until configure() (kDefaultWarmupSteps)
+  std::uint64_t warmup_steps_ = kDefaultWarmupSteps;  // until configure()
   bool quiet_ = false;
   std::atomic<int> device_{-1};
   // Held by the collector (or a snapshot) around its CUDA calls, and by the

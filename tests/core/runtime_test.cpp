@@ -3,6 +3,8 @@
 // an unwritable output path, {rank}, thread exit, fork.
 #include <stepscope/report.hpp>
 
+#include "common/files.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -19,28 +21,14 @@
 #include <string>
 
 using namespace stepscope;
+using stepscope_test::slurp;
+using stepscope_test::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/stepscope-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
 
 bool exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Runs the probe with extra environment in `dir`; returns the exit status.

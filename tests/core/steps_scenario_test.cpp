@@ -9,6 +9,8 @@
 // are on categories, shares with wide margins and counts, never on times.
 #include <stepscope/report.hpp>
 
+#include "common/files.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -22,24 +24,10 @@
 #include <string>
 
 using namespace stepscope;
+using stepscope_test::slurp;
+using stepscope_test::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/stepscope-loop-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Runs the probe; returns its report (and its stdout in `out`).
 Report run_loop(const std::string& mode, int steps, std::string* out = nullptr) {

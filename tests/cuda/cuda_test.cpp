@@ -7,6 +7,8 @@
 #include "core/device_backend.hpp"
 #include "device_fact_key.hpp"
 
+#include "common/files.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -21,24 +23,10 @@
 #include <vector>
 
 using namespace stepscope;
+using stepscope_test::slurp;
+using stepscope_test::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/stepscope-cuda-test-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

@@ -6,6 +6,8 @@
 #include <stepscope/merge.hpp>
 #include <stepscope/report.hpp>
 
+#include "common/files.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -19,30 +21,16 @@
 #include <vector>
 
 using namespace stepscope;
+using stepscope_test::slurp;
+using stepscope_test::TempDir;
 
 namespace {
 
 constexpr int kRanks = 3;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/stepscope-dist-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
-
 bool mpirun_available() {
   const std::string mpirun = STEPSCOPE_MPIRUN;
   return !mpirun.empty() && mpirun.find("NOTFOUND") == std::string::npos && ::access(mpirun.c_str(), X_OK) == 0;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Runs the example on kRanks local ranks; returns mpirun's exit status.

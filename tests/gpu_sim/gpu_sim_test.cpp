@@ -9,6 +9,8 @@
 
 #include "device_fact_key.hpp"
 
+#include "common/files.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -22,28 +24,10 @@
 #include <vector>
 
 using namespace stepscope;
+using stepscope_test::slurp;
+using stepscope_test::TempDir;
+
 namespace {
-
-// (tests/tools/tool_runner.hpp has the same two, but needs the CLI tool's
-// build definitions.)
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/stepscope-gpusim-XXXXXX";
-    const char* made = mkdtemp(tmpl);
-    path = made != nullptr ? made : "/tmp";
-  }
-  ~TempDir() {
-    if (path != "/tmp") std::system(("rm -rf '" + path + "'").c_str());
-  }
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct Run {
   TempDir dir;

@@ -12,6 +12,8 @@
 #include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
+#include "common/files.hpp"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +36,8 @@
 #include <vector>
 
 using namespace stepscope;
+using stepscope_test::slurp;
+using stepscope_test::TempDir;
 
 namespace {
 
@@ -56,26 +60,6 @@ constexpr double kContendedRunqueueFraction = 0.10;
 // CPU (a hyperthread sibling or the memory bus: CI once measured the same
 // compute 1.7x slower in B than in A with 0.03% runqueue wait).
 constexpr double kSharedMachineFraction = 0.25;
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/stepscope-scenarios-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { remove(); }
-  void remove() const {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The shell command that runs `program args` with its report going to
 // `dir/name.json` and its output to `dir/name.out` / `dir/name.err`.

@@ -12,6 +12,8 @@
 #include <stepscope/stepscope.hpp>
 #include "import/trace_import.hpp"
 
+#include "common/files.hpp"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -28,15 +30,9 @@
 #include <vector>
 
 using nlohmann::json;
+using stepscope_test::slurp;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The schema document, read as the reader does: sections named by the first
 // backticked key of their heading, every backticked name in each section, and

@@ -4,6 +4,8 @@
 
 #include <stepscope/report.hpp>
 
+#include "common/files.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,36 +18,6 @@
 #include <string>
 
 namespace stepscope_test {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/stepscope-tools-XXXXXX";
-    const char* made = mkdtemp(tmpl);
-    path = made != nullptr ? made : "/tmp";
-  }
-  ~TempDir() {
-    if (path != "/tmp") std::system(("rm -rf '" + path + "'").c_str());
-  }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
-
-inline bool exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-inline std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void spit(const std::string& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
 
 // Reads a file, gunzipping it when it is gzip.
 inline std::string slurp_maybe_gzip(const std::string& p) {
