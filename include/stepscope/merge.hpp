@@ -39,6 +39,12 @@ STEPSCOPE_API Report merge_reports(const std::vector<Report>& ranks, std::string
 // world_size becomes texts.size(). Never throws.
 STEPSCOPE_API Report merge_report_texts(const std::vector<std::string>& texts, std::string& error);
 
+// Writes a job report as each rank's own report is written: a job report
+// that another job wrote to `path` while this process ran is not replaced
+// (this one goes to <name>.pid<N>.json instead, with a warning in it and on
+// stderr). Returns the path written; "" with `error` set on failure.
+STEPSCOPE_API std::string write_job_report(Report& job, const std::string& path, std::string& error) noexcept;
+
 // What the rank that merged a job prints: the table below, the job verdict
 // and where the job report was written.
 STEPSCOPE_API std::string format_job_written(const Report& merged, const std::string& path);

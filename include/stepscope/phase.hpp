@@ -130,9 +130,9 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, c
   ++ts.step_depth;
   if (open.depth < kMaxDepth) {
     ts.depth = static_cast<std::uint8_t>(open.depth + 1);
-    ts.kind_stack[open.depth] = static_cast<std::uint8_t>(site->kind);
+    ts.kind_stack[open.depth] = kInStepNoPhase;
   }
-  ts.ring->current_kind.store(0xff, std::memory_order_relaxed);
+  ts.ring->current_kind.store(kInStepNoPhase, std::memory_order_relaxed);
 }
 
 // Closes it at `end` (ticks) and pushes its record (`extra_flags`:
@@ -142,7 +142,7 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void close_step(ThreadState& ts, OpenStep& open, 
   open.active = false;
   if (ts.step_depth != 0) --ts.step_depth;
   ts.depth = open.depth;
-  ts.ring->current_kind.store(open.depth == 0 ? 0xff : ts.kind_stack[open.depth - 1], std::memory_order_relaxed);
+  ts.ring->current_kind.store(open.depth == 0 ? kNoPhase : ts.kind_stack[open.depth - 1], std::memory_order_relaxed);
   const std::uint8_t flags =
       static_cast<std::uint8_t>(kRecordIsStep | kRecordInStep | (open.in_step ? kRecordNestedStep : 0) | extra_flags);
   push_record(ts, PhaseRecord{open.site, open.start, end, open.step, 0, open.depth, flags});
@@ -193,12 +193,14 @@ class ScopeBase {
       step_ = g_steps_started.load(std::memory_order_relaxed);
     }
     depth_ = ts.depth;
-    const std::uint8_t kind = static_cast<std::uint8_t>(site->kind);
+    // What the sampler sees while this scope is the innermost (a step: its
+    // own time in none of its phases).
+    const std::uint8_t kind = site->is_step ? kInStepNoPhase : static_cast<std::uint8_t>(site->kind);
     if (depth_ < kMaxDepth) {
       ts.depth = static_cast<std::uint8_t>(depth_ + 1);
       ts.kind_stack[depth_] = kind;
     }
-    ts.ring->current_kind.store(site->is_step ? 0xff : kind, std::memory_order_relaxed);
+    ts.ring->current_kind.store(kind, std::memory_order_relaxed);
     if (DeviceBeginHook hook = g_device_begin.load(std::memory_order_relaxed)) device_slot_ = hook(site);
     start_ = read_ticks();
   }
@@ -216,7 +218,7 @@ class ScopeBase {
       --ts.step_depth;
     }
     ts.depth = depth_;
-    ts.ring->current_kind.store(depth_ == 0 ? 0xff : ts.kind_stack[depth_ - 1], std::memory_order_relaxed);
+    ts.ring->current_kind.store(depth_ == 0 ? kNoPhase : ts.kind_stack[depth_ - 1], std::memory_order_relaxed);
     if (STEPSCOPE_DETAIL_UNLIKELY(
             !ts.ring->try_push(PhaseRecord{site_, start_, end, step_, device_slot_, depth_, flags})) &&
         device_slot_ != 0)

@@ -261,11 +261,15 @@ struct SystemSignals {
   std::uint64_t read_bytes = 0, write_bytes = 0;  // storage I/O (/proc/self/io)
   double io_wait_s = 0;                           // block I/O delay of the process (delayacct), when exposed
   double runqueue_wait_s = 0;                     // time runnable but not running (schedstat), step threads
+  double step_threads_on_cpu_s = -1;              // time running (schedstat), step threads; <0: not measured
   double rss_start_mb = 0, rss_peak_mb = 0, rss_end_mb = 0;
   // Sampled on the step thread: of the time spent in input phases, the
   // fraction it was on a CPU (working) vs off it (waiting). <0: not measured.
   double input_on_cpu_fraction = -1;
   double compute_on_cpu_fraction = -1;
+  // The same for the step's time in none of its phases (a sleep there waits
+  // for no CPU).
+  double unattributed_on_cpu_fraction = -1;
   // Of the input-phase samples, the fraction in uninterruptible sleep (state
   // D: usually waiting for storage). <0: not measured.
   double input_disk_wait_fraction = -1;

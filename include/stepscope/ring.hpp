@@ -74,6 +74,11 @@ struct PhaseRecord {
 static_assert(sizeof(PhaseRecord) == 32, "records are fixed-size 32-byte slots");
 static_assert(std::is_trivially_copyable_v<PhaseRecord>, "records are copied as raw bytes");
 
+// ThreadRing::current_kind outside every phase: outside any step, or inside a
+// step (the step's own time in none of its phases: the loop's code, a sleep).
+inline constexpr std::uint8_t kNoPhase = 0xff;
+inline constexpr std::uint8_t kInStepNoPhase = 0xfe;
+
 class ThreadRing {
  public:
   // capacity must be a power of two; storage is owned by the caller (the
@@ -159,10 +164,11 @@ class ThreadRing {
     return capacity_;
   }
 
-  // What the producer thread is inside right now (PhaseKind as a byte, 0xff:
-  // no phase), published with a relaxed store so the collector's sampler can
-  // attribute CPU time to phases without the hot path making a system call.
-  std::atomic<std::uint8_t> current_kind{0xff};
+  // What the producer thread is inside right now (PhaseKind as a byte,
+  // kNoPhase or kInStepNoPhase), published with a relaxed store so the
+  // collector's sampler can attribute CPU time to phases (and to the step's
+  // time outside them) without the hot path making a system call.
+  std::atomic<std::uint8_t> current_kind{kNoPhase};
 
  private:
   // Consumer only: records published and not yet consumed, at most max_records.

@@ -143,7 +143,7 @@ class StepLoop {
     step_.active = false;  // withdrawn: no record
     if (ts.step_depth != 0) --ts.step_depth;
     ts.depth = step_.depth;
-    ts.ring->current_kind.store(ts.depth == 0 ? 0xff : ts.kind_stack[ts.depth - 1], std::memory_order_relaxed);
+    ts.ring->current_kind.store(ts.depth == 0 ? kNoPhase : ts.kind_stack[ts.depth - 1], std::memory_order_relaxed);
     push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, ts.depth,
                                 static_cast<std::uint8_t>((ts.step_depth != 0 ? kRecordInStep : 0) | kRecordLoopEnd)});
   }
@@ -181,7 +181,7 @@ class StepLoop {
     ThreadState& ts = t_thread_state;
     const std::uint8_t depth = data_depth();
     ts.depth = depth;  // the data phase is closed: the step's own level again
-    ts.ring->current_kind.store(0xff, std::memory_order_relaxed);
+    ts.ring->current_kind.store(kInStepNoPhase, std::memory_order_relaxed);
     push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, depth, kRecordInStep});
   }
 

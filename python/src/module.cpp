@@ -405,11 +405,12 @@ PYBIND11_MODULE(_core, m) {
         std::vector<std::string> plain(texts.begin(), texts.end());
         py::gil_scoped_release release;
         std::string error;
-        const stepscope::Report job = stepscope::merge_report_texts(plain, error);
+        stepscope::Report job = stepscope::merge_report_texts(plain, error);
         if (!job.ranks) return std::make_pair(std::string(), "cannot merge the ranks' reports: " + error);
-        if (!stepscope::write_report_file(job, path, error))
+        const std::string written = stepscope::write_job_report(job, path, error);
+        if (written.empty())
           return std::make_pair(std::string(), "cannot write the job report to '" + path + "': " + error);
-        return std::make_pair(path, stepscope::format_job_written(job, path));
+        return std::make_pair(written, stepscope::format_job_written(job, written));
       },
       py::arg("texts"), py::arg("path"));
   m.def("runtime_site_counts", [] {

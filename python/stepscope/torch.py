@@ -638,7 +638,8 @@ def _write_job_report(store, world, own_payload, own_path, timeout_s):
             store.delete_key(key)
         except Exception:  # not there in time (or the store failed): this rank is missing
             waiting.append(r)
-    quiet = os.environ.get("STEPSCOPE_QUIET", "") not in ("", "0")
+    # As the core reads its switches (1/0, on/off, true/false, yes/no, any case; else off).
+    quiet = os.environ.get("STEPSCOPE_QUIET", "").lower() in ("1", "on", "true", "yes")
     if waiting:
         sys.stderr.write("stepscope: warning: no report from rank(s) %s within %.0f s (STEPSCOPE_GATHER_TIMEOUT_S): "
                          "the job report covers the others; a rank that died or never finished keeps its own "

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -319,20 +322,20 @@ bool write_in_place(const std::string& path, const char* data, std::size_t size,
 }
 
 // Creates the temporary file beside `target` exclusively (O_EXCL: never
-// through a link, never someone else's file). Named with our pid; one left by
-// an earlier process with the same pid that was killed mid-write is ours to
-// remove when it is a regular file we own; otherwise another name is tried.
-// Returns the descriptor (armed for remove_pending_temp_file) or -1.
+// through a link, never someone else's file), named with our pid and a random
+// part: names planted in advance in a shared directory cannot make every try
+// fail. Returns the descriptor (armed for remove_pending_temp_file) or -1.
 int create_temp_file(const std::string& target, mode_t mode, std::string& tmp, bool& armed) {
-  const std::string base = target + ".stepscope-tmp." + std::to_string(static_cast<long>(::getpid()));
+  const std::string base = target + ".stepscope-tmp." + std::to_string(static_cast<long>(::getpid())) + ".";
   for (int attempt = 0; attempt < 8; ++attempt) {
-    tmp = attempt == 0 ? base : base + "." + std::to_string(attempt);
+    std::uint64_t random = 0;
+    if (::getrandom(&random, sizeof random, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof random))
+      random = monotonic_ns() * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(attempt);
+    char suffix[17];
+    std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(random));
+    tmp = base + suffix;
     armed = arm_pending(tmp);
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode);
-    struct stat st {};
-    if (fd < 0 && errno == EEXIST && ::lstat(tmp.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        st.st_uid == ::geteuid() && ::unlink(tmp.c_str()) == 0)
-      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, mode);
     if (fd >= 0 || errno != EEXIST) return fd;
     disarm_pending(armed);
     armed = false;
@@ -354,7 +357,11 @@ bool write_replacing(const std::string& target, const struct stat* existing, con
     disarm_pending(armed);
     return false;
   }
-  if (existing != nullptr) (void)::fchmod(fd, existing->st_mode & 07777);  // keep the target's permissions
+  // Keep the target's permissions when it is this user's own file with no
+  // other name: a hard link planted in a shared directory (another user's
+  // file, or one of ours linked there) must not hand its mode to the report.
+  if (existing != nullptr && existing->st_uid == ::geteuid() && existing->st_nlink == 1)
+    (void)::fchmod(fd, existing->st_mode & 0777);
   int err = write_all(fd, data, size, 1000);
   if (err == 0 && durable && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;

@@ -2,6 +2,7 @@
 #include "core/env.hpp"
 
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -276,6 +277,12 @@ std::string process_output_path(const std::string& out, const std::string& defau
   const bool has_pid = path.find("{pid}") != std::string::npos;
   expand(path, "{rank}", std::to_string(rank >= 0 ? rank : 0));
   expand(path, "{pid}", std::to_string(child_pid > 0 ? child_pid : static_cast<long>(getpid())));
+  // A stream the user named (/dev/stdout, /dev/fd/3, a FIFO) is each
+  // process' own: it takes no tag (/dev/stdout.rank1 is nobody's terminal).
+  struct stat st {};
+  if (path.rfind("/dev/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0 ||
+      (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)))
+    return path;
   std::string tags;
   if (rank >= 0 && !has_rank && (out.empty() || world_size > 1)) tags += ".rank" + std::to_string(rank);
   if (child_pid > 0 && !has_pid) tags += ".pid" + std::to_string(child_pid);

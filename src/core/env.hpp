@@ -107,7 +107,8 @@ std::string resolve_report_path(const std::string& out, int rank);
 // share one file, so a multi-rank run (rank known, world_size > 1) whose path
 // lacks {rank} gets ".rank<N>" before the extension, and a forked child
 // (child_pid > 0) whose path lacks {pid} gets ".pid<N>"; `note` then says so
-// (else it is left empty).
+// (else it is left empty). A stream (/dev/..., /proc/self/fd/N, an existing
+// FIFO, socket or device) is kept as it is.
 std::string process_output_path(const std::string& out, const std::string& default_name, int rank, int world_size,
                                 long child_pid, std::string& note);
 // "dir/report.json" + ".pid7" -> "dir/report.pid7.json": the tag before the

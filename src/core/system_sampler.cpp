@@ -1,6 +1,7 @@
 #include "core/system_sampler.hpp"
 
 #include <stepscope/clock.hpp>
+#include <stepscope/ring.hpp>
 
 #include <fcntl.h>
 #include <sched.h>
@@ -155,11 +156,12 @@ void SystemSampler::start(std::int64_t now_ns) {
   page_fault_us_ = measure_page_fault_us();
 }
 
-std::uint64_t SystemSampler::runqueue_ns(const ThreadFile& t) const {
+SystemSampler::Sched SystemSampler::sched(const ThreadFile& t) const {
   char buf[256];
   unsigned long long run = 0, wait = 0;
-  if (read_fd(t.schedstat_fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%llu %llu", &run, &wait) == 2) return wait;
-  return t.runqueue_window_end_ns;  // unreadable (the thread exited): what was read last
+  if (read_fd(t.schedstat_fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%llu %llu", &run, &wait) == 2)
+    return {std::max<std::uint64_t>(run, t.window_end.run_ns), std::max<std::uint64_t>(wait, t.window_end.wait_ns)};
+  return t.window_end;
 }
 
 void SystemSampler::mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening) {
@@ -167,9 +169,8 @@ void SystemSampler::mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t m
   mark.ns = now_ns;
   mark.measured = measured;
   for (auto& t : threads_) {
-    const std::uint64_t wait = std::max(runqueue_ns(t), t.runqueue_window_end_ns);
-    if (opening) t.runqueue_window_start_ns = wait;
-    t.runqueue_window_end_ns = wait;
+    t.window_end = sched(t);
+    if (opening) t.window_start = t.window_end;
   }
 }
 
@@ -181,12 +182,11 @@ SystemSampler::ThreadFile* SystemSampler::thread_file(std::int64_t tid) {
   ThreadFile t{tid,
                ::open((base + "/stat").c_str(), O_RDONLY | O_CLOEXEC),
                ::open((base + "/schedstat").c_str(), O_RDONLY | O_CLOEXEC),
-               0,
-               0,
-               0};
-  t.runqueue_start_ns = runqueue_ns(t);
-  // A thread first seen inside the window: its wait counts from now.
-  t.runqueue_window_start_ns = t.runqueue_window_end_ns = t.runqueue_start_ns;
+               {},
+               {},
+               {}};
+  // A thread first seen inside the window: its times count from now.
+  t.start = t.window_start = t.window_end = sched(t);
   threads_.push_back(t);
   return &threads_.back();
 }
@@ -198,13 +198,14 @@ void SystemSampler::sample(const std::vector<ThreadSample>& step_threads, StepPr
   if (rss_mb_ > rss_peak_mb_) rss_peak_mb_ = rss_mb_;
   char buf[1024];
   for (const auto& s : step_threads) {
-    if (s.kind >= kind_samples_.size()) continue;  // not in a phase: nothing to attribute
+    const std::size_t slot = s.kind == kInStepNoPhase ? kInStep : s.kind;
+    if (slot > kInStep) continue;  // outside every step: nothing to attribute
     ThreadFile* f = thread_file(s.tid);
     if (f == nullptr || read_fd(f->stat_fd, buf, sizeof buf) == 0) continue;
     const char state = stat_state(buf);
-    ++kind_samples_[s.kind];
-    if (state == 'R') ++kind_running_[s.kind];
-    if (state == 'D') ++kind_disk_[s.kind];
+    ++kind_samples_[slot];
+    if (state == 'R') ++kind_running_[slot];
+    if (state == 'D') ++kind_disk_[slot];
   }
   if (progress.warmup_over && !window_closed_) {
     const auto now = static_cast<std::int64_t>(monotonic_ns());
@@ -277,10 +278,15 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_
   if (a.machine_busy_s >= 0 && b.machine_busy_s >= a.machine_busy_s)
     out.other_processes_cpu_s =
         std::max(0.0, (b.machine_busy_s - a.machine_busy_s) * scale - (out.cpu_user_s + out.cpu_system_s));
+  // Time on a CPU is measured when every step thread's schedstat could be read.
+  const bool all_read = !threads_.empty() && std::all_of(threads_.begin(), threads_.end(),
+                                                         [](const ThreadFile& t) { return t.schedstat_fd >= 0; });
+  if (all_read) out.step_threads_on_cpu_s = 0;
   for (auto& t : threads_) {
-    const std::uint64_t begin = windowed ? t.runqueue_window_start_ns : t.runqueue_start_ns;
-    const std::uint64_t end = windowed ? t.runqueue_window_end_ns : std::max(runqueue_ns(t), t.runqueue_window_end_ns);
-    if (end >= begin) out.runqueue_wait_s += static_cast<double>(end - begin) * 1e-9 * scale;
+    const Sched begin = windowed ? t.window_start : t.start;
+    const Sched end = windowed ? t.window_end : sched(t);
+    out.runqueue_wait_s += static_cast<double>(end.wait_ns - begin.wait_ns) * 1e-9 * scale;
+    if (all_read) out.step_threads_on_cpu_s += static_cast<double>(end.run_ns - begin.run_ns) * 1e-9 * scale;
   }
   out.page_fault_us = page_fault_us_;
   out.rss_start_mb = rss_start_mb_;
@@ -294,6 +300,9 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_
   }
   if (kind_samples_[co] >= 10)
     out.compute_on_cpu_fraction = static_cast<double>(kind_running_[co]) / static_cast<double>(kind_samples_[co]);
+  if (kind_samples_[kInStep] >= 10)
+    out.unattributed_on_cpu_fraction =
+        static_cast<double>(kind_running_[kInStep]) / static_cast<double>(kind_samples_[kInStep]);
   out.input_samples = kind_samples_[in];
   out.samples = samples_;
   out.sampling_cost_ms = static_cast<double>(cost_ns_) * 1e-6;

@@ -33,7 +33,7 @@ class SystemSampler {
   ~SystemSampler();
 
   void start(std::int64_t now_ns);
-  // kind: PhaseKind as a byte, 0xff when the thread is in no phase.
+  // kind: ThreadRing::current_kind (a PhaseKind, kInStepNoPhase or kNoPhase).
   struct ThreadSample {
     std::int64_t tid;
     std::uint8_t kind;
@@ -67,13 +67,17 @@ class SystemSampler {
     double load_average = -1;
     double machine_busy_s = -1;
   };
+  // A thread's schedstat: time on a CPU and time runnable but waiting for one (ns).
+  struct Sched {
+    std::uint64_t run_ns = 0, wait_ns = 0;
+  };
   struct ThreadFile {
     std::int64_t tid;
     int stat_fd;
     int schedstat_fd;
-    std::uint64_t runqueue_start_ns;
-    // Runqueue wait at the window's open and at its last boundary (ns).
-    std::uint64_t runqueue_window_start_ns, runqueue_window_end_ns;
+    Sched start;
+    // At the window's open and at its last boundary.
+    Sched window_start, window_end;
   };
   // A reading of the process counters at one instant.
   struct Mark {
@@ -83,7 +87,8 @@ class SystemSampler {
   };
   Totals read_totals() const;
   void read_machine(Totals& t) const;
-  std::uint64_t runqueue_ns(const ThreadFile& t) const;
+  // Now, never below the last reading (the last reading when unreadable: the thread exited).
+  Sched sched(const ThreadFile& t) const;
   void mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening);
   ThreadFile* thread_file(std::int64_t tid);
   double read_rss_mb();
@@ -94,8 +99,10 @@ class SystemSampler {
   int statm_fd_ = -1;
   double rss_mb_ = 0, rss_start_mb_ = 0, rss_peak_mb_ = 0;
   std::vector<ThreadFile> threads_;
-  // [kind 0..4]: samples, samples on CPU (state R), samples in state D.
-  std::array<std::uint64_t, 5> kind_samples_{}, kind_running_{}, kind_disk_{};
+  // [kind 0..4, then kInStep: in a step outside its phases]: samples,
+  // samples on CPU (state R), samples in state D.
+  static constexpr std::size_t kInStep = 5;
+  std::array<std::uint64_t, kInStep + 1> kind_samples_{}, kind_running_{}, kind_disk_{};
   std::uint64_t samples_ = 0;
   // The measured steps' window (collector thread only).
   bool window_open_ = false, window_closed_ = false;

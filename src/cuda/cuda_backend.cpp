@@ -463,7 +463,7 @@ class CudaBackend final : public DeviceBackend {
     } else {
       // Hook without the call site: name the range after the scope's kind.
       const ThreadState& ts = t_thread_state;
-      const std::uint8_t kind = ts.ring != nullptr ? ts.ring->current_kind.load(std::memory_order_relaxed) : 0xff;
+      const std::uint8_t kind = ts.ring != nullptr ? ts.ring->current_kind.load(std::memory_order_relaxed) : kNoPhase;
       a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
       a.message.registered = kind_names_[kind < kPhaseKindCount ? kind : kPhaseKindCount];
     }

@@ -1109,8 +1109,8 @@ class FastScanner {
       }
     };
     return array([this] {
-      if (*p_ != '{') return skip_value(2);  // junk entries are tolerated
-      builder_.begin_device();
+      // Junk entries are tolerated; past kMaxDevices, entries are skipped.
+      if (*p_ != '{' || !builder_.begin_device()) return skip_value(2);
       return object(Member{*this});
     });
   }

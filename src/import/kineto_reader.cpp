@@ -262,8 +262,7 @@ class KinetoSax {
         skip_depth_ = 1;
         return true;
       case Context::devices:
-        if (is_object) {
-          builder_.begin_device();
+        if (is_object && builder_.begin_device()) {
           stack_.push_back(Context::device);
         } else {
           skip_depth_ = 1;

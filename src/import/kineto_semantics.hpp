@@ -550,7 +550,14 @@ class TraceBuilder {
     return true;
   }
 
-  void begin_device() { meta_.devices.emplace_back(); }
+  // One deviceProperties entry; false past the first kMaxDevices (a machine
+  // has a few; a huge or endless array must not grow memory without bound).
+  static constexpr std::size_t kMaxDevices = 1024;
+  bool begin_device() {
+    if (meta_.devices.size() >= kMaxDevices) return false;
+    meta_.devices.emplace_back();
+    return true;
+  }
 
   // A scalar inside one deviceProperties entry.
   void device_scalar(Key key, const Scalar& s) {

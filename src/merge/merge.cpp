@@ -633,6 +633,8 @@ void fill_job_system_and_device(JobMerge& jm) {
   job.system.available = false;
   job.system.input_on_cpu_fraction = -1;
   job.system.compute_on_cpu_fraction = -1;
+  job.system.unattributed_on_cpu_fraction = -1;
+  job.system.step_threads_on_cpu_s = -1;
   job.system.input_disk_wait_fraction = -1;
   for (const RankFacts& f : ranks) {
     const SystemSignals& s = f.report->system;

@@ -89,13 +89,14 @@ std::string finish_and_gather(MPI_Comm comm, const std::string& merged_path, int
     const detail::Settings settings = detail::run_settings();
     std::string path = merged_path;
     if (path.empty()) path = settings.merged_out.empty() ? "stepscope-report.merged.json" : settings.merged_out;
-    if (!write_report_file(job, path, error)) {
+    const std::string written = write_job_report(job, path, error);
+    if (written.empty()) {
       std::fprintf(stderr, "stepscope: warning: cannot write the merged report to '%s': %s\n", path.c_str(),
                    error.c_str());
       return "";
     }
-    if (!settings.quiet) std::fputs(format_job_written(job, path).c_str(), stderr);
-    return path;
+    if (!settings.quiet) std::fputs(format_job_written(job, written).c_str(), stderr);
+    return written;
   } catch (...) {
     std::fputs("stepscope: warning: gathering the ranks' reports failed\n", stderr);
     return "";

@@ -574,11 +574,13 @@ void fields(V& v, SystemSignals& s) {
   v("write_bytes", s.write_bytes);
   v("io_wait_s", s.io_wait_s);
   v("runqueue_wait_s", s.runqueue_wait_s);
+  v.fraction("step_threads_on_cpu_s", s.step_threads_on_cpu_s);
   v("rss_start_mb", s.rss_start_mb);
   v("rss_peak_mb", s.rss_peak_mb);
   v("rss_end_mb", s.rss_end_mb);
   v.fraction("input_on_cpu_fraction", s.input_on_cpu_fraction);
   v.fraction("compute_on_cpu_fraction", s.compute_on_cpu_fraction);
+  v.fraction("unattributed_on_cpu_fraction", s.unattributed_on_cpu_fraction);
   v.fraction("input_disk_wait_fraction", s.input_disk_wait_fraction);
   v("input_samples", s.input_samples);
   v("samples", s.samples);

@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <string>
+#include <string_view>
 
 namespace stepscope {
 inline namespace v1 {
@@ -30,6 +32,24 @@ std::string upper(std::string s) {
   return s;
 }
 
+// A host-clocked what-if projects a part with the CPU wait and page faults
+// measured in it (a thread with less to do waits less), while its breakdown
+// row is net of them: say so where the two differ, else "unattributed free:
+// -89%" stands beside an unattributed row of 33%.
+std::string carved_included(const WhatIf& x, const StepBreakdown& b) {
+  if (b.wall_ms <= 0 || (b.cpu_wait_ms <= 0 && b.page_fault_ms <= 0)) return "";
+  double row = -1;
+  if (x.target == "unattributed") row = b.unattributed_ms;
+  for (PhaseKind k : kPhaseKinds)
+    if (x.target == std::string("kind:") + phase_kind_name(k)) row = b.kind_ms[k];
+  if (row < 0 || x.share - row / b.wall_ms < 0.01) return "";
+  const char* carved = b.cpu_wait_ms > 0 && b.page_fault_ms > 0 ? "the CPU wait and page faults"
+                       : b.cpu_wait_ms > 0                      ? "the CPU wait"
+                                                                : "the page faults";
+  return fmt::format("; {:.0f}% of the step measured there, {} in it included, which the breakdown shows apart",
+                     100 * x.share, carved);
+}
+
 }  // namespace
 
 std::string format_summary(const Report& r) {
@@ -41,6 +61,8 @@ std::string format_summary(const Report& r) {
   const auto& w = r.steps.wall_ms;
   std::string who = r.run.rank >= 0 ? fmt::format(" rank {}/{}", r.run.rank, r.run.world_size) : "";
   line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
+  // The settled accounting: the same numbers as the verdict sentence and ranking.
+  const StepBreakdown breakdown = settled_breakdown(r);
   for (const std::string& note : detail::run_ending_notes(r)) line(note);
   if (r.steps.count > 0) {
     // One step time for the header, the breakdown, the what-ifs and diff: the
@@ -68,8 +90,7 @@ std::string format_summary(const Report& r) {
           fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
                       "({:.1f} ms, what ran after the loop included)",
                       r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
-    // The settled accounting: the same numbers as the verdict sentence and ranking.
-    const StepBreakdown b = settled_breakdown(r);
+    const StepBreakdown& b = breakdown;
     line(device ? "step breakdown (critical path on the device timeline, mean per step):"
                 : "step breakdown (critical path, mean per step):");
     auto part_line = [&](const char* name, double ms) {
@@ -140,9 +161,9 @@ std::string format_summary(const Report& r) {
                        x.speedup == 0 ? std::string("free") : fmt::format("{:g}x faster", x.speedup), x.note));
       continue;
     }
-    line(fmt::format("  what if {} were {}: step {:.3f} -> {:.3f} ms ({:+.1f}%)", x.target,
+    line(fmt::format("  what if {} were {}: step {:.3f} -> {:.3f} ms ({:+.1f}%{})", x.target,
                      x.speedup == 0 ? std::string("free") : fmt::format("{:g}x faster", x.speedup), x.step_ms_now,
-                     x.step_ms_projected, x.step_change_pct));
+                     x.step_ms_projected, x.step_change_pct, carved_included(x, breakdown)));
   }
   for (const auto& f : r.findings) line(fmt::format("  finding [{}] {}", f.severity, f.message));
   if (r.dropped_records > 0)
@@ -163,7 +184,11 @@ std::string format_summary(const Report& r) {
                            r.system.collector_cpu_ms, over));
   }
   for (const std::string& cost : self_cost_lines(r)) line("  stepscope itself: " + cost);
-  if (!r.device.status.empty() && r.device.status != "ok" && r.device.status != "unknown")
+  // A machine without a GPU (or a build or run without device timing) is said
+  // in the report only; a GPU whose timing failed is said here too.
+  static constexpr std::array<std::string_view, 7> kQuiet = {"",          "ok",        "unknown",      "disabled",
+                                                             "no_driver", "no_device", "no_cuda_build"};
+  if (std::find(kQuiet.begin(), kQuiet.end(), r.device.status) == kQuiet.end())
     line(fmt::format("  device timing: {} ({})", r.device.status, r.device.reason));
   return out;
 }

@@ -7,8 +7,10 @@
 
 #include "core/atomic_file.hpp"
 #include "core/collector.hpp"
+#include "core/env.hpp"
 
 #include <stepscope/clock.hpp>
+#include <stepscope/phase.hpp>
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -392,11 +394,25 @@ void observe_signal_handlers() noexcept {
   }
 }
 
+void say_nothing_was_recorded(const char* how) noexcept {
+  bool quiet = false;
+  if (const char* v = std::getenv("STEPSCOPE_QUIET"); v != nullptr) (void)parse_switch(v, quiet);
+  if (!quiet)
+    std::fprintf(stderr, "stepscope: no report: the program ended%s before its first step; nothing was recorded\n",
+                 how);
+}
+
 void on_terminate() noexcept {
   static std::atomic<bool> entered{false};
   if (!entered.exchange(true)) {
-    note_current_exception();
-    request_final_report(kTerminateEnding);
+    if (g_mode.load() == kModeUninitialised) {
+      // Installed by the program's first use of the API (note_api_use), its
+      // first scope never came: no collector to ask for a report.
+      say_nothing_was_recorded(" by an uncaught exception");
+    } else {
+      note_current_exception();
+      request_final_report(kTerminateEnding);
+    }
   }
   if (const std::terminate_handler previous = g_previous_terminate.load();
       previous != nullptr && previous != on_terminate)

@@ -6,6 +6,7 @@
 #include "core/env.hpp"
 #include "text/printable.hpp"
 
+#include <stepscope/merge.hpp>
 #include <stepscope/report.hpp>
 
 #include <fmt/format.h>
@@ -134,12 +135,18 @@ bool ReportFile::write(const std::string& wanted, Report& report, bool durable, 
     if (!ours && modified >= started_ns_) {
       moved_to_ = with_file_tag(wanted, ".pid" + std::to_string(static_cast<long>(::getpid())));
       written = moved_to_;
-      moved_note_ = "'" + wanted +
-                    "' holds the report of another process that ran at the same time as this one (written " +
-                    fmt::format("{:.1f}", static_cast<double>(realtime_ns() - modified) / 1e9) +
-                    " s ago; no rank tells the two apart: set RANK and WORLD_SIZE, call set_rank(), or put {pid} in "
-                    "STEPSCOPE_OUT); this process writes '" +
-                    moved_to_ + "' instead of replacing it";
+      // Whose report it is, and what would have told the two apart.
+      const char* whose = report.ranks           ? "the job report of another job"
+                          : report.run.rank >= 0 ? "the report of another process of the same rank (another job)"
+                                                 : "the report of another process";
+      const char* advice = report.ranks           ? "put {pid} or the job's name in STEPSCOPE_MERGED_OUT"
+                           : report.run.rank >= 0 ? "put {pid} or the job's name in STEPSCOPE_OUT"
+                                                  : "no rank tells the two apart: set RANK and WORLD_SIZE, call "
+                                                    "set_rank(), or put {pid} in STEPSCOPE_OUT";
+      moved_note_ = fmt::format(
+          "'{}' holds {} that ran at the same time as this one (written {:.1f} s ago; {}); this process writes '{}' "
+          "instead of replacing it",
+          wanted, whose, static_cast<double>(realtime_ns() - modified) / 1e9, advice, moved_to_);
       moved_note_ = printable(moved_note_, kMaxWarningChars);
       std::fprintf(stderr, "stepscope: warning: %s\n", moved_note_.c_str());
       report.warnings.push_back(moved_note_);
@@ -244,5 +251,17 @@ std::map<std::string, std::string> build_options() {
 }
 
 }  // namespace detail
+
+std::string write_job_report(Report& job, const std::string& path, std::string& error) noexcept {
+  try {
+    detail::ReportFile file;
+    std::string written;
+    return file.write(path, job, /*durable=*/true, written, error) ? written : "";
+  } catch (const std::exception& e) {
+    error = e.what();
+    return "";
+  }
+}
+
 }  // namespace v1
 }  // namespace stepscope

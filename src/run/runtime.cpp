@@ -691,6 +691,21 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
 
 }  // namespace
 
+// The program's first call of set_config or set_rank: before its first
+// scope, a std::terminate must not pass in silence (see on_terminate), and an
+// exit says that nothing was recorded (finish_run).
+namespace {
+std::atomic<bool> g_api_used{false};
+}  // namespace
+
+void note_api_use() noexcept {
+  if (g_api_used.exchange(true)) return;
+  const EarlySettings early = read_early_settings();
+  if (!early.enabled || !early.signals || g_mode.load() != kModeUninitialised) return;
+  const std::terminate_handler previous = std::set_terminate(on_terminate);
+  if (previous != on_terminate && g_previous_terminate.load() == nullptr) g_previous_terminate.store(previous);
+}
+
 std::string finish_run(const char* ended_by) noexcept {
   try {
     auto& rt = runtime();
@@ -725,8 +740,9 @@ std::string finish_run(const char* ended_by) noexcept {
     close_next_step(t_thread_state);
     // Scopes opened from now on do not record; scopes already open still
     // push into their rings, which nobody drains any more (harmless).
-    g_mode.store(kModeDisabled, std::memory_order_release);
+    const bool never_started = g_mode.exchange(kModeDisabled, std::memory_order_acq_rel) == kModeUninitialised;
     if (!wait_until_ready(rt, lock)) {
+      if (never_started && g_api_used.load()) say_nothing_was_recorded("");
       if (rt.thread_started && !rt.thread_joined) {
         pthread_join(rt.thread, nullptr);
         rt.thread_joined = true;
@@ -752,6 +768,7 @@ std::string finish_run(const char* ended_by) noexcept {
 }  // namespace detail
 
 void set_config(const std::string& key, const std::string& value) noexcept {
+  detail::note_api_use();
   try {
     auto& rt = detail::runtime();
     std::lock_guard<std::mutex> lock(rt.mutex);
@@ -775,6 +792,7 @@ void set_config(const std::string& key, const char* value) noexcept {
 }
 
 void set_config(const std::string& key, double value) noexcept {
+  detail::note_api_use();
   try {
     auto& rt = detail::runtime();
     std::lock_guard<std::mutex> lock(rt.mutex);
@@ -787,6 +805,7 @@ void set_config(const std::string& key, double value) noexcept {
 }
 
 void set_rank(int rank, int world_size) noexcept {
+  detail::note_api_use();
   auto& rt = detail::runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
   rt.rank = rank;

@@ -830,6 +830,47 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     CHECK(b.unattributed_ms == Approx(93 * 0.9));
     CHECK(ranked_cost(r.bottleneck, "compute") == Approx(b.kind_ms[PhaseKind::compute] / b.wall_ms));
   }
+  SECTION("time in no phase that the sampler found asleep takes no CPU wait") {
+    // PyTorch's word_language_model with time.sleep(0.01) per step on a busy
+    // machine read "unattributed 6.3 ms": less than the sleep alone, the CPU
+    // wait carved out of a sleep. Sampled asleep, it keeps its time.
+    Shares s;
+    s.compute = 0.60;
+    s.unattributed = 0.40;
+    Report r = host_report(s);
+    r.system.runqueue_wait_s = 0.10 * r.system.wall_s;
+    r.system.compute_on_cpu_fraction = 1.0;
+    r.system.unattributed_on_cpu_fraction = 0.0;  // asleep in every sample
+    analyze(r);
+    const StepBreakdown b = settled_breakdown(r);
+    CHECK(b.cpu_wait_ms == Approx(10));
+    CHECK(b.unattributed_ms == Approx(40));
+    CHECK(b.kind_ms[PhaseKind::compute] == Approx(50));
+    // Half asleep: half of it could wait, in proportion with the compute.
+    r = host_report(s);
+    r.system.runqueue_wait_s = 0.10 * r.system.wall_s;
+    r.system.compute_on_cpu_fraction = 1.0;
+    r.system.unattributed_on_cpu_fraction = 0.5;
+    analyze(r);
+    const StepBreakdown half = settled_breakdown(r);
+    CHECK(half.unattributed_ms == Approx(40 - 10 * 20.0 / 80.0));
+    CHECK(half.kind_ms[PhaseKind::compute] == Approx(60 - 10 * 60.0 / 80.0));
+    // Too few samples for any fraction (a short run), but the thread's
+    // schedstat says it ran 50% of the wall and waited 10%: 40% asleep,
+    // placed in the time in no phase before the compute.
+    r = host_report(s);
+    r.system.runqueue_wait_s = 0.10 * r.system.wall_s;
+    r.system.step_threads_on_cpu_s = 0.50 * r.system.wall_s;
+    analyze(r);
+    const StepBreakdown sched = settled_breakdown(r);
+    CHECK(sched.cpu_wait_ms == Approx(10));
+    CHECK(sched.unattributed_ms == Approx(40));
+    CHECK(sched.kind_ms[PhaseKind::compute] == Approx(50));
+    // Asleep 10% of the wall: the rest of the time in no phase waits in proportion.
+    r.system.step_threads_on_cpu_s = 0.80 * r.system.wall_s;
+    analyze(r);
+    CHECK(settled_breakdown(r).unattributed_ms == Approx(40 - 10 * 30.0 / 90.0));
+  }
   SECTION("a scheduling verdict with nothing outside phases does not cite it") {
     Shares s;
     s.compute = 0.95;

@@ -1,6 +1,12 @@
 // Environment settings: defaults, bad values (one warning, safe default),
 // rank detection, report paths.
 #include "core/env.hpp"
+#include "core/atomic_file.hpp"
+
+#include "common/files.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -142,6 +148,16 @@ TEST_CASE("process output paths: ranks and forked children never share a file", 
   // A child, no {pid}.
   REQUIRE(process_output_path("report.json", "", -1, 1, 42, note) == "report.pid42.json");
   REQUIRE(note.find("{pid}") != std::string::npos);
+  // A stream is each process' own: no tag (/dev/stdout.rank1 is nobody's terminal).
+  for (const char* stream : {"/dev/stdout", "/dev/stderr", "/dev/fd/3", "/proc/self/fd/1"}) {
+    REQUIRE(process_output_path(stream, "", 1, 4, 0, note) == stream);
+    REQUIRE(process_output_path(stream, "", -1, 1, 42, note) == stream);
+    REQUIRE(note.empty());
+  }
+  stepscope_test::TempDir dir;
+  const std::string fifo = dir.path + "/reports";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE(process_output_path(fifo, "", 1, 4, 0, note) == fifo);
 }
 
 TEST_CASE("one switch parser for every variable: any case, yes/no, on/off, true/false, 1/0", "[env]") {
@@ -188,4 +204,40 @@ TEST_CASE("a warning quotes at most a bounded part of a bad value", "[env]") {
   REQUIRE(w.size() == 1);
   CHECK(w[0].size() < 300);
   CHECK(w[0].find("(100000 bytes)") != std::string::npos);
+}
+
+TEST_CASE("a replaced report keeps its own mode, never a hard link's, and its temporary names are not predictable",
+          "[env][files]") {
+  stepscope_test::TempDir dir;
+  const std::string own = dir.path + "/own.json", linked = dir.path + "/linked.json", other = dir.path + "/victim";
+  std::string error;
+  const auto mode_of = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
+  };
+  // The user's own file, one name: its mode stays (0640 here).
+  stepscope_test::spit(own, "old");
+  REQUIRE(::chmod(own.c_str(), 0640) == 0);
+  REQUIRE(write_file_atomically(own, std::string("new"), error));
+  CHECK(stepscope_test::slurp(own) == "new");
+  CHECK(mode_of(own) == 0640);
+  // A name that is a second link to another file (0666: anyone may write it):
+  // the report is a new file of the default mode, the other file untouched.
+  stepscope_test::spit(other, "theirs");
+  REQUIRE(::chmod(other.c_str(), 0666) == 0);
+  REQUIRE(::link(other.c_str(), linked.c_str()) == 0);
+  const mode_t mask = ::umask(022);
+  REQUIRE(write_file_atomically(linked, std::string("report"), error));
+  ::umask(mask);
+  CHECK(stepscope_test::slurp(linked) == "report");
+  CHECK(stepscope_test::slurp(other) == "theirs");
+  CHECK(mode_of(linked) == 0644);
+  // Names planted in advance for this pid do not stop the write.
+  for (int i = 0; i < 8; ++i) {
+    const std::string planted =
+        own + ".stepscope-tmp." + std::to_string(::getpid()) + (i ? "." + std::to_string(i) : "");
+    stepscope_test::spit(planted, "");
+  }
+  REQUIRE(write_file_atomically(own, std::string("again"), error));
+  CHECK(stepscope_test::slurp(own) == "again");
 }

@@ -233,6 +233,14 @@ int throw_after(int ms) {
   throw std::runtime_error("CUDA out of memory. Tried to allocate 2.00 GiB\n(second line, not kept)");
 }
 
+// A program that sets its configuration, then fails before its first step
+// (PyTorch's MNIST example run from the wrong folder: the dataset throws).
+int early_end(const std::string& how) {
+  stepscope::set_config("batch_size", 64);
+  if (how == "throw") throw std::runtime_error("Error opening images file at ./data/train-images-idx3-ubyte");
+  return how == "exit" ? 3 : 0;
+}
+
 int throw_from_thread(int ms) {
   std::thread worker([ms] {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -421,6 +429,7 @@ int main(int argc, char** argv) {
   if (mode == "burst") return burst(n);
   if (mode == "fork-early") return fork_early(n);
   if (mode == "throw") return throw_after(n);
+  if (mode == "early-end") return early_end(argc > 2 ? argv[2] : "exit");
   if (mode == "throw-thread") return throw_from_thread(n);
   if (mode == "terminate") return terminate_after(n);
   if (mode == "own-terminate") return own_terminate(n);

@@ -1,6 +1,7 @@
 // The run time end to end, each case in its own process (tests/core/probe.cpp):
 // report fields for a known workload, STEPSCOPE=0, bad environment values,
 // an unwritable output path, {rank}, thread exit, fork.
+#include <stepscope/merge.hpp>
 #include <stepscope/report.hpp>
 
 #include "common/files.hpp"
@@ -8,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -213,6 +215,45 @@ TEST_CASE("processes that no rank tells apart keep a report each; a rerun replac
   CHECK(rerun.run.pid != first.run.pid);
   CHECK_FALSE(says_moved(rerun));
   CHECK(slurp(dir.path + "/stderr.txt").empty());
+}
+
+TEST_CASE("two jobs in one directory: the second's ranks and job report are told apart", "[runtime]") {
+  // Each job's rank 0 wants ./stepscope-report.rank0.json; the rank is set,
+  // so the advice is a per-job name, not a rank.
+  TempDir dir;
+  const std::string probe = std::string("'") + STEPSCOPE_PROBE + "'";
+  const std::string both = "cd '" + dir.path +
+                           "' && export STEPSCOPE_QUIET=1 STEPSCOPE_SNAPSHOT_S=0.1 RANK=0 WORLD_SIZE=2 && (" + probe +
+                           " workload 300 2>a.err & " + probe + " workload 300 2>b.err; wait)";
+  REQUIRE(std::system(both.c_str()) == 0);
+  const std::string err = slurp(dir.path + "/a.err") + slurp(dir.path + "/b.err");
+  INFO(err);
+  CHECK(err.find("holds the report of another process of the same rank (another job)") != std::string::npos);
+  CHECK(err.find("put {pid} or the job's name in STEPSCOPE_OUT") != std::string::npos);
+  CHECK(err.find("no rank tells") == std::string::npos);
+
+  // The job report: one another job wrote while this process ran stays.
+  const std::string merged = dir.path + "/stepscope-report.merged.json";
+  stepscope_test::spit(merged, "{\"theirs\": true}\n");
+  Report job;
+  job.ranks.emplace();
+  std::string error;
+  const std::string written = write_job_report(job, merged, error);
+  INFO(error);
+  CHECK(written == dir.path + "/stepscope-report.merged.pid" + std::to_string(::getpid()) + ".json");
+  CHECK(slurp(merged) == "{\"theirs\": true}\n");
+  REQUIRE(stepscope_test::exists(written));
+  REQUIRE_FALSE(job.warnings.empty());
+  CHECK(job.warnings.back().find("holds the job report of another job that ran at the same time") != std::string::npos);
+  CHECK(job.warnings.back().find("STEPSCOPE_MERGED_OUT") != std::string::npos);
+  // One from before this process started (an earlier run's) is replaced.
+  const timespec long_ago[2] = {{1'000'000'000, 0}, {1'000'000'000, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, merged.c_str(), long_ago, 0) == 0);
+  Report next;
+  next.ranks.emplace();
+  CHECK(write_job_report(next, merged, error) == merged);
+  CHECK(next.warnings.empty());
+  CHECK(slurp(merged).find("theirs") == std::string::npos);
 }
 
 TEST_CASE("threads that exit lose nothing they recorded", "[runtime][concurrency]") {

@@ -5,14 +5,19 @@
 #include "core/system_sampler.hpp"
 
 #include <stepscope/clock.hpp>
+#include <stepscope/ring.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 using stepscope::detail::SystemSampler;
@@ -101,4 +106,49 @@ TEST_CASE("system sampler: no tick inside the measured steps leaves the whole ru
   CHECK(out.window_steps == 0);
   CHECK(static_cast<double>(out.minor_faults) >= 4 * kPagesPerMib);
   CHECK(out.wall_s == Approx(out.run_wall_s));
+}
+
+TEST_CASE("system sampler: the step's time in no phase is sampled apart (a sleep there waits for no CPU)",
+          "[core][system]") {
+  // Two threads inside a step, in none of its phases: one sleeps (a
+  // time.sleep in a loop body), one spins (the loop's own Python code).
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> sleeper_tid{0}, spinner_tid{0};
+  std::thread sleeper([&] {
+    sleeper_tid = static_cast<std::int64_t>(::syscall(SYS_gettid));
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  });
+  std::thread spinner([&] {
+    spinner_tid = static_cast<std::int64_t>(::syscall(SYS_gettid));
+    while (!stop) {
+    }
+  });
+  while (sleeper_tid == 0 || spinner_tid == 0) std::this_thread::yield();
+  auto fraction = [&](std::int64_t tid, std::uint8_t kind) {
+    SystemSampler s;
+    s.start(now_ns());
+    for (std::uint64_t i = 0; i < 20; ++i) {
+      s.sample({{tid, kind}}, {true, i});
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return s.finish(now_ns(), 20);
+  };
+  const stepscope::SystemSignals asleep = fraction(sleeper_tid, stepscope::detail::kInStepNoPhase);
+  const stepscope::SystemSignals spinning = fraction(spinner_tid, stepscope::detail::kInStepNoPhase);
+  // Outside every step: nothing to attribute.
+  const stepscope::SystemSignals outside = fraction(spinner_tid, stepscope::detail::kNoPhase);
+  stop = true;
+  sleeper.join();
+  spinner.join();
+  REQUIRE(asleep.available);
+  CHECK(asleep.unattributed_on_cpu_fraction >= 0);
+  CHECK(asleep.unattributed_on_cpu_fraction < 0.2);
+  CHECK(spinning.unattributed_on_cpu_fraction > 0.8);  // running or runnable: state R either way
+  CHECK(spinning.compute_on_cpu_fraction < 0);         // no phase of any kind was sampled
+  CHECK(outside.unattributed_on_cpu_fraction < 0);
+  // The threads' schedstat: the sleeper ran almost never; the spinner was
+  // running or waiting for a CPU the whole window (beside busy loops too).
+  CHECK(asleep.step_threads_on_cpu_s >= 0);
+  CHECK(asleep.step_threads_on_cpu_s + asleep.runqueue_wait_s < 0.2 * asleep.wall_s);
+  CHECK(spinning.step_threads_on_cpu_s + spinning.runqueue_wait_s > 0.8 * spinning.wall_s);
 }

@@ -240,6 +240,37 @@ TEST_CASE("an uncaught exception writes the final report with the exception, and
   }
 }
 
+TEST_CASE("a program that ends before its first step is told that nothing was recorded", "[faults][terminate]") {
+  SECTION("an uncaught exception: the line, then the abort as without stepscope") {
+    TempDir dir;
+    const int status = wait_exit(start_probe(dir, {"STEPSCOPE_QUIET=0"}, {"early-end", "throw"}));
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGABRT);
+    const std::string err = slurp(dir / "probe.err");
+    CHECK(err.find("stepscope: no report: the program ended by an uncaught exception before its first step; "
+                   "nothing was recorded") != std::string::npos);
+    CHECK(err.find("Error opening images file") != std::string::npos);  // the C++ runtime's own message still
+    CHECK(::access((dir / "stepscope-report.json").c_str(), F_OK) != 0);
+  }
+  SECTION("exit") {
+    TempDir dir;
+    const int status = wait_exit(start_probe(dir, {"STEPSCOPE_QUIET=0"}, {"early-end", "exit"}));
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 3);
+    CHECK(slurp(dir / "probe.err").find("stepscope: no report: the program ended before its first step") !=
+          std::string::npos);
+  }
+  SECTION("quiet, or stepscope off: nothing said") {
+    for (const char* env : {"STEPSCOPE_QUIET=1", "STEPSCOPE=0"}) {
+      TempDir dir;
+      INFO(env);
+      const int status = wait_exit(start_probe(dir, {env}, {"early-end", "exit"}));
+      REQUIRE(WIFEXITED(status));
+      CHECK(slurp(dir / "probe.err").find("stepscope:") == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("an application's own terminate handler still runs after the report", "[faults][terminate]") {
   TempDir dir;
   const int status = wait_exit(start_probe(dir, {"STEPSCOPE_SNAPSHOT_S=0"}, {"own-terminate", "200"}));
@@ -313,7 +344,7 @@ TEST_CASE("SIGKILL after a snapshot interval leaves a parseable, incomplete repo
   for (const auto& name : list_dir(dir.path)) {
     if (!contains(name, "tmp")) continue;
     ++temps;
-    CHECK(name == "stepscope-report.json.stepscope-tmp." + std::to_string(pid));
+    CHECK(name.rfind("stepscope-report.json.stepscope-tmp." + std::to_string(pid) + ".", 0) == 0);
   }
   CHECK(temps <= 1);
 }

@@ -257,3 +257,28 @@ TEST_CASE("max_json_bytes ends an input that never ends its JSON", "[import][lim
     }
   }
 }
+
+TEST_CASE("a huge deviceProperties array keeps its first devices, in bounded memory", "[import][memory][limits]") {
+  using stepscope::detail::KinetoParser;
+  // 300 000 device entries with long names: ~40 MB of devices if all were kept.
+  std::string json = R"({"deviceProperties": [)";
+  for (int i = 0; i < 300'000; ++i)
+    json += (i ? "," : "") + std::string(R"({"id": )") + std::to_string(i) + R"(, "name": ")" + std::string(100, 'G') +
+            R"(", "numSms": 132})";
+  json += R"(], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}]})";
+  const std::string compressed = gzip(json, Z_BEST_SPEED);
+  for (const KinetoParser parser : {KinetoParser::automatic, KinetoParser::exact}) {
+    stepscope::ImportOptions options;
+    options.max_in_memory_json_bytes = 0;  // streamed: what is kept, not the document, sets the peak
+    stepscope::ImportResult r;
+    const std::size_t peak =
+        peak_heap_of([&] { r = stepscope::detail::import_kineto_buffer_with(compressed, options, parser); });
+    INFO("parser " << static_cast<int>(parser) << ": peak heap " << peak << " (" << r.error << ")");
+    REQUIRE(r.ok);
+    REQUIRE(r.trace.devices.size() == 1024u);
+    CHECK(r.trace.devices.front().multiprocessor_count == 132);
+    CHECK(r.trace.devices.back().id == 1023);
+    CHECK(r.stats.events_seen == 1u);
+    CHECK(peak < (8u << 20));
+  }
+}

@@ -54,3 +54,19 @@ TEST_CASE("the summary says what collecting device activity cost the run", "[rep
   o.device_mode = "off";
   CHECK_FALSE(summary_has(r, "device activity (CUPTI)"));
 }
+
+TEST_CASE("the summary names device timing only where a GPU's timing failed", "[report]") {
+  Report r;
+  r.device.reason = "why";
+  // No GPU here, or device timing not wanted: the report says so, the summary does not.
+  for (const char* quiet : {"no_driver", "no_device", "no_cuda_build", "disabled", "ok", "unknown"}) {
+    r.device.status = quiet;
+    INFO(quiet);
+    CHECK_FALSE(summary_has(r, "device timing"));
+  }
+  for (const char* failed : {"driver_too_old", "cuda_error", "device_lost", "cupti_unavailable"}) {
+    r.device.status = failed;
+    INFO(failed);
+    CHECK(summary_has(r, std::string("  device timing: ") + failed + " (why)"));
+  }
+}
