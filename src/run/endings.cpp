@@ -406,8 +406,8 @@ void on_terminate() noexcept {
   static std::atomic<bool> entered{false};
   if (!entered.exchange(true)) {
     if (g_mode.load() == kModeUninitialised) {
-      // Installed by the program's first use of the API (note_api_use), its
-      // first scope never came: no collector to ask for a report.
+      // Installed when the library was loaded; the first scope never came:
+      // no collector to ask for a report.
       say_nothing_was_recorded(" by an uncaught exception");
     } else {
       note_current_exception();

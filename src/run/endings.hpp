@@ -90,10 +90,10 @@ void observe_signal_handlers() noexcept;
 void on_terminate() noexcept;
 extern std::atomic<std::terminate_handler> g_previous_terminate;
 
-// A program that used the API (set_config, set_rank) but ended before its
-// first scope: one line on stderr (unless STEPSCOPE_QUIET) that nothing was
-// recorded and why, instead of silence. `how`: "" or " by an uncaught
-// exception". No allocation.
+// A program that ended before its first scope (an exit after set_config or
+// set_rank; any uncaught exception): one line on stderr (unless
+// STEPSCOPE_QUIET) that nothing was recorded, instead of silence. `how`: ""
+// or " by an uncaught exception". No allocation.
 void say_nothing_was_recorded(const char* how) noexcept;
 
 // A forked child that records: the parent's endings are not its own.

@@ -285,6 +285,13 @@ struct LoadTimeRegistration {
     g_exit_key_ok = pthread_key_create(&g_exit_key, on_thread_exit) == 0;
     std::atexit(at_exit_handler);
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    // An uncaught exception before the first scope (a dataset not found)
+    // says that nothing was recorded (on_terminate), then ends as before.
+    const EarlySettings early = read_early_settings();
+    if (early.enabled && early.signals) {
+      const std::terminate_handler previous = std::set_terminate(on_terminate);
+      if (previous != on_terminate) g_previous_terminate.store(previous);
+    }
   }
 };
 const LoadTimeRegistration g_load_time_registration;
@@ -319,10 +326,11 @@ Collector* start_collector(Runtime& rt) {
     // install_signal_handlers ran in the first scope (initialise_runtime).
     if (settings.signals) {
       if (rt.frontend == "python") observe_signal_handlers();
-      if (g_previous_terminate.load() == nullptr) {
-        const std::terminate_handler previous = std::set_terminate(on_terminate);
-        if (previous != on_terminate) g_previous_terminate.store(previous);  // on_terminate: a forked child's
-      }
+      // In front of the handler the program has now (one it set after the
+      // load-time install replaced ours); on_terminate already: keep the one
+      // it calls.
+      const std::terminate_handler previous = std::set_terminate(on_terminate);
+      if (previous != on_terminate) g_previous_terminate.store(previous);
     }
   }
   // A forked child that records (STEPSCOPE_CHILDREN=1), a DataLoader worker
@@ -691,19 +699,14 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
 
 }  // namespace
 
-// The program's first call of set_config or set_rank: before its first
-// scope, a std::terminate must not pass in silence (see on_terminate), and an
-// exit says that nothing was recorded (finish_run).
+// The program's first call of set_config or set_rank: an exit before its
+// first scope says that nothing was recorded (finish_run). A process that
+// only links the library (the CLI, a test) says nothing.
 namespace {
 std::atomic<bool> g_api_used{false};
 }  // namespace
-
 void note_api_use() noexcept {
-  if (g_api_used.exchange(true)) return;
-  const EarlySettings early = read_early_settings();
-  if (!early.enabled || !early.signals || g_mode.load() != kModeUninitialised) return;
-  const std::terminate_handler previous = std::set_terminate(on_terminate);
-  if (previous != on_terminate && g_previous_terminate.load() == nullptr) g_previous_terminate.store(previous);
+  g_api_used.store(true, std::memory_order_relaxed);
 }
 
 std::string finish_run(const char* ended_by) noexcept {
@@ -742,7 +745,7 @@ std::string finish_run(const char* ended_by) noexcept {
     // push into their rings, which nobody drains any more (harmless).
     const bool never_started = g_mode.exchange(kModeDisabled, std::memory_order_acq_rel) == kModeUninitialised;
     if (!wait_until_ready(rt, lock)) {
-      if (never_started && g_api_used.load()) say_nothing_was_recorded("");
+      if (never_started && g_api_used.load() && read_early_settings().enabled) say_nothing_was_recorded("");
       if (rt.thread_started && !rt.thread_joined) {
         pthread_join(rt.thread, nullptr);
         rt.thread_joined = true;

@@ -241,9 +241,10 @@ TEST_CASE("an uncaught exception writes the final report with the exception, and
 }
 
 TEST_CASE("a program that ends before its first step is told that nothing was recorded", "[faults][terminate]") {
-  SECTION("an uncaught exception: the line, then the abort as without stepscope") {
+  SECTION("an uncaught exception, with or without a call of the API before: the line, then the abort as before") {
+    const std::string how = GENERATE(as<std::string>{}, "throw", "throw-bare");
     TempDir dir;
-    const int status = wait_exit(start_probe(dir, {"STEPSCOPE_QUIET=0"}, {"early-end", "throw"}));
+    const int status = wait_exit(start_probe(dir, {"STEPSCOPE_QUIET=0"}, {"early-end", how}));
     REQUIRE(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGABRT);
     const std::string err = slurp(dir / "probe.err");
