@@ -739,6 +739,12 @@ Verdict Classifier::run() {
       static_cast<double>(needed), ">=",
       fmt::format("{} measured step(s); at least {} are needed for a verdict{}.", report_.steps.count, needed,
                   device_.present ? " with a device timeline" : ""));
+  if (report_.steps.count == 0 && report_.steps.warmup_excluded == 0 && !report_.phases.empty())
+    return finish_unknown(
+        "Unknown: this process ran no steps; its phases are timed above, but a verdict is about a step.",
+        "Mark each iteration of the training loop (stepscope::steps(loader), STEPSCOPE_STEP(), next_step(); "
+        "stepscope.steps() in Python). A worker process (a DataLoader worker with STEPSCOPE_CHILDREN=1) runs no "
+        "steps: the verdict is in the report of the process that runs them.");
   if (report_.steps.count < needed || step_ms_ <= 0)
     return finish_unknown(
         fmt::format("Unknown: only {} measured step(s) (at least {} needed).", report_.steps.count, needed),

@@ -696,8 +696,8 @@ std::unique_ptr<DeviceBackend> make_device_backend(const DeviceSwitches& switche
   notice.clear();
   try {
     if (!switches.cuda) {
-      notice = "device timing off (STEPSCOPE_CUDA=0); host timing only";
-      return std::make_unique<cuda::FallbackBackend>("disabled", "device timing turned off by STEPSCOPE_CUDA=0");
+      notice = "device timing turned off by STEPSCOPE_CUDA; host timing only";
+      return std::make_unique<cuda::FallbackBackend>("disabled", "device timing turned off by STEPSCOPE_CUDA");
     }
     int devices = 0;
     auto [status, reason] = cuda::probe_cuda(devices);

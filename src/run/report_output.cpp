@@ -169,24 +169,36 @@ bool ReportFile::write(const std::string& wanted, Report& report, bool durable, 
   return true;
 }
 
-std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank) {
+std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank,
+                                       std::string& fallback) {
   std::string error, written;
-  if (file.write(path, report, /*durable=*/true, written, error)) return written;
+  if (file.write(path, report, /*durable=*/true, written, error)) {
+    if (!fallback.empty()) ::unlink(fallback.c_str());  // snapshots' refuge: the report is where it was wanted
+    fallback.clear();
+    return written;
+  }
   // The fallback is in a shared directory ($TMPDIR, /tmp): a file of our own,
   // created exclusively and 0600, never one a name planted there leads to.
-  std::string fallback = fallback_report_path(rank, static_cast<long>(getpid()));
   std::string error2;
-  const bool reserved = create_private_file(fallback, error2);
+  if (fallback.empty()) reserve_fallback(rank, fallback, error2);
   const std::string message =
-      printable("cannot write the report to '" + path + "' (" + error + "); writing it to '" + fallback + "' instead",
+      printable("cannot write the report to '" + path + "' (" + error + "); writing it to '" +
+                    (fallback.empty() ? fallback_report_path(rank, ::getpid()) : fallback) + "' instead",
                 kMaxWarningChars);
   std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
   report.warnings.push_back(message);
-  if (reserved && write_report_file(report, fallback, error2)) return fallback;
+  if (!fallback.empty() && write_report_file(report, fallback, error2)) return fallback;
   std::fprintf(stderr, "stepscope: error: cannot write the report to '%s' either (%s); here it is:\n%s\n",
                printable(fallback, kMaxWarningChars).c_str(), printable(error2).c_str(),
                report_to_json(report).c_str());
   return "<stderr>";
+}
+
+bool reserve_fallback(int rank, std::string& fallback, std::string& error) {
+  std::string candidate = fallback_report_path(rank, static_cast<long>(::getpid()));
+  if (!create_private_file(candidate, error)) return false;
+  fallback = candidate;
+  return true;
 }
 
 void write_trace_if_enabled(Collector& collector, Report& report, const Settings& s, const std::string& report_path,

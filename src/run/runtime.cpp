@@ -141,6 +141,10 @@ struct Runtime {
   // Flight recorder: off after the first failed snapshot or when the report
   // goes to a FIFO or device. Collector thread only (no lock).
   bool snapshots_off = false;
+  // Where snapshots go when the report's path cannot be written (reserved at
+  // the first failure; the final report uses it too, or removes it).
+  std::string fallback_path;
+  bool fallback_said = false;
   // monotonic_ns() from which the next snapshot is due: 0 until the first
   // (kFirstSnapshotSeconds into the run). Collector thread only.
   std::uint64_t next_snapshot_ns = 0;
@@ -246,6 +250,8 @@ bool adopt_forked_child(Runtime& rt, const EarlySettings& early) noexcept {
   rt.thread_started = rt.thread_joined = rt.ready = rt.finished = false;
   rt.path_note_given = false;
   rt.snapshots_off = false;
+  rt.fallback_path.clear();
+  rt.fallback_said = false;
   rt.next_snapshot_ns = 0;
   rt.written_path.clear();
   rt.warnings.clear();
@@ -618,12 +624,12 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool from_fini
     return rt.written_path = "";
   }
   write_trace_if_enabled(*rt.collector, report, rt.settings, path, rt.child_pid);
-  rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank);
+  rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank, rt.fallback_path);
   if (from_finish && fatal == 0 && (fatal = fatal_signal_now()) != 0) {
     // The signal came while the report was written: written again, so that
     // neither the file nor the summary reads as a run that ended by itself.
     mark_ended_by_signal(rt, report, fatal);
-    rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank);
+    rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank, rt.fallback_path);
   }
   if (!rt.settings.quiet) {
     std::fputs(format_summary(report).c_str(), stderr);
@@ -658,10 +664,27 @@ void write_snapshot(Runtime& rt) noexcept {
     report.snapshot_time_utc = report.run.time_utc;
     std::string error, written;
     if (!rt.report_file.write(path, report, /*durable=*/false, written, error)) {
-      rt.snapshots_off = true;
-      std::fprintf(stderr,
-                   "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); no more snapshots\n",
-                   printable(written, kMaxWarningChars).c_str(), printable(error).c_str());
+      // Snapshots go to the private fallback file until the final report
+      // (which tries the path again): a crash still leaves one.
+      std::string fallback_error;
+      if ((!rt.fallback_path.empty() || reserve_fallback(rt.rank, rt.fallback_path, fallback_error)) &&
+          write_file_atomically(rt.fallback_path, report_to_json(report) + "\n", fallback_error, /*durable=*/false)) {
+        if (!rt.fallback_said)
+          std::fprintf(stderr,
+                       "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); snapshots go to '%s' "
+                       "(the final report tries '%s' again)\n",
+                       printable(written, kMaxWarningChars).c_str(), printable(error).c_str(),
+                       printable(rt.fallback_path, kMaxWarningChars).c_str(),
+                       printable(written, kMaxWarningChars).c_str());
+        rt.fallback_said = true;
+      } else {
+        rt.snapshots_off = true;
+        std::fprintf(stderr,
+                     "stepscope: warning: cannot write a snapshot of the report to '%s' (%s) nor to a fallback "
+                     "file (%s); no more snapshots\n",
+                     printable(written, kMaxWarningChars).c_str(), printable(error).c_str(),
+                     printable(fallback_error).c_str());
+      }
     }
   } catch (...) {
     // Out of memory: the next snapshot retries.

@@ -61,9 +61,15 @@ class ReportFile {
 };
 
 // Writes the report through `file`; when that fails, says so on stderr, notes
-// it in the report and writes to the fallback path; as a last resort prints
-// the JSON on stderr. Returns the path written ("<stderr>" for the last resort).
-std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank);
+// it in the report and writes to the fallback path (`fallback`, reserved by
+// reserve_fallback now or by an earlier snapshot; removed when the report
+// could go to `path` after all); as a last resort prints the JSON on stderr.
+// Returns the path written ("<stderr>" for the last resort).
+std::string write_report_with_fallback(ReportFile& file, Report& report, const std::string& path, int rank,
+                                       std::string& fallback);
+// Creates this process's private fallback file ($TMPDIR or /tmp, 0600,
+// exclusively) and sets `fallback` to its path; false with `error` set.
+bool reserve_fallback(int rank, std::string& fallback, std::string& error);
 // What the report says of the run's machine and build (run.host, run.build).
 std::string host_name();
 std::map<std::string, std::string> build_options();

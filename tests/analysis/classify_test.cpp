@@ -151,6 +151,23 @@ TEST_CASE("classify: unknown when too few measured steps", "[analysis][classify]
   CHECK(none.confidence == 0);
   CHECK(none.severity.empty());
   CHECK_FALSE(none.summary.empty());
+  // No step at all, phases timed (a DataLoader worker's report, a loop with
+  // no step marks): more steps would not help; marking them, or the parent's
+  // report, would.
+  Report worker = host_report(s, 0);
+  PhaseSummary decode;
+  decode.name = "decode";
+  decode.count = 200;
+  worker.phases.push_back(decode);
+  worker.steps.warmup_excluded = 0;
+  const Verdict w = classify(worker);
+  CHECK(w.category == "unknown");
+  CHECK(w.summary.find("this process ran no steps") != std::string::npos);
+  REQUIRE(w.recommendations.size() == 1);
+  CHECK(w.recommendations[0].find("Mark each iteration") != std::string::npos);
+  CHECK(w.recommendations[0].find("Run more steps") == std::string::npos);
+  // A few steps, past none of the warm-up: more steps is the advice.
+  CHECK(classify(host_report(s, n - 1)).recommendations.at(0).find("Run more steps") != std::string::npos);
 }
 
 TEST_CASE("classify: unknown when most of the step is unattributed and unexplained", "[analysis][classify][unknown]") {

@@ -114,6 +114,7 @@ TEST_CASE("STEPSCOPE_CUDA=0 turns device timing off at run time", "[cuda][fallba
   REQUIRE(run_probe(dir, "STEPSCOPE_CUDA=0", "spin 200 10") == 0);
   const Report r = load(dir.path + "/stepscope-report.json");
   CHECK(r.device.status == "disabled");
+  CHECK(r.device.reason == "device timing turned off by STEPSCOPE_CUDA");  // whichever spelling of off was used
   CHECK_FALSE(r.device.enabled);
   CHECK(find(r, "spin") != nullptr);
   CHECK(lines(slurp(dir.path + "/stderr.txt")).empty());  // STEPSCOPE_QUIET=1: the notice is in the report only

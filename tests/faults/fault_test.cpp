@@ -461,6 +461,34 @@ TEST_CASE("a device that fails the write is not deleted; the reason is in the wa
   CHECK(fallback_found);
 }
 
+TEST_CASE("snapshots of a report whose path cannot be written go to the private fallback file", "[faults][paths]") {
+  // A crash must still leave a report: snapshots do not stop at the first failure.
+  TempDir dir;
+  const std::string wanted = dir / "missing/report.json";  // its folder does not exist
+  const pid_t pid =
+      start_probe(dir, {"STEPSCOPE_OUT=" + wanted, "STEPSCOPE_SNAPSHOT_S=0.1", "STEPSCOPE_QUIET=0"}, {"forever"});
+  std::string err;
+  for (int i = 0; i < 3000 && !contains(err = slurp(dir / "probe.err"), "snapshots go to '"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  INFO(err);
+  const auto at = err.find("snapshots go to '");
+  REQUIRE(at != std::string::npos);
+  const std::string fallback = err.substr(at + 17, err.find('\'', at + 17) - (at + 17));
+  CHECK(fallback.rfind(dir.path + "/stepscope-report.", 0) == 0);  // $TMPDIR
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));     // a later snapshot replaces it
+  ::kill(pid, SIGKILL);
+  REQUIRE(WIFSIGNALED(wait_exit(pid)));
+  const stepscope::Report r = load(fallback);
+  CHECK_FALSE(r.complete);
+  CHECK(r.total_records > 0);
+  struct stat st {};
+  REQUIRE(::stat(fallback.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // Said once, however many snapshots went there.
+  err = slurp(dir / "probe.err");
+  CHECK(err.find("snapshots go to '") == err.rfind("snapshots go to '"));
+}
+
 TEST_CASE("a FIFO with no reader: no hang, a fallback report and a warning", "[faults][paths]") {
   TempDir dir;
   const std::string fifo = dir / "report.fifo";
