@@ -42,7 +42,8 @@ STEPSCOPE_API Report merge_report_texts(const std::vector<std::string>& texts, s
 // Writes a job report as each rank's own report is written: a job report
 // that another job wrote to `path` while this process ran is not replaced
 // (this one goes to <name>.pid<N>.json instead, with a warning in it and on
-// stderr). Returns the path written; "" with `error` set on failure.
+// stderr). `{pid}` in `path` is this process's id. Returns the path written;
+// "" with `error` set on failure.
 STEPSCOPE_API std::string write_job_report(Report& job, const std::string& path, std::string& error) noexcept;
 
 // What the rank that merged a job prints: the table below, the job verdict

@@ -490,9 +490,10 @@ void note_coverage(const Report& base, const Report& cand, std::vector<std::stri
 // Warnings that depend on the step's significance (recomputed by compare_runs).
 void add_step_warnings(Comparison& c) {
   if (c.conditions.shared && c.step.significant)
-    c.warnings.push_back(c.conditions.shared_reason +
-                         ": the step time difference may be theirs; repeat both runs "
-                         "on a quiet machine (or several of each: stepscope diff BASE... --vs NEW...)");
+    c.warnings.push_back(c.conditions.shared_reason + ": the step time difference may be theirs; repeat both runs " +
+                         (c.base_runs > 1 && c.new_runs > 1
+                              ? "on a quiet machine"
+                              : "on a quiet machine (or several of each: stepscope diff BASE... --vs NEW...)"));
   if (c.config_changes.empty() && c.step.significant && c.explained_by.empty())
     c.warnings.push_back(c.conditions.differ
                              ? "no config key changed and the machine conditions differ: the step time "
@@ -642,7 +643,8 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
   c.warnings.erase(std::remove_if(c.warnings.begin(), c.warnings.end(),
                                   [](const std::string& w) {
                                     return w.rfind("no config key changed", 0) == 0 ||
-                                           w.rfind("one run each", 0) == 0 || w.rfind("the step moved", 0) == 0;
+                                           w.rfind("one run each", 0) == 0 || w.rfind("the step moved", 0) == 0 ||
+                                           w.rfind("the machine was busy", 0) == 0;
                                   }),
                    c.warnings.end());
   check_side(base, "base", c.warnings);

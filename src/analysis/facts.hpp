@@ -87,7 +87,7 @@ struct CpuHolders {
 };
 CpuHolders cpu_holders(const SystemSignals& s);
 // The size-aware allocator remedy for a page-fault storm (verdict and finding).
-std::string page_fault_remedy(const FaultFacts& faults);
+std::string page_fault_remedy(const Report& report);
 
 // The one accounting every output uses (verdict, summary table, HTML, JSON):
 // the measured breakdown with two costs carved out so each part is what its

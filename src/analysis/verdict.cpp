@@ -623,14 +623,15 @@ void Classifier::recommend(int category, Verdict& v) const {
             "Copies cost step time: allocate host batches in pinned (page-locked) memory and copy with "
             "non_blocking=true, keep tensors on the device across steps, and avoid .cpu()/.item() "
             "round trips.");
-      if (fires("minor_faults_per_step")) out.push_back(detail::page_fault_remedy(faults_));
+      if (fires("minor_faults_per_step")) out.push_back(detail::page_fault_remedy(report_));
       if (fires("device_memory_peak_fraction"))
         out.push_back(
             "Device memory is near capacity: use activation checkpointing, smaller micro-batches with "
             "gradient accumulation, or release cached blocks that are no longer needed.");
-      out.push_back(
-          "Reduce per-step allocations and copies in memory phases: reuse buffers, fuse copies, and "
-          "keep data in the layout the next stage consumes.");
+      if (shares_.memory > 0)
+        out.push_back(
+            "Reduce per-step allocations and copies in memory phases: reuse buffers, fuse copies, and "
+            "keep data in the layout the next stage consumes.");
       break;
     }
     case kCommunication:

@@ -266,9 +266,11 @@ std::map<std::string, std::string> build_options() {
 
 std::string write_job_report(Report& job, const std::string& path, std::string& error) noexcept {
   try {
+    std::string note;  // {pid} expanded; one job report per process, so no tag is ever added
+    const std::string target = detail::process_output_path(path, "stepscope-report.merged.json", -1, 1, 0, note);
     detail::ReportFile file;
     std::string written;
-    return file.write(path, job, /*durable=*/true, written, error) ? written : "";
+    return file.write(target, job, /*durable=*/true, written, error) ? written : "";
   } catch (const std::exception& e) {
     error = e.what();
     return "";

@@ -4,6 +4,7 @@
 #include "analysis/report_builder.hpp"
 #include "analysis/thresholds.hpp"
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -1026,12 +1027,37 @@ TEST_CASE("classify: allocator churn costed at the fault cost measured on this m
   // The advice carries that cost, as a what-if would, and the complete set of settings.
   CHECK(any_contains(v.recommendations, "they cost about 32.8 ms of the 44.0 ms step (74%)"));
   CHECK(any_contains(v.recommendations, "without the churn the step would take about 11.2 ms"));
+  CHECK_FALSE(any_contains(v.recommendations, "in memory phases"));  // it has none
   CHECK(any_contains(v.recommendations,
                      "MALLOC_MMAP_THRESHOLD_=17825792 MALLOC_TRIM_THRESHOLD_=35651584 "
                      "MALLOC_TOP_PAD_=17825792"));
   // Not measured (an older report): the kernel share alone, as before.
   r.system.page_fault_us = -1;
   CHECK(classify(r).category == "compute");
+  // Kernel time that is not faulting (system calls: a Dataset spinning on
+  // time.thread_time()) is not charged to the faults when their cost is known.
+  Report calls = fault_storm(16, 0.66);  // 66% of the step in the kernel
+  calls.system.page_fault_us = 0.5;      // 4096 x 0.5 us = 2 ms of the 44 ms step
+  CHECK(settled_breakdown(calls).page_fault_ms == Approx(4096 * 0.5e-3).epsilon(0.01));
+  CHECK(classify(calls).category == "compute");
+  // Faults that cost more than the step's other parts hold (a 64 MiB block
+  // per step at batch size 1): the advice projects the step the what-if does.
+  Report big = fault_storm(16, 0.2);
+  big.system.page_fault_us = 12.0;  // 4096 x 12 us = 49 ms, more than the 44 ms step's parts
+  const StepBreakdown settled = settled_breakdown(big);
+  REQUIRE(settled.page_fault_ms > 0);
+  const double without = settled.wall_ms - settled.page_fault_ms;
+  const Verdict vb = classify(big);
+  INFO(vb.recommendations.front());
+  CHECK(
+      any_contains(vb.recommendations, fmt::format("without the churn the step would take about {:.1f} ms", without)));
+  bool projected = false;
+  for (const WhatIf& w : project_what_if(big))
+    if (w.target == "page_faults" && w.speedup == 0) {
+      projected = true;
+      CHECK(w.step_ms_projected == Approx(without).margin(0.05));
+    }
+  CHECK(projected);
 }
 
 TEST_CASE("classify: a busy machine changes the confidence, never the category", "[analysis][classify]") {

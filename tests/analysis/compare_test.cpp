@@ -386,6 +386,25 @@ Report steady_run(double mean) {
 
 }  // namespace
 
+TEST_CASE("compare: repeats on a busy machine say so once, without asking for repeats", "[analysis][compare]") {
+  const auto busy = [](double ms) {
+    Report r = steady_run(ms);
+    r.system.cores_online = 2;
+    r.system.cpu_user_s = r.system.wall_s;
+    r.system.other_processes_cpu_s = 0.9 * r.system.wall_s;
+    return r;
+  };
+  const std::vector<Report> base{busy(9.9), busy(10.0), busy(10.1)};
+  const std::vector<Report> faster{busy(4.9), busy(5.0), busy(5.1)};
+  const Comparison c = compare_runs(base, faster);
+  INFO(format_comparison(c));
+  REQUIRE(c.step.significant);
+  const auto said = std::count_if(c.warnings.begin(), c.warnings.end(),
+                                  [](const std::string& w) { return w.rfind("the machine was busy", 0) == 0; });
+  CHECK(said == 1);
+  CHECK_FALSE(any_contains(c.warnings, "--vs"));
+}
+
 TEST_CASE("compare: one run each cannot tell 3%; three repeats each can", "[analysis][compare]") {
   // Separate processes of one binary differ by ~1.7% here; each run is
   // quiet. One pair 3% apart: within noise (with the advice to repeat).

@@ -254,6 +254,11 @@ TEST_CASE("two jobs in one directory: the second's ranks and job report are told
   CHECK(write_job_report(next, merged, error) == merged);
   CHECK(next.warnings.empty());
   CHECK(slurp(merged).find("theirs") == std::string::npos);
+  // {pid} in the path, as the advice says.
+  Report named;
+  named.ranks.emplace();
+  CHECK(write_job_report(named, dir.path + "/job-{pid}.json", error) ==
+        dir.path + "/job-" + std::to_string(::getpid()) + ".json");
 }
 
 TEST_CASE("threads that exit lose nothing they recorded", "[runtime][concurrency]") {
