@@ -2,7 +2,7 @@
 // every signal whose default action ends the process, crashes, std::terminate,
 // and the hand-off by which a handler asks the collector thread for the final
 // report (docs/architecture.md, "How a run ends"). The run time
-// (runtime.cpp) installs the handlers and writes the reports; this file holds
+// (runtime.cpp, reports.cpp) installs the handlers and writes the reports; this file holds
 // the async-signal-safe half.
 #pragma once
 

@@ -1,9 +1,9 @@
-// Process-wide run time: initialisation from the environment, thread
-// registration, configuration, finish() and the report at exit, fork safety,
-// and every other ending: flight-recorder snapshots (the report rewritten,
-// incomplete, every STEPSCOPE_SNAPSHOT_S) and the final report a signal's
-// handler asks for (endings.cpp), written here on the collector thread.
-#include "run/runtime.hpp"
+// Process-wide run time, start-up and configuration: initialisation from the
+// environment at the first scope, the collector thread's start, thread
+// registration, fork safety, set_config/set_rank. Its state is in
+// runtime_state.hpp; the reports that end a run are in reports.cpp, the
+// endings' handlers in endings.cpp.
+#include "run/runtime_state.hpp"
 
 #include "run/endings.hpp"
 
@@ -12,10 +12,8 @@
 #include "core/env.hpp"
 #include "core/registry.hpp"
 #include "stats/clock.hpp"
-#include "stats/utc_time.hpp"
 #include "text/printable.hpp"
 
-#include <stepscope/analysis.hpp>
 #include <stepscope/stepscope.hpp>
 #include "core/trace.hpp"
 #include "report/live.hpp"
@@ -56,100 +54,6 @@ void device_slot_dropped(std::uint16_t slot) noexcept {
   if (DeviceAbandonHook hook = g_device_abandon.load(std::memory_order_acquire)) hook(slot);
 }
 
-namespace {
-
-// The first flight-recorder snapshot comes this early (s), whatever
-// STEPSCOPE_SNAPSHOT_S says: a run killed in its first seconds (SIGKILL, the
-// OOM killer, _exit, a stack overflow) still leaves a report, and from then on
-// the file is at most STEPSCOPE_SNAPSHOT_S old (docs/benchmarks.md: one costs
-// about 1 ms of the collector's CPU for 30 phases).
-constexpr double kFirstSnapshotSeconds = 1.0;
-
-// Start-up is split in two so that the first record allocates nothing in the
-// application's heap. On the thread of the first scope, initialise_runtime()
-// reads the few settings it needs without allocating, picks the clock,
-// places the thread registry in static storage and starts the collector
-// thread: that thread then reads the full settings, probes the device and
-// builds the collector, all in its own malloc arena. Why it matters:
-// docs/benchmarks-libtorch.md (glibc's trim decisions in a libtorch loop).
-//
-// Who writes what: "mutex" below is Runtime::mutex; a member marked so is
-// read and written only with it held. Lock order: mutex, then the
-// collector's own state_mutex_ (Collector::facts()); never the reverse.
-struct Runtime {
-  std::mutex mutex;                  // initialisation, configuration, finish; see each member
-  std::condition_variable ready_cv;  // with mutex: the collector thread has started (or failed to)
-  // Written by the collector thread (start_collector), mutex held, before
-  // `ready`; read with mutex held (build_report, run_settings). Passed down
-  // from here: the device backend gets its part by DeviceBackend::configure().
-  Settings settings;
-  // set_config (any thread), mutex held; read by build_report, mutex held.
-  std::map<std::string, std::string> config, config_types;
-  // set_frontend (any thread, the Python package at import), mutex held; read
-  // by build_report, mutex held. Empty: C++.
-  std::string frontend;
-  // set_rank (any thread) or start_collector (from the environment), mutex held.
-  int rank = -1, world_size = 1;
-  // Set on the first record's thread (initialise_runtime, mutex held), before
-  // the mode becomes enabled (release); read lock-free after an acquire load
-  // of g_mode (register_thread, on_thread_exit).
-  ThreadRegistry* registry = nullptr;
-  ClockChoice clock;  // initialise_runtime, mutex held; read-only after
-  // Built on the first scope's thread when the program already used the
-  // device (see device_in_use); otherwise by the collector thread. Both
-  // mutex held; the collector thread takes it (moves it out).
-  std::unique_ptr<DeviceBackend> early_device;
-  std::string early_device_notice;
-  // The collector thread's handle: initialise_runtime starts it, finish_run
-  // (or write_final_after_signal, on that very thread) marks it joined; mutex held.
-  bool thread_started = false;
-  bool thread_joined = false;
-  pthread_t thread{};
-  // Set by the collector thread when it has started (mutex held; ready_cv).
-  bool ready = false;
-  // Published by the collector thread with `ready` (mutex held); the
-  // Collector synchronises its own state. Destroyed never (static storage).
-  std::unique_ptr<Collector> collector;
-  bool finished = false;  // the final report is written or being written; mutex held
-  // Set in the child by after_fork_child (the forking thread, which holds
-  // mutex from before_fork), cleared by adopt_forked_child (mutex held).
-  // on_thread_exit reads it without the lock (a thread exits in the child
-  // only after the fork returned).
-  bool forked_child = false;
-  // Set in the child by after_fork_child when the forking thread had scopes
-  // open across the fork (a DataLoader worker forked inside the parent's
-  // step and fetch): its ring is the parent's. A child that records gives it
-  // a ring of its own (initialise_runtime). Mutex held.
-  ThreadState* forking_thread = nullptr;
-  // In a forked child that records (STEPSCOPE_CHILDREN=1): its pid, which
-  // names its report; 0 otherwise. Written by the child's first scope (mutex held).
-  long child_pid = 0;
-  // monotonic_ns() when recording started (the first scope, mutex held):
-  // the origin of the report's interrupted.after_s.
-  std::uint64_t recording_started_ns = 0;
-  // The "no {rank} in STEPSCOPE_OUT" note was given (mutex held).
-  bool path_note_given = false;
-  std::string written_path;  // the final report's path; mutex held
-  // Snapshots (collector thread), then the final report (after the collector
-  // stopped, or on its thread after a signal): never two writers at once.
-  ReportFile report_file;
-  std::vector<std::string> warnings;  // warn(), mutex held; copied into each report
-  std::string device_notice;          // collector thread, mutex held
-  // Records that could not be kept: thread past its exit handler, or no ring
-  // (allocation failed). Counted as dropped in the report. Any thread, atomic.
-  std::atomic<std::uint64_t> lost_records{0};
-  // Flight recorder: off after the first failed snapshot or when the report
-  // goes to a FIFO or device. Collector thread only (no lock).
-  bool snapshots_off = false;
-  // Where snapshots go when the report's path cannot be written (reserved at
-  // the first failure; the final report uses it too, or removes it).
-  std::string fallback_path;
-  bool fallback_said = false;
-  // monotonic_ns() from which the next snapshot is due: 0 until the first
-  // (kFirstSnapshotSeconds into the run). Collector thread only.
-  std::uint64_t next_snapshot_ns = 0;
-};
-
 // Static storage, never destroyed: threads may still record while static
 // objects are being destroyed at exit, so the run time must outlive them;
 // and creating it must not allocate.
@@ -161,16 +65,39 @@ Runtime& runtime() {
   return *instance;
 }
 
-std::int64_t current_tid() {
-  return static_cast<std::int64_t>(::syscall(SYS_gettid));
-}
-
 // A warning of the run time: in every report, and once on stderr. Its
 // values and paths come from the environment and the file system: made
 // printable (no raw newline or escape sequence reaches the terminal).
 void warn(Runtime& rt, const std::string& message) {
   rt.warnings.push_back(printable(message, kMaxWarningChars));
   std::fprintf(stderr, "stepscope: warning: %s\n", rt.warnings.back().c_str());
+}
+
+// This process's report path (rt.mutex held); the first time a rank or
+// child-pid tag is added to STEPSCOPE_OUT, one warning says so.
+std::string report_path(Runtime& rt) {
+  std::string note;
+  std::string path =
+      process_output_path(rt.settings.out, "stepscope-report.json", rt.rank, rt.world_size, rt.child_pid, note);
+  if (!note.empty() && !rt.path_note_given) {
+    rt.path_note_given = true;
+    warn(rt, note);
+  }
+  return path;
+}
+
+// Waits until the collector thread has started (or failed to); rt.mutex held
+// through `lock`. True when there is a collector.
+bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock) {
+  if (!rt.thread_started) return false;
+  rt.ready_cv.wait(lock, [&rt] { return rt.ready; });
+  return rt.collector != nullptr;
+}
+
+namespace {
+
+std::int64_t current_tid() {
+  return static_cast<std::int64_t>(::syscall(SYS_gettid));
 }
 
 void at_exit_handler() {
@@ -302,22 +229,6 @@ struct LoadTimeRegistration {
 };
 const LoadTimeRegistration g_load_time_registration;
 
-// This process's report path (rt.mutex held); the first time a rank or
-// child-pid tag is added to STEPSCOPE_OUT, one warning says so.
-std::string report_path(Runtime& rt) {
-  std::string note;
-  std::string path =
-      process_output_path(rt.settings.out, "stepscope-report.json", rt.rank, rt.world_size, rt.child_pid, note);
-  if (!note.empty() && !rt.path_note_given) {
-    rt.path_note_given = true;
-    warn(rt, note);
-  }
-  return path;
-}
-
-void write_snapshot(Runtime& rt) noexcept;
-void write_final_after_signal(Runtime& rt, int pending) noexcept;
-
 // The collector thread: finishes the start-up (everything that allocates),
 // publishes the collector, then drains until finish() stops it. Returns the
 // collector (owned by the run time; finish() joins this thread before it
@@ -437,14 +348,6 @@ void* collector_thread_main(void*) {
   return nullptr;
 }
 
-// Waits until the collector thread has started (or failed to); rt.mutex held
-// through `lock`. True when there is a collector.
-bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock) {
-  if (!rt.thread_started) return false;
-  rt.ready_cv.wait(lock, [&rt] { return rt.ready; });
-  return rt.collector != nullptr;
-}
-
 }  // namespace
 
 // Runs inside the first scope of the process, on the user's thread. It must
@@ -517,278 +420,12 @@ ThreadRing* register_thread(ThreadState& state) noexcept {
   return ring;
 }
 
-// Run-time-named sites (<stepscope/site.hpp>): their counts, and a warning
-// when the bound folded names together.
-static void add_runtime_site_counts(Report& report) {
-  const RuntimeSiteCounts counts = runtime_site_counts();
-  report.runtime_sites.sites = counts.sites;
-  report.runtime_sites.overflow = counts.overflow;
-  report.runtime_sites.truncated = counts.truncated;
-  if (counts.overflow != 0)
-    report.warnings.push_back(std::to_string(counts.overflow) + " run-time phase name lookups found the table full (" +
-                              std::to_string(kMaxRuntimeSites) +
-                              " sites): their phases are merged under \"(other run-time names)\"");
-}
-
-Report build_report(bool final_report) {
-  Runtime& rt = runtime();
-  Report report;
-  if (rt.collector) {
-    if (final_report) rt.collector->stop();
-    report = rt.collector->facts();
-  }
-  const std::uint64_t lost = rt.lost_records.load(std::memory_order_relaxed);
-  report.dropped_records += lost;
-  report.total_records += lost;
-  report.run.library_version = STEPSCOPE_VERSION_STRING;
-  report.run.time_utc = utc_now_iso();
-  report.run.host = host_name();
-  report.run.pid = static_cast<std::int64_t>(::getpid());
-  report.run.rank = rt.rank;
-  report.run.world_size = rt.world_size;
-  report.run.source = "live";
-  report.run.config = rt.config;
-  report.run.config_types = rt.config_types;
-  report.run.build = build_options();
-  if (!rt.frontend.empty()) report.run.build["frontend"] = rt.frontend;
-  report.run.warmup_steps = rt.settings.warmup_steps;
-  report.run.warmup_source = rt.settings.warmup_from_env ? "env" : "default";
-  for (const auto& w : rt.warnings) report.warnings.push_back(w);
-  if (const int sig = g_first_signal.load(); sig != 0) {
-    const std::uint64_t at = g_first_signal_ns.load();
-    report.interrupted = Report::Interruption{
-        ending_name(sig), at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
-  }
-  std::string exception_type, exception_message;
-  if (std::uint64_t at = 0; noted_exception(exception_type, exception_message, at)) {
-    report.exception = Report::UncaughtException{
-        printable(exception_type, kExceptionTypeBytes), printable(exception_message, kExceptionMessageBytes),
-        at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
-  }
-  add_runtime_site_counts(report);
-  if (report.device.status.empty()) {
-    report.device.status = "unknown";
-    report.device.reason = "no device backend reported";
-  }
-  analyze(report);
-  return report;
-}
-
-Settings run_settings() noexcept {
-  try {
-    Runtime& rt = runtime();
-    {
-      std::lock_guard<std::mutex> lock(rt.mutex);
-      if (rt.ready && rt.collector) return rt.settings;
-    }
-    // Recording never started (STEPSCOPE=0, nothing recorded yet): read now;
-    // the run time words the warnings when it starts.
-    std::vector<std::string> ignored;
-    return read_settings(ignored);
-  } catch (...) {
-    return Settings{};
-  }
-}
-
-namespace {
-
-// A run that finish() or the exit handler was ending when a signal of ours
-// came: it dies of that signal (the handler re-raises it once the report is out).
-void mark_ended_by_signal(Runtime& rt, Report& report, int sig) {
-  report.ended_by = ending_name(sig);
-  if (!report.interrupted) {
-    const std::uint64_t now = monotonic_ns();
-    report.interrupted = Report::Interruption{
-        report.ended_by,
-        now > rt.recording_started_ns ? static_cast<double>(now - rt.recording_started_ns) / 1e9 : 0.0};
-  }
-}
-
-// The final report (rt.mutex held, the collector's loop ended): trace first,
-// so that its warnings are in the report. Returns the path written.
-// from_finish: finish() or the exit handler wrote it (not a signal's request).
-std::string write_final_report(Runtime& rt, const char* ended_by, bool from_finish) {
-  const std::string path = report_path(rt);
-  Report report = build_report(true);
-  report.complete = true;
-  report.ended_by = ended_by;
-  // finish() or the exit handler with a signal of ours under way: the
-  // process dies of it once this report is out, and the report says so.
-  int fatal = from_finish ? fatal_signal_now() : 0;
-  if (fatal != 0) mark_ended_by_signal(rt, report, fatal);
-  if (report.total_records == 0) {
-    // Nothing recorded (stepscope imported or started, no phase ever ended):
-    // no report, and above all none over a file that is someone else's.
-    if (!rt.settings.quiet)
-      std::fputs("stepscope: nothing was recorded in this process (no phase ended): no report written\n", stderr);
-    return rt.written_path = "";
-  }
-  write_trace_if_enabled(*rt.collector, report, rt.settings, path, rt.child_pid);
-  rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank, rt.fallback_path);
-  if (from_finish && fatal == 0 && (fatal = fatal_signal_now()) != 0) {
-    // The signal came while the report was written: written again, so that
-    // neither the file nor the summary reads as a run that ended by itself.
-    mark_ended_by_signal(rt, report, fatal);
-    rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank, rt.fallback_path);
-  }
-  if (!rt.settings.quiet) {
-    std::fputs(format_summary(report).c_str(), stderr);
-    // After a signal the collector's own line says where (write_final_after_signal).
-    if (from_finish && rt.written_path != "<stderr>")
-      std::fprintf(stderr, "stepscope: report written to %s\n", printable(rt.written_path, kMaxWarningChars).c_str());
-  }
-  return rt.written_path;
-}
-
-// Collector thread, every STEPSCOPE_SNAPSHOT_S: the report so far, marked
-// incomplete, over the report path. Never waits for rt.mutex (finish() holds
-// it while it joins this thread): a busy mutex skips this snapshot. Not
-// fsync'ed: a snapshot is for a process that dies, whose written pages the
-// kernel keeps; syncing every few seconds would only cost the disk.
-void write_snapshot(Runtime& rt) noexcept {
-  try {
-    const std::uint64_t now = monotonic_ns();
-    if (rt.snapshots_off || g_final_state.load() != kFinalNone || now < rt.next_snapshot_ns) return;
-    std::unique_lock<std::mutex> lock(rt.mutex, std::try_to_lock);
-    if (!lock.owns_lock() || rt.finished) return;
-    const std::string path = report_path(rt);
-    if (is_stream_target(path)) {  // a FIFO or device takes one report, the final one
-      rt.snapshots_off = true;
-      return;
-    }
-    Report report = build_report(false);
-    lock.unlock();
-    if (report.total_records == 0) return;  // nothing to tell yet (the next offer retries): no file over anyone's
-    report.complete = false;
-    rt.next_snapshot_ns = now + static_cast<std::uint64_t>(rt.settings.snapshot_interval_s * 1e9);
-    report.snapshot_time_utc = report.run.time_utc;
-    std::string error, written;
-    if (!rt.report_file.write(path, report, /*durable=*/false, written, error)) {
-      // Snapshots go to the private fallback file until the final report
-      // (which tries the path again): a crash still leaves one.
-      std::string fallback_error;
-      if ((!rt.fallback_path.empty() || reserve_fallback(rt.rank, rt.fallback_path, fallback_error)) &&
-          write_file_atomically(rt.fallback_path, report_to_json(report) + "\n", fallback_error, /*durable=*/false)) {
-        if (!rt.fallback_said)
-          std::fprintf(stderr,
-                       "stepscope: warning: cannot write a snapshot of the report to '%s' (%s); snapshots go to '%s' "
-                       "(the final report tries '%s' again)\n",
-                       printable(written, kMaxWarningChars).c_str(), printable(error).c_str(),
-                       printable(rt.fallback_path, kMaxWarningChars).c_str(),
-                       printable(written, kMaxWarningChars).c_str());
-        rt.fallback_said = true;
-      } else {
-        rt.snapshots_off = true;
-        std::fprintf(stderr,
-                     "stepscope: warning: cannot write a snapshot of the report to '%s' (%s) nor to a fallback "
-                     "file (%s); no more snapshots\n",
-                     printable(written, kMaxWarningChars).c_str(), printable(error).c_str(),
-                     printable(fallback_error).c_str());
-      }
-    }
-  } catch (...) {
-    // Out of memory: the next snapshot retries.
-  }
-}
-
-// Collector thread, its loop ended by a termination signal (or std::terminate:
-// `pending` as in g_pending_signal): the final report unless finish() is
-// writing it already. A thread interrupted by the signal
-// may hold rt.mutex (set_config, snapshot()): wait for it a bounded time, then
-// give up (the last snapshot remains) rather than miss the handler's deadline.
-void write_final_after_signal(Runtime& rt, int pending) noexcept {
-  std::uint32_t none = kFinalNone;
-  if (!g_final_state.compare_exchange_strong(none, kFinalWriting)) return;
-  g_mode.store(kModeDisabled, std::memory_order_release);
-  try {
-    std::unique_lock<std::mutex> lock(rt.mutex, std::defer_lock);
-    for (int tries = 0; tries < 40 && !lock.try_lock(); ++tries)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!lock.owns_lock() || rt.finished || !rt.collector) {
-      set_final_state(kFinalAbandoned);
-      return;
-    }
-    rt.finished = true;
-    rt.thread_joined = true;  // this thread: nothing for finish() to join (it would wait on itself)
-    const std::string path = write_final_report(rt, ending_name(pending), /*from_finish=*/false);
-    if (!rt.settings.quiet && !path.empty())
-      std::fprintf(stderr, "stepscope: %s: report written to %s\n", ending_name(pending),
-                   printable(path, kMaxWarningChars).c_str());
-    set_final_state(kFinalWritten);
-  } catch (...) {
-    set_final_state(kFinalAbandoned);
-  }
-}
-
-}  // namespace
-
 // The program's first call of set_config or set_rank: an exit before its
 // first scope says that nothing was recorded (finish_run). A process that
 // only links the library (the CLI, a test) says nothing.
-namespace {
 std::atomic<bool> g_api_used{false};
-}  // namespace
 void note_api_use() noexcept {
   g_api_used.store(true, std::memory_order_relaxed);
-}
-
-std::string finish_run(const char* ended_by) noexcept {
-  try {
-    auto& rt = runtime();
-    std::unique_lock<std::mutex> lock(rt.mutex);
-    if (rt.finished || rt.forked_child) return rt.written_path;
-    // A termination signal now must not interrupt this thread's write (its
-    // handler would wait for this very report): blocked here, it goes to
-    // another thread, or waits until the report is written.
-    sigset_t previous;
-    block_termination_signals(&previous);
-    // A SIGPIPE that the report's own writes raise (stderr or the report on
-    // a closed pipe) is dropped, not delivered when the mask is restored.
-    struct RestoreMask {
-      sigset_t mask;
-      bool sigpipe_was_pending;
-      ~RestoreMask() {
-        consume_own_sigpipe(sigpipe_was_pending);
-        ::pthread_sigmask(SIG_SETMASK, &mask, nullptr);
-      }
-    } restore{previous, sigpipe_pending()};
-    std::uint32_t none = kFinalNone;
-    if (!g_final_state.compare_exchange_strong(none, kFinalWriting)) {
-      // The collector thread is writing the report a signal asked for.
-      lock.unlock();
-      (void)wait_for_final_report(2 * kSignalReportBudgetMs);
-      lock.lock();
-      return rt.written_path;
-    }
-    rt.finished = true;
-    // The calling thread's last next_step() step ends here (before the
-    // collector's final drain); other threads' end when they exit.
-    close_next_step(t_thread_state);
-    // Scopes opened from now on do not record; scopes already open still
-    // push into their rings, which nobody drains any more (harmless).
-    const bool never_started = g_mode.exchange(kModeDisabled, std::memory_order_acq_rel) == kModeUninitialised;
-    if (!wait_until_ready(rt, lock)) {
-      if (never_started && g_api_used.load() && read_early_settings().enabled) say_nothing_was_recorded("");
-      if (rt.thread_started && !rt.thread_joined) {
-        pthread_join(rt.thread, nullptr);
-        rt.thread_joined = true;
-      }
-      set_final_state(kFinalAbandoned);
-      return "";
-    }
-    rt.collector->request_stop();
-    if (!rt.thread_joined) {
-      pthread_join(rt.thread, nullptr);
-      rt.thread_joined = true;
-    }
-    write_final_report(rt, ended_by, /*from_finish=*/true);
-    set_final_state(kFinalWritten);
-    return rt.written_path;
-  } catch (...) {
-    std::fputs("stepscope: error: could not build the report (out of memory?)\n", stderr);
-    set_final_state(kFinalAbandoned);
-    return "";
-  }
 }
 
 }  // namespace detail
@@ -841,26 +478,6 @@ void set_rank(int rank, int world_size) noexcept {
 bool enabled() noexcept {
   return detail::g_mode.load(std::memory_order_relaxed) == detail::kModeEnabled ||
          (detail::g_mode.load(std::memory_order_relaxed) == detail::kModeUninitialised && detail::initialise_runtime());
-}
-
-Report snapshot() noexcept {
-  try {
-    auto& rt = detail::runtime();
-    std::unique_lock<std::mutex> lock(rt.mutex);
-    if (rt.forked_child || !detail::wait_until_ready(rt, lock)) return Report{};
-    Report report = detail::build_report(false);
-    if (!rt.finished) {  // the run goes on: what a snapshot on disk would say
-      report.complete = false;
-      report.snapshot_time_utc = report.run.time_utc;
-    }
-    return report;
-  } catch (...) {
-    return Report{};
-  }
-}
-
-std::string finish() noexcept {
-  return detail::finish_run("finish");
 }
 
 }  // namespace v1

@@ -1,4 +1,4 @@
-// Internals of the run time (src/run/runtime.cpp, report_output.cpp): the
+// Internals of the run time (src/run/runtime.cpp, reports.cpp, report_output.cpp): the
 // layer on top that wires a live run's hand-offs, collector facts ->
 // analyze() -> the writers (docs/architecture.md).
 #pragma once
