@@ -88,8 +88,14 @@ struct PerKind {
 //                 the step did not wait for it directly.
 enum class ThreadRole : std::uint8_t { step, outside_step, background };
 
-STEPSCOPE_API const char* to_string(PhaseKind kind) noexcept;
-STEPSCOPE_API const char* to_string(ThreadRole role) noexcept;
+// The model's names, with the model: every layer (the hot path's collector,
+// the analyzer, the writers) reads them from here.
+constexpr const char* to_string(PhaseKind kind) noexcept {
+  return phase_kind_name(kind);
+}
+constexpr const char* to_string(ThreadRole role) noexcept {
+  return role == ThreadRole::step ? "step" : role == ThreadRole::outside_step ? "outside_step" : "background";
+}
 STEPSCOPE_API bool parse_phase_kind(const std::string& text, PhaseKind& out) noexcept;
 STEPSCOPE_API bool parse_thread_role(const std::string& text, ThreadRole& out) noexcept;
 
@@ -212,6 +218,11 @@ struct StepStats {
   double unended_wall_ms = 0;
   HistogramData histogram;  // of wall_ms
   StepBreakdown breakdown;
+  // Set by analyze() (and merge): the breakdown with its carved parts taken
+  // out of the others (settled_breakdown(), analysis.hpp): what the verdict,
+  // the summary table, HTML and JSON show. Absent in a report no analyzer
+  // has seen; shown_breakdown() then gives the measured one.
+  std::optional<StepBreakdown> settled_breakdown;
   StepSeries series;
   // Of the step threads' wall time from each one's first step's start to its
   // last step's end, the fraction inside steps (warm-up steps included).
@@ -247,6 +258,9 @@ struct StepStats {
   std::string clock = "host";
   std::optional<Distribution> host_wall_ms;     // clock "device": the host-paced step times
   std::optional<StepBreakdown> host_breakdown;  // clock "device": the host-clocked breakdown
+
+  // The breakdown the writers print: the settled one where the analyzer set it.
+  const StepBreakdown& shown_breakdown() const noexcept { return settled_breakdown ? *settled_breakdown : breakdown; }
 };
 
 // Host and operating-system signals gathered off the hot path.

@@ -2,7 +2,8 @@
 //
 // First the breakdown's carved parts are set (CPU wait and page-fault kernel
 // time, detail::settled_breakdown); the measured parts stay as they are, and
-// the verdict, the summary table, HTML and JSON all read the settled view.
+// the settled view is stored (StepStats::settled_breakdown): the verdict, the
+// summary table, HTML and JSON all read it, none recomputes it.
 #include "analysis/facts.hpp"
 
 #include <stepscope/analysis.hpp>
@@ -14,6 +15,7 @@ void analyze(Report& report) {
   const StepBreakdown settled = detail::settled_breakdown(report);
   report.steps.breakdown.cpu_wait_ms = settled.cpu_wait_ms;
   report.steps.breakdown.page_fault_ms = settled.page_fault_ms;
+  report.steps.settled_breakdown = settled;
   report.bottleneck = classify(report);
   report.findings = find_issues(report);
   report.what_if = project_what_if(report);

@@ -86,8 +86,6 @@ void Collector::request_stop() noexcept {
   wake();
 }
 
-std::atomic<std::uint32_t> g_drain_at_step{0};
-
 void request_drain() noexcept {
   if (!g_drain_requested.exchange(true, std::memory_order_acq_rel)) Collector::wake();
 }

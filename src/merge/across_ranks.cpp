@@ -373,6 +373,7 @@ void judge_job(JobMerge& jm) {
   }
   job.findings = find_issues(job);
   job.what_if = project_what_if(job);
+  job.steps.settled_breakdown = settled_breakdown(job);  // what the writers print
   Verdict& v = job.bottleneck;
   const bool straggling = !m.stragglers.empty();
   {

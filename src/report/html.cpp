@@ -2,7 +2,6 @@
 // few lines of inline script), no network access of any kind.
 #include <stepscope/html.hpp>
 
-#include <stepscope/analysis.hpp>
 #include "core/atomic_file.hpp"
 #include "report/ending.hpp"
 #include "report/site_label.hpp"
@@ -304,7 +303,7 @@ void breakdown_section(std::string& o, const Report& r) {
                        : std::string());
     // Mean breakdown as one horizontal stacked bar (SVG, 1000 units wide).
     // The settled accounting: the same numbers as the verdict and the summary.
-    const StepBreakdown settled = settled_breakdown(r);
+    const StepBreakdown& settled = r.steps.shown_breakdown();
     const auto parts = breakdown_parts(settled);
     const auto carved = carved_parts(settled);
     double total = 0;

@@ -1,5 +1,4 @@
 // The JSON report: serialisation of stepscope::Report (docs/report-schema.md).
-#include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
 #include "core/atomic_file.hpp"
@@ -31,22 +30,6 @@ namespace stepscope {
 inline namespace v1 {
 
 using nlohmann::json;
-
-const char* to_string(PhaseKind kind) noexcept {
-  return phase_kind_name(kind);
-}
-
-const char* to_string(ThreadRole role) noexcept {
-  switch (role) {
-    case ThreadRole::step:
-      return "step";
-    case ThreadRole::outside_step:
-      return "outside_step";
-    case ThreadRole::background:
-      return "background";
-  }
-  return "background";
-}
 
 bool parse_phase_kind(const std::string& text, PhaseKind& out) noexcept {
   for (PhaseKind k : kPhaseKinds)
@@ -419,6 +402,15 @@ class Reader {
   }
 };
 
+// A field table's plain rows: STEPSCOPE_FIELDS(count, total) is
+// v("count", x.count); v("total", x.total); (nlohmann/json's own member-list
+// expansion, as its NLOHMANN_DEFINE_TYPE_* macros use it).
+#define STEPSCOPE_FIELD(member) v(#member, x.member);
+#define STEPSCOPE_FIELDS(...)                                               \
+  do {                                                                      \
+    NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(STEPSCOPE_FIELD, __VA_ARGS__)) \
+  } while (false)
+
 // Every kind's part, as "<kind>_ms" keys of the same object.
 template <class V, class T>
 void kinds(V& v, PerKind<T>& parts) {
@@ -426,469 +418,298 @@ void kinds(V& v, PerKind<T>& parts) {
 }
 
 template <class V>
-void fields(V& v, Distribution& d) {
-  v("count", d.count);
-  v("total", d.total);
-  v("mean", d.mean);
-  v("stddev", d.stddev);
-  v("min", d.min);
-  v("max", d.max);
-  v("p50", d.p50);
-  v("p90", d.p90);
-  v("p99", d.p99);
+void fields(V& v, Distribution& x) {
+  STEPSCOPE_FIELDS(count, total, mean, stddev, min, max, p50, p90, p99);
 }
 
 template <class V>
-void fields(V& v, HistogramData& h) {
+void fields(V& v, HistogramData& x) {
   if constexpr (!V::reading) v("layout", std::string("log-linear-ns"));
-  v.integer("sub_bucket_bits", h.sub_bucket_bits, 0, 20);  // the bucket layout shifts by it
-  v.buckets("buckets", h.buckets);
+  v.integer("sub_bucket_bits", x.sub_bucket_bits, 0, 20);  // the bucket layout shifts by it
+  v.buckets("buckets", x.buckets);
 }
 
 template <class V>
-void fields(V& v, HtaTemporalBreakdown& t) {
-  v("idle_us", t.idle_us);
-  v("compute_us", t.compute_us);
-  v("non_compute_us", t.non_compute_us);
-  v("kernel_time_us", t.kernel_time_us);
-  v("idle_pctg", t.idle_pctg);
-  v("compute_pctg", t.compute_pctg);
-  v("non_compute_pctg", t.non_compute_pctg);
+void fields(V& v, HtaTemporalBreakdown& x) {
+  STEPSCOPE_FIELDS(idle_us, compute_us, non_compute_us, kernel_time_us, idle_pctg, compute_pctg, non_compute_pctg);
 }
 
 template <class V>
-void fields(V& v, HtaKernelTypeRow& k) {
-  v("kernel_type", k.kernel_type);
-  v("sum_us", k.sum_us);
-  v("percentage", k.percentage);
+void fields(V& v, HtaKernelTypeRow& x) {
+  STEPSCOPE_FIELDS(kernel_type, sum_us, percentage);
 }
 
 template <class V>
-void fields(V& v, HtaIdleRow& i) {
-  v.integer("stream", i.stream, -1, INT32_MAX);
-  v("idle_category", i.idle_category);
-  v("idle_time_us", i.idle_time_us);
-  v("idle_time_ratio", i.idle_time_ratio);
+void fields(V& v, HtaIdleRow& x) {
+  v.integer("stream", x.stream, -1, INT32_MAX);
+  STEPSCOPE_FIELDS(idle_category, idle_time_us, idle_time_ratio);
 }
 
 template <class V>
-void fields(V& v, HtaLaunchStats& l) {
-  v("pairs", l.pairs);
-  v("short_kernels", l.short_kernels);
-  v("runtime_outliers", l.runtime_outliers);
-  v("launch_delay_outliers", l.launch_delay_outliers);
-  v.group("thresholds", [&l](auto& t) {
-    t("runtime_cutoff_us", l.runtime_cutoff_us);
-    t("launch_delay_cutoff_us", l.launch_delay_cutoff_us);
+void fields(V& v, HtaLaunchStats& x) {
+  STEPSCOPE_FIELDS(pairs, short_kernels, runtime_outliers, launch_delay_outliers);
+  v.group("thresholds", [&x](auto& t) {
+    t("runtime_cutoff_us", x.runtime_cutoff_us);
+    t("launch_delay_cutoff_us", x.launch_delay_cutoff_us);
   });
 }
 
 // device.hta: HTA's tables for an imported trace (docs/report-schema.md).
 template <class V>
-void fields(V& v, HtaTables& h) {
-  if constexpr (V::reading) h.present = true;
-  v.rank("rank", h.rank);
-  v("temporal_breakdown", h.temporal_breakdown);
-  v("kernel_type_breakdown", h.kernel_type_breakdown);
-  v("comp_comm_overlap_pctg", h.comp_comm_overlap_pctg);
-  v("idle_time_breakdown", h.idle_time_breakdown);
-  v("launch_stats", h.launch_stats);
-  v("steps_kept", h.steps_kept);
+void fields(V& v, HtaTables& x) {
+  if constexpr (V::reading) x.present = true;
+  v.rank("rank", x.rank);
+  STEPSCOPE_FIELDS(temporal_breakdown, kernel_type_breakdown, comp_comm_overlap_pctg, idle_time_breakdown, launch_stats,
+                   steps_kept);
 }
 
 template <class V>
-void fields(V& v, StepBreakdown& b) {
-  v("wall_ms", b.wall_ms);
-  kinds(v, b.kind_ms);
-  v("unattributed_ms", b.unattributed_ms);
-  v("cpu_wait_ms", b.cpu_wait_ms);
-  v("page_fault_ms", b.page_fault_ms);
-  v("between_steps_input_ms", b.between_steps_input_ms);
-  v("between_steps_ms", b.between_steps_ms);
+void fields(V& v, StepBreakdown& x) {
+  v("wall_ms", x.wall_ms);
+  kinds(v, x.kind_ms);
+  STEPSCOPE_FIELDS(unattributed_ms, cpu_wait_ms, page_fault_ms, between_steps_input_ms, between_steps_ms);
 }
 
 template <class V>
 void fields(V& v, SlowStep& x) {
-  v("step", x.step);
-  v("wall_ms", x.wall_ms);
+  STEPSCOPE_FIELDS(step, wall_ms);
   kinds(v, x.kind_ms);
-  v("unattributed_ms", x.unattributed_ms);
-  v("between_steps_ms", x.between_steps_ms);
+  STEPSCOPE_FIELDS(unattributed_ms, between_steps_ms);
 }
 
 template <class V>
-void fields(V& v, StepSeries& s) {
-  v("stride", s.stride);
-  if constexpr (V::reading) s.stride = std::max<std::uint32_t>(s.stride, 1);
-  v("first_step", s.first_step);
-  v("wall_ms", s.wall_ms);
-  kinds(v, s.kind_ms);
-  v("unattributed_ms", s.unattributed_ms);
-  v("between_steps_ms", s.between_steps_ms);
-  v("rss_mb", s.rss_mb);
+void fields(V& v, StepSeries& x) {
+  v("stride", x.stride);
+  if constexpr (V::reading) x.stride = std::max<std::uint32_t>(x.stride, 1);
+  STEPSCOPE_FIELDS(first_step, wall_ms);
+  kinds(v, x.kind_ms);
+  STEPSCOPE_FIELDS(unattributed_ms, between_steps_ms, rss_mb);
 }
 
 template <class V>
-void fields(V& v, StepStats& s) {
+void fields(V& v, StepStats& x) {
   v.require("count");
-  v("count", s.count);
-  v("warmup_excluded", s.warmup_excluded);
-  v("wall_ms", s.wall_ms);
-  v("warmup_wall_ms", s.warmup_wall_ms);
-  v("unended_excluded", s.unended_excluded);
-  v("unended_wall_ms", s.unended_wall_ms);
-  v("breakdown", s.breakdown);
-  v("series", s.series);
-  v("histogram", s.histogram);
-  v("coverage", s.coverage);
-  v("between_steps_ms", s.between_steps_ms);
-  v("between_steps_input_ms", s.between_steps_input_ms);
-  v("loop_boundaries", s.loop_boundaries);  // 0 in reports that predate it
-  v("between_loops_ms", s.between_loops_ms);
-  v("loop_first_steps", s.loop_first_steps);  // 0 in reports that predate them
-  v("loop_first_ms", s.loop_first_ms);
-  v("loop_first_max_ms", s.loop_first_max_ms);
-  v("slowest", s.slowest);
-  v("clock", s.clock);  // "host" in reports that predate it
+  STEPSCOPE_FIELDS(count, warmup_excluded, wall_ms, warmup_wall_ms, unended_excluded, unended_wall_ms, breakdown);
+  if (v.keep(x.settled_breakdown.has_value())) v("settled_breakdown", x.settled_breakdown);
+  STEPSCOPE_FIELDS(series, histogram, coverage, between_steps_ms, between_steps_input_ms);
+  v("loop_boundaries", x.loop_boundaries);  // 0 in reports that predate it
+  v("between_loops_ms", x.between_loops_ms);
+  v("loop_first_steps", x.loop_first_steps);  // 0 in reports that predate them
+  STEPSCOPE_FIELDS(loop_first_ms, loop_first_max_ms, slowest);
+  v("clock", x.clock);  // "host" in reports that predate it
   if constexpr (V::reading) {
-    if (s.slowest.size() > StepStats::kSlowestStepsKept) s.slowest.resize(StepStats::kSlowestStepsKept);
-    if (s.clock != "device") s.clock = "host";
+    if (x.slowest.size() > StepStats::kSlowestStepsKept) x.slowest.resize(StepStats::kSlowestStepsKept);
+    if (x.clock != "device") x.clock = "host";
   }
-  if (v.keep(s.host_wall_ms.has_value())) v("host_wall_ms", s.host_wall_ms);
-  if (v.keep(s.host_breakdown.has_value())) v("host_breakdown", s.host_breakdown);
+  if (v.keep(x.host_wall_ms.has_value())) v("host_wall_ms", x.host_wall_ms);
+  if (v.keep(x.host_breakdown.has_value())) v("host_breakdown", x.host_breakdown);
 }
 
 template <class V>
-void fields(V& v, SystemSignals& s) {
-  v("available", s.available);
-  v("wall_s", s.wall_s);
-  v("cpu_user_s", s.cpu_user_s);
-  v("cpu_system_s", s.cpu_system_s);
-  v.integer("cores_available", s.cores_available, 0, 1 << 24);
-  v("cpu_utilization", s.cpu_utilization);
-  v("minor_faults", s.minor_faults);
-  v("major_faults", s.major_faults);
-  v("voluntary_switches", s.voluntary_switches);
-  v("involuntary_switches", s.involuntary_switches);
-  v("read_bytes", s.read_bytes);
-  v("write_bytes", s.write_bytes);
-  v("io_wait_s", s.io_wait_s);
-  v("runqueue_wait_s", s.runqueue_wait_s);
-  v.fraction("step_threads_on_cpu_s", s.step_threads_on_cpu_s);
-  v("rss_start_mb", s.rss_start_mb);
-  v("rss_peak_mb", s.rss_peak_mb);
-  v("rss_end_mb", s.rss_end_mb);
-  v.fraction("input_on_cpu_fraction", s.input_on_cpu_fraction);
-  v.fraction("compute_on_cpu_fraction", s.compute_on_cpu_fraction);
-  v.fraction("unattributed_on_cpu_fraction", s.unattributed_on_cpu_fraction);
-  v.fraction("input_disk_wait_fraction", s.input_disk_wait_fraction);
-  v("input_samples", s.input_samples);
-  v("samples", s.samples);
-  v("sampling_cost_ms", s.sampling_cost_ms);
-  v("collector_cpu_ms", s.collector_cpu_ms);
-  v.fraction("load_average_start", s.load_average_start);
-  v.fraction("load_average_end", s.load_average_end);
-  v.integer("cores_online", s.cores_online, 0, 1 << 20);
-  v.fraction("other_processes_cpu_s", s.other_processes_cpu_s);
-  v("window_steps", s.window_steps);
-  v("run_wall_s", s.run_wall_s);
-  v("before_steps_wall_s", s.before_steps_wall_s);
-  v("before_steps_cpu_system_s", s.before_steps_cpu_system_s);
-  v("before_steps_minor_faults", s.before_steps_minor_faults);
-  v.fraction("page_fault_us", s.page_fault_us);
+void fields(V& v, SystemSignals& x) {
+  STEPSCOPE_FIELDS(available, wall_s, cpu_user_s, cpu_system_s);
+  v.integer("cores_available", x.cores_available, 0, 1 << 24);
+  STEPSCOPE_FIELDS(cpu_utilization, minor_faults, major_faults, voluntary_switches, involuntary_switches, read_bytes,
+                   write_bytes, io_wait_s, runqueue_wait_s);
+  v.fraction("step_threads_on_cpu_s", x.step_threads_on_cpu_s);
+  STEPSCOPE_FIELDS(rss_start_mb, rss_peak_mb, rss_end_mb);
+  v.fraction("input_on_cpu_fraction", x.input_on_cpu_fraction);
+  v.fraction("compute_on_cpu_fraction", x.compute_on_cpu_fraction);
+  v.fraction("unattributed_on_cpu_fraction", x.unattributed_on_cpu_fraction);
+  v.fraction("input_disk_wait_fraction", x.input_disk_wait_fraction);
+  STEPSCOPE_FIELDS(input_samples, samples, sampling_cost_ms, collector_cpu_ms);
+  v.fraction("load_average_start", x.load_average_start);
+  v.fraction("load_average_end", x.load_average_end);
+  v.integer("cores_online", x.cores_online, 0, 1 << 20);
+  v.fraction("other_processes_cpu_s", x.other_processes_cpu_s);
+  STEPSCOPE_FIELDS(window_steps, run_wall_s, before_steps_wall_s, before_steps_cpu_system_s, before_steps_minor_faults);
+  v.fraction("page_fault_us", x.page_fault_us);
 }
 
 template <class V>
-void fields(V& v, Evidence& e) {
-  v("signal", e.signal);
-  v("value", e.value);
-  v("threshold", e.threshold);
-  v("comparison", e.comparison);
-  v("supports", e.supports);
-  if constexpr (V::reading) e.crossed = e.supports;  // reports that predate `crossed`
-  v("crossed", e.crossed);
-  v("sentence", e.sentence);
+void fields(V& v, Evidence& x) {
+  STEPSCOPE_FIELDS(signal, value, threshold, comparison, supports);
+  if constexpr (V::reading) x.crossed = x.supports;  // reports that predate `crossed`
+  STEPSCOPE_FIELDS(crossed, sentence);
 }
 
 template <class V>
 void fields(V& v, Verdict& x) {
-  v("category", x.category);
-  v("confidence", x.confidence);
-  v("severity", x.severity);
-  v("summary", x.summary);
-  v("evidence", x.evidence);
-  v("recommendations", x.recommendations);
+  STEPSCOPE_FIELDS(category, confidence, severity, summary, evidence, recommendations);
   v.pairs("ranking", x.ranking, "category", "share_of_step");
 }
 
 template <class V>
-void fields(V& v, PhaseCallSite& s) {
-  v("file", s.file);
-  v.integer("line", s.line, 0, INT32_MAX);
-  v("host_ms", s.host_ms);
+void fields(V& v, PhaseCallSite& x) {
+  v("file", x.file);
+  v.integer("line", x.line, 0, INT32_MAX);
+  v("host_ms", x.host_ms);
 }
 
 template <class V>
-void fields(V& v, OperatorTime& op) {
-  v("name", op.name);
-  v("kind", op.kind);
-  v("count", op.count);
-  v("self_ms", op.self_ms);
+void fields(V& v, OperatorTime& x) {
+  STEPSCOPE_FIELDS(name, kind, count, self_ms);
 }
 
 template <class V>
-void fields(V& v, PhaseSummary& p) {
+void fields(V& v, PhaseSummary& x) {
   v.require("name", "every phase has a name");
-  v("name", p.name);
-  v.kind("kind", p.kind);
-  v.role("thread_role", p.thread_role);
-  v("count", p.count);
-  v("host_ms", p.host_ms);
-  v("self_ms", p.self_ms);
-  v("share_of_step", p.share_of_step);
-  v("threads", p.threads);
-  v("histogram", p.histogram);
-  v("overlap_with_steps", p.overlap_with_steps);
-  v("device_ms", p.device_ms);
-  if (v.keep(p.host_share_of_step.has_value())) v("host_share_of_step", p.host_share_of_step);
-  if (v.keep(!p.sites.empty())) {
-    v("sites", p.sites);
-    v("sites_merged", p.sites_merged);
+  v("name", x.name);
+  v.kind("kind", x.kind);
+  v.role("thread_role", x.thread_role);
+  STEPSCOPE_FIELDS(count, host_ms, self_ms, share_of_step, threads, histogram, overlap_with_steps, device_ms);
+  if (v.keep(x.host_share_of_step.has_value())) v("host_share_of_step", x.host_share_of_step);
+  if (v.keep(!x.sites.empty())) {
+    v("sites", x.sites);
+    v("sites_merged", x.sites_merged);
   }
-  if (v.keep(!p.top_operators.empty())) v("top_operators", p.top_operators);
+  if (v.keep(!x.top_operators.empty())) v("top_operators", x.top_operators);
 }
 
 template <class V>
 void fields(V& v, Finding& x) {
-  v("kind", x.kind);
-  v("severity", x.severity);
-  v("message", x.message);
+  STEPSCOPE_FIELDS(kind, severity, message);
   v.numbers("values", x.values);
 }
 
 template <class V>
-void fields(V& v, WhatIf& w) {
-  v("target", w.target);
-  v("share", w.share);
-  v("speedup", w.speedup);
-  v("step_ms_now", w.step_ms_now);
-  v("step_ms_projected", w.step_ms_projected);
-  v("step_change_pct", w.step_change_pct);
-  v("note", w.note);
+void fields(V& v, WhatIf& x) {
+  STEPSCOPE_FIELDS(target, share, speedup, step_ms_now, step_ms_projected, step_change_pct, note);
 }
 
 template <class V>
-void fields(V& v, AcrossRanks& a) {
-  v("min", a.min);
-  v("median", a.median);
-  v("max", a.max);
-  v("mean", a.mean);
-  v.rank("min_rank", a.min_rank);
-  v.rank("max_rank", a.max_rank);
-  v("imbalance", a.imbalance);
+void fields(V& v, AcrossRanks& x) {
+  STEPSCOPE_FIELDS(min, median, max, mean);
+  v.rank("min_rank", x.min_rank);
+  v.rank("max_rank", x.max_rank);
+  v("imbalance", x.imbalance);
 }
 
 template <class V>
-void fields(V& v, RankSummary& r) {
-  v.rank("rank", r.rank);
-  v("host", r.host);
-  v("steps", r.steps);
-  v("step_ms", r.step_ms);
-  v("busy_ms", r.busy_ms);
-  kinds(v, r.kind_ms);
-  v("unattributed_ms", r.unattributed_ms);
-  v("comm_wait_ms", r.comm_wait_ms);
-  v("verdict", r.verdict);
-  v("straggler", r.straggler);
-  v.ranks("waits_for", r.waits_for);  // absent in merged reports written before it
-  v("complete", r.complete);          // absent in merged reports written before it
-  v.nullable("ended_by", r.ended_by);
-  v.nullable("interrupted", r.interrupted);
-  v.nullable("exception", r.exception);
+void fields(V& v, RankSummary& x) {
+  v.rank("rank", x.rank);
+  STEPSCOPE_FIELDS(host, steps, step_ms, busy_ms);
+  kinds(v, x.kind_ms);
+  STEPSCOPE_FIELDS(unattributed_ms, comm_wait_ms, verdict, straggler);
+  v.ranks("waits_for", x.waits_for);  // absent in merged reports written before it
+  v("complete", x.complete);          // absent in merged reports written before it
+  v.nullable("ended_by", x.ended_by);
+  v.nullable("interrupted", x.interrupted);
+  v.nullable("exception", x.exception);
 }
 
 template <class V>
-void fields(V& v, PhaseAcrossRanks& p) {
-  v("name", p.name);
-  v.kind("kind", p.kind);
-  v("ranks", p.ranks);
-  v("per_step_ms", p.per_step_ms);
+void fields(V& v, PhaseAcrossRanks& x) {
+  v("name", x.name);
+  v.kind("kind", x.kind);
+  STEPSCOPE_FIELDS(ranks, per_step_ms);
 }
 
 template <class V>
-void fields(V& v, StepAcrossRanks& s) {
-  v("first_step", s.first_step);
-  v("wall_ms", s.wall_ms);
-  v("busy_ms", s.busy_ms);
-  v("communication_ms", s.communication_ms);
+void fields(V& v, StepAcrossRanks& x) {
+  STEPSCOPE_FIELDS(first_step, wall_ms, busy_ms, communication_ms);
 }
 
 template <class V>
-void fields(V& v, Straggler& s) {
-  v.rank("rank", s.rank);
-  v("phase", s.phase);
-  v("rank_ms", s.rank_ms);
-  v("median_ms", s.median_ms);
-  v("excess_ms", s.excess_ms);
-  v("robust_z", s.robust_z);
-  v("slow_step_fraction", s.slow_step_fraction);
-  v("pattern", s.pattern);
-  v("slow_steps", s.slow_steps);
-  v("cause", s.cause);  // absent in merged reports written before it
+void fields(V& v, Straggler& x) {
+  v.rank("rank", x.rank);
+  STEPSCOPE_FIELDS(phase, rank_ms, median_ms, excess_ms, robust_z, slow_step_fraction, pattern, slow_steps);
+  v("cause", x.cause);  // absent in merged reports written before it
 }
 
 // The multi-rank section of a merged report (absent from single-rank reports).
 template <class V>
-void fields(V& v, MultiRank& m) {
-  v.integer("world_size", m.world_size, 0, kMaxRanks);
-  v.integer("ranks_merged", m.ranks_merged, 0, kMaxRanks);
-  v.ranks("missing_ranks", m.missing_ranks);
-  v("step_ms", m.step_ms);
-  v("busy_ms", m.busy_ms);
-  v("compute_ms", m.compute_ms);
-  v("communication_ms", m.communication_ms);
-  v("comm_ms", m.comm_ms);
-  v("comm_collective_ms", m.comm_collective_ms);
-  v("comm_wait_ms", m.comm_wait_ms);
-  v("comm_wait_fraction", m.comm_wait_fraction);
-  v("expected_wait_from_imbalance_ms", m.expected_wait_from_imbalance_ms);
-  v("stragglers", m.stragglers);
-  v("method", m.method);
-  v("ranks", m.ranks);
-  v("phases", m.phases);
-  v("step_stride", m.step_stride);
-  if constexpr (V::reading) m.step_stride = std::max<std::uint32_t>(m.step_stride, 1);
-  v("steps", m.steps);
+void fields(V& v, MultiRank& x) {
+  v.integer("world_size", x.world_size, 0, kMaxRanks);
+  v.integer("ranks_merged", x.ranks_merged, 0, kMaxRanks);
+  v.ranks("missing_ranks", x.missing_ranks);
+  STEPSCOPE_FIELDS(step_ms, busy_ms, compute_ms, communication_ms, comm_ms, comm_collective_ms, comm_wait_ms,
+                   comm_wait_fraction, expected_wait_from_imbalance_ms, stragglers, method, ranks, phases, step_stride);
+  if constexpr (V::reading) x.step_stride = std::max<std::uint32_t>(x.step_stride, 1);
+  v("steps", x.steps);
 }
 
 template <class V>
-void fields(V& v, DeviceUsage& u) {
-  v.integer("id", u.id, -1, INT32_MAX);
-  v("name", u.name);
-  v("phases_timed", u.phases_timed);
-  v("steps_ran_on", u.steps_ran_on);
-  v("memory_capacity_mb", u.memory_capacity_mb);
-  v("memory_peak_mb", u.memory_peak_mb);
-  v("busy_fraction", u.busy_fraction);
-  v("busy_ms", u.busy_ms);
-  v("kernels", u.kernels);
-  v("memcpys", u.memcpys);
-  v("peer_memcpys", u.peer_memcpys);
-  v("peer_memcpy_mb", u.peer_memcpy_mb);
-  v("memsets", u.memsets);
+void fields(V& v, DeviceUsage& x) {
+  v.integer("id", x.id, -1, INT32_MAX);
+  STEPSCOPE_FIELDS(name, phases_timed, steps_ran_on, memory_capacity_mb, memory_peak_mb, busy_fraction, busy_ms,
+                   kernels, memcpys, peer_memcpys, peer_memcpy_mb, memsets);
 }
 
 template <class V>
-void fields(V& v, DeviceInfo& d) {
-  v("enabled", d.enabled);
-  v("status", d.status);
-  v("reason", d.reason);
-  v("name", d.name);
-  v("memory_capacity_mb", d.memory_capacity_mb);
-  v("memory_peak_mb", d.memory_peak_mb);
-  v.facts("facts", d.facts);
-  if (v.keep(d.hta.present)) v("hta", d.hta);  // reading it sets `present`
-  if (v.keep(!d.hta_ranks.empty())) v("hta_ranks", d.hta_ranks);
-  if (v.keep(!d.devices.empty())) {  // live CUDA runs: each GPU's own figures
-    v.integer("facts_device", d.facts_device, -1, INT32_MAX);
-    v("devices", d.devices);
+void fields(V& v, DeviceInfo& x) {
+  STEPSCOPE_FIELDS(enabled, status, reason, name, memory_capacity_mb, memory_peak_mb);
+  v.facts("facts", x.facts);
+  if (v.keep(x.hta.present)) v("hta", x.hta);  // reading it sets `present`
+  if (v.keep(!x.hta_ranks.empty())) v("hta_ranks", x.hta_ranks);
+  if (v.keep(!x.devices.empty())) {  // live CUDA runs: each GPU's own figures
+    v.integer("facts_device", x.facts_device, -1, INT32_MAX);
+    v("devices", x.devices);
   }
-  if (v.keep(d.cupti_launches_unrecorded > 0)) v("cupti_launches_unrecorded", d.cupti_launches_unrecorded);
+  if (v.keep(x.cupti_launches_unrecorded > 0)) v("cupti_launches_unrecorded", x.cupti_launches_unrecorded);
 }
 
 template <class V>
-void fields(V& v, RunInfo& run) {
-  v("library_version", run.library_version);
-  v("time_utc", run.time_utc);
-  v("host", run.host);
-  v.integer("pid", run.pid, -(std::int64_t{1} << 53), std::int64_t{1} << 53);
-  v.rank("rank", run.rank, /*null_if_none=*/true);
-  v.integer("world_size", run.world_size, 0, kMaxRanks);
-  v("source", run.source);
-  v.strings("build", run.build);
-  v.config("config", run.config, run.config_types);
-  v.group("clock", [&run](auto& c) {
-    c("source", run.clock_source);
-    c("tsc_ghz", run.clock_tsc_ghz);
-    c("error_ppm", run.clock_error_ppm);
-    c("reason", run.clock_reason);
+void fields(V& v, RunInfo& x) {
+  STEPSCOPE_FIELDS(library_version, time_utc, host);
+  v.integer("pid", x.pid, -(std::int64_t{1} << 53), std::int64_t{1} << 53);
+  v.rank("rank", x.rank, /*null_if_none=*/true);
+  v.integer("world_size", x.world_size, 0, kMaxRanks);
+  v("source", x.source);
+  v.strings("build", x.build);
+  v.config("config", x.config, x.config_types);
+  v.group("clock", [&x](auto& c) {
+    c("source", x.clock_source);
+    c("tsc_ghz", x.clock_tsc_ghz);
+    c("error_ppm", x.clock_error_ppm);
+    c("reason", x.clock_reason);
   });
-  v.group("warmup", [&run](auto& w) {
-    w("steps", run.warmup_steps);
-    w("source", run.warmup_source);
+  v.group("warmup", [&x](auto& w) {
+    w("steps", x.warmup_steps);
+    w("source", x.warmup_source);
   });
 }
 
 template <class V>
 void fields(V& v, Report::Interruption& x) {
-  v("signal", x.signal);
-  v("after_s", x.after_s);
+  STEPSCOPE_FIELDS(signal, after_s);
 }
 
 template <class V>
 void fields(V& v, Report::UncaughtException& x) {
-  v("type", x.type);
-  v("message", x.message);
-  v("after_s", x.after_s);
+  STEPSCOPE_FIELDS(type, message, after_s);
 }
 
 template <class V>
 void fields(V& v, Report::RuntimeSites& x) {
-  v("sites", x.sites);
-  v("overflow", x.overflow);
-  v("truncated", x.truncated);
+  STEPSCOPE_FIELDS(sites, overflow, truncated);
 }
 
 template <class V>
-void fields(V& v, Overhead& o) {
-  v("scope_ns", o.scope_ns);
-  v("tsc_scope_ns", o.tsc_scope_ns);
-  v("collector_core_fraction", o.collector_core_fraction);
-  v("device_mode", o.device_mode);
-  v("window_steps", o.window_steps);
-  v("window_period", o.window_period);
-  v("instrumented_steps", o.instrumented_steps);
-  v("uninstrumented_steps", o.uninstrumented_steps);
-  v("instrumented_step_ms", o.instrumented_step_ms);
-  v("uninstrumented_step_ms", o.uninstrumented_step_ms);
-  v("measured", o.measured);
-  v("window_cost_pct", o.window_cost_pct);
-  v("run_cost_pct", o.run_cost_pct);
+void fields(V& v, Overhead& x) {
+  STEPSCOPE_FIELDS(scope_ns, tsc_scope_ns, collector_core_fraction, device_mode, window_steps, window_period,
+                   instrumented_steps, uninstrumented_steps, instrumented_step_ms, uninstrumented_step_ms, measured,
+                   window_cost_pct, run_cost_pct);
 }
 
 // Absent sections of older reports read as their defaults (runtime_sites,
 // overhead, interrupted, exception; `complete`: those reports were final).
 template <class V>
-void fields(V& v, Report& r) {
+void fields(V& v, Report& x) {
   for (const char* key : {"run", "steps", "phases", "bottleneck"}) v.require(key);
-  v.integer("schema_version", r.schema_version, INT32_MIN, INT32_MAX);
-  v("run", r.run);
-  v("steps", r.steps);
-  v("phases", r.phases);
-  v("dropped_records", r.dropped_records);
-  v("total_records", r.total_records);
-  v("system", r.system);
-  v("device", r.device);
-  v("bottleneck", r.bottleneck);
-  v("findings", r.findings);
-  v("what_if", r.what_if);
-  v("warnings", r.warnings);
-  if (v.keep(r.ranks.has_value())) v("ranks", r.ranks);  // merged multi-rank reports only
-  v("complete", r.complete);
-  v.nullable("ended_by", r.ended_by);
-  v("interrupted", r.interrupted);
-  v("exception", r.exception);
-  v.nullable("snapshot_time_utc", r.snapshot_time_utc);
-  v("runtime_sites", r.runtime_sites);
-  v("overhead", r.overhead);
+  v.integer("schema_version", x.schema_version, INT32_MIN, INT32_MAX);
+  STEPSCOPE_FIELDS(run, steps, phases, dropped_records, total_records, system, device, bottleneck, findings, what_if,
+                   warnings);
+  if (v.keep(x.ranks.has_value())) v("ranks", x.ranks);  // merged multi-rank reports only
+  v("complete", x.complete);
+  v.nullable("ended_by", x.ended_by);
+  STEPSCOPE_FIELDS(interrupted, exception);
+  v.nullable("snapshot_time_utc", x.snapshot_time_utc);
+  STEPSCOPE_FIELDS(runtime_sites, overhead);
 }
 
-json to_j(const Report& r) {
-  json out = Writer::value(r);
-  // Derived, for scripts: the accounting the verdict and the summary use.
-  out["steps"]["settled_breakdown"] = Writer::value(settled_breakdown(r));
-  return out;
-}
+#undef STEPSCOPE_FIELDS
+#undef STEPSCOPE_FIELD
 
 Report report_from(const json& document) {
   if (!document.is_object()) throw std::runtime_error("the top level is not a JSON object: not a stepscope report");
@@ -906,7 +727,7 @@ Report report_from(const json& document) {
 
 std::string report_to_json(const Report& report, int indent) {
   try {
-    return to_j(report).dump(indent, ' ', false, json::error_handler_t::replace);
+    return Writer::value(report).dump(indent, ' ', false, json::error_handler_t::replace);
   } catch (const std::exception& e) {
     return std::string("{\"error\": \"cannot serialise the report\"}");
   }

@@ -1,5 +1,4 @@
 // The human summary printed at exit: breakdown, phases, verdict, what-if.
-#include <stepscope/analysis.hpp>
 #include <stepscope/report.hpp>
 
 #include "report/ending.hpp"
@@ -62,7 +61,7 @@ std::string format_summary(const Report& r) {
   std::string who = r.run.rank >= 0 ? fmt::format(" rank {}/{}", r.run.rank, r.run.world_size) : "";
   line(fmt::format("== stepscope{} ({}) ==", who, r.run.source));
   // The settled accounting: the same numbers as the verdict sentence and ranking.
-  const StepBreakdown breakdown = settled_breakdown(r);
+  const StepBreakdown& breakdown = r.steps.shown_breakdown();
   for (const std::string& note : detail::run_ending_notes(r)) line(note);
   if (r.steps.count > 0) {
     // One step time for the header, the breakdown, the what-ifs and diff: the

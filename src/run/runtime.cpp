@@ -16,7 +16,7 @@
 
 #include <stepscope/stepscope.hpp>
 #include "core/trace.hpp"
-#include "report/live.hpp"
+#include "run/live.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -43,16 +43,6 @@
 namespace stepscope {
 inline namespace v1 {
 namespace detail {
-
-std::atomic<std::uint8_t> g_mode{kModeUninitialised};
-std::atomic<std::uint32_t> g_steps_started{0};
-std::atomic<DeviceBeginHook> g_device_begin{nullptr};
-std::atomic<DeviceEndHook> g_device_end{nullptr};
-std::atomic<DeviceAbandonHook> g_device_abandon{nullptr};
-
-void device_slot_dropped(std::uint16_t slot) noexcept {
-  if (DeviceAbandonHook hook = g_device_abandon.load(std::memory_order_acquire)) hook(slot);
-}
 
 // Static storage, never destroyed: threads may still record while static
 // objects are being destroyed at exit, so the run time must outlive them;

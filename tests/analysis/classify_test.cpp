@@ -830,6 +830,20 @@ TEST_CASE("analyze: one accounting — table, sentence and ranking give the same
     REQUIRE(report_from_json(report_to_json(r), back, error));
     CHECK(settled_breakdown(back).kind_ms[PhaseKind::compute] == Approx(once.kind_ms[PhaseKind::compute]));
     CHECK(settled_breakdown(back).cpu_wait_ms == Approx(once.cpu_wait_ms));
+    // analyze() stores the settled view and the report carries it: the
+    // writers print it, they do not settle the breakdown again.
+    REQUIRE(r.steps.settled_breakdown.has_value());
+    CHECK(r.steps.settled_breakdown->kind_ms[PhaseKind::compute] == Approx(once.kind_ms[PhaseKind::compute]));
+    REQUIRE(back.steps.settled_breakdown.has_value());
+    CHECK(back.steps.settled_breakdown->cpu_wait_ms == Approx(once.cpu_wait_ms));
+    back.steps.settled_breakdown->cpu_wait_ms = 33.3;  // what the writers show is what the report says
+    CHECK(format_summary(back).find("33.300 ms") != std::string::npos);
+    CHECK(report_to_json(back).find("\"cpu_wait_ms\": 33.3") != std::string::npos);
+    // A report no analyzer has seen shows its measured breakdown.
+    Report raw = host_report(s);
+    CHECK_FALSE(raw.steps.settled_breakdown.has_value());
+    CHECK(&raw.steps.shown_breakdown() == &raw.steps.breakdown);
+    CHECK(report_to_json(raw).find("settled_breakdown") == std::string::npos);
   }
   SECTION("a step mostly outside phases keeps its phases' share of the time (no emptied row)") {
     // Seen on PyTorch's regression example with stepscope.torch.instrument:

@@ -2,7 +2,7 @@
 // and the real thing on stderr of tests/core/probe (STEPSCOPE_LIVE).
 #include "tools/tool_runner.hpp"
 
-#include "report/live.hpp"
+#include "run/live.hpp"
 
 #include <catch2/catch.hpp>
 

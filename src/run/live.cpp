@@ -1,5 +1,5 @@
 // The live progress line: a fact snapshot in, one short line out.
-#include "report/live.hpp"
+#include "run/live.hpp"
 #include <stepscope/analysis.hpp>
 
 #include "text/printable.hpp"

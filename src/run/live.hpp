@@ -1,4 +1,4 @@
-// src/report/live.hpp (not installed) — the live progress line (STEPSCOPE_LIVE=SECONDS).
+// src/run/live.hpp (not installed) — the live progress line (STEPSCOPE_LIVE=SECONDS).
 //
 // While a run is going, the collector thread prints one line on stderr every
 // STEPSCOPE_LIVE seconds (rewritten in place on a terminal, plain lines when
