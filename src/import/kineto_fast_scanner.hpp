@@ -864,10 +864,10 @@ class FastScanner {
     }
   }
 
-  // Walks the members of the object at p_ ('{'), calling member(key) with p_
-  // at the value (after whitespace); member must consume the value.
-  template <typename Member>
-  bool object(Member&& member) {
+  // Walks the members of the object at p_ ('{'): for each, value(key_of(key))
+  // with p_ at the value (after whitespace); value must consume it.
+  template <typename KeyOf, typename Value>
+  bool object(KeyOf key_of, Value value) {
     ++p_;
     if (!skip_whitespace()) return invalid();
     if (*p_ == '}') {
@@ -879,7 +879,7 @@ class FastScanner {
       ++p_;
       std::string_view key;
       if (!short_string(key)) return false;
-      if (!member.key(key)) return false;
+      const Key current = key_of(key);
       // Kineto writes `"key": value`: one compare of the two bytes after
       // the key and a look at the third stands for expect(':') and both
       // whitespace skips.
@@ -888,7 +888,7 @@ class FastScanner {
       } else if (!expect(':') || !skip_whitespace()) {
         return invalid();
       }
-      if (!member.value()) return false;
+      if (!value(current)) return false;
       if (handed_over_) return true;  // only ever in the top-level object
       // And `, "` between members on one line.
       if (end_ - p_ >= 3 && bytes_are(p_, ',', ' ') && p_[2] == '"') {
@@ -920,6 +920,7 @@ class FastScanner {
     }
     for (;;) {
       if (!element()) return false;
+      if (handed_over_) return true;  // only ever in traceEvents
       if (!skip_whitespace()) return invalid();
       if (*p_ == ',') {
         ++p_;
@@ -936,57 +937,30 @@ class FastScanner {
 
   // --- the document ------------------------------------------------------------
   bool top_object() {
-    struct Member {
-      FastScanner& s;
-      Key current = Key::other;
-      bool key(std::string_view k) {
-        current = top_key(k);
-        return true;
-      }
-      bool value() {
-        const char c = *s.p_;
-        switch (current) {
-          case Key::trace_events:
-            if (c != '[') return s.give_up("\"traceEvents\" is not an array");
-            s.saw_trace_events_ = true;
-            return s.events_array();
-          case Key::distributed_info:
-            if (c == '{') return s.distributed_info();
-            return s.skip_value(1);
-          case Key::device_properties:
-            if (c == '[') return s.device_properties();
-            return s.skip_value(1);
-          default:
-            return s.skip_value(1);
-        }
-      }
-    };
-    return object(Member{*this});
+    return object([](std::string_view k) { return top_key(k); },
+                  [this](Key current) {
+                    const char c = *p_;
+                    switch (current) {
+                      case Key::trace_events:
+                        if (c != '[') return give_up("\"traceEvents\" is not an array");
+                        saw_trace_events_ = true;
+                        return events_array();
+                      case Key::distributed_info:
+                        return c == '{' ? distributed_info() : skip_value(1);
+                      case Key::device_properties:
+                        return c == '[' ? device_properties() : skip_value(1);
+                      default:
+                        return skip_value(1);
+                    }
+                  });
   }
 
   bool events_array() {
-    ++p_;
-    if (!skip_whitespace()) return invalid();
-    if (*p_ == ']') {
-      ++p_;
-      return true;
-    }
-    for (;;) {
+    return array([this] {
       if (window_.offset_of(p_) >= split_offset_ && reached_split()) return true;
       if (*p_ != '{') return give_up("a traceEvents element is not an object");
-      if (!event()) return false;
-      if (!skip_whitespace()) return invalid();
-      if (*p_ == ',') {
-        ++p_;
-        if (!skip_whitespace()) return invalid();
-        continue;
-      }
-      if (*p_ == ']') {
-        ++p_;
-        return true;
-      }
-      return invalid();
-    }
+      return event();
+    });
   }
 
   // At or past the split, at the start of a traceEvents element. True: the
@@ -1011,29 +985,20 @@ class FastScanner {
     }
     const std::uint64_t event_start = window_.offset_of(p_) + 1;  // just after '{', as KinetoSax measures
     event_.reset();
-    struct Member {
-      FastScanner& s;
-      Key current = Key::other;
-      bool key(std::string_view k) {
-        current = event_key(k);
-        return true;
-      }
-      bool value() {
-        if (current == Key::other) return s.skip_value(1);
-        const char c = *s.p_;
-        if (c == '{' || c == '[') {
-          if (s.builder_.event_container(s.event_, current, c == '{')) return s.args();
-          return s.skip_value(1);
-        }
-        Scalar scalar;
-        // tid strings are decoded too: a legacy trace may write "tid": "1".
-        if (!s.scalar(scalar, current == Key::ph || current == Key::cat || current == Key::name || current == Key::tid))
-          return false;
-        s.builder_.event_scalar(s.event_, current, scalar);
-        return true;
-      }
-    };
-    if (!object(Member{*this})) return false;
+    const bool ok = object(
+        [](std::string_view k) { return event_key(k); },
+        [this](Key current) {
+          if (current == Key::other) return skip_value(1);
+          const char c = *p_;
+          if (c == '{' || c == '[') return builder_.event_container(event_, current, c == '{') ? args() : skip_value(1);
+          // tid strings are decoded too: a legacy trace may write "tid": "1".
+          return scalar_member(current == Key::ph || current == Key::cat || current == Key::name || current == Key::tid,
+                               1, [&](const Scalar& v) {
+                                 builder_.event_scalar(event_, current, v);
+                                 return true;
+                               });
+        });
+    if (!ok) return false;
     // KinetoSax measures the event at each of its keys; every key lies
     // before the closing brace, so an event whose brace is within the limit
     // (minus the margin) passed all those checks. One check per event
@@ -1050,68 +1015,47 @@ class FastScanner {
     }
   }
 
+  // The scalar value at p_ (a string decoded when `text`) handed to take;
+  // a nested object or array is skipped (`depth`: how deep it may nest).
+  template <typename Take>
+  bool scalar_member(bool text, int depth, Take take) {
+    if (*p_ == '{' || *p_ == '[') return skip_value(depth);
+    Scalar value;
+    return scalar(value, text) && take(value);
+  }
+
   bool args() {
-    struct Member {
-      FastScanner& s;
-      Key current = Key::other;
-      bool key(std::string_view k) {
-        current = args_key(k);
-        return true;
-      }
-      bool value() {
-        const char c = *s.p_;
-        if (current == Key::other || c == '{' || c == '[') return s.skip_value(2);
-        Scalar scalar;
-        if (!s.scalar(scalar, false)) return false;
-        TraceBuilder::args_scalar(s.event_, current, scalar);
-        return true;
-      }
-    };
-    return object(Member{*this});
+    return object([](std::string_view k) { return args_key(k); },
+                  [this](Key current) {
+                    if (current == Key::other) return skip_value(2);
+                    return scalar_member(false, 2, [&](const Scalar& v) {
+                      TraceBuilder::args_scalar(event_, current, v);
+                      return true;
+                    });
+                  });
   }
 
   bool distributed_info() {
-    struct Member {
-      FastScanner& s;
-      Key current = Key::other;
-      bool key(std::string_view k) {
-        current = distributed_key(k);
-        return true;
-      }
-      bool value() {
-        const char c = *s.p_;
-        if (c == '{' || c == '[') return s.skip_value(2);
-        Scalar scalar;
-        if (!s.scalar(scalar, current == Key::backend)) return false;
-        const char* field = nullptr;
-        if (!s.builder_.distributed_scalar(current, scalar, field)) return s.give_up("bad distributedInfo");
-        return true;
-      }
-    };
-    return object(Member{*this});
+    return object([](std::string_view k) { return distributed_key(k); },
+                  [this](Key current) {
+                    return scalar_member(current == Key::backend, 2, [&](const Scalar& v) {
+                      const char* field = nullptr;
+                      return builder_.distributed_scalar(current, v, field) || give_up("bad distributedInfo");
+                    });
+                  });
   }
 
   bool device_properties() {
-    struct Member {
-      FastScanner& s;
-      Key current = Key::other;
-      bool key(std::string_view k) {
-        current = device_key(k);
+    const auto member = [this](Key current) {
+      return scalar_member(current == Key::device_name, 3, [&](const Scalar& v) {
+        builder_.device_scalar(current, v);
         return true;
-      }
-      bool value() {
-        const char c = *s.p_;
-        if (c == '{' || c == '[') return s.skip_value(3);
-        Scalar scalar;
-        if (!s.scalar(scalar, current == Key::device_name)) return false;
-        s.builder_.device_scalar(current, scalar);
-        return true;
-      }
+      });
     };
-    return array([this] {
+    return array([&] {
       // Junk entries are tolerated; past kMaxDevices, entries are skipped.
       if (*p_ != '{' || !builder_.begin_device()) return skip_value(2);
-      return object(Member{*this});
+      return object([](std::string_view k) { return device_key(k); }, member);
     });
   }
 
