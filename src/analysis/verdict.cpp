@@ -4,9 +4,9 @@
 // mean step time the step thread (or, with a device timeline, the GPU) lost
 // to each. Every signal looked at becomes an Evidence row; the leader's
 // severity, confidence and recommendations follow from those rows. The rules
-// and thresholds are described in docs/classification.md.
-#include "analysis/facts.hpp"
-#include "analysis/thresholds.hpp"
+// and thresholds are described in docs/classification.md. The Classifier is
+// declared in classifier.hpp; its recommendations are in recommend.cpp.
+#include "analysis/classifier.hpp"
 
 #include <stepscope/analysis.hpp>
 
@@ -15,141 +15,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace stepscope {
 inline namespace v1 {
-namespace {
-
-using detail::clamp01;
-using detail::cpu_holders;
-using detail::CpuHolders;
-using detail::kThresholds;
-using detail::safe_div;
-
-enum Category : int { kIo = 0, kCompute, kMemory, kCommunication, kScheduling, kCategoryCount };
-constexpr int kNoCategory = -1;
-constexpr std::array<const char*, kCategoryCount> kCategoryNames = {"io", "compute", "memory", "communication",
-                                                                    "scheduling"};
-
-// How a signal counts towards "how much evidence agrees" with the leader.
-enum class Weight {
-  primary,    // a measure of the category's cost: agrees or disagrees
-  secondary,  // a sub-case diagnostic: adds agreement only when it fires
-  info        // context; never counted
-};
-
-struct Signal {
-  Evidence evidence;
-  int category = kNoCategory;
-  Weight weight = Weight::info;
-};
-
-double pct(double fraction) {
-  return 100.0 * fraction;
-}
-
-class Classifier {
- public:
-  explicit Classifier(const Report& report)
-      : report_(report),
-        shares_(detail::step_shares(report)),
-        device_(detail::device_facts(report)),
-        step_ms_(detail::mean_step_ms(report)),
-        faults_(detail::fault_facts(report)) {}
-
-  Verdict run();
-
- private:
-  // Adds one evidence row; `supports` is computed from the comparison.
-  Signal& add(int category, Weight weight, std::string name, double value, double threshold, const char* comparison,
-              std::string sentence) {
-    Signal s;
-    s.category = category;
-    s.weight = weight;
-    s.evidence.signal = std::move(name);
-    s.evidence.value = value;
-    s.evidence.threshold = threshold;
-    s.evidence.comparison = comparison;
-    const std::string cmp = comparison;
-    if (cmp == ">=")
-      s.evidence.crossed = value >= threshold;
-    else if (cmp == ">")
-      s.evidence.crossed = value > threshold;
-    else if (cmp == "<")
-      s.evidence.crossed = value < threshold;
-    else if (cmp == "<=")
-      s.evidence.crossed = value <= threshold;
-    else
-      s.evidence.crossed = false;  // "info"
-    // For or against the verdict is only known once the verdict is: see settle_evidence().
-    s.evidence.supports = false;
-    s.evidence.sentence = std::move(sentence);
-    signals_.push_back(std::move(s));
-    return signals_.back();
-  }
-  const Signal* find(const std::string& name) const {
-    for (const Signal& s : signals_)
-      if (s.evidence.signal == name) return &s;
-    return nullptr;
-  }
-  bool fires(const std::string& name) const {
-    const Signal* s = find(name);
-    return s != nullptr && s->evidence.crossed;
-  }
-  // Moves the evidence into the verdict, each row marked for the verdict only
-  // when it crossed its threshold and points to the verdict's category.
-  void settle_evidence(int verdict_category, Verdict& v) {
-    for (Signal& s : signals_) {
-      s.evidence.supports = s.evidence.crossed && verdict_category != kNoCategory && s.category == verdict_category;
-      v.evidence.push_back(std::move(s.evidence));
-    }
-    signals_.clear();
-  }
-
-  void collect_step_shares();
-  void collect_background_phases();
-  void collect_system();
-  void collect_device();
-  void compute_costs();
-  void discount_machine_wait();
-  bool scheduling_signal() const;
-  double agreement(int category) const;
-  std::string top_phase(PhaseKind kind) const;
-  void recommend(int category, Verdict& v) const;
-  std::string summary(int category, const std::string& severity) const;
-
-  const Report& report_;
-  detail::StepShares shares_;
-  detail::DeviceFacts device_;
-  bool host_ahead_ = false;  // median launch delay says the host runs ahead of the device
-  double step_ms_ = 0;
-  double runqueue_fraction_ = 0;
-  // Background input phases: their busy time per step (self time over their
-  // threads) as a share of the step; <0: no background input phase.
-  double loader_work_share_ = -1;
-  std::string loader_phases_;  // their names, for the evidence
-  // The step's input wait the loader's own work does not explain, moved to
-  // scheduling on a CPU-contended machine (share of the step).
-  double idle_loader_wait_ = 0;
-  // The CPU wait other processes caused (share of the step): the machine's,
-  // not the step's. The verdict is the step's without it, so a busier machine
-  // lowers its confidence and never changes its category (issue 29).
-  double machine_wait_ = 0;
-  // The step waits for input (>= moderately bound) while the background
-  // loader's own work is below idle_loader_work_ratio of that wait.
-  bool loader_idle() const {
-    return loader_work_share_ >= 0 && shares_.input >= kThresholds.moderately_bound &&
-           loader_work_share_ < kThresholds.idle_loader_work_ratio * shares_.input;
-  }
-  detail::FaultFacts faults_;
-  // Input on the critical path at or above the highly-bound tier made io lead
-  // over compute (rule b); the runner-up is then compute.
-  bool input_over_compute_ = false;
-  std::vector<Signal> signals_;
-  std::array<double, kCategoryCount> cost_{};
-};
+namespace detail {
 
 void Classifier::collect_step_shares() {
   const auto& t = kThresholds;
@@ -547,257 +419,116 @@ std::string Classifier::summary(int category, const std::string& severity) const
                      where);
 }
 
-void Classifier::recommend(int category, Verdict& v) const {
-  const auto& t = kThresholds;
-  auto& out = v.recommendations;
-  const SystemSignals& s = report_.system;
-  switch (category) {
-    case kIo: {
-      if (loader_idle())
-        out.push_back(fmt::format(
-            "The background loader's phases ({}) work {:.1f}% of a step, yet the step waits {:.1f}% for its "
-            "batches: the loader is idle or waits outside its phases. Wrap its reads and waits in phases to "
-            "see which, and let it run further ahead (a deeper queue, prefetching).",
-            loader_phases_, pct(loader_work_share_), pct(shares_.input)));
-      else if (input_over_compute_ && loader_work_share_ < 0)
-        out.push_back(fmt::format(
-            "Input on the step's critical path is {:.0f}% of the step: run it on a background loader (worker "
-            "threads filling a bounded queue, DataLoader num_workers) so it overlaps compute; the step would "
-            "then take about the longer of compute and the loader's time per batch (see the what-if for "
-            "kind:input).",
-            pct(cost_[kIo])));
-      const bool known = s.available && s.input_on_cpu_fraction >= 0;
-      const bool waiting = known && s.input_on_cpu_fraction < t.input_on_cpu_working;
-      const bool working = known && !waiting;
-      if (waiting || !known)
-        out.push_back(
-            "The step waits for batches that are not ready: use more loader workers (e.g. DataLoader "
-            "num_workers), prefetch the next batches ahead of the step (prefetch_factor, a bounded "
-            "queue filled by a background thread), and pin host batch memory so the host-to-device "
-            "copy can run asynchronously.");
-      if (working || !known)
-        out.push_back(
-            "The step thread does the input work itself: move decoding and augmentation off the step "
-            "thread into loader workers, vectorise per-sample transforms (apply them per batch), and "
-            "cache decoded or preprocessed samples instead of decoding them every epoch.");
-      if (fires("major_faults_per_step") || fires("io_wait_fraction") || fires("read_mib_per_step"))
-        out.push_back(
-            "Reads are served from storage, not memory (major faults / block-I/O wait / bytes read): "
-            "use faster local storage (local NVMe rather than a network file system), keep the "
-            "dataset in the page cache or RAM, or pack it into large sequential shards with "
-            "read-ahead.");
-      if (device_.present && device_.idle_host_input > 0)
-        out.push_back(
-            "The GPU idles while the host fetches input: overlap loading of batch N+1 with the GPU "
-            "work of batch N (prefetch to the device, non_blocking copies from pinned memory).");
-      break;
-    }
-    case kCompute: {
-      if (device_.present) {
-        out.push_back(
-            "The GPU is the bottleneck, as it should be in a well-fed loop: use mixed precision "
-            "(bf16/fp16 autocast, tensor cores), fused kernels (torch.compile, fused optimizers, "
-            "flash attention), and a larger batch if memory allows.");
-        out.push_back(
-            "Profile the top kernels (Nsight Compute) for low occupancy or memory-bound kernels "
-            "before hand-optimising; make sure the largest ones actually dominate the step.");
-      } else {
-        out.push_back(
-            "Compute on the CPU dominates: use an optimised BLAS/oneDNN build, set intra-op threads "
-            "to the physical cores, vectorise hot loops, and use reduced precision (bf16) where the "
-            "CPU supports it.");
-        // Not for a full-batch optimizer: LBFGS's closure already takes all of it.
-        const auto optimizer = report_.run.config.find("optimizer");
-        if (optimizer == report_.run.config.end() || optimizer->second != "LBFGS")
-          out.push_back("A larger batch per step amortises fixed per-step overhead.");
-        if (s.available && s.compute_on_cpu_fraction >= 0 && s.compute_on_cpu_fraction < t.compute_on_cpu_working)
-          out.push_back(
-              "Compute phases are mostly off-CPU: they wait (device synchronisation, locks) rather "
-              "than compute; look for hidden synchronisation (.item(), .cpu(), blocking copies).");
-      }
-      break;
-    }
-    case kMemory: {
-      if ((device_.memcpy && *device_.memcpy >= t.moderately_bound) || fires("pageable_memcpy_share"))
-        out.push_back(
-            "Copies cost step time: allocate host batches in pinned (page-locked) memory and copy with "
-            "non_blocking=true, keep tensors on the device across steps, and avoid .cpu()/.item() "
-            "round trips.");
-      if (fires("minor_faults_per_step")) out.push_back(detail::page_fault_remedy(report_));
-      if (fires("device_memory_peak_fraction"))
-        out.push_back(
-            "Device memory is near capacity: use activation checkpointing, smaller micro-batches with "
-            "gradient accumulation, or release cached blocks that are no longer needed.");
-      if (shares_.memory > 0)
-        out.push_back(
-            "Reduce per-step allocations and copies in memory phases: reuse buffers, fuse copies, and "
-            "keep data in the layout the next stage consumes.");
-      break;
-    }
-    case kCommunication:
-      out.push_back(
-          "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
-          "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
-      out.push_back(
-          "Reduce the volume: bf16/fp16 gradients, gradient compression, fewer synchronisation "
-          "points per step.");
-      out.push_back(
-          "Check for stragglers: a rank waiting in a collective waits for the slowest rank; merge the "
-          "ranks' reports and compare their step times.");
-      break;
-    default: {
-      if (fires("idle_sync_fraction"))
-        out.push_back(
-            "The GPU drains while the host synchronises: remove per-step synchronisation "
-            "(.item(), .cpu(), printing losses, blocking copies) or move it off the critical path.");
-      if (fires("idle_launch_bound_fraction") || fires("short_kernel_fraction") || fires("kernels_per_step") ||
-          device_.present)
-        out.push_back(
-            "The host cannot issue work fast enough: use fewer, bigger ops (fuse tiny ops), capture "
-            "the step in a CUDA graph (torch.compile mode='reduce-overhead'), and cut per-call "
-            "framework/Python overhead.");
-      if (idle_loader_wait_ > 0)
-        out.push_back(fmt::format(
-            "The step waits {:.0f}% of its time for a background loader that has little to do ({:.1f}% of a "
-            "step of work): its thread waits for a CPU like the step's. Give the loader a core (fewer "
-            "intra-op threads, no other jobs on the machine) or fetch further ahead.",
-            pct(shares_.input), pct(loader_work_share_)));
-      // The CPU-wait advice and the wrap-the-rest advice, in the order of
-      // what each part costs the step (end to end: 4% waiting for a CPU does
-      // not come before 41% in no phase).
-      std::string cpu_advice;
-      if (fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") || fires("cpu_utilization")) {
-        // Whose threads hold the CPUs: this process' own (too many threads)
-        // or other processes' (a shared machine: fewer threads here would not help).
-        const CpuHolders holders = cpu_holders(s);
-        const double own_cores = std::max(0.0, holders.own_cores), other_cores = holders.other_cores;
-        const int cores = holders.cores;
-        if (holders.others_hold)
-          cpu_advice = fmt::format(
-              "Other processes kept {:.1f} of this machine's {} CPUs busy during the run{}, while this process used "
-              "{:.1f} of its {}: the step waits for CPUs they "
-              "hold, not for its own threads. Run where the job has its cores to itself (a quieter machine, "
-              "taskset or a cgroup CPU set, the batch system's exclusive allocation) and measure again; until "
-              "then these numbers say as much about the machine's load as about the step.",
-              other_cores, s.cores_online,
-              s.load_average_start >= 0 && s.load_average_end >= 0
-                  ? fmt::format(" (load average {:.1f} at the start, {:.1f} at the end)", s.load_average_start,
-                                s.load_average_end)
-                  : std::string(),
-              own_cores, cores);
-        else
-          cpu_advice =
-              "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
-              "the step thread to its own core, and stop other jobs sharing the machine.";
-      }
-      std::string wrap_advice;
-      if (shares_.unattributed >= t.scheduling_moderately_bound)
-        wrap_advice = fmt::format(
-            "{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "
-            "logging, synchronisation, checkpointing) in STEPSCOPE_PHASE scopes to see where it goes.",
-            pct(shares_.unattributed));
-      const bool wrap_first = shares_.unattributed > shares_.cpu_wait;
-      for (std::string* advice : {wrap_first ? &wrap_advice : &cpu_advice, wrap_first ? &cpu_advice : &wrap_advice})
-        if (!advice->empty()) out.push_back(std::move(*advice));
-      out.push_back(
-          "If several threads or ranks take part in a step, check load imbalance: the step waits for "
-          "the slowest one.");
-      break;
-    }
-  }
-}
-
 Verdict Classifier::run() {
-  const auto& t = kThresholds;
   Verdict v;
   collect_step_shares();
   collect_background_phases();
   collect_system();
   collect_device();
   compute_costs();
+  const std::array<int, kCategoryCount> order = rank(v);
+  // Each check adds its evidence row; the first that fails says why there is no verdict.
+  if (std::optional<Unknown> unknown = too_few_steps()) return finish_unknown(std::move(*unknown), v);
+  if (std::optional<Unknown> unknown = unexplained_step()) return finish_unknown(std::move(*unknown), v);
+  const Leader lead = choose_leader(order);
+  if (std::optional<Unknown> unknown = conflicting(lead)) return finish_unknown(std::move(*unknown), v);
+  decide(lead, v);
+  settle_evidence(lead.category, v);
+  return v;
+}
 
-  // Ranking: what each category costs the step, largest first.
+// Ranking: what each category costs the step, largest first.
+std::array<int, kCategoryCount> Classifier::rank(Verdict& v) const {
   std::array<int, kCategoryCount> order{kIo, kCompute, kMemory, kCommunication, kScheduling};
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return cost_[static_cast<std::size_t>(a)] > cost_[static_cast<std::size_t>(b)];
   });
   for (int c : order)
     v.ranking.emplace_back(kCategoryNames[static_cast<std::size_t>(c)], cost_[static_cast<std::size_t>(c)]);
+  return order;
+}
 
-  auto finish_unknown = [&](std::string why, std::string advice) {
-    v.category = "unknown";
-    v.severity.clear();
-    v.confidence = 0;
-    v.summary = std::move(why);
-    v.recommendations.push_back(std::move(advice));
-    settle_evidence(kNoCategory, v);
-    return v;
-  };
+Verdict Classifier::finish_unknown(Unknown unknown, Verdict& v) {
+  v.category = "unknown";
+  v.severity.clear();
+  v.confidence = 0;
+  v.summary = std::move(unknown.why);
+  v.recommendations.push_back(std::move(unknown.advice));
+  settle_evidence(kNoCategory, v);
+  return v;
+}
 
-  // 1. Enough steps?
+// 1. Enough steps?
+std::optional<Classifier::Unknown> Classifier::too_few_steps() {
+  const auto& t = kThresholds;
   const std::uint64_t needed = device_.present ? t.min_steps_with_device_timeline : t.min_measured_steps;
   add(kNoCategory, Weight::info, "measured_steps", static_cast<double>(report_.steps.count),
       static_cast<double>(needed), ">=",
       fmt::format("{} measured step(s); at least {} are needed for a verdict{}.", report_.steps.count, needed,
                   device_.present ? " with a device timeline" : ""));
   if (report_.steps.count == 0 && report_.steps.warmup_excluded == 0 && !report_.phases.empty())
-    return finish_unknown(
+    return Unknown{
         "Unknown: this process ran no steps; its phases are timed above, but a verdict is about a step.",
         "Mark each iteration of the training loop (stepscope::steps(loader), STEPSCOPE_STEP(), next_step(); "
         "stepscope.steps() in Python). A worker process (a DataLoader worker with STEPSCOPE_CHILDREN=1) runs no "
-        "steps: the verdict is in the report of the process that runs them.");
+        "steps: the verdict is in the report of the process that runs them."};
   if (report_.steps.count < needed || step_ms_ <= 0)
-    return finish_unknown(
-        fmt::format("Unknown: only {} measured step(s) (at least {} needed).", report_.steps.count, needed),
-        "Run more steps (past the warm-up) before drawing conclusions.");
+    return Unknown{fmt::format("Unknown: only {} measured step(s) (at least {} needed).", report_.steps.count, needed),
+                   "Run more steps (past the warm-up) before drawing conclusions."};
+  return std::nullopt;
+}
 
-  // 2. Does the instrumentation cover the step? (host timeline only: with a
-  //    device timeline the GPU facts cover the whole step.)
-  if (!device_.present) {
-    // An OS contention signal (preemptions, a full run queue) stands in for
-    // the time the thread lost to other threads only where that time was not
-    // measured. Where it was (the breakdown's 'cpu wait', from schedstat), it
-    // is already out of the time outside phases, and what is left there is
-    // the thread running or sleeping in code nobody wrapped: a Python loop 69%
-    // outside its phases on a busy machine read "scheduling, 0.88" with its 9%
-    // CPU wait the only scheduling it measured; on a quiet machine, unknown.
-    const bool wait_measured = shares_.cpu_wait > 0;
-    const bool explained = scheduling_signal() && !wait_measured;
-    // Time between steps is unexplained whatever the scheduling signals say:
-    // nothing was recorded there (steps_coverage finding).
-    const double unexplained =
-        (shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed)) / (1.0 - machine_wait_);
-    add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
-        fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
-                    explained       ? " (time outside phases is explained by scheduling signals)"
-                    : wait_measured ? fmt::format(" (the step thread's {:.1f}% CPU wait is counted apart; nothing "
-                                                  "says what the rest was)",
-                                                  pct(shares_.cpu_wait))
-                                    : std::string(" with no scheduling signal to explain it")));
-    // Mostly between steps: the loop's own structure, not missing phases
-    // (the fetch in a range-for's header runs outside the step it feeds).
-    if (unexplained >= t.mostly_unexplained && shares_.between_steps >= 0.5 * unexplained)
-      return finish_unknown(
-          fmt::format("Unknown: {:.0f}% of the loop's time falls between steps, where nothing was measured "
-                      "(the fetch in the loop header, most likely); the per-step numbers cover only the "
-                      "rest.",
-                      pct(shares_.between_steps)),
-          "Iterate stepscope::steps(loader) so each fetch is its step's data phase, or call "
-          "stepscope::next_step() at the top of the loop body instead of STEPSCOPE_STEP().");
-    if (unexplained >= t.mostly_unexplained)
-      return finish_unknown(
-          wait_measured
-              ? fmt::format("Unknown: {:.0f}% of the step is outside any classified phase; the {:.0f}% the step "
-                            "thread waited for a CPU is counted apart, and nothing says what the rest was.",
-                            pct(unexplained), pct(shares_.cpu_wait))
-              : fmt::format("Unknown: {:.0f}% of the step is outside any classified phase and no scheduling "
-                            "signal explains it.",
-                            pct(unexplained)),
-          "Wrap more of the step in STEPSCOPE_PHASE scopes with a kind (input, compute, memory, "
-          "communication) so the time can be attributed.");
-  }
+// 2. Does the instrumentation cover the step? (host timeline only: with a
+//    device timeline the GPU facts cover the whole step.)
+std::optional<Classifier::Unknown> Classifier::unexplained_step() {
+  const auto& t = kThresholds;
+  if (device_.present) return std::nullopt;
+  // An OS contention signal (preemptions, a full run queue) stands in for
+  // the time the thread lost to other threads only where that time was not
+  // measured. Where it was (the breakdown's 'cpu wait', from schedstat), it
+  // is already out of the time outside phases, and what is left there is
+  // the thread running or sleeping in code nobody wrapped: a Python loop 69%
+  // outside its phases on a busy machine read "scheduling, 0.88" with its 9%
+  // CPU wait the only scheduling it measured; on a quiet machine, unknown.
+  const bool wait_measured = shares_.cpu_wait > 0;
+  const bool explained = scheduling_signal() && !wait_measured;
+  // Time between steps is unexplained whatever the scheduling signals say:
+  // nothing was recorded there (steps_coverage finding).
+  const double unexplained =
+      (shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed)) / (1.0 - machine_wait_);
+  add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
+      fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
+                  explained       ? " (time outside phases is explained by scheduling signals)"
+                  : wait_measured ? fmt::format(" (the step thread's {:.1f}% CPU wait is counted apart; nothing "
+                                                "says what the rest was)",
+                                                pct(shares_.cpu_wait))
+                                  : std::string(" with no scheduling signal to explain it")));
+  // Mostly between steps: the loop's own structure, not missing phases
+  // (the fetch in a range-for's header runs outside the step it feeds).
+  if (unexplained >= t.mostly_unexplained && shares_.between_steps >= 0.5 * unexplained)
+    return Unknown{fmt::format("Unknown: {:.0f}% of the loop's time falls between steps, where nothing was measured "
+                               "(the fetch in the loop header, most likely); the per-step numbers cover only the "
+                               "rest.",
+                               pct(shares_.between_steps)),
+                   "Iterate stepscope::steps(loader) so each fetch is its step's data phase, or call "
+                   "stepscope::next_step() at the top of the loop body instead of STEPSCOPE_STEP()."};
+  if (unexplained >= t.mostly_unexplained)
+    return Unknown{
+        wait_measured
+            ? fmt::format("Unknown: {:.0f}% of the step is outside any classified phase; the {:.0f}% the step "
+                          "thread waited for a CPU is counted apart, and nothing says what the rest was.",
+                          pct(unexplained), pct(shares_.cpu_wait))
+            : fmt::format("Unknown: {:.0f}% of the step is outside any classified phase and no scheduling "
+                          "signal explains it.",
+                          pct(unexplained)),
+        "Wrap more of the step in STEPSCOPE_PHASE scopes with a kind (input, compute, memory, "
+        "communication) so the time can be attributed."};
+  return std::nullopt;
+}
 
-  // 3. The leader; a mostly idle GPU is never compute-bound.
+// 3. The leader; a mostly idle GPU is never compute-bound.
+Classifier::Leader Classifier::choose_leader(const std::array<int, kCategoryCount>& order) {
+  const auto& t = kThresholds;
   std::vector<int> candidates(order.begin(), order.end());
   if (device_.present && device_.idle >= t.device_mostly_idle) {
     candidates.erase(std::remove(candidates.begin(), candidates.end(), kCompute), candidates.end());
@@ -824,8 +555,14 @@ Verdict Classifier::run() {
   }
   const double lead_cost = cost_[static_cast<std::size_t>(leader)];
   const double runner_cost = runner == kNoCategory ? 0.0 : cost_[static_cast<std::size_t>(runner)];
-  const double moderate = leader == kScheduling ? t.scheduling_moderately_bound : t.moderately_bound;
-  // 4. Conflicting signals: two categories cost nearly the same.
+  return Leader{leader, runner, lead_cost, runner_cost};
+}
+
+// 4. Conflicting signals: two categories cost nearly the same.
+std::optional<Classifier::Unknown> Classifier::conflicting(const Leader& lead) {
+  const auto& t = kThresholds;
+  const int leader = lead.category, runner = lead.runner;
+  const double lead_cost = lead.cost, runner_cost = lead.runner_cost;
   add(kNoCategory, Weight::info, "runner_up_ratio", safe_div(runner_cost, lead_cost), t.conflict_ratio, "<",
       runner == kNoCategory ? std::string("No runner-up category.")
                             : fmt::format("Runner-up {} costs {:.1f}% against {:.1f}% for {}.",
@@ -833,16 +570,23 @@ Verdict Classifier::run() {
                                           pct(lead_cost), kCategoryNames[static_cast<std::size_t>(leader)]));
   if (!input_over_compute_ && runner != kNoCategory && runner_cost >= t.moderately_bound &&
       runner_cost >= t.conflict_ratio * lead_cost)
-    return finish_unknown(fmt::format("Unknown: conflicting signals — {} ({:.0f}% of the step) and {} ({:.0f}%) cost "
-                                      "about the same.",
-                                      kCategoryNames[static_cast<std::size_t>(leader)], pct(lead_cost),
-                                      kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost)),
-                          fmt::format("Both {} and {} hold the step back about equally: address one, measure again, "
-                                      "and compare the two reports.",
-                                      kCategoryNames[static_cast<std::size_t>(leader)],
-                                      kCategoryNames[static_cast<std::size_t>(runner)]));
+    return Unknown{fmt::format("Unknown: conflicting signals — {} ({:.0f}% of the step) and {} ({:.0f}%) cost "
+                               "about the same.",
+                               kCategoryNames[static_cast<std::size_t>(leader)], pct(lead_cost),
+                               kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost)),
+                   fmt::format("Both {} and {} hold the step back about equally: address one, measure again, "
+                               "and compare the two reports.",
+                               kCategoryNames[static_cast<std::size_t>(leader)],
+                               kCategoryNames[static_cast<std::size_t>(runner)])};
+  return std::nullopt;
+}
 
-  // 5. Severity, confidence, words.
+// 5. Severity, confidence, words.
+void Classifier::decide(const Leader& lead, Verdict& v) const {
+  const auto& t = kThresholds;
+  const int leader = lead.category;
+  const double lead_cost = lead.cost, runner_cost = lead.runner_cost;
+  const double moderate = leader == kScheduling ? t.scheduling_moderately_bound : t.moderately_bound;
   const double highly = leader == kScheduling ? t.scheduling_highly_bound : t.highly_bound;
   v.category = kCategoryNames[static_cast<std::size_t>(leader)];
   v.severity = lead_cost >= highly ? "highly" : lead_cost >= moderate ? "moderately" : "mildly";
@@ -856,14 +600,12 @@ Verdict Classifier::run() {
     v.confidence = std::min(v.confidence, clamp01(*report_.steps.coverage));
   v.summary = summary(leader, v.severity);
   recommend(leader, v);
-  settle_evidence(leader, v);
-  return v;
 }
 
-}  // namespace
+}  // namespace detail
 
 Verdict classify(const Report& facts) {
-  return Classifier(facts).run();
+  return detail::Classifier(facts).run();
 }
 
 }  // namespace v1

@@ -105,6 +105,16 @@ class ThreadRegistry {
   std::size_t startup_rings_ = 0;  // large start-up rings given (under mutex_)
 };
 
+// The other locks of core a thread may hold at fork(): the run-time site
+// table's (site(), and a snapshot counting its sites) and the steps() call
+// sites'. As with ThreadRegistry's: taken before fork(), released in both
+// processes after, so a child never inherits one held (a DataLoader worker
+// forked while the collector counted sites hung at its first phase).
+void lock_sites_for_fork() noexcept;  // site.cpp
+void unlock_sites_after_fork() noexcept;
+void lock_step_sites_for_fork() noexcept;  // steps.cpp
+void unlock_step_sites_after_fork() noexcept;
+
 }  // namespace detail
 }  // namespace v1
 }  // namespace stepscope

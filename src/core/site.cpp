@@ -6,6 +6,8 @@
 // thread), and interning must not touch the application's allocator (see
 // registry.hpp). The tables are zero-initialised BSS; pages become resident
 // only as names fill them. Everything here is cold: one mutex, a hash probe.
+#include "core/registry.hpp"
+
 #include <stepscope/phase.hpp>
 #include <stepscope/site.hpp>
 
@@ -130,6 +132,13 @@ const PhaseSite* intern_site(std::string_view name, PhaseKind kind, bool is_step
   } catch (...) {
     return overflow_site(kind, is_step);
   }
+}
+
+void lock_sites_for_fork() noexcept {
+  store().mutex.lock();
+}
+void unlock_sites_after_fork() noexcept {
+  store().mutex.unlock();
 }
 
 RuntimeSiteCounts runtime_site_counts() noexcept {

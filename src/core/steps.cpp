@@ -5,6 +5,8 @@
 // sites for as long as the collector may read them (after the loop, after the
 // thread), and building one must not touch the application's heap (see
 // registry.hpp for why a stray malloc matters).
+#include "core/registry.hpp"
+
 #include <stepscope/steps.hpp>
 
 #include <atomic>
@@ -62,6 +64,13 @@ const StepCallSite* step_call_site_slow(const char* file, int line) noexcept {
   } catch (...) {  // std::mutex::lock may throw std::system_error
     return &kOtherCallSites;
   }
+}
+
+void lock_step_sites_for_fork() noexcept {
+  pool().insert_mutex.lock();
+}
+void unlock_step_sites_after_fork() noexcept {
+  pool().insert_mutex.unlock();
 }
 
 void close_next_step(ThreadState& ts) noexcept {

@@ -14,22 +14,21 @@
 // event near max_event_bytes, a decoder error) it gives up with a reason and
 // the caller re-imports with the nlohmann parser, which produces the precise
 // error message or result. Internal; included by kineto_reader.cpp only.
+//
+// Its stateless parts live beside it: json_number.hpp (reading numbers) and
+// json_bytes.hpp (whitespace, string bytes, UTF-8, escapes); the field
+// meanings and key tables are kineto_semantics.hpp's.
 #pragma once
 
 #include <atomic>
-#include <charconv>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <string_view>
-#include <system_error>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "import/byte_source.hpp"
+#include "import/json_bytes.hpp"  // and, with SSE2, <emmintrin.h> for the vector code here too
+#include "import/json_number.hpp"
 #include "import/kineto_semantics.hpp"
 #include "import/trace_import.hpp"
 #include "stepscope/export.hpp"
@@ -37,288 +36,6 @@
 namespace stepscope {
 inline namespace v1 {
 namespace detail::kineto {
-
-// --- numbers -----------------------------------------------------------------
-
-struct NumberRead {
-  enum Status : std::uint8_t { ok, invalid, give_up } status = ok;
-  const char* end = nullptr;  // just past the number (ok)
-  const char* reason = "";    // give_up: why
-};
-
-// Numbers longer than this are left to nlohmann (it accepts any length;
-// Kineto never writes them). Callers make kMaxNumberChars + 1 bytes available
-// when the stream has them, so a shorter number is never cut by the window.
-constexpr std::ptrdiff_t kMaxNumberChars = 64;
-
-constexpr double kPowersOfTen[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-inline bool is_digit(char c) {
-  return c >= '0' && c <= '9';
-}
-
-// Eight ASCII digits (the first in the lowest byte, bytes already minus '0')
-// as their value: combine pairs, then quads, then both halves.
-STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint64_t eight_digits_value(std::uint64_t chunk) {
-  chunk = (chunk * 10) + (chunk >> 8);
-  return (((chunk & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
-          (((chunk >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >>
-         32;
-}
-
-// Per byte of `chunk`: zero where the byte is '0'..'9' (high nibble 3, and
-// adding 6 does not carry into it), non-zero elsewhere. A carry out of a
-// non-digit byte may disturb the bytes above it, never the digits below it,
-// so the lowest non-zero byte is the first non-digit.
-STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint64_t non_digit_bytes(std::uint64_t chunk) {
-  return ((chunk & 0xF0F0F0F0F0F0F0F0ull) | (((chunk + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) ^
-         0x3333333333333333ull;
-}
-
-// Consumes the digits at q, folding them into value (value * 10 + digit,
-// wrapping past 19 digits: callers check the count). Eight at a time while
-// eight bytes are available (SWAR; a Kineto timestamp has 16 integer digits).
-// With Padded (at least 8 readable bytes after `end`, as the scanner's
-// window guarantees), the last 1-7 digits are folded from one 8-byte load
-// too, instead of a byte loop whose exit the branch predictor misses for
-// every number of a new length (pids, durations, the 3 fraction digits).
-template <bool Padded = false>
-STEPSCOPE_DETAIL_ALWAYS_INLINE const char* fold_digits(const char* q, const char* end, std::uint64_t& value) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  while (Padded || end - q >= 8) {
-    std::uint64_t chunk;
-    std::memcpy(&chunk, q, 8);
-    const std::uint64_t others = non_digit_bytes(chunk);
-    if (others != 0) {
-      if constexpr (Padded) {
-        std::ptrdiff_t digits = __builtin_ctzll(others) / 8;
-        if (digits > end - q) digits = end - q;  // bytes past the end are not the number's
-        if (digits == 0) return q;
-        // The digits into the high bytes, zeros (leading zeros) below them.
-        // Digit bytes minus '0' borrow nothing: the bytes below them are digits.
-        chunk = (chunk - 0x3030303030303030ull) << (8 * (8 - digits));
-        static constexpr std::uint64_t kScale[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
-        value = value * kScale[digits] + eight_digits_value(chunk);
-        return q + digits;
-      }
-      break;
-    }
-    if (Padded && end - q < 8) break;  // eight digits straddling the end: the byte loop below
-    value = value * 100000000ull + eight_digits_value(chunk - 0x3030303030303030ull);
-    q += 8;
-  }
-#endif
-  while (q < end && is_digit(*q)) {
-    value = value * 10 + static_cast<unsigned>(*q - '0');
-    ++q;
-  }
-  return q;
-}
-
-// The double nearest to mantissa / 10^fraction_digits (ties to even), for a
-// mantissa of at most 19 digits and no exponent: what strtod returns for a
-// decimal like 1712195495519695.812 (19 digits, beyond Clinger's fast path),
-// computed with integer divisions instead of a general conversion. The
-// quotient gets 53 (or 54) significant bits; the remainder decides the rounding.
-inline double decimal_to_double(std::uint64_t mantissa, int fraction_digits) {
-  if (mantissa == 0) return 0.0;
-  static constexpr std::uint64_t kPow10[20] = {1ull,
-                                               10ull,
-                                               100ull,
-                                               1000ull,
-                                               10000ull,
-                                               100000ull,
-                                               1000000ull,
-                                               10000000ull,
-                                               100000000ull,
-                                               1000000000ull,
-                                               10000000000ull,
-                                               100000000000ull,
-                                               1000000000000ull,
-                                               10000000000000ull,
-                                               100000000000000ull,
-                                               1000000000000000ull,
-                                               10000000000000000ull,
-                                               100000000000000000ull,
-                                               1000000000000000000ull,
-                                               10000000000000000000ull};
-  const std::uint64_t power = kPow10[fraction_digits];
-  // Kineto's timestamps (16 integer digits, 3 of fraction) in 64 bits: the
-  // integer part I (1 to 53 bits) shifted left by `shift` fills 53 bits, and
-  // the fraction R / power, scaled by the same 2^shift, adds below it. R <
-  // power, so R << shift fits in 64 bits when power's bits plus the shift
-  // do; then mantissa * 2^shift / power = (I << shift) + (R << shift) /
-  // power exactly, and the remainder of that division rounds. Two 64-bit
-  // divisions instead of a 128-bit one (a libgcc call, ~30 instructions).
-  const std::uint64_t integer = mantissa / power;
-  if (integer != 0 && integer >> 53 == 0) {
-    const int shift = 53 - (64 - __builtin_clzll(integer));  // 0..52
-    const int power_bits = 64 - __builtin_clzll(power);
-    if (power_bits + shift <= 64) {
-      const std::uint64_t scaled = (mantissa - integer * power) << shift;
-      std::uint64_t quotient = (integer << shift) + scaled / power;  // < 2^53
-      const std::uint64_t remainder = scaled % power;
-      const std::uint64_t to_next = power - remainder;  // remainder * 2 might not fit
-      if (remainder > to_next || (remainder == to_next && (quotient & 1) != 0)) ++quotient;
-      int exponent = 52 - shift;  // quotient in [2^52, 2^53]: value = quotient * 2^-shift
-      if (quotient >> 53 != 0) {
-        quotient >>= 1;  // exactly 2^53: rounded up to the next power of two
-        ++exponent;
-      }
-      const std::uint64_t bits = static_cast<std::uint64_t>(exponent + 1023) << 52 | (quotient & ((1ull << 52) - 1));
-      double value;
-      std::memcpy(&value, &bits, sizeof value);
-      return value;
-    }
-  }
-  // Anything else (an integer part of 0 or above 2^53, long fractions): one
-  // 128-bit division. The quotient gets 53 or 54 significant bits.
-  __extension__ typedef unsigned __int128 u128;  // GCC and Clang; __extension__ keeps -Wpedantic quiet
-  const int mantissa_bits = 64 - __builtin_clzll(mantissa);
-  const int power_bits = 64 - __builtin_clzll(power);
-  // mantissa * 2^shift / power lies in (2^52, 2^54).
-  int shift = 53 - mantissa_bits + power_bits;
-  const u128 numerator = shift >= 0 ? static_cast<u128>(mantissa) << shift : static_cast<u128>(mantissa);
-  const u128 denominator = shift >= 0 ? static_cast<u128>(power) : static_cast<u128>(power) << -shift;
-  std::uint64_t quotient = static_cast<std::uint64_t>(numerator / denominator);
-  const u128 remainder = numerator % denominator;
-  bool round_up = false;
-  if (quotient >> 53 != 0) {
-    // 54 bits: the dropped bit and the remainder are the fraction beyond the last kept bit.
-    const bool half = (quotient & 1) != 0;
-    quotient >>= 1;
-    --shift;
-    round_up = half && (remainder != 0 || (quotient & 1) != 0);
-  } else {
-    const u128 twice = remainder * 2;
-    round_up = twice > denominator || (twice == denominator && (quotient & 1) != 0);
-  }
-  if (round_up && ++quotient >> 53 != 0) {
-    quotient >>= 1;
-    --shift;
-  }
-  // quotient in [2^52, 2^53): value = quotient * 2^-shift = 1.f * 2^(52 - shift).
-  const std::uint64_t bits = static_cast<std::uint64_t>(52 - shift + 1023) << 52 | (quotient & ((1ull << 52) - 1));
-  double value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-// Reads the JSON number at [begin, end) (the grammar of RFC 8259; what
-// follows it is the caller's business). With want_value, `out` gets
-// nlohmann's reading of it: negative integers as int64 (number_integer),
-// other integers as uint64 (number_unsigned), anything with a fraction or
-// exponent as the correctly rounded double (number_float), the value strtod
-// gives. Gives up on what nlohmann reads differently or refuses: integers
-// that overflow (nlohmann turns them into doubles), exponents out of double
-// range (an error there), and very long numbers.
-// Padded: at least 8 readable bytes follow `end` (whatever they hold).
-template <bool Padded = false>
-STEPSCOPE_DETAIL_ALWAYS_INLINE NumberRead read_json_number(const char* begin, const char* end, bool want_value,
-                                                           Scalar& out) {
-  NumberRead read;
-  const char* q = begin;
-  const bool negative = q < end && *q == '-';
-  if (negative) ++q;
-  if (q == end) {
-    read.status = NumberRead::invalid;
-    return read;
-  }
-  std::uint64_t mantissa = 0;  // all digits, integer and fraction (exact when 19 or fewer)
-  const char* const integer_begin = q;
-  if (*q == '0') {
-    ++q;
-  } else if (*q >= '1' && *q <= '9') {
-    q = fold_digits<Padded>(q, end, mantissa);
-  } else {
-    read.status = NumberRead::invalid;
-    return read;
-  }
-  const std::uint64_t integer_value = mantissa;
-  const std::ptrdiff_t integer_digits = q - integer_begin;
-  std::ptrdiff_t fraction_digits = 0;
-  bool fraction = false, exponent = false;
-  if (q < end && *q == '.') {
-    ++q;
-    if (q == end || !is_digit(*q)) {
-      read.status = NumberRead::invalid;
-      return read;
-    }
-    const char* const fraction_begin = q;
-    q = fold_digits<Padded>(q, end, mantissa);
-    fraction_digits = q - fraction_begin;
-    fraction = true;
-  }
-  if (q < end && (*q == 'e' || *q == 'E')) {
-    ++q;
-    if (q < end && (*q == '+' || *q == '-')) ++q;
-    if (q == end || !is_digit(*q)) {
-      read.status = NumberRead::invalid;
-      return read;
-    }
-    while (q < end && is_digit(*q)) ++q;
-    exponent = true;
-  }
-  if (q - begin > kMaxNumberChars) {
-    read.status = NumberRead::give_up;
-    read.reason = "very long number";
-    return read;
-  }
-  read.end = q;
-  if (fraction || exponent) {
-    // Without an exponent a number this short is finite and nlohmann accepts
-    // it; with one it may overflow (an error there) or underflow.
-    if (!want_value && !exponent) return read;
-    double value = 0;
-    if (!exponent && integer_digits + fraction_digits <= 15) {
-      // Clinger's fast path: the digits as an integer (< 10^15 < 2^53) and the
-      // power of ten (<= 10^22) are exact doubles, so one IEEE division is
-      // correctly rounded: durations like 63.813 take this path.
-      value = static_cast<double>(mantissa) / kPowersOfTen[fraction_digits];
-      if (negative) value = -value;
-    } else if (!exponent && integer_digits + fraction_digits <= 19) {
-      // Kineto's nanosecond timestamps (16 + 3 digits).
-      value = decimal_to_double(mantissa, static_cast<int>(fraction_digits));
-      if (negative) value = -value;
-    } else {
-      const auto [end_of_number, ec] = std::from_chars(begin, q, value);
-      if (ec != std::errc() || end_of_number != q) {
-        read.status = NumberRead::give_up;
-        read.reason = "number out of double range";
-        return read;
-      }
-    }
-    out.type = ValueType::number_float;
-    out.floating = value;
-    out.number_text = std::string_view(begin, static_cast<std::size_t>(q - begin));
-    return read;
-  }
-  if (!want_value) return read;
-  // 19 digits always fit in uint64 (the folded value is exact); 20 may. nlohmann
-  // reads larger integers, and negative ones beyond int64, as doubles: leave
-  // those to it.
-  std::uint64_t magnitude = integer_value;
-  bool fits = integer_digits <= 19;
-  if (integer_digits == 20) {
-    const auto [end_of_number, ec] = std::from_chars(integer_begin, q, magnitude);
-    fits = ec == std::errc() && end_of_number == q;
-  }
-  if (negative && magnitude > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1) fits = false;
-  if (!fits) {
-    read.status = NumberRead::give_up;
-    read.reason = "integer out of range";
-    return read;
-  }
-  if (negative) {
-    out.type = ValueType::number_integer;
-    out.integer = static_cast<std::int64_t>(0 - magnitude);
-  } else {
-    out.type = ValueType::number_unsigned;
-    out.unsigned_value = magnitude;
-  }
-  return read;
-}
 
 // Parsing a whole document on two threads. A helper scanner starts at a
 // split point S, the '{' of what a byte search takes for an element of
@@ -463,11 +180,6 @@ class FastScanner {
     }
   }
 
-  STEPSCOPE_DETAIL_ALWAYS_INLINE static bool is_whitespace(char c) {
-    // ' ' is 0x20, the others below it: one compare rejects most bytes.
-    return static_cast<unsigned char>(c) <= 0x20 && (c == ' ' || c == '\n' || c == '\r' || c == '\t');
-  }
-
   // Skips JSON whitespace; false at the end of the stream, else p_ < end_.
   // Inlined: called between every two tokens, and usually finds none or one.
   STEPSCOPE_DETAIL_ALWAYS_INLINE bool skip_whitespace() {
@@ -523,19 +235,6 @@ class FastScanner {
       if (!refill()) return false;
     }
   }
-  // Whether the two bytes at q are a then b, with one 16-bit compare (the
-  // caller made them readable).
-  STEPSCOPE_DETAIL_ALWAYS_INLINE static bool bytes_are(const char* q, char a, char b) {
-    std::uint16_t two;
-    std::memcpy(&two, q, 2);
-    const auto want = static_cast<std::uint16_t>(static_cast<unsigned char>(a) |
-                                                 static_cast<unsigned>(static_cast<unsigned char>(b)) << 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return two == static_cast<std::uint16_t>(want << 8 | want >> 8);
-#else
-    return two == want;
-#endif
-  }
 
   // Skips whitespace and one expected structural character.
   STEPSCOPE_DETAIL_ALWAYS_INLINE bool expect(char c) {
@@ -545,86 +244,7 @@ class FastScanner {
   }
 
   // --- strings ---------------------------------------------------------------
-  // First byte in [q, end) that needs attention inside a string: '"', '\\',
-  // a control character (< 0x20) or the start of a multi-byte UTF-8 sequence.
-  static const char* find_special(const char* q, const char* end) {
-#if defined(__SSE2__)
-    const __m128i quote = _mm_set1_epi8('"');
-    const __m128i backslash = _mm_set1_epi8('\\');
-    // Signed compare: bytes 0x80..0xFF are negative, so one compare flags
-    // both control characters and non-ASCII bytes.
-    const __m128i space = _mm_set1_epi8(0x20);
-    while (end - q >= 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-      const __m128i hits =
-          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space));
-      const int mask = _mm_movemask_epi8(hits);
-      if (mask != 0) return q + __builtin_ctz(static_cast<unsigned>(mask));
-      q += 16;
-    }
-#endif
-    while (q < end) {
-      const auto c = static_cast<unsigned char>(*q);
-      if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) return q;
-      ++q;
-    }
-    return q;
-  }
-
-  // Length of the well-formed UTF-8 sequence at q (RFC 3629, as nlohmann
-  // checks it: no overlongs, no surrogates, nothing above U+10FFFF), or 0.
-  static int utf8_length(const char* q, const char* end) {
-    const auto at = [&](std::ptrdiff_t i) { return static_cast<unsigned char>(q[i]); };
-    const auto in = [](unsigned char c, unsigned lo, unsigned hi) { return c >= lo && c <= hi; };
-    const std::ptrdiff_t avail = end - q;
-    const unsigned char c = at(0);
-    if (in(c, 0xC2, 0xDF)) return avail >= 2 && in(at(1), 0x80, 0xBF) ? 2 : 0;
-    if (c == 0xE0) return avail >= 3 && in(at(1), 0xA0, 0xBF) && in(at(2), 0x80, 0xBF) ? 3 : 0;
-    if (in(c, 0xE1, 0xEC) || c == 0xEE || c == 0xEF)
-      return avail >= 3 && in(at(1), 0x80, 0xBF) && in(at(2), 0x80, 0xBF) ? 3 : 0;
-    if (c == 0xED) return avail >= 3 && in(at(1), 0x80, 0x9F) && in(at(2), 0x80, 0xBF) ? 3 : 0;
-    if (c == 0xF0) return avail >= 4 && in(at(1), 0x90, 0xBF) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
-    if (in(c, 0xF1, 0xF3))
-      return avail >= 4 && in(at(1), 0x80, 0xBF) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
-    if (c == 0xF4) return avail >= 4 && in(at(1), 0x80, 0x8F) && in(at(2), 0x80, 0xBF) && in(at(3), 0x80, 0xBF) ? 4 : 0;
-    return 0;
-  }
-
-  static int hex_value(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  }
-  // Four hex digits at q (bounds checked by the caller), or -1.
-  static long hex4(const char* q) {
-    long value = 0;
-    for (int i = 0; i < 4; ++i) {
-      const int digit = hex_value(q[i]);
-      if (digit < 0) return -1;
-      value = value * 16 + digit;
-    }
-    return value;
-  }
-
-  void append_utf8(std::string& out, unsigned long cp) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
+  // (find_special, utf8_length, hex4 and append_utf8: json_bytes.hpp.)
   // One escape sequence at p_ ('\\'); appends its text when Keep. The caller
   // made 12 bytes available when the stream has them.
   template <bool Keep>

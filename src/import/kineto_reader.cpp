@@ -2,8 +2,8 @@
 // TraceBuilder (kineto_semantics.hpp) with one small record per complete
 // ("X") event: the fast scanner (kineto_fast_scanner.hpp) first, and, for any
 // input it does not handle, nlohmann's SAX parser from the start, which is the
-// reference and words every error. A final pass applies HTA's rounding and
-// last-step filtering and builds the Timeline.
+// reference and words every error. A final pass (kineto_timeline.cpp)
+// applies HTA's filters and builds the Timeline.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -15,7 +15,6 @@
 #include <deque>
 #include <functional>
 #include <istream>
-#include <limits>
 #include <new>
 #include <string>
 #include <system_error>
@@ -28,53 +27,22 @@
 #include "import/kineto_fast_scanner.hpp"
 #include "import/kineto_reader_internal.hpp"
 #include "import/kineto_semantics.hpp"
+#include "import/kineto_timeline.hpp"
 #include "import/trace_import.hpp"
-#include "timeline/correlation_map.hpp"
-#include "timeline/name_rules.hpp"
 
 namespace stepscope {
 inline namespace v1 {
 namespace detail {
 namespace {
 
+using kineto::build_timeline;
 using kineto::EventFields;
 using kineto::EventVerdict;
-using kineto::Interner;
 using kineto::Key;
 using kineto::NumberValue;
-using kineto::RawEvent;
 using kineto::Scalar;
 using kineto::TraceBuilder;
 using kineto::ValueType;
-using timeline::NameId;
-
-// Trace categories the model cares about.
-enum class Category : std::uint8_t {
-  kernel,
-  memcpy,
-  memset,
-  cuda_sync,
-  runtime,  // cuda_runtime, cuda_driver
-  cpu_op,
-  user_annotation,
-  gpu_user_annotation,
-  python_function,
-  other,
-};
-
-Category category_of(std::string_view cat) {
-  if (cat == "kernel" || cat == "Kernel" || cat == "mtia_ccp_events") return Category::kernel;
-  if (cat == "gpu_memcpy" || cat == "Memcpy") return Category::memcpy;
-  if (cat == "gpu_memset" || cat == "Memset") return Category::memset;
-  if (cat == "cuda_sync") return Category::cuda_sync;
-  if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "Runtime" || cat == "Driver" || cat == "mtia_runtime")
-    return Category::runtime;
-  if (cat == "cpu_op" || cat == "Operator") return Category::cpu_op;
-  if (cat == "user_annotation") return Category::user_annotation;
-  if (cat == "gpu_user_annotation") return Category::gpu_user_annotation;
-  if (cat == "python_function") return Category::python_function;
-  return Category::other;
-}
 
 // The exact parser: nlohmann's SAX events mapped onto the shared semantics.
 // Every error message (with byte offsets and event indices) comes from here.
@@ -332,247 +300,6 @@ class KinetoSax {
   EventFields event_;
   std::string error_;
 };
-
-// ---------------------------------------------------------------------------
-// From raw events to the Timeline.
-
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
-}
-
-// The category a Kineto trace would have given an event of a legacy trace,
-// from its name. Operators are namespaced ("aten::addmm",
-// "autograd::engine::evaluate_function: AddmmBackward0"), autograd nodes end
-// in Backward<N> ("AddmmBackward0"), and the few bare ATen names PyTorch 1.13
-// writes are in-place ops ("detach_"): cpu_op. Everything else is a
-// record_function range — PyTorch's own ("ProfilerStep#3",
-// "enumerate(DataLoader)#...", "Optimizer.step#SGD.step") or the user's —
-// which Kineto files under user_annotation.
-Category legacy_category(std::string_view name) {
-  if (name.find("::") != std::string_view::npos) return Category::cpu_op;
-  std::size_t digits = 0;
-  while (digits < name.size() && name[name.size() - 1 - digits] >= '0' && name[name.size() - 1 - digits] <= '9')
-    ++digits;
-  const std::string_view stem = name.substr(0, name.size() - digits);
-  constexpr std::string_view kBackward = "Backward";
-  if (stem.size() > kBackward.size() && stem.compare(stem.size() - kBackward.size(), kBackward.size(), kBackward) == 0)
-    return Category::cpu_op;
-  const bool identifier = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
-  if (identifier && name.back() == '_') return Category::cpu_op;  // in-place op: "detach_", "zero_"
-  return Category::user_annotation;
-}
-
-// HTA's GPUKernelFilter: device work is (stream >= 0 and correlation >= 0),
-// plus the device-wide sync events that Kineto puts on stream -1.
-struct NameFacts {
-  bool is_step = false;
-  std::int64_t step_number = -1;
-  bool is_device_sync = false;  // "Event Sync" / "Context Sync"
-};
-
-void build_timeline(TraceBuilder& builder, const ImportOptions& options, ImportResult& result) {
-  kineto::EventStore& events = builder.events();
-  Interner& names = builder.names();
-  Interner& categories = builder.categories();
-
-  std::vector<Category> category_kind(categories.size());
-  // Kineto before PyTorch 1.10 files record_function ranges (the user's and
-  // PyTorch's own) under "Operator", with the operators: events of that
-  // category are told apart by name, as in a legacy trace.
-  std::vector<char> category_by_name(categories.size(), 0);
-  bool any_by_name = false;
-  NameId no_category = std::numeric_limits<NameId>::max();
-  for (NameId i = 0; i < categories.size(); ++i) {
-    category_kind[i] = category_of(categories.text(i));
-    if (categories.text(i) == kineto::kNoCategory) no_category = i;
-    if (categories.text(i) == "Operator") category_by_name[i] = 1, any_by_name = true;
-  }
-  // A legacy trace (PyTorch built without Kineto: torch.autograd.profiler's
-  // export_chrome_trace, libtorch's RecordProfile) gives no event a category.
-  // Then every event is a host event; in a Kineto trace the few without one
-  // are dropped, as HTA drops them.
-  const bool legacy = no_category != std::numeric_limits<NameId>::max() && categories.size() == 1;
-  if (legacy) result.stats.legacy_format = true;
-
-  std::vector<NameFacts> facts(names.size());
-  std::vector<Category> legacy_kind(legacy || any_by_name ? names.size() : 0);
-  std::size_t distinct_steps = 0;
-  for (NameId i = 0; i < names.size(); ++i) {
-    const std::string& n = names.text(i);
-    if (legacy || any_by_name) legacy_kind[i] = legacy_category(n);
-    if (starts_with(n, "ProfilerStep#")) {
-      facts[i].is_step = true;
-      // Digits after '#'; a name without them is still a step marker for HTA.
-      std::int64_t number = 0;
-      bool digits = false;
-      for (std::size_t k = 13; k < n.size() && n[k] >= '0' && n[k] <= '9' && number < (1LL << 50); ++k) {
-        number = number * 10 + (n[k] - '0');
-        digits = true;
-      }
-      facts[i].step_number = digits ? number : -1;
-    } else if (starts_with(n, "ProfilerStep")) {
-      facts[i].is_step = true;  // HTA matches the prefix "ProfilerStep"
-    }
-    facts[i].is_device_sync = n == "Event Sync" || n == "Context Sync";
-  }
-
-  auto is_gpu_event = [&](const RawEvent& e) {
-    return (e.stream >= 0 && e.correlation >= 0) || facts[e.name].is_device_sync;
-  };
-  auto category_of_event = [&](const RawEvent& e) {
-    return legacy || (any_by_name && category_by_name[e.category]) ? legacy_kind[e.name] : category_kind[e.category];
-  };
-
-  // Distinct step names present, and where the last step starts: the host's
-  // ProfilerStep ranges only. PyTorch 2.x also writes each step as a
-  // gpu_user_annotation on the GPU's row (no correlation id), starting when
-  // the step's first GPU work does, well inside the host's step: counted, it
-  // cut the last kept host step short (an RTX 3080 trace kept ProfilerStep#4
-  // with 0.03 ms of its 1.36 ms in any phase). HTA takes the CPU rows only.
-  std::int64_t last_step_start = std::numeric_limits<std::int64_t>::min();
-  {
-    std::vector<char> step_seen(names.size(), 0);
-    events.for_each([&](const RawEvent& e) {
-      if (!facts[e.name].is_step || is_gpu_event(e) || category_of_event(e) == Category::gpu_user_annotation) return;
-      if (step_seen[e.name] == 0) {
-        step_seen[e.name] = 1;
-        ++distinct_steps;
-      }
-      last_step_start = std::max(last_step_start, e.start_ns);
-    });
-  }
-
-  std::vector<char> keep(events.size(), 1);
-  if (!legacy && no_category != std::numeric_limits<NameId>::max()) {
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      if (events[i].category != no_category) continue;
-      keep[i] = 0;
-      ++result.stats.events_without_category;
-    }
-    result.stats.complete_events -= result.stats.events_without_category;
-  }
-  if (options.drop_last_profiler_step && distinct_steps >= 2) {
-    detail::CorrelationMap<char> kept_correlations(events.size() / 2);
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      const RawEvent& e = events[i];
-      if (is_gpu_event(e)) continue;
-      keep[i] = e.start_ns < last_step_start;
-      if (keep[i]) kept_correlations[e.correlation] = 1;
-    }
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      const RawEvent& e = events[i];
-      if (is_gpu_event(e)) keep[i] = kept_correlations.contains(e.correlation);
-      if (!keep[i]) ++result.stats.events_dropped_after_last_step;
-    }
-  }
-
-  timeline::Timeline& tl = result.trace;
-  tl = std::move(builder.meta());
-  if (!tl.has_distributed_info) {
-    tl.rank = 0;
-    tl.world_size = 1;
-  }
-
-  // Per-name classification, computed once.
-  std::vector<timeline::KernelClass> kernel_class(names.size());
-  std::vector<timeline::HostOpKind> runtime_kind(names.size());
-  for (NameId i = 0; i < names.size(); ++i) {
-    kernel_class[i] = timeline::classify_kernel(names.text(i));
-    runtime_kind[i] = timeline::classify_runtime_call(names.text(i));
-  }
-
-  // Exact capacities: a doubling vector would briefly hold twice the ops.
-  std::size_t host_count = 0, device_count = 0;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    if (!keep[i]) continue;
-    (events[i].stream != -1 ? device_count : host_count) += 1;
-  }
-  tl.host_ops.reserve(host_count);
-  tl.device_ops.reserve(device_count);
-
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    if (!keep[i]) continue;
-    const RawEvent& e = events[i];
-    const Category cat = category_of_event(e);
-    if (cat == Category::gpu_user_annotation) {
-      tl.phases.push_back(timeline::Phase{e.name, e.start_ns, e.end_ns, e.tid, true});
-      continue;
-    }
-    if (e.stream != -1) {
-      timeline::DeviceInterval d;
-      d.start_ns = e.start_ns;
-      d.end_ns = e.end_ns;
-      d.stream = e.stream;
-      d.correlation = e.correlation;
-      d.device = e.device;
-      d.name = e.name;
-      d.cls = kernel_class[e.name];
-      d.bytes = e.bytes;
-      switch (cat) {
-        case Category::kernel:
-          d.kind = timeline::DeviceOpKind::kernel;
-          break;
-        case Category::memcpy:
-          d.kind = timeline::DeviceOpKind::memcpy;
-          break;
-        case Category::memset:
-          d.kind = timeline::DeviceOpKind::memset;
-          break;
-        case Category::cuda_sync:
-          d.kind = timeline::DeviceOpKind::sync;
-          break;
-        default:
-          d.kind = timeline::DeviceOpKind::other;
-          break;
-      }
-      if (d.kind == timeline::DeviceOpKind::memcpy)
-        detail::describe_memcpy(names.text(e.name), d.direction, d.host_memory);
-      tl.device_ops.push_back(d);
-      continue;
-    }
-    timeline::HostInterval h;
-    h.start_ns = e.start_ns;
-    h.end_ns = e.end_ns;
-    h.pid = e.pid;
-    h.tid = e.tid;
-    h.correlation = e.correlation;
-    h.name = e.name;
-    switch (cat) {
-      case Category::runtime:
-        h.kind = runtime_kind[e.name];
-        break;
-      case Category::cuda_sync:
-        h.kind = timeline::HostOpKind::runtime_sync;
-        break;
-      case Category::cpu_op:
-        h.kind = timeline::HostOpKind::framework_op;
-        break;
-      case Category::user_annotation:
-        h.kind = timeline::HostOpKind::annotation;
-        break;
-      case Category::python_function:
-        h.kind = timeline::HostOpKind::python;
-        break;
-      default:
-        h.kind = timeline::HostOpKind::other;
-        break;
-    }
-    if (facts[e.name].is_step) {
-      h.kind = timeline::HostOpKind::step;
-      tl.steps.push_back(timeline::Step{facts[e.name].step_number, e.start_ns, e.end_ns});
-    } else if (cat == Category::user_annotation) {
-      tl.phases.push_back(timeline::Phase{e.name, e.start_ns, e.end_ns, e.tid, false});
-    }
-    tl.host_ops.push_back(h);
-  }
-  std::stable_sort(tl.steps.begin(), tl.steps.end(),
-                   [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
-  // The raw events are no longer needed; release them before the names move.
-  events.release();
-  tl.names = names.take();
-}
 
 // The exact path: nlohmann's SAX parser. Slow (its lexer copies every byte
 // into token buffers) but the reference, and the source of every error message.

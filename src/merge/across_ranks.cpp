@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,43 @@ std::vector<PointPass> step_point_passes(const JobMerge& jm) {
   return passes;
 }
 
+constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+
+// A straggler as the report shows it: where its excess is, its cause, and in
+// how many aligned step points it was materially slower. others_cpu_wait: the
+// median of the other ranks' CPU wait (kNotMeasured: not measured).
+Straggler describe_straggler(const RankFacts& rank, const Candidate& best, PointPass& pass, double others_cpu_wait) {
+  Straggler s;
+  s.rank = rank.rank;
+  s.phase = best.phase;
+  s.rank_ms = best.rank_ms;
+  s.median_ms = best.median_ms;
+  s.excess_ms = best.excess;
+  s.robust_z = best.z;
+  s.cause = best.whole_step || best.phase == "step" ? "step"
+            : best.phase == kUnattributedPhase      ? "unattributed"
+            : best.kind == PhaseKind::input         ? "input"
+                                                    : "phase";
+  // A rank whose step threads waited for a CPU that much longer than the
+  // median rank's was slowed by its host's cores (oversubscribed by other
+  // processes or threads), wherever the wait fell.
+  if (std::isfinite(rank.cpu_wait) && std::isfinite(others_cpu_wait) &&
+      rank.cpu_wait - others_cpu_wait >= kCpuWaitCauseShare * s.excess_ms)
+    s.cause = "cpu_wait";
+  // Chronic or one-off: in how many aligned points it was materially slower.
+  if (pass.valid_points > 0) {
+    s.slow_step_fraction = static_cast<double>(pass.slow.size()) / pass.valid_points;
+    s.pattern = s.slow_step_fraction >= kChronicFraction ? "chronic" : "one-off";
+    std::sort(pass.slow.begin(), pass.slow.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (std::size_t j = 0; j < pass.slow.size() && j < kMaxSlowSteps; ++j) s.slow_steps.push_back(pass.slow[j].second);
+    std::sort(s.slow_steps.begin(), s.slow_steps.end());
+  } else {
+    s.pattern = "chronic";  // no series: only the means, which say "on average"
+    s.slow_step_fraction = 1.0;
+  }
+  return s;
+}
+
 }  // namespace
 
 // Stragglers: chronic (a rank's means against the other ranks' medians) or
@@ -246,36 +284,9 @@ void find_stragglers(JobMerge& jm) {
     }
     if (!found) continue;
     is_straggler[i] = true;
-    Straggler s;
-    s.rank = ranks[i].rank;
-    s.phase = best.phase;
-    s.rank_ms = best.rank_ms;
-    s.median_ms = best.median_ms;
-    s.excess_ms = best.excess;
-    s.robust_z = best.z;
-    s.cause = best.whole_step || best.phase == "step" ? "step"
-              : best.phase == kUnattributedPhase      ? "unattributed"
-              : best.kind == PhaseKind::input         ? "input"
-                                                      : "phase";
-    // A rank whose step threads waited for a CPU that much longer than the
-    // median rank's was slowed by its host's cores (oversubscribed by other
-    // processes or threads), wherever the wait fell.
-    if (std::isfinite(ranks[i].cpu_wait) && cpu_wait_sample.size() >= 2 && cpu_wait_sample.has(i) &&
-        ranks[i].cpu_wait - cpu_wait_sample.median_without(i) >= kCpuWaitCauseShare * s.excess_ms)
-      s.cause = "cpu_wait";
-    // Chronic or one-off: in how many aligned points it was materially slower.
-    if (pass.valid_points > 0) {
-      s.slow_step_fraction = static_cast<double>(pass.slow.size()) / pass.valid_points;
-      s.pattern = s.slow_step_fraction >= kChronicFraction ? "chronic" : "one-off";
-      std::sort(pass.slow.begin(), pass.slow.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-      for (std::size_t j = 0; j < pass.slow.size() && j < kMaxSlowSteps; ++j)
-        s.slow_steps.push_back(pass.slow[j].second);
-      std::sort(s.slow_steps.begin(), s.slow_steps.end());
-    } else {
-      s.pattern = "chronic";  // no series: only the means, which say "on average"
-      s.slow_step_fraction = 1.0;
-    }
-    m.stragglers.push_back(std::move(s));
+    const bool cpu_wait_known = cpu_wait_sample.size() >= 2 && cpu_wait_sample.has(i);
+    m.stragglers.push_back(
+        describe_straggler(ranks[i], best, pass, cpu_wait_known ? cpu_wait_sample.median_without(i) : kNotMeasured));
   }
   std::stable_sort(m.stragglers.begin(), m.stragglers.end(),
                    [](const Straggler& a, const Straggler& b) { return a.excess_ms > b.excess_ms; });

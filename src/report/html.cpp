@@ -1,9 +1,13 @@
 // The HTML report: one self-contained page (inline CSS, inline SVG charts, a
-// few lines of inline script), no network access of any kind.
+// few lines of inline script), no network access of any kind. This file builds
+// the page and its single-run sections; the Ranks card of a merged report is
+// html_ranks.cpp's, and what both draw with (text helpers, the kinds' colours,
+// chart axes) is html_parts.hpp's.
 #include <stepscope/html.hpp>
 
 #include "core/atomic_file.hpp"
 #include "report/ending.hpp"
+#include "report/html_parts.hpp"
 #include "report/site_label.hpp"
 
 #include <fmt/format.h>
@@ -21,90 +25,11 @@
 
 namespace stepscope {
 inline namespace v1 {
+namespace detail::html {
 
 namespace {
 
-// ---- text helpers -----------------------------------------------------------
-
-// For element content and attribute values alike.
-std::string esc(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() + 8);
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        // Control characters other than tab/newline are invalid in HTML text.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
-          out += "&#xFFFD;";
-        else
-          out += c;
-    }
-  }
-  return out;
-}
-
-// Milliseconds with precision that suits their size.
-std::string ms(double v) {
-  if (!std::isfinite(v)) return "–";
-  const double a = std::fabs(v);
-  if (a == 0) return "0";
-  if (a < 0.01) return fmt::format("{:.4f}", v);
-  if (a < 1) return fmt::format("{:.3f}", v);
-  if (a < 100) return fmt::format("{:.2f}", v);
-  return fmt::format("{:.1f}", v);
-}
-
-std::string pct(double fraction) {
-  if (!std::isfinite(fraction)) return "–";
-  return fmt::format("{:.1f}%", fraction * 100);
-}
-
-std::string num(double v) {
-  if (!std::isfinite(v)) return "–";
-  return fmt::format("{:.4g}", v);
-}
-
-// SVG coordinates: finite, two decimals.
-std::string xy(double v) {
-  if (!std::isfinite(v)) v = 0;
-  return fmt::format("{:.2f}", v);
-}
-
-// ---- the step breakdown's kinds ---------------------------------------------
-
-struct KindStyle {
-  const char* name;
-  const char* color;
-  const char* meaning;
-};
-
-// The parts of a step's breakdown: the phase kinds (kPhaseKinds, whose order
-// is the stacking order, bottom to top, in every chart), then the step time
-// in no phase.
-constexpr std::size_t kBreakdownPartCount = kPhaseKindCount + 1;
-constexpr KindStyle kKinds[kBreakdownPartCount] = {
-    {phase_kind_name(PhaseKind::input), "#f28e2b", "waiting for the input pipeline"},
-    {phase_kind_name(PhaseKind::compute), "#4e79a7", "forward / backward / optimizer math"},
-    {phase_kind_name(PhaseKind::memory), "#b07aa1", "copies and memory management"},
-    {phase_kind_name(PhaseKind::communication), "#59a14f", "collectives and other ranks"},
-    {phase_kind_name(PhaseKind::other), "#9c9c9c", "phases of kind other"},
-    {"unattributed", "#e15759", "in the step, in no phase (framework, launch, scheduling)"},
-};
+// ---- the breakdown's carved parts, the verdict's colours --------------------
 
 // Parts the analyzer carves out of the phases (StepBreakdown::cpu_wait_ms,
 // page_fault_ms): rows of the breakdown when present, after the kinds.
@@ -126,41 +51,9 @@ const char* category_color(const std::string& category) {
   return "#7a7a7a";
 }
 
-// The breakdown's parts in kKinds order (ms per step): a step's, or a rank's.
-template <class Parts>  // StepBreakdown or RankSummary
-std::vector<double> breakdown_parts(const Parts& b) {
-  std::vector<double> parts(b.kind_ms.begin(), b.kind_ms.end());
-  parts.push_back(b.unattributed_ms);
-  return parts;
-}
-
 // The series of breakdown part `part` (kKinds order).
 const std::vector<double>& series_of(const StepSeries& s, std::size_t part) {
   return part < kPhaseKindCount ? s.kind_ms[kPhaseKinds[part]] : s.unattributed_ms;
-}
-
-// A "nice" axis maximum and tick step (1, 2, 5 × 10^k) for [0, max].
-std::pair<double, double> nice_axis(double max_value, int ticks) {
-  if (!(max_value > 0) || !std::isfinite(max_value)) return {1, 0.25};
-  const double raw = max_value / ticks;
-  const double magnitude = std::pow(10, std::floor(std::log10(raw)));
-  double step = magnitude;
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * magnitude;
-    if (step >= raw) break;
-  }
-  return {std::ceil(max_value / step) * step, step};
-}
-
-// A chart's horizontal grid lines from 0 to axis_max every `tick`, each
-// labelled at the left edge; y_of maps a value to its SVG y.
-template <class YOf>
-void y_axis_grid(std::string& o, double left, double right, double axis_max, double tick, const YOf& y_of) {
-  for (double t = 0; t <= axis_max * 1.0001; t += tick)
-    o += fmt::format(
-        "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/><text class=\"ax\" x=\"{}\" y=\"{}\" "
-        "text-anchor=\"end\">{}</text>",
-        xy(left), xy(right), xy(y_of(t)), xy(y_of(t)), xy(left - 6), xy(y_of(t) + 4), fmt::format("{:g}", t));
 }
 
 // ---- sections ---------------------------------------------------------------
@@ -263,13 +156,6 @@ void verdict_section(std::string& o, const Report& r) {
     o += "</ol>";
   }
   o += "</section>\n";
-}
-
-void legend(std::string& o) {
-  o += "<p class=\"legend\">";
-  for (const auto& k : kKinds)
-    o += fmt::format("<span title=\"{}\"><i style=\"background:{}\"></i>{}</span>", esc(k.meaning), k.color, k.name);
-  o += "</p>";
 }
 
 void breakdown_section(std::string& o, const Report& r) {
@@ -713,12 +599,6 @@ void warnings_section(std::string& o, const Report& r) {
   o += "</section>\n";
 }
 
-void kv_table(std::string& o, const std::vector<std::pair<std::string, std::string>>& rows, const char* id) {
-  o += fmt::format("<table class=\"kv\" id=\"{}\"><tbody>", id);
-  for (const auto& [k, v] : rows) o += "<tr><th>" + esc(k) + "</th><td>" + esc(v) + "</td></tr>";
-  o += "</tbody></table>";
-}
-
 void run_section(std::string& o, const Report& r) {
   o += "<section id=\"run\" class=\"card\"><h2>Run</h2><div class=\"cols\"><div><h3>Configuration</h3>";
   if (r.run.config.empty()) {
@@ -777,202 +657,6 @@ void run_section(std::string& o, const Report& r) {
   for (const auto& [k, v] : facts) dev.emplace_back(k, num(v));
   kv_table(o, dev, "device");
   o += "</div></div></section>\n";
-}
-
-std::string rank_of(int rank) {
-  return rank >= 0 ? fmt::format("rank {}", rank) : std::string("?");
-}
-
-std::string across(const AcrossRanks& a) {
-  return fmt::format("min {} ({}) · median {} · max {} ({}) · imbalance {}", ms(a.min), rank_of(a.min_rank),
-                     ms(a.median), ms(a.max), rank_of(a.max_rank), pct(a.imbalance));
-}
-
-// Merged multi-rank jobs: who is slow, by how much, and what the others wait.
-// The job across ranks: reports merged, ranks missing, the summary table.
-void ranks_summary(std::string& o, const MultiRank& m) {
-  o += "<section id=\"ranks\" class=\"card\"><h2>Ranks</h2>";
-  o += fmt::format("<p><b>{}</b> rank reports merged of a job of <b>{}</b>.", m.ranks_merged, m.world_size);
-  const int missing = std::max(0, m.world_size - m.ranks_merged);
-  if (!m.missing_ranks.empty() || missing > 0) {
-    // Runs of consecutive ranks as ranges: "2–65", not 64 numbers.
-    std::string list;
-    for (std::size_t i = 0; i < m.missing_ranks.size();) {
-      std::size_t j = i;
-      while (j + 1 < m.missing_ranks.size() && m.missing_ranks[j + 1] == m.missing_ranks[j] + 1) ++j;
-      list += (list.empty() ? "" : ", ") + (j > i ? fmt::format("{}–{}", m.missing_ranks[i], m.missing_ranks[j])
-                                                  : std::to_string(m.missing_ranks[i]));
-      i = j + 1;
-    }
-    const bool partial = static_cast<int>(m.missing_ranks.size()) < missing;
-    o += fmt::format(" <span class=\"warn\">{} rank{} without a report{}{}{}.</span>", missing, missing == 1 ? "" : "s",
-                     list.empty() ? "" : ": ", list, partial ? ", …" : "");
-  }
-  o += "</p>";
-  std::vector<std::pair<std::string, std::string>> rows = {
-      {"step ms", across(m.step_ms)},
-      {"busy ms (outside communication)", across(m.busy_ms)},
-      {"compute ms", across(m.compute_ms)},
-      {"communication ms", across(m.communication_ms)},
-      {"communication split",
-       fmt::format("{} ms/step: collective {} ms, waiting for slower ranks {} ms ({})", ms(m.comm_ms),
-                   ms(m.comm_collective_ms), ms(m.comm_wait_ms), pct(m.comm_wait_fraction))},
-      {"wait predicted by compute imbalance", ms(m.expected_wait_from_imbalance_ms) + " ms/step"},
-  };
-  kv_table(o, rows, "rank-summary");
-  if (!m.method.empty()) o += "<p class=\"note\">" + esc(m.method) + "</p>";
-}
-
-void straggler_table(std::string& o, const MultiRank& m) {
-  if (!m.stragglers.empty()) {
-    o += "<h3>Stragglers</h3><table id=\"straggler-table\" "
-         "class=\"sortable\"><thead><tr><th>rank</th><th>where</th><th>rank ms</th>"
-         "<th>others' median</th><th>excess ms</th><th>robust z</th><th>pattern</th><th>slow "
-         "steps</th></tr></thead><tbody>";
-    for (const auto& s : m.stragglers) {
-      std::string steps;
-      for (auto step : s.slow_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(step);
-      o += fmt::format(
-          "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-          "<td class=\"n\">{}</td><td>{} ({} of steps)</td><td>{}</td></tr>",
-          s.rank, esc(s.phase), ms(s.rank_ms), ms(s.median_ms), ms(s.excess_ms), num(s.robust_z), esc(s.pattern),
-          pct(s.slow_step_fraction), esc(steps));
-    }
-    o += "</tbody></table>";
-  } else {
-    o += "<p class=\"note\">No straggler: no rank is materially slower than the others.</p>";
-  }
-}
-
-// Per-rank stacked columns (same kinds and colours as the step chart).
-void rank_breakdown_chart(std::string& o, const MultiRank& m) {
-  double top = 0;
-  for (const auto& k : m.ranks) top = std::max(top, k.step_ms);
-  const auto axis = nice_axis(top, 4);
-  const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
-  const double left = 64, right = 990, plot_top = 10, bottom = 200;
-  const double col_w = (right - left) / static_cast<double>(m.ranks.size());
-  auto y_of = [&](double v) { return bottom - v / axis_max * (bottom - plot_top); };
-  o += "<h3>Step breakdown per rank</h3><svg id=\"rank-chart\" class=\"chart\" viewBox=\"0 0 1000 230\" role=\"img\" "
-       "aria-label=\"step breakdown per rank\">";
-  y_axis_grid(o, left, right, axis_max, tick, y_of);
-  for (std::size_t i = 0; i < m.ranks.size(); ++i) {
-    const RankSummary& k = m.ranks[i];
-    const std::vector<double> parts = breakdown_parts(k);
-    const std::string info =
-        fmt::format("rank {}{}: step {} ms, busy {} ms, communication {} ms (waiting {} ms), verdict {}", k.rank,
-                    k.straggler ? " (straggler)" : "", ms(k.step_ms), ms(k.busy_ms),
-                    ms(k.kind_ms[PhaseKind::communication]), ms(k.comm_wait_ms), k.verdict.empty() ? "?" : k.verdict);
-    o += "<g class=\"col\"><title>" + esc(info) + "</title>";
-    double base = 0;
-    const double w = std::min(std::max(col_w * 0.86, 0.5), 60.0);
-    const double x = left + col_w * static_cast<double>(i) + (col_w - w) / 2;
-    for (std::size_t c = 0; c < kBreakdownPartCount; ++c) {
-      const double v = std::isfinite(parts[c]) ? std::max(0.0, parts[c]) : 0;
-      if (v <= 0) continue;
-      o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", xy(x), xy(y_of(base + v)),
-                       xy(w), xy(v / axis_max * (bottom - plot_top)), kKinds[c].color);
-      base += v;
-    }
-    if (k.straggler)
-      o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"strag\">&#9650;</text>", xy(x + w / 2),
-                       xy(y_of(base) - 3));
-    o += "</g>";
-  }
-  const std::size_t label_every = std::max<std::size_t>(1, m.ranks.size() / 16);
-  for (std::size_t i = 0; i < m.ranks.size(); i += label_every)
-    o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                     xy(left + col_w * (static_cast<double>(i) + 0.5)), xy(bottom + 15), m.ranks[i].rank);
-  o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"226\" text-anchor=\"middle\">rank (&#9650; straggler)</text></svg>",
-                   xy((left + right) / 2));
-  legend(o);
-}
-
-void rank_table(std::string& o, const MultiRank& m) {
-  o += m.ranks.size() > 32 ? "<details><summary>Per-rank table</summary>" : "";
-  o += "<table id=\"rank-table\" class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>steps</th><th>step "
-       "ms</th><th>busy ms</th>"
-       "<th>input</th><th>compute</th><th>memory</th><th>comm.</th><th>comm. "
-       "wait</th><th>unattributed</th><th>verdict</th>"
-       "<th>straggler</th></tr></thead><tbody>";
-  for (const auto& k : m.ranks)
-    o += fmt::format(
-        "<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-        "class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-        "class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
-        k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms),
-        ms(k.kind_ms[PhaseKind::input]), ms(k.kind_ms[PhaseKind::compute]), ms(k.kind_ms[PhaseKind::memory]),
-        ms(k.kind_ms[PhaseKind::communication]), ms(k.comm_wait_ms), ms(k.unattributed_ms), esc(k.verdict),
-        k.straggler ? "yes" : "");
-  o += "</tbody></table>";
-  o += m.ranks.size() > 32 ? "</details>" : "";
-}
-
-void phases_across_ranks_table(std::string& o, const MultiRank& m) {
-  if (m.phases.empty()) return;
-  o += "<h3>Phases across ranks (self ms per step)</h3><table id=\"rank-phase-table\" "
-       "class=\"sortable\"><thead><tr><th>phase</th>"
-       "<th>kind</th><th>ranks</th><th>min</th><th>median</th><th>max</th><th>slowest</th><th>imbalance</th></tr></"
-       "thead><tbody>";
-  for (const auto& p : m.phases)
-    o += fmt::format(
-        "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-        "class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
-        esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median), ms(p.per_step_ms.max),
-        rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance), pct(p.per_step_ms.imbalance));
-  o += "</tbody></table>";
-}
-
-// Aligned steps: the band between the fastest and the slowest rank.
-void rank_steps_chart(std::string& o, const MultiRank& m) {
-  if (m.steps.size() < 2) return;
-  double top = 0;
-  for (const auto& s : m.steps) top = std::max(top, s.wall_ms.max);
-  const auto axis = nice_axis(top, 4);
-  const double axis_max = axis.first, tick = axis.second;  // not a structured binding: lambdas capture it (C++17)
-  const double left = 64, right = 990, plot_top = 10, bottom = 170;
-  const double dx = (right - left) / static_cast<double>(m.steps.size() - 1);
-  auto y_of = [&](double v) { return bottom - (std::isfinite(v) ? v : 0) / axis_max * (bottom - plot_top); };
-  std::string band_top, band_bottom, median;
-  for (std::size_t i = 0; i < m.steps.size(); ++i) {
-    const double x = left + dx * static_cast<double>(i);
-    band_top += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.max)) + " ";
-    median += xy(x) + "," + xy(y_of(m.steps[i].wall_ms.median)) + " ";
-  }
-  for (std::size_t i = m.steps.size(); i-- > 0;)
-    band_bottom += xy(left + dx * static_cast<double>(i)) + "," + xy(y_of(m.steps[i].wall_ms.min)) + " ";
-  o += fmt::format("<h3>Step time across ranks (min–max band, median line; {} step{} per point)</h3>", m.step_stride,
-                   m.step_stride == 1 ? "" : "s");
-  o += "<svg id=\"rank-steps-chart\" class=\"chart\" viewBox=\"0 0 1000 195\" role=\"img\" aria-label=\"step time "
-       "across ranks\">";
-  y_axis_grid(o, left, right, axis_max, tick, y_of);
-  o += "<polygon class=\"band\" points=\"" + band_top + band_bottom + "\"/><polyline class=\"wall\" points=\"" +
-       median + "\"/>";
-  const std::size_t label_every = std::max<std::size_t>(1, m.steps.size() / 8);
-  for (std::size_t i = 0; i < m.steps.size(); i += label_every)
-    o += fmt::format("<text class=\"ax\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                     xy(left + dx * static_cast<double>(i)), xy(bottom + 15), m.steps[i].first_step);
-  o += "</svg>";
-}
-
-// The ranks card of a merged report: the job's summary across ranks, the
-// stragglers, the per-rank breakdown (chart and table), the phases across
-// ranks and the step time across ranks.
-void ranks_section(std::string& o, const Report& r) {
-  if (!r.ranks) return;
-  const MultiRank& m = *r.ranks;
-  ranks_summary(o, m);
-  straggler_table(o, m);
-  if (!m.ranks.empty()) {
-    rank_breakdown_chart(o, m);
-    rank_table(o, m);
-  }
-  phases_across_ranks_table(o, m);
-  rank_steps_chart(o, m);
-  o += "</section>\n";
 }
 
 // Inline, no external resources. Light and dark follow the viewer's setting.
@@ -1075,10 +759,11 @@ std::string build_page(const Report& r) {
 }
 
 }  // namespace
+}  // namespace detail::html
 
 std::string html_report(const Report& report) {
   try {
-    return build_page(report);
+    return detail::html::build_page(report);
   } catch (...) {
     return "<!DOCTYPE html><html><body><p>stepscope: could not build the HTML report (out of "
            "memory?)</p></body></html>\n";

@@ -102,16 +102,23 @@ void before_fork() {
   Runtime& rt = runtime();
   rt.mutex.lock();
   if (rt.registry != nullptr) rt.registry->lock_for_fork();
+  lock_step_sites_for_fork();
+  lock_sites_for_fork();
+}
+void unlock_after_fork(Runtime& rt) {
+  unlock_sites_after_fork();
+  unlock_step_sites_after_fork();
+  if (rt.registry != nullptr) rt.registry->unlock_after_fork();
 }
 void after_fork_parent() {
   Runtime& rt = runtime();
-  if (rt.registry != nullptr) rt.registry->unlock_after_fork();
+  unlock_after_fork(rt);
   rt.mutex.unlock();
 }
 void after_fork_child() {
   Runtime& rt = runtime();
   rt.forked_child = true;
-  if (rt.registry != nullptr) rt.registry->unlock_after_fork();
+  unlock_after_fork(rt);
   // CUDA must not be used in a forked child before exec: scopes open across
   // the fork close without their device hooks (they load them at close).
   g_device_begin.store(nullptr, std::memory_order_relaxed);

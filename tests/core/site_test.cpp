@@ -7,6 +7,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -65,6 +71,39 @@ TEST_CASE("site: threads interning the same names agree") {
   for (auto& th : threads) th.join();
   for (int t = 1; t < 4; ++t)
     for (int i = 0; i < 50; ++i) CHECK(seen[static_cast<std::size_t>(t * 50 + i)] == seen[static_cast<std::size_t>(i)]);
+}
+
+// A DataLoader forks its workers while the collector thread builds a snapshot
+// (which reads the site table under its lock): a worker that inherited the
+// lock held hung at its first `stepscope.phase()` and the loop with it (seen
+// once in 3 full test runs). fork() must hand the child a free lock.
+TEST_CASE("site: a child forked while another thread interns names can intern its own") {
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load(std::memory_order_relaxed)) (void)site("held-across-fork", PhaseKind::compute);
+  });
+  int hung = 0;
+  for (int i = 0; i < 200 && hung == 0; ++i) {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      (void)site("child-name", PhaseKind::input);  // no allocation: static storage
+      ::_exit(0);
+    }
+    int status = 0;
+    pid_t done = 0;
+    // Generous for a busy machine: an interning takes microseconds.
+    for (int waited_ms = 0; waited_ms < 20000 && (done = ::waitpid(child, &status, WNOHANG)) == 0; waited_ms += 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (done == 0) {
+      ++hung;
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+    }
+  }
+  stop = true;
+  busy.join();
+  CHECK(hung == 0);
 }
 
 TEST_CASE("site: ScopedPhase and ScopedStep on run-time sites reach the report under their names") {

@@ -1,0 +1,205 @@
+// src/analysis/recommend.cpp — the verdict's recommendations: what to do
+// about the leading category (Classifier::recommend), one helper per
+// category, each advice line chosen by the evidence rows that fired.
+// Not advice_wording.cpp, which rewords advice for an imported trace.
+#include "analysis/classifier.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace stepscope {
+inline namespace v1 {
+namespace detail {
+namespace {
+
+void recommend_communication(std::vector<std::string>& out) {
+  out.push_back(
+      "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
+      "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
+  out.push_back(
+      "Reduce the volume: bf16/fp16 gradients, gradient compression, fewer synchronisation "
+      "points per step.");
+  out.push_back(
+      "Check for stragglers: a rank waiting in a collective waits for the slowest rank; merge the "
+      "ranks' reports and compare their step times.");
+}
+
+}  // namespace
+
+void Classifier::recommend(int category, Verdict& v) const {
+  auto& out = v.recommendations;
+  switch (category) {
+    case kIo:
+      recommend_io(out);
+      break;
+    case kCompute:
+      recommend_compute(out);
+      break;
+    case kMemory:
+      recommend_memory(out);
+      break;
+    case kCommunication:
+      recommend_communication(out);
+      break;
+    default:
+      recommend_scheduling(out);
+      break;
+  }
+}
+
+void Classifier::recommend_io(std::vector<std::string>& out) const {
+  const auto& t = kThresholds;
+  const SystemSignals& s = report_.system;
+  if (loader_idle())
+    out.push_back(
+        fmt::format("The background loader's phases ({}) work {:.1f}% of a step, yet the step waits {:.1f}% for its "
+                    "batches: the loader is idle or waits outside its phases. Wrap its reads and waits in phases to "
+                    "see which, and let it run further ahead (a deeper queue, prefetching).",
+                    loader_phases_, pct(loader_work_share_), pct(shares_.input)));
+  else if (input_over_compute_ && loader_work_share_ < 0)
+    out.push_back(
+        fmt::format("Input on the step's critical path is {:.0f}% of the step: run it on a background loader (worker "
+                    "threads filling a bounded queue, DataLoader num_workers) so it overlaps compute; the step would "
+                    "then take about the longer of compute and the loader's time per batch (see the what-if for "
+                    "kind:input).",
+                    pct(cost_[kIo])));
+  const bool known = s.available && s.input_on_cpu_fraction >= 0;
+  const bool waiting = known && s.input_on_cpu_fraction < t.input_on_cpu_working;
+  const bool working = known && !waiting;
+  if (waiting || !known)
+    out.push_back(
+        "The step waits for batches that are not ready: use more loader workers (e.g. DataLoader "
+        "num_workers), prefetch the next batches ahead of the step (prefetch_factor, a bounded "
+        "queue filled by a background thread), and pin host batch memory so the host-to-device "
+        "copy can run asynchronously.");
+  if (working || !known)
+    out.push_back(
+        "The step thread does the input work itself: move decoding and augmentation off the step "
+        "thread into loader workers, vectorise per-sample transforms (apply them per batch), and "
+        "cache decoded or preprocessed samples instead of decoding them every epoch.");
+  if (fires("major_faults_per_step") || fires("io_wait_fraction") || fires("read_mib_per_step"))
+    out.push_back(
+        "Reads are served from storage, not memory (major faults / block-I/O wait / bytes read): "
+        "use faster local storage (local NVMe rather than a network file system), keep the "
+        "dataset in the page cache or RAM, or pack it into large sequential shards with "
+        "read-ahead.");
+  if (device_.present && device_.idle_host_input > 0)
+    out.push_back(
+        "The GPU idles while the host fetches input: overlap loading of batch N+1 with the GPU "
+        "work of batch N (prefetch to the device, non_blocking copies from pinned memory).");
+}
+
+void Classifier::recommend_compute(std::vector<std::string>& out) const {
+  const auto& t = kThresholds;
+  const SystemSignals& s = report_.system;
+  if (device_.present) {
+    out.push_back(
+        "The GPU is the bottleneck, as it should be in a well-fed loop: use mixed precision "
+        "(bf16/fp16 autocast, tensor cores), fused kernels (torch.compile, fused optimizers, "
+        "flash attention), and a larger batch if memory allows.");
+    out.push_back(
+        "Profile the top kernels (Nsight Compute) for low occupancy or memory-bound kernels "
+        "before hand-optimising; make sure the largest ones actually dominate the step.");
+  } else {
+    out.push_back(
+        "Compute on the CPU dominates: use an optimised BLAS/oneDNN build, set intra-op threads "
+        "to the physical cores, vectorise hot loops, and use reduced precision (bf16) where the "
+        "CPU supports it.");
+    // Not for a full-batch optimizer: LBFGS's closure already takes all of it.
+    const auto optimizer = report_.run.config.find("optimizer");
+    if (optimizer == report_.run.config.end() || optimizer->second != "LBFGS")
+      out.push_back("A larger batch per step amortises fixed per-step overhead.");
+    if (s.available && s.compute_on_cpu_fraction >= 0 && s.compute_on_cpu_fraction < t.compute_on_cpu_working)
+      out.push_back(
+          "Compute phases are mostly off-CPU: they wait (device synchronisation, locks) rather "
+          "than compute; look for hidden synchronisation (.item(), .cpu(), blocking copies).");
+  }
+}
+
+void Classifier::recommend_memory(std::vector<std::string>& out) const {
+  const auto& t = kThresholds;
+  if ((device_.memcpy && *device_.memcpy >= t.moderately_bound) || fires("pageable_memcpy_share"))
+    out.push_back(
+        "Copies cost step time: allocate host batches in pinned (page-locked) memory and copy with "
+        "non_blocking=true, keep tensors on the device across steps, and avoid .cpu()/.item() "
+        "round trips.");
+  if (fires("minor_faults_per_step")) out.push_back(detail::page_fault_remedy(report_));
+  if (fires("device_memory_peak_fraction"))
+    out.push_back(
+        "Device memory is near capacity: use activation checkpointing, smaller micro-batches with "
+        "gradient accumulation, or release cached blocks that are no longer needed.");
+  if (shares_.memory > 0)
+    out.push_back(
+        "Reduce per-step allocations and copies in memory phases: reuse buffers, fuse copies, and "
+        "keep data in the layout the next stage consumes.");
+}
+
+void Classifier::recommend_scheduling(std::vector<std::string>& out) const {
+  const auto& t = kThresholds;
+  if (fires("idle_sync_fraction"))
+    out.push_back(
+        "The GPU drains while the host synchronises: remove per-step synchronisation "
+        "(.item(), .cpu(), printing losses, blocking copies) or move it off the critical path.");
+  if (fires("idle_launch_bound_fraction") || fires("short_kernel_fraction") || fires("kernels_per_step") ||
+      device_.present)
+    out.push_back(
+        "The host cannot issue work fast enough: use fewer, bigger ops (fuse tiny ops), capture "
+        "the step in a CUDA graph (torch.compile mode='reduce-overhead'), and cut per-call "
+        "framework/Python overhead.");
+  if (idle_loader_wait_ > 0)
+    out.push_back(
+        fmt::format("The step waits {:.0f}% of its time for a background loader that has little to do ({:.1f}% of a "
+                    "step of work): its thread waits for a CPU like the step's. Give the loader a core (fewer "
+                    "intra-op threads, no other jobs on the machine) or fetch further ahead.",
+                    pct(shares_.input), pct(loader_work_share_)));
+  // The CPU-wait advice and the wrap-the-rest advice, in the order of
+  // what each part costs the step (end to end: 4% waiting for a CPU does
+  // not come before 41% in no phase).
+  std::string cpu_advice = cpu_contention_advice();
+  std::string wrap_advice;
+  if (shares_.unattributed >= t.scheduling_moderately_bound)
+    wrap_advice = fmt::format(
+        "{:.0f}% of the step is outside every phase: wrap the remaining work (framework overhead, "
+        "logging, synchronisation, checkpointing) in STEPSCOPE_PHASE scopes to see where it goes.",
+        pct(shares_.unattributed));
+  const bool wrap_first = shares_.unattributed > shares_.cpu_wait;
+  for (std::string* advice : {wrap_first ? &wrap_advice : &cpu_advice, wrap_first ? &cpu_advice : &wrap_advice})
+    if (!advice->empty()) out.push_back(std::move(*advice));
+  out.push_back(
+      "If several threads or ranks take part in a step, check load imbalance: the step waits for "
+      "the slowest one.");
+}
+
+// Whose threads hold the CPUs: this process' own (too many threads)
+// or other processes' (a shared machine: fewer threads here would not help).
+// Empty where no CPU contention signal fired.
+std::string Classifier::cpu_contention_advice() const {
+  if (!(fires("runqueue_wait_fraction") || fires("involuntary_switches_per_second") || fires("cpu_utilization")))
+    return std::string();
+  const SystemSignals& s = report_.system;
+  const CpuHolders holders = cpu_holders(s);
+  const double own_cores = std::max(0.0, holders.own_cores), other_cores = holders.other_cores;
+  const int cores = holders.cores;
+  if (holders.others_hold)
+    return fmt::format(
+        "Other processes kept {:.1f} of this machine's {} CPUs busy during the run{}, while this process used "
+        "{:.1f} of its {}: the step waits for CPUs they "
+        "hold, not for its own threads. Run where the job has its cores to itself (a quieter machine, "
+        "taskset or a cgroup CPU set, the batch system's exclusive allocation) and measure again; until "
+        "then these numbers say as much about the machine's load as about the step.",
+        other_cores, s.cores_online,
+        s.load_average_start >= 0 && s.load_average_end >= 0
+            ? fmt::format(" (load average {:.1f} at the start, {:.1f} at the end)", s.load_average_start,
+                          s.load_average_end)
+            : std::string(),
+        own_cores, cores);
+  return "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
+         "the step thread to its own core, and stop other jobs sharing the machine.";
+}
+
+}  // namespace detail
+}  // namespace v1
+}  // namespace stepscope
