@@ -301,17 +301,22 @@ class KinetoSax {
   std::string error_;
 };
 
+// The decoder's output bound, and its helper thread when decompression is
+// pipelined (none when it cannot start: the decoder then runs inline).
+std::unique_ptr<PipelinedDecoder> prepare_decoder(Decoder& decoder, const ImportOptions& options) {
+  decoder.limit_output(options.max_json_bytes, too_many_bytes(options.max_json_bytes));
+  if (!options.pipelined_decompression) return nullptr;
+  auto pipeline = std::make_unique<PipelinedDecoder>(decoder);
+  if (pipeline->start_failed()) pipeline.reset();
+  return pipeline;
+}
+
 // The exact path: nlohmann's SAX parser. Slow (its lexer copies every byte
 // into token buffers) but the reference, and the source of every error message.
 ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& options) {
   ImportResult result;
   Decoder decoder(std::move(input));
-  decoder.limit_output(options.max_json_bytes, too_many_bytes(options.max_json_bytes));
-  std::unique_ptr<PipelinedDecoder> pipeline;
-  if (options.pipelined_decompression) {
-    pipeline = std::make_unique<PipelinedDecoder>(decoder);
-    if (pipeline->start_failed()) pipeline.reset();
-  }
+  std::unique_ptr<PipelinedDecoder> pipeline = prepare_decoder(decoder, options);
   ChunkStreambuf buffer(decoder, pipeline.get());
   KinetoSax sax(options, buffer);
   bool parsed = false;
@@ -361,12 +366,7 @@ ImportResult run_exact(std::unique_ptr<RawInput> input, const ImportOptions& opt
 bool scan_stream(std::unique_ptr<RawInput> input, const ImportOptions& options, TraceBuilder& builder,
                  ImportResult& result, std::string& reason) {
   Decoder decoder(std::move(input));
-  decoder.limit_output(options.max_json_bytes, too_many_bytes(options.max_json_bytes));
-  std::unique_ptr<PipelinedDecoder> pipeline;
-  if (options.pipelined_decompression) {
-    pipeline = std::make_unique<PipelinedDecoder>(decoder);
-    if (pipeline->start_failed()) pipeline.reset();
-  }
+  std::unique_ptr<PipelinedDecoder> pipeline = prepare_decoder(decoder, options);
   ChunkWindow window(decoder, pipeline.get());
   kineto::FastScanner scanner(options, window, builder);
   const bool scanned = scanner.run();
