@@ -376,6 +376,15 @@ bool write_replacing(const std::string& target, const struct stat* existing, con
 
 }  // namespace
 
+bool write_to_descriptor(int fd, const std::string& text) noexcept {
+  try {
+    std::string error;
+    return write_descriptor(fd, text.data(), text.size(), error);
+  } catch (...) {
+    return false;
+  }
+}
+
 bool is_stream_target(const std::string& path) noexcept {
   try {
     struct stat st {};

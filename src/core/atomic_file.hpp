@@ -72,6 +72,11 @@ bool create_private_file(std::string& path, std::string& error) noexcept;
 // recorder skips it).
 bool is_stream_target(const std::string& path) noexcept;
 
+// Text to one of this process's open descriptors (stderr's summary) as the
+// report goes to /dev/stderr: a pipe whose reader stopped reading costs at
+// most a second per stall, never a hang; a regular file is appended to.
+bool write_to_descriptor(int fd, const std::string& text) noexcept;
+
 // Async-signal-safe: removes the temporary file of a write in progress, if
 // any (only unlink on a path in static storage). A signal handler that is
 // about to end the process calls it, so no temporary file outlives the run.

@@ -19,8 +19,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace stepscope {
 inline namespace v1 {
@@ -39,7 +41,23 @@ static void add_runtime_site_counts(Report& report) {
                               " sites): their phases are merged under \"(other run-time names)\"");
 }
 
-Report build_report(bool final_report) {
+namespace {
+
+// What a report says of the run that other threads change under rt.mutex
+// (set_config, set_rank, set_frontend, warn): copied with it held, so that a
+// snapshot is built and written without it (see write_snapshot).
+struct RunStamp {
+  int rank = -1, world_size = 1;
+  std::map<std::string, std::string> config, config_types;
+  std::string frontend;
+  std::vector<std::string> warnings;
+};
+
+RunStamp run_stamp(const Runtime& rt) {
+  return RunStamp{rt.rank, rt.world_size, rt.config, rt.config_types, rt.frontend, rt.warnings};
+}
+
+Report build_stamped_report(bool final_report, const RunStamp& stamp) {
   Runtime& rt = runtime();
   Report report;
   if (rt.collector) {
@@ -53,16 +71,16 @@ Report build_report(bool final_report) {
   report.run.time_utc = utc_now_iso();
   report.run.host = host_name();
   report.run.pid = static_cast<std::int64_t>(::getpid());
-  report.run.rank = rt.rank;
-  report.run.world_size = rt.world_size;
+  report.run.rank = stamp.rank;
+  report.run.world_size = stamp.world_size;
   report.run.source = "live";
-  report.run.config = rt.config;
-  report.run.config_types = rt.config_types;
+  report.run.config = stamp.config;
+  report.run.config_types = stamp.config_types;
   report.run.build = build_options();
-  if (!rt.frontend.empty()) report.run.build["frontend"] = rt.frontend;
+  if (!stamp.frontend.empty()) report.run.build["frontend"] = stamp.frontend;
   report.run.warmup_steps = rt.settings.warmup_steps;
   report.run.warmup_source = rt.settings.warmup_from_env ? "env" : "default";
-  for (const auto& w : rt.warnings) report.warnings.push_back(w);
+  for (const auto& w : stamp.warnings) report.warnings.push_back(w);
   if (const int sig = g_first_signal.load(); sig != 0) {
     const std::uint64_t at = g_first_signal_ns.load();
     report.interrupted = Report::Interruption{
@@ -81,6 +99,12 @@ Report build_report(bool final_report) {
   }
   analyze(report);
   return report;
+}
+
+}  // namespace
+
+Report build_report(bool final_report) {
+  return build_stamped_report(final_report, run_stamp(runtime()));
 }
 
 Settings run_settings() noexcept {
@@ -141,7 +165,7 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool from_fini
     rt.written_path = write_report_with_fallback(rt.report_file, report, path, rt.rank, rt.fallback_path);
   }
   if (!rt.settings.quiet) {
-    std::fputs(format_summary(report).c_str(), stderr);
+    (void)write_to_descriptor(STDERR_FILENO, format_summary(report));  // a stalled reader costs seconds, not a hang
     // After a signal the collector's own line says where (write_final_after_signal).
     if (from_finish && rt.written_path != "<stderr>")
       std::fprintf(stderr, "stepscope: report written to %s\n", printable(rt.written_path, kMaxWarningChars).c_str());
@@ -153,22 +177,36 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool from_fini
 
 // Collector thread, every STEPSCOPE_SNAPSHOT_S: the report so far, marked
 // incomplete, over the report path. Never waits for rt.mutex (finish() holds
-// it while it joins this thread): a busy mutex skips this snapshot. Not
-// fsync'ed: a snapshot is for a process that dies, whose written pages the
-// kernel keeps; syncing every few seconds would only cost the disk.
+// it while it joins this thread): a busy mutex skips this snapshot. Holds it
+// only to copy what other threads change: the path's file-system calls and
+// the report's build (seconds for a large one; forever on a hung network
+// mount) run without it, since fork() (before_fork), set_config and finish()
+// wait for that mutex. Not fsync'ed: a snapshot is for a process that dies,
+// whose written pages the kernel keeps; syncing every few seconds would only
+// cost the disk.
 void write_snapshot(Runtime& rt) noexcept {
   try {
     const std::uint64_t now = monotonic_ns();
     if (rt.snapshots_off || g_final_state.load() != kFinalNone || now < rt.next_snapshot_ns) return;
     std::unique_lock<std::mutex> lock(rt.mutex, std::try_to_lock);
     if (!lock.owns_lock() || rt.finished) return;
-    const std::string path = report_path(rt);
+    const RunStamp stamp = run_stamp(rt);
+    lock.unlock();
+    std::string note;
+    const std::string path =
+        process_output_path(rt.settings.out, "stepscope-report.json", stamp.rank, stamp.world_size, rt.child_pid, note);
+    if (!note.empty() && lock.try_lock()) {
+      if (!rt.path_note_given) {
+        rt.path_note_given = true;
+        warn(rt, note);
+      }
+      lock.unlock();
+    }
     if (is_stream_target(path)) {  // a FIFO or device takes one report, the final one
       rt.snapshots_off = true;
       return;
     }
-    Report report = build_report(false);
-    lock.unlock();
+    Report report = build_stamped_report(false, stamp);
     if (report.total_records == 0) return;  // nothing to tell yet (the next offer retries): no file over anyone's
     report.complete = false;
     rt.next_snapshot_ns = now + static_cast<std::uint64_t>(rt.settings.snapshot_interval_s * 1e9);
@@ -231,10 +269,58 @@ void write_final_after_signal(Runtime& rt, int pending) noexcept {
   }
 }
 
+namespace {
+
+// finish() and the exit handler never wait without end: the thread that calls
+// exit() may be a signal handler's, interrupting this very thread inside
+// stepscope with rt.mutex held (it would wait for itself), and the collector
+// may be stuck in a write to a hung network mount. Past these bounds the run
+// ends without its final report (the last snapshot stays) and says why.
+constexpr auto kFinishLockBound = std::chrono::seconds(10);
+constexpr int kFinishJoinBoundS = 30;
+
+bool lock_within_bound(std::unique_lock<std::mutex>& lock) {
+  const auto deadline = std::chrono::steady_clock::now() + kFinishLockBound;
+  while (!lock.try_lock()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Joins the collector thread, at most kFinishJoinBoundS seconds. False: it
+// did not end (left running; the process's exit ends it).
+bool join_collector(Runtime& rt) {
+  if (rt.thread_joined) return true;
+  timespec deadline{};
+  ::clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += kFinishJoinBoundS;
+  if (::pthread_timedjoin_np(rt.thread, nullptr, &deadline) != 0) {
+    std::fprintf(stderr,
+                 "stepscope: error: the collector thread did not stop within %d s (a write of the report stuck "
+                 "on a slow or hung file system?): no final report; the last snapshot, if any, stays\n",
+                 kFinishJoinBoundS);
+    return false;
+  }
+  rt.thread_joined = true;
+  return true;
+}
+
+}  // namespace
+
 std::string finish_run(const char* ended_by) noexcept {
   try {
     auto& rt = runtime();
-    std::unique_lock<std::mutex> lock(rt.mutex);
+    std::unique_lock<std::mutex> lock(rt.mutex, std::defer_lock);
+    static std::atomic<bool> gave_up{false};  // the exit handler runs twice (see start_collector): say it once
+    if (gave_up.load() || !lock_within_bound(lock)) {
+      if (gave_up.exchange(true)) return "";
+      std::fputs(
+          "stepscope: error: the run could not be ended: stepscope's lock stayed busy (exit() called from a "
+          "signal handler that interrupted stepscope?): no final report\n",
+          stderr);
+      return "";
+    }
     if (rt.finished || rt.forked_child) return rt.written_path;
     // A termination signal now must not interrupt this thread's write (its
     // handler would wait for this very report): blocked here, it goes to
@@ -268,17 +354,14 @@ std::string finish_run(const char* ended_by) noexcept {
     const bool never_started = g_mode.exchange(kModeDisabled, std::memory_order_acq_rel) == kModeUninitialised;
     if (!wait_until_ready(rt, lock)) {
       if (never_started && g_api_used.load() && read_early_settings().enabled) say_nothing_was_recorded("");
-      if (rt.thread_started && !rt.thread_joined) {
-        pthread_join(rt.thread, nullptr);
-        rt.thread_joined = true;
-      }
+      if (rt.thread_started) (void)join_collector(rt);
       set_final_state(kFinalAbandoned);
       return "";
     }
     rt.collector->request_stop();
-    if (!rt.thread_joined) {
-      pthread_join(rt.thread, nullptr);
-      rt.thread_joined = true;
+    if (!join_collector(rt)) {
+      set_final_state(kFinalAbandoned);
+      return "";
     }
     write_final_report(rt, ended_by, /*from_finish=*/true);
     set_final_state(kFinalWritten);

@@ -171,6 +171,27 @@ int fork_in_step() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 3;
 }
 
+// A DataLoader forking its workers for the next epoch while the collector's
+// snapshot is stuck on a hung mount (tests/faults/hung_fs.cpp, LD_PRELOAD):
+// the fork must not wait for it. Exit 4: the snapshot never got stuck.
+int fork_when_hung() {
+  const char* mark = std::getenv("HUNG_FS_MARK");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (mark != nullptr && ::access(mark, F_OK) != 0)
+    if (std::chrono::steady_clock::now() > until)
+      return 4;
+    else
+      one_step();
+  if (mark == nullptr) return 4;
+  const pid_t child = fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::puts("forked");
+  std::fflush(stdout);
+  ::_exit(0);  // the exit handler would wait its bound for the stuck collector
+}
+
 void early_exit_handler() {
   const char* out = std::getenv("STEPSCOPE_OUT");
   const std::string report = out != nullptr && *out != '\0' ? out : "stepscope-report.json";
@@ -417,6 +438,7 @@ int main(int argc, char** argv) {
   if (mode == "threads") return threads(n);
   if (mode == "fork") return forking();
   if (mode == "fork-in-step") return fork_in_step();
+  if (mode == "fork-when-hung") return fork_when_hung();
   if (mode == "exit-order") return exit_order(n);
   if (mode == "exit-quick") return exit_quick();
   if (mode == "forever") return forever();

@@ -594,6 +594,28 @@ TEST_CASE("a burst of 100,000 records at start-up loses none", "[faults][startup
   CHECK(burst->count == 100000);
 }
 
+// The collector's snapshot stuck in stat() on a hung network mount (the
+// report's directory): a fork (a DataLoader's next epoch) must not wait for
+// it. It did: the snapshot held the run time's lock through the path's file
+// system calls and the report's build, and before_fork takes that lock.
+TEST_CASE("a snapshot stuck on a hung file system does not hold up fork()", "[faults][fork][hung-fs]") {
+  TempDir dir;
+  const std::string mark = dir / "stuck";
+  const pid_t pid =
+      start_probe(dir,
+                  {"LD_PRELOAD=" STEPSCOPE_HUNG_FS, "HUNG_FS_DIR=" + (dir / "hung"), "HUNG_FS_MARK=" + mark,
+                   "STEPSCOPE_OUT=" + (dir / "hung/r.json"), "STEPSCOPE_SNAPSHOT_S=0.2",
+                   // The shim comes before an ASan build's runtime in the library list.
+                   "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0"},
+                  {"fork-when-hung"});
+  const int status = wait_exit(pid, 60);
+  INFO(slurp(dir / "probe.err"));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) != 4);  // the snapshot got stuck, as the case needs
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(slurp(dir / "probe.out") == "forked\n");
+}
+
 TEST_CASE("workers forked before the first scope: one line says they are not recorded", "[faults][fork]") {
   TempDir dir;
   REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {}, {"fork-early", "2"}))) == 0);
