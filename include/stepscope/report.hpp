@@ -314,7 +314,8 @@ struct SystemSignals {
   double before_steps_wall_s = 0, before_steps_cpu_system_s = 0;
   std::uint64_t before_steps_minor_faults = 0;
   // Wall time of one first touch of a fresh page on this machine (us),
-  // measured once at start-up (min of a few rounds); <0: not measured. On a
+  // measured at the end when the measured steps faulted 64 pages or more (min
+  // of a few rounds); <0: not measured. On a
   // virtual machine part of it is the hypervisor's and shows as user time.
   double page_fault_us = -1;
 };

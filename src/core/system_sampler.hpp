@@ -54,7 +54,10 @@ class SystemSampler {
   SystemSignals finish(std::int64_t now_ns, std::uint64_t measured_steps = 0);
   // Wall time (us) of one first touch of a fresh page: the minimum over a few
   // rounds of touching fresh anonymous pages. <0 when it could not be measured.
+  // finish() measures it when the measured steps faulted at least
+  // kFaultsWorthCosting pages (page_fault_us stays <0 otherwise).
   static double measure_page_fault_us();
+  static constexpr std::uint64_t kFaultsWorthCosting = 64;
 
  private:
   struct Totals {
@@ -107,7 +110,6 @@ class SystemSampler {
   // The measured steps' window (collector thread only).
   bool window_open_ = false, window_closed_ = false;
   Mark window_start_, window_end_;
-  double page_fault_us_ = -1;
   // /proc files read at every window boundary, kept open (pread).
   int io_fd_ = -1, stat_fd_ = -1, loadavg_fd_ = -1, proc_stat_fd_ = -1;
   std::uint64_t cost_ns_ = 0;

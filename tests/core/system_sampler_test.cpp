@@ -75,7 +75,8 @@ TEST_CASE("system sampler: the counters cover the measured steps; start-up and w
   CHECK(static_cast<double>(out.before_steps_minor_faults) >= 64 * kPagesPerMib);
   CHECK(out.before_steps_wall_s > 0);
   CHECK(out.run_wall_s >= out.wall_s);
-  CHECK(out.page_fault_us > 0);
+  // Steps that barely fault are not worth the calibration's own faults.
+  CHECK((out.minor_faults >= SystemSampler::kFaultsWorthCosting) == (out.page_fault_us > 0));
 }
 
 TEST_CASE("system sampler: a window of some of the measured steps is scaled to all of them", "[core][system]") {
@@ -96,6 +97,7 @@ TEST_CASE("system sampler: a window of some of the measured steps is scaled to a
   // Unscaled it would read half of that; the whole run's counters, more.
   CHECK(per_step >= 0.8 * per_mib);
   CHECK(per_step < 1.5 * per_mib);
+  CHECK(out.page_fault_us > 0);  // steps that fault get their faults costed
 }
 
 TEST_CASE("system sampler: no tick inside the measured steps leaves the whole run", "[core][system]") {
