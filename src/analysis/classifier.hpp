@@ -157,8 +157,8 @@ class Classifier {
   // The step waits for input (>= moderately bound) while the background
   // loader's own work is below idle_loader_work_ratio of that wait.
   bool loader_idle() const {
-    return loader_work_share_ >= 0 && shares_.input >= kThresholds.moderately_bound &&
-           loader_work_share_ < kThresholds.idle_loader_work_ratio * shares_.input;
+    return loader_work_share_ >= 0 && shares_.kind[PhaseKind::input] >= kThresholds.moderately_bound &&
+           loader_work_share_ < kThresholds.idle_loader_work_ratio * shares_.kind[PhaseKind::input];
   }
   detail::FaultFacts faults_;
   // Input on the critical path at or above the highly-bound tier made io lead

@@ -301,12 +301,7 @@ StepShares step_shares(const Report& report) {
   b = settle(b, report);
   s.wall_ms = b.wall_ms;
   if (b.wall_ms <= 0) return s;
-  auto share = [&](PhaseKind k) { return clamp01(b.kind_ms[k] / b.wall_ms); };
-  s.input = share(PhaseKind::input);
-  s.compute = share(PhaseKind::compute);
-  s.memory = share(PhaseKind::memory);
-  s.communication = share(PhaseKind::communication);
-  s.other = share(PhaseKind::other);
+  for (std::size_t k = 0; k < kPhaseKindCount; ++k) s.kind.values[k] = clamp01(b.kind_ms.values[k] / b.wall_ms);
   s.unattributed = clamp01(b.unattributed_ms / b.wall_ms);
   s.cpu_wait = clamp01(b.cpu_wait_ms / b.wall_ms);
   s.page_fault = clamp01(b.page_fault_ms / b.wall_ms);

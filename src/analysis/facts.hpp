@@ -17,8 +17,8 @@ namespace detail {
 
 // Fractions of the measured steps' mean wall time spent by the step thread.
 struct StepShares {
-  double wall_ms = 0;  // mean step time they are fractions of
-  double input = 0, compute = 0, memory = 0, communication = 0, other = 0;
+  double wall_ms = 0;    // mean step time they are fractions of
+  PerKind<double> kind;  // the phases of each kind
   double unattributed = 0;
   double cpu_wait = 0;          // carved out of the phases: waiting for a CPU (scheduling)
   double page_fault = 0;        // carved out of the other parts: kernel time faulting pages (memory)

@@ -58,7 +58,7 @@ void Classifier::recommend_io(std::vector<std::string>& out) const {
         fmt::format("The background loader's phases ({}) work {:.1f}% of a step, yet the step waits {:.1f}% for its "
                     "batches: the loader is idle or waits outside its phases. Wrap its reads and waits in phases to "
                     "see which, and let it run further ahead (a deeper queue, prefetching).",
-                    loader_phases_, pct(loader_work_share_), pct(shares_.input)));
+                    loader_phases_, pct(loader_work_share_), pct(shares_.kind[PhaseKind::input])));
   else if (input_over_compute_ && loader_work_share_ < 0)
     out.push_back(
         fmt::format("Input on the step's critical path is {:.0f}% of the step: run it on a background loader (worker "
@@ -131,7 +131,7 @@ void Classifier::recommend_memory(std::vector<std::string>& out) const {
     out.push_back(
         "Device memory is near capacity: use activation checkpointing, smaller micro-batches with "
         "gradient accumulation, or release cached blocks that are no longer needed.");
-  if (shares_.memory > 0)
+  if (shares_.kind[PhaseKind::memory] > 0)
     out.push_back(
         "Reduce per-step allocations and copies in memory phases: reuse buffers, fuse copies, and "
         "keep data in the layout the next stage consumes.");
@@ -154,7 +154,7 @@ void Classifier::recommend_scheduling(std::vector<std::string>& out) const {
         fmt::format("The step waits {:.0f}% of its time for a background loader that has little to do ({:.1f}% of a "
                     "step of work): its thread waits for a CPU like the step's. Give the loader a core (fewer "
                     "intra-op threads, no other jobs on the machine) or fetch further ahead.",
-                    pct(shares_.input), pct(loader_work_share_)));
+                    pct(shares_.kind[PhaseKind::input]), pct(loader_work_share_)));
   // The CPU-wait advice and the wrap-the-rest advice, in the order of
   // what each part costs the step (end to end: 4% waiting for a CPU does
   // not come before 41% in no phase).

@@ -36,21 +36,25 @@ void Classifier::collect_step_shares() {
   const std::string net =
       carved.empty() ? ""
                      : fmt::format(", besides the time it spent there {} (rows of their own in the breakdown)", carved);
-  add(kIo, Weight::primary, "input_share", shares_.input, t.moderately_bound, ">=",
+  add(kIo, Weight::primary, "input_share", shares_.kind[PhaseKind::input], t.moderately_bound, ">=",
       fmt::format("The step thread spent {:.1f}% of the step in input phases (getting the next batch){}.",
-                  pct(shares_.input), net));
+                  pct(shares_.kind[PhaseKind::input]), net));
   // With a device timeline the host clock around compute phases measures kernel
   // launches, not the math: informational only, the GPU facts decide compute.
-  add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_share", shares_.compute,
-      t.moderately_bound, ">=",
+  add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_share",
+      shares_.kind[PhaseKind::compute], t.moderately_bound, ">=",
       gpu ? fmt::format("Compute phases took {:.1f}% of the step on the host clock; on a GPU run that "
                         "is mostly launch time, so the device timeline decides compute.",
-                        pct(shares_.compute))
-          : fmt::format("The step thread spent {:.1f}% of the step in compute phases{}.", pct(shares_.compute), net));
-  add(kMemory, Weight::primary, "memory_share", shares_.memory, t.moderately_bound,
-      ">=", fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step{}.", pct(shares_.memory), net));
-  add(kCommunication, Weight::primary, "communication_share", shares_.communication, t.moderately_bound,
-      ">=", fmt::format("Communication phases took {:.1f}% of the step{}.", pct(shares_.communication), net));
+                        pct(shares_.kind[PhaseKind::compute]))
+          : fmt::format("The step thread spent {:.1f}% of the step in compute phases{}.",
+                        pct(shares_.kind[PhaseKind::compute]), net));
+  add(kMemory, Weight::primary, "memory_share", shares_.kind[PhaseKind::memory], t.moderately_bound, ">=",
+      fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step{}.",
+                  pct(shares_.kind[PhaseKind::memory]), net));
+  add(kCommunication, Weight::primary, "communication_share", shares_.kind[PhaseKind::communication],
+      t.moderately_bound, ">=",
+      fmt::format("Communication phases took {:.1f}% of the step{}.", pct(shares_.kind[PhaseKind::communication]),
+                  net));
   add(gpu ? kNoCategory : kScheduling, gpu ? Weight::info : Weight::primary, "unattributed_share", shares_.unattributed,
       t.scheduling_moderately_bound, ">=",
       fmt::format("{:.1f}% of the step was inside the step but in no phase (framework overhead, "
@@ -65,8 +69,9 @@ void Classifier::collect_step_shares() {
                   "row 'page faults': the process spent {:.1f}% of the run in the kernel with {:.0f} minor faults "
                   "per step).",
                   pct(shares_.page_fault), pct(faults_.kernel_share), faults_.minor_per_step));
-  add(kNoCategory, Weight::info, "other_share", shares_.other, t.moderately_bound, ">=",
-      fmt::format("{:.1f}% of the step was in phases of kind 'other', which map to no category.", pct(shares_.other)));
+  add(kNoCategory, Weight::info, "other_share", shares_.kind[PhaseKind::other], t.moderately_bound, ">=",
+      fmt::format("{:.1f}% of the step was in phases of kind 'other', which map to no category.",
+                  pct(shares_.kind[PhaseKind::other])));
 }
 
 void Classifier::collect_background_phases() {
@@ -232,10 +237,10 @@ void Classifier::compute_costs() {
   if (!device_.present) {
     // Host timeline: each part of the settled breakdown (the same numbers the
     // summary table shows): CPU wait is scheduling, page-fault kernel time memory.
-    cost_[kIo] = shares_.input;
-    cost_[kCompute] = shares_.compute;
-    cost_[kMemory] = shares_.memory + shares_.page_fault;
-    cost_[kCommunication] = shares_.communication;
+    cost_[kIo] = shares_.kind[PhaseKind::input];
+    cost_[kCompute] = shares_.kind[PhaseKind::compute];
+    cost_[kMemory] = shares_.kind[PhaseKind::memory] + shares_.page_fault;
+    cost_[kCommunication] = shares_.kind[PhaseKind::communication];
     cost_[kScheduling] = shares_.unattributed + shares_.cpu_wait;
     // The step waits for a background loader that had little to do: on a
     // machine where the step threads wait for a CPU, the loader's thread
@@ -246,15 +251,15 @@ void Classifier::compute_costs() {
     if (loader_idle()) {
       const bool contended = runqueue_fraction_ >= t.runqueue_wait_fraction;
       if (contended) {
-        idle_loader_wait_ = shares_.input - loader_work_share_;
+        idle_loader_wait_ = shares_.kind[PhaseKind::input] - loader_work_share_;
         cost_[kIo] = loader_work_share_;
         cost_[kScheduling] += idle_loader_wait_;
       }
       add(contended ? kScheduling : kNoCategory, contended ? Weight::secondary : Weight::info, "idle_loader_wait",
-          shares_.input - loader_work_share_, t.moderately_bound, ">=",
+          shares_.kind[PhaseKind::input] - loader_work_share_, t.moderately_bound, ">=",
           fmt::format("The step waited {:.1f}% of its time for input while the background loader's phases ({}) "
                       "worked {:.1f}% of a step{}.",
-                      pct(shares_.input), loader_phases_, pct(loader_work_share_),
+                      pct(shares_.kind[PhaseKind::input]), loader_phases_, pct(loader_work_share_),
                       contended ? fmt::format(": the loader sat idle; with the step threads waiting for a CPU "
                                               "{:.0f}% of the time, its thread waited too (counted as scheduling)",
                                               pct(runqueue_fraction_))
@@ -273,10 +278,11 @@ void Classifier::compute_costs() {
   const double comm = device_.exposed_comm.value_or(0);
   const double idle_rest =
       std::max(0.0, device_.idle - device_.idle_host_input - device_.idle_launch - device_.idle_sync);
-  const double w_input = has_input_cause ? 0.0 : shares_.input;
-  const double w_memory = shares_.memory + shares_.page_fault;
-  const double w_comm = shares_.communication;
-  const double w_sched = shares_.compute + shares_.other + shares_.unattributed + shares_.cpu_wait;
+  const double w_input = has_input_cause ? 0.0 : shares_.kind[PhaseKind::input];
+  const double w_memory = shares_.kind[PhaseKind::memory] + shares_.page_fault;
+  const double w_comm = shares_.kind[PhaseKind::communication];
+  const double w_sched =
+      shares_.kind[PhaseKind::compute] + shares_.kind[PhaseKind::other] + shares_.unattributed + shares_.cpu_wait;
   const double w_sum = w_input + w_memory + w_comm + w_sched;
   auto part = [&](double w) { return w_sum > 0 ? idle_rest * w / w_sum : 0.0; };
   // Compute kernels' own time when the timeline gives it, else what is left
@@ -387,12 +393,13 @@ std::string Classifier::summary(int category, const std::string& severity) const
       break;
     }
     case kMemory:
-      where = shares_.page_fault > 0
-                  ? fmt::format(
-                        "moving or managing memory costs {:.0f}% of the step ({:.0f}% kernel time faulting "
-                        "about {:.0f} MiB of fresh pages per step, {:.0f}% in memory phases)",
-                        pct(c), pct(shares_.page_fault), faults_.fresh_mib_per_step, pct(shares_.memory))
-                  : fmt::format("moving or managing memory costs {:.0f}% of the step", pct(c));
+      where =
+          shares_.page_fault > 0
+              ? fmt::format(
+                    "moving or managing memory costs {:.0f}% of the step ({:.0f}% kernel time faulting "
+                    "about {:.0f} MiB of fresh pages per step, {:.0f}% in memory phases)",
+                    pct(c), pct(shares_.page_fault), faults_.fresh_mib_per_step, pct(shares_.kind[PhaseKind::memory]))
+              : fmt::format("moving or managing memory costs {:.0f}% of the step", pct(c));
       break;
     case kCommunication:
       where = fmt::format("communication the step waits for costs {:.0f}% of the step", pct(c));
@@ -495,7 +502,8 @@ std::optional<Classifier::Unknown> Classifier::unexplained_step() {
   // Time between steps is unexplained whatever the scheduling signals say:
   // nothing was recorded there (steps_coverage finding).
   const double unexplained =
-      (shares_.other + shares_.between_steps + (explained ? 0.0 : shares_.unattributed)) / (1.0 - machine_wait_);
+      (shares_.kind[PhaseKind::other] + shares_.between_steps + (explained ? 0.0 : shares_.unattributed)) /
+      (1.0 - machine_wait_);
   add(kNoCategory, Weight::info, "unexplained_share", unexplained, t.mostly_unexplained, "<",
       fmt::format("{:.1f}% of the step is in no phase or in kind 'other'{}.", pct(unexplained),
                   explained       ? " (time outside phases is explained by scheduling signals)"

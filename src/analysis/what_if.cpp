@@ -142,12 +142,7 @@ StepBreakdown measured_breakdown(const Report& facts, const Pipeline& pl) {
   const detail::StepShares sh = detail::step_shares(facts);  // a report without a breakdown: from its phases
   StepBreakdown b;
   b.wall_ms = pl.wall;
-  const std::pair<PhaseKind, double> kinds[] = {{PhaseKind::input, sh.input},
-                                                {PhaseKind::compute, sh.compute},
-                                                {PhaseKind::memory, sh.memory},
-                                                {PhaseKind::communication, sh.communication},
-                                                {PhaseKind::other, sh.other}};
-  for (const auto& [k, share] : kinds) b.kind_ms[k] = share * pl.wall;
+  for (std::size_t k = 0; k < kPhaseKindCount; ++k) b.kind_ms.values[k] = sh.kind.values[k] * pl.wall;
   b.unattributed_ms = sh.unattributed * pl.wall;
   return b;
 }
