@@ -94,12 +94,22 @@ void Collector::run_loop() noexcept {
   std::chrono::milliseconds wait = options_.interval;
   const std::chrono::milliseconds shortest = std::min(options_.min_interval, options_.interval);
   const auto snapshot_every_ns = static_cast<std::int64_t>(options_.snapshot_interval_s * 1e9);
-  if (snapshot_every_ns > 0) next_snapshot_ns_ = start_ns_ + snapshot_every_ns;
+  const auto first_snapshot_ns = static_cast<std::int64_t>(
+      (options_.first_snapshot_s > 0 ? options_.first_snapshot_s : options_.snapshot_interval_s) * 1e9);
+  if (snapshot_every_ns > 0) next_snapshot_ns_ = start_ns_ + first_snapshot_ns;
   measure_scope_floor();
+  // A fixed timer (STEPSCOPE_INTERVAL_MS) stays fixed; else the quiet wait
+  // follows what a wake-up costs here (a running mean of its CPU time, the
+  // snapshots apart: they bound their own cost).
+  const bool fixed_timer = shortest >= options_.interval;
+  std::chrono::milliseconds longest = options_.interval;
+  std::uint64_t wake_cpu_ns = 0;
+  note_loop_cpu();
   while (!stop_requested_.load(std::memory_order_acquire)) {
     // The word is read before the flag is checked again: a request_stop()
     // in between changes it, and the wait returns at once.
     const std::uint32_t seen = wake_word_.load(std::memory_order_acquire);
+    const std::uint64_t cpu_start = loop_cpu_ns_.load(std::memory_order_relaxed);
     if (stop_requested_.load(std::memory_order_acquire)) break;
     const std::chrono::milliseconds sleep = until_deadline(wait);
     const timespec timeout{static_cast<time_t>(sleep.count() / 1000),
@@ -119,10 +129,16 @@ void Collector::run_loop() noexcept {
       collector_errors_.fetch_add(1, std::memory_order_relaxed);
     }
     if (live_active_) maybe_print_live();
+    std::uint64_t snapshot_ns = 0;
     if (snapshot_every_ns > 0 && options_.on_snapshot && static_cast<std::int64_t>(monotonic_ns()) >= next_snapshot_ns_)
-      take_snapshot(snapshot_every_ns);
+      snapshot_ns = take_snapshot(snapshot_every_ns, first_snapshot_ns);
     note_loop_cpu();
-    wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, options_.interval);
+    const std::uint64_t spent = loop_cpu_ns_.load(std::memory_order_relaxed) - cpu_start;
+    if (!fixed_timer && spent > snapshot_ns) {
+      wake_cpu_ns = wake_cpu_ns == 0 ? spent - snapshot_ns : (wake_cpu_ns * 3 + (spent - snapshot_ns)) / 4;
+      longest = quiet_ceiling(wake_cpu_ns, options_.interval);
+    }
+    wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, longest);
   }
   note_loop_cpu();
 }
@@ -146,14 +162,16 @@ std::chrono::milliseconds Collector::until_deadline(std::chrono::milliseconds wa
   return std::min(wait, left);
 }
 
-void Collector::take_snapshot(std::int64_t every_ns) noexcept {
+std::uint64_t Collector::take_snapshot(std::int64_t every_ns, std::int64_t retry_ns) noexcept {
   note_loop_cpu();  // the snapshot's facts include the loop's CPU time so far
   const std::uint64_t cpu_before = thread_cpu_ns();
+  bool written = false;
   try {
-    options_.on_snapshot();
+    written = options_.on_snapshot();
   } catch (...) {
     // A snapshot is never worth disturbing the run; the next one retries.
   }
+  if (!written) every_ns = std::min(every_ns, retry_ns);
   // Bounded cost: the next snapshot waits at least kSnapshotCostFactor
   // times what this one cost (CPU), so the flight recorder never takes
   // more than 1% of a core, however large the report (a 100k-phase
@@ -161,6 +179,7 @@ void Collector::take_snapshot(std::int64_t every_ns) noexcept {
   const std::uint64_t cost_ns = thread_cpu_ns() - cpu_before;
   const auto wait_ns = std::max<std::int64_t>(every_ns, static_cast<std::int64_t>(cost_ns) * kSnapshotCostFactor);
   next_snapshot_ns_ = static_cast<std::int64_t>(monotonic_ns()) + wait_ns;
+  return cost_ns;
 }
 
 std::chrono::milliseconds Collector::next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
@@ -177,6 +196,13 @@ std::chrono::milliseconds Collector::next_interval(std::chrono::milliseconds wai
   }
   if (fill_1024 < 1024 / 16) return std::min(longest, std::max(wait * 2, shortest));
   return wait;
+}
+
+std::chrono::milliseconds Collector::quiet_ceiling(std::uint64_t wake_cpu_ns,
+                                                   std::chrono::milliseconds interval) noexcept {
+  const auto affordable = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(std::min<std::uint64_t>(wake_cpu_ns, 1ull << 40) * kWakeCostFactor));
+  return std::max(interval, std::min(affordable, std::max(interval, kLongestQuietWait)));
 }
 
 namespace {

@@ -37,8 +37,9 @@ struct CollectorOptions {
   // (the fill it would reach at that rate), down to min_interval, and doubles
   // back once they are quiet. min_interval equal to interval: a fixed timer.
   // A wake-up's fixed cost is most of the collector's, so the quiet wait is
-  // long (STEPSCOPE_INTERVAL_MS's default); snapshots, the progress line,
-  // finish() and signals do not wait for it (they have deadlines or wake it).
+  // long (STEPSCOPE_INTERVAL_MS's default), and longer where wake-ups cost
+  // more (quiet_ceiling); snapshots, the progress line, finish() and signals
+  // do not wait for it (they have deadlines or wake it).
   std::chrono::milliseconds interval{5};
   std::chrono::milliseconds min_interval{5};
   AggregatorOptions aggregator;
@@ -54,11 +55,14 @@ struct CollectorOptions {
   // supplies it (the report layer's LiveTracker + format_live_line): core
   // never calls a writer. No line is printed without it.
   std::function<std::string(const Report& facts, double elapsed_s, std::size_t max_width)> live_line;
-  // Flight recorder (STEPSCOPE_SNAPSHOT_S): every snapshot_interval_s seconds
-  // (0 = never) the loop thread calls on_snapshot() after its drain. The run
-  // time's callback writes the report marked incomplete.
+  // Flight recorder (STEPSCOPE_SNAPSHOT_S): the loop thread calls
+  // on_snapshot() after its drain first_snapshot_s into the run, then every
+  // snapshot_interval_s seconds (0 = never); every first_snapshot_s while it
+  // returns false (nothing to write yet). The run time's callback writes the
+  // report marked incomplete.
+  double first_snapshot_s = 0;
   double snapshot_interval_s = 0;
-  std::function<void()> on_snapshot;
+  std::function<bool()> on_snapshot;
 };
 
 class Collector {
@@ -97,6 +101,15 @@ class Collector {
   static std::chrono::milliseconds next_interval(std::chrono::milliseconds wait, std::uint32_t fill_1024,
                                                  std::chrono::milliseconds shortest,
                                                  std::chrono::milliseconds longest) noexcept;
+  // The longest quiet wait when a wake-up costs wake_cpu_ns of the
+  // collector's CPU time: quiet wake-ups take at most 1/kWakeCostFactor of a
+  // core, never waiting less than `interval` nor more than kLongestQuietWait.
+  // A wake-up costs ~20-80 us in a small process but 0.3-1.3 ms in a PyTorch
+  // one on this paravirtualised VM (docs/benchmarks.md).
+  static constexpr std::uint64_t kWakeCostFactor = 5000;
+  static constexpr std::chrono::milliseconds kLongestQuietWait{2000};
+  static std::chrono::milliseconds quiet_ceiling(std::uint64_t wake_cpu_ns,
+                                                 std::chrono::milliseconds interval) noexcept;
 
   // Facts gathered so far (steps, phases, records, drops, system, device).
   // Safe from any thread: serialised with the collector's own drains.
@@ -117,7 +130,9 @@ class Collector {
   // (`wait` when that is later).
   std::chrono::milliseconds until_deadline(std::chrono::milliseconds wait) const noexcept;
   // Loop thread: writes one snapshot and schedules the next.
-  void take_snapshot(std::int64_t every_ns) noexcept;
+  // Returns its CPU time (ns); the next comes every_ns later, retry_ns when
+  // there was nothing to write.
+  std::uint64_t take_snapshot(std::int64_t every_ns, std::int64_t retry_ns) noexcept;
   // Loop thread, once: the per-scope floors of the report's "overhead".
   void measure_scope_floor() noexcept;
 

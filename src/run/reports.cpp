@@ -184,12 +184,12 @@ std::string write_final_report(Runtime& rt, const char* ended_by, bool from_fini
 // wait for that mutex. Not fsync'ed: a snapshot is for a process that dies,
 // whose written pages the kernel keeps; syncing every few seconds would only
 // cost the disk.
-void write_snapshot(Runtime& rt) noexcept {
+bool write_snapshot(Runtime& rt) noexcept {
   try {
-    const std::uint64_t now = monotonic_ns();
-    if (rt.snapshots_off || g_final_state.load() != kFinalNone || now < rt.next_snapshot_ns) return;
+    if (rt.snapshots_off || g_final_state.load() != kFinalNone) return true;
     std::unique_lock<std::mutex> lock(rt.mutex, std::try_to_lock);
-    if (!lock.owns_lock() || rt.finished) return;
+    if (!lock.owns_lock()) return false;
+    if (rt.finished) return true;
     const RunStamp stamp = run_stamp(rt);
     lock.unlock();
     std::string note;
@@ -204,12 +204,11 @@ void write_snapshot(Runtime& rt) noexcept {
     }
     if (is_stream_target(path)) {  // a FIFO or device takes one report, the final one
       rt.snapshots_off = true;
-      return;
+      return true;
     }
     Report report = build_stamped_report(false, stamp);
-    if (report.total_records == 0) return;  // nothing to tell yet (the next offer retries): no file over anyone's
+    if (report.total_records == 0) return false;  // nothing to tell yet (retried soon): no file over anyone's
     report.complete = false;
-    rt.next_snapshot_ns = now + static_cast<std::uint64_t>(rt.settings.snapshot_interval_s * 1e9);
     report.snapshot_time_utc = report.run.time_utc;
     std::string error, written;
     if (!rt.report_file.write(path, report, /*durable=*/false, written, error)) {
@@ -235,9 +234,11 @@ void write_snapshot(Runtime& rt) noexcept {
                      printable(fallback_error).c_str());
       }
     }
+    return true;
   } catch (...) {
     // Out of memory: the next snapshot retries.
   }
+  return false;
 }
 
 // Collector thread, its loop ended by a termination signal (or std::terminate:

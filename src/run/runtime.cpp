@@ -176,7 +176,6 @@ bool adopt_forked_child(Runtime& rt, const EarlySettings& early) noexcept {
   rt.snapshots_off = false;
   rt.fallback_path.clear();
   rt.fallback_said = false;
-  rt.next_snapshot_ns = 0;
   rt.written_path.clear();
   rt.warnings.clear();
   rt.lost_records.store(0, std::memory_order_relaxed);
@@ -267,11 +266,10 @@ Collector* start_collector(Runtime& rt) {
     return format_live_line(tracker.update(facts, elapsed_s), max_width);
   };
   options.start_thread = false;  // this thread runs the loop
-  // The collector offers a snapshot every kFirstSnapshotSeconds at most;
-  // write_snapshot keeps to STEPSCOPE_SNAPSHOT_S after the first.
-  options.snapshot_interval_s = std::min(settings.snapshot_interval_s, kFirstSnapshotSeconds);
+  options.first_snapshot_s = std::min(settings.snapshot_interval_s, kFirstSnapshotSeconds);
+  options.snapshot_interval_s = settings.snapshot_interval_s;
   options.quiet = settings.quiet;
-  options.on_snapshot = [&rt] { write_snapshot(rt); };
+  options.on_snapshot = [&rt] { return write_snapshot(rt); };
   std::string device_notice;
   std::unique_ptr<DeviceBackend> device;
   {

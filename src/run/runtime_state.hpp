@@ -116,9 +116,6 @@ struct Runtime {
   // the first failure; the final report uses it too, or removes it).
   std::string fallback_path;
   bool fallback_said = false;
-  // monotonic_ns() from which the next snapshot is due: 0 until the first
-  // (kFirstSnapshotSeconds into the run). Collector thread only.
-  std::uint64_t next_snapshot_ns = 0;
 };
 
 Runtime& runtime();
@@ -133,7 +130,7 @@ bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock);
 
 // reports.cpp, on the collector thread: a flight-recorder snapshot when one
 // is due; the final report a signal asked for.
-void write_snapshot(Runtime& rt) noexcept;
+bool write_snapshot(Runtime& rt) noexcept;  // false: nothing to write yet, retry soon
 void write_final_after_signal(Runtime& rt, int pending) noexcept;
 
 // Set by the program's first set_config or set_rank (note_api_use).

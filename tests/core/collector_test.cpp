@@ -6,6 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -133,6 +136,47 @@ TEST_CASE("the collector's timer adapts to how full the rings get", "[collector]
   // Fixed timer (shortest == longest): never moves.
   REQUIRE(Collector::next_interval(ms{5}, 1024, ms{5}, ms{5}) == ms{5});
   REQUIRE(Collector::next_interval(ms{5}, 0, ms{5}, ms{5}) == ms{5});
+}
+
+TEST_CASE("a snapshot with nothing to write yet is offered again soon, a written one after the interval",
+          "[collector][snapshot]") {
+  CollectorOptions options;
+  options.interval = std::chrono::milliseconds(5);
+  options.sample_system = false;
+  options.first_snapshot_s = 0.02;
+  options.snapshot_interval_s = 3600;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int offers = 0;
+  options.on_snapshot = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++offers;
+    changed.notify_all();
+    return offers >= 3;  // the first two find nothing to write
+  };
+  Collector collector(options);
+  std::unique_lock<std::mutex> lock(mutex);
+  // Bounded: a collector that waited the hour after a fruitless offer fails here.
+  REQUIRE(changed.wait_for(lock, std::chrono::seconds(60), [&] { return offers >= 3; }));
+  // Written: the next offer is an hour away.
+  CHECK_FALSE(changed.wait_for(lock, std::chrono::milliseconds(300), [&] { return offers > 3; }));
+  lock.unlock();
+  collector.stop();
+}
+
+TEST_CASE("the quiet wait grows where a wake-up costs more", "[collector]") {
+  using ms = std::chrono::milliseconds;
+  const ms interval{200};
+  // Cheap wake-ups (a small process): the configured quiet wait.
+  REQUIRE(Collector::quiet_ceiling(0, interval) == interval);
+  REQUIRE(Collector::quiet_ceiling(20'000, interval) == interval);  // 20 us x 5000 = 100 ms
+  // Dear ones: as long as keeps quiet wake-ups at 1/5000 of a core (0.02%)...
+  REQUIRE(Collector::quiet_ceiling(100'000, interval) == ms{500});
+  // ... up to two seconds, however dear (the sampler still needs samples).
+  REQUIRE(Collector::quiet_ceiling(5'000'000, interval) == Collector::kLongestQuietWait);
+  REQUIRE(Collector::quiet_ceiling(~0ull, interval) == Collector::kLongestQuietWait);
+  // A configured wait above the ceiling is kept.
+  REQUIRE(Collector::quiet_ceiling(5'000'000, ms{3000}) == ms{3000});
 }
 
 namespace {
