@@ -265,27 +265,21 @@ bool write_stream(const std::string& path, const struct stat& st, const char* da
     error = "it is a socket";
     return false;
   }
+  // Never a blocking open: it would wait forever for a FIFO's reader (ENXIO
+  // with O_NONBLOCK while there is none: retried a while) or for a serial
+  // line's carrier. The writes poll (write_all).
+  const bool fifo = S_ISFIFO(st.st_mode);
+  const long long deadline = monotonic_ms() + kFifoReaderWaitMs;
   int fd = -1;
-  if (S_ISFIFO(st.st_mode)) {
-    // Blocking open would wait for a reader forever; O_NONBLOCK fails with
-    // ENXIO while there is none.
-    const long long deadline = monotonic_ms() + kFifoReaderWaitMs;
-    for (;;) {
-      fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-      if (fd >= 0 || errno != ENXIO || monotonic_ms() >= deadline) break;
-      sleep_ms(10);
-    }
-    if (fd < 0) {
-      error = errno == ENXIO ? "no reader on the FIFO within " + std::to_string(kFifoReaderWaitMs) + " ms"
-                             : errno_text(errno);
-      return false;
-    }
-  } else {
-    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-      error = errno_text(errno);
-      return false;
-    }
+  for (;;) {
+    fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd >= 0 || !fifo || errno != ENXIO || monotonic_ms() >= deadline) break;
+    sleep_ms(10);
+  }
+  if (fd < 0) {
+    error = fifo && errno == ENXIO ? "no reader on the FIFO within " + std::to_string(kFifoReaderWaitMs) + " ms"
+                                   : errno_text(errno);
+    return false;
   }
   int err = without_sigpipe([&] { return write_all(fd, data, size, 1000); });
   if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;

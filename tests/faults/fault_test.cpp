@@ -616,6 +616,22 @@ TEST_CASE("a snapshot stuck on a hung file system does not hold up fork()", "[fa
   CHECK(slurp(dir / "probe.out") == "forked\n");
 }
 
+// STEPSCOPE_OUT naming a character device whose blocking open() waits, as a
+// serial line without carrier does (the shim makes /dev/null one): the
+// report is written with a non-blocking open and the run ends. It hung at exit.
+TEST_CASE("a report to a device whose open would block does not hold up the exit", "[faults][hung-fs]") {
+  TempDir dir;
+  const pid_t pid = start_probe(dir,
+                                {"LD_PRELOAD=" STEPSCOPE_HUNG_FS, "NO_CARRIER_DEV=/dev/null", "STEPSCOPE_OUT=/dev/null",
+                                 "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0"},
+                                {"workload", "50"});
+  const int status = wait_exit(pid, 60);
+  INFO(slurp(dir / "probe.err"));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(contains(slurp(dir / "probe.err"), "cannot write"));
+}
+
 TEST_CASE("workers forked before the first scope: one line says they are not recorded", "[faults][fork]") {
   TempDir dir;
   REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {}, {"fork-early", "2"}))) == 0);

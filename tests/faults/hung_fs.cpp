@@ -2,12 +2,15 @@
 // mount. stat()/lstat() of a path under $HUNG_FS_DIR, called on stepscope's
 // collector thread (named "stepscope"), first creates $HUNG_FS_MARK and then
 // never returns, as a hard NFS mount does. Every other caller is untouched.
+// And a serial line without carrier: a blocking open() for writing of
+// $NO_CARRIER_DEV never returns (with O_NONBLOCK it opens).
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,6 +31,17 @@ F next(const char* name) {
   return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
 }
 
+void hang_if_no_carrier(const char* path, int flags) {
+  const char* dev = std::getenv("NO_CARRIER_DEV");
+  if (dev == nullptr || path == nullptr || std::strcmp(path, dev) != 0) return;
+  if ((flags & O_ACCMODE) == O_RDONLY || (flags & O_NONBLOCK) != 0) return;
+  for (;;) ::pause();
+}
+
+mode_t mode_of(int flags, va_list args) {
+  return (flags & (O_CREAT | O_TMPFILE)) != 0 ? static_cast<mode_t>(va_arg(args, unsigned)) : 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -38,5 +52,21 @@ int stat(const char* path, struct stat* st) {
 int lstat(const char* path, struct stat* st) {
   hang_if_hung(path);
   return next<int (*)(const char*, struct stat*)>("lstat")(path, st);
+}
+int open(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_of(flags, args);
+  va_end(args);
+  hang_if_no_carrier(path, flags);
+  return next<int (*)(const char*, int, ...)>("open")(path, flags, mode);
+}
+int open64(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_of(flags, args);
+  va_end(args);
+  hang_if_no_carrier(path, flags);
+  return next<int (*)(const char*, int, ...)>("open64")(path, flags, mode);
 }
 }
