@@ -354,8 +354,15 @@ std::string finish_run(const char* ended_by) noexcept {
     // push into their rings, which nobody drains any more (harmless).
     const bool never_started = g_mode.exchange(kModeDisabled, std::memory_order_acq_rel) == kModeUninitialised;
     if (!wait_until_ready(rt, lock)) {
-      if (never_started && g_api_used.load() && read_early_settings().enabled) say_nothing_was_recorded("");
-      if (rt.thread_started) (void)join_collector(rt);
+      if (rt.thread_started && !rt.ready) {
+        std::fprintf(stderr,
+                     "stepscope: error: the collector thread did not start within %d s (its device probe stuck in "
+                     "the driver?): no report\n",
+                     static_cast<int>(kReadyWaitBound.count()));
+      } else {
+        if (never_started && g_api_used.load() && read_early_settings().enabled) say_nothing_was_recorded("");
+        if (rt.thread_started) (void)join_collector(rt);
+      }
       set_final_state(kFinalAbandoned);
       return "";
     }

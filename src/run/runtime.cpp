@@ -76,12 +76,14 @@ std::string report_path(Runtime& rt) {
   return path;
 }
 
-// Waits until the collector thread has started (or failed to); rt.mutex held
-// through `lock`. True when there is a collector.
+// Waits until the collector thread has started (or failed to), at most
+// kReadyWaitBound: its start-up probes the device, and a driver can hang
+// there; the program's exit or snapshot() must not. rt.mutex held through
+// `lock`. True when there is a collector; false with rt.ready unset: it
+// did not start in time.
 bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock) {
   if (!rt.thread_started) return false;
-  rt.ready_cv.wait(lock, [&rt] { return rt.ready; });
-  return rt.collector != nullptr;
+  return rt.ready_cv.wait_for(lock, kReadyWaitBound, [&rt] { return rt.ready; }) && rt.collector != nullptr;
 }
 
 namespace {

@@ -632,6 +632,27 @@ TEST_CASE("a report to a device whose open would block does not hold up the exit
   CHECK_FALSE(contains(slurp(dir / "probe.err"), "cannot write"));
 }
 
+// The collector thread stuck in its start-up (a device probe hung in the
+// driver; here the shim hangs its first /proc read): the exit waits a bounded
+// time for it, then says why there is no report. It waited forever.
+TEST_CASE("a collector stuck starting does not hold up the exit", "[faults][hung-fs]") {
+  TempDir dir;
+  const std::string mark = dir / "stuck";
+  const pid_t pid = start_probe(
+      dir,
+      {"LD_PRELOAD=" STEPSCOPE_HUNG_FS, "HUNG_FS_DIR=/proc/self/", "HUNG_FS_MARK=" + mark, "STEPSCOPE_QUIET=0",
+       "STEPSCOPE_OUT=" + (dir / "r.json"), "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0"},
+      {"workload", "50"});
+  const int status = wait_exit(pid, 60);
+  const std::string err = slurp(dir / "probe.err");
+  INFO(err);
+  REQUIRE(exists(mark));  // the start-up did get stuck, as the case needs
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(contains(err, "the collector thread did not start within 10 s"));
+  CHECK_FALSE(exists(dir / "r.json"));
+}
+
 TEST_CASE("workers forked before the first scope: one line says they are not recorded", "[faults][fork]") {
   TempDir dir;
   REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {}, {"fork-early", "2"}))) == 0);

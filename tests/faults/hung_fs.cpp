@@ -1,5 +1,5 @@
 // LD_PRELOAD shim for tests/faults: a report directory on a hung network
-// mount. stat()/lstat() of a path under $HUNG_FS_DIR, called on stepscope's
+// mount. stat()/lstat()/open() of a path with $HUNG_FS_DIR in it, called on stepscope's
 // collector thread (named "stepscope"), first creates $HUNG_FS_MARK and then
 // never returns, as a hard NFS mount does. Every other caller is untouched.
 // And a serial line without carrier: a blocking open() for writing of
@@ -58,6 +58,7 @@ int open(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_of(flags, args);
   va_end(args);
+  hang_if_hung(path);
   hang_if_no_carrier(path, flags);
   return next<int (*)(const char*, int, ...)>("open")(path, flags, mode);
 }
@@ -66,6 +67,7 @@ int open64(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_of(flags, args);
   va_end(args);
+  hang_if_hung(path);
   hang_if_no_carrier(path, flags);
   return next<int (*)(const char*, int, ...)>("open64")(path, flags, mode);
 }
