@@ -32,6 +32,10 @@ struct DeviceSwitches {
   // "always" is K = N = 1).
   std::uint32_t cupti_window_steps = 5;
   std::uint32_t cupti_window_period = 200;
+  // Not from the environment: the run time sets it in a forked child (a
+  // DataLoader worker under STEPSCOPE_CHILDREN=1), which never probes a
+  // device its parent's CUDA driver already holds.
+  bool forked_child = false;
 };
 
 // Every switch (STEPSCOPE, STEPSCOPE_QUIET, STEPSCOPE_CUDA, ...) is read by

@@ -699,6 +699,13 @@ std::unique_ptr<DeviceBackend> make_device_backend(const DeviceSwitches& switche
       notice = "device timing turned off by STEPSCOPE_CUDA; host timing only";
       return std::make_unique<cuda::FallbackBackend>("disabled", "device timing turned off by STEPSCOPE_CUDA");
     }
+    if (switches.forked_child && device_in_use()) {
+      // CUDA cannot be used in a child forked after the parent initialised
+      // it: the probe would fail, or hang in the driver.
+      notice = "a child forked after its parent loaded the CUDA driver: host timing only";
+      return std::make_unique<cuda::FallbackBackend>(
+          "forked_child", "a child forked after its parent loaded the CUDA driver cannot use CUDA; host timing only");
+    }
     int devices = 0;
     auto [status, reason] = cuda::probe_cuda(devices);
     if (!status.empty()) {

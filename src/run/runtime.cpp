@@ -279,7 +279,11 @@ Collector* start_collector(Runtime& rt) {
     device = std::move(rt.early_device);
     device_notice = rt.early_device_notice;
   }
-  if (!device) device = make_device_backend(settings.device, device_notice);
+  if (!device) {
+    DeviceSwitches switches = settings.device;
+    switches.forked_child = child_pid > 0;
+    device = make_device_backend(switches, device_notice);
+  }
   auto collector = std::make_unique<Collector>(options, std::move(device), rt.registry);
   Collector* published = collector.get();
   // Exit handlers run in reverse order of registration: registered after the
@@ -369,8 +373,8 @@ bool initialise_runtime() noexcept {
   // A program that already runs device work gets device timing from its
   // first step: the backend (and its hooks) are ready before this scope
   // records. This allocates, but such a program's heap is shaped by the
-  // device runtime anyway.
-  if (device_in_use()) rt.early_device = make_device_backend(early.device, rt.early_device_notice);
+  // device runtime anyway. Not in a forked child: see DeviceSwitches::forked_child.
+  if (device_in_use() && rt.child_pid <= 0) rt.early_device = make_device_backend(early.device, rt.early_device_notice);
   if (pthread_create(&rt.thread, nullptr, collector_thread_main, nullptr) != 0) {
     std::fputs("stepscope: warning: cannot start the collector thread; nothing is recorded in this run\n", stderr);
     g_mode.store(kModeDisabled, std::memory_order_release);

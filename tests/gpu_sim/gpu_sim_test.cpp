@@ -15,7 +15,9 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -109,6 +111,32 @@ TEST_CASE("simulator: the backend runs on the simulated device", "[gpu-sim]") {
   CHECK(run.report.device.name.find("simulated") != std::string::npos);
   CHECK(run.counter("events_created") > 0);
   CHECK(run.counter("invalid_handle_uses") == 0);
+}
+
+// CUDA cannot be used in a child forked after its parent initialised it: a
+// recorded worker (STEPSCOPE_CHILDREN=1) must not probe the device (the
+// probe fails or hangs in the driver); its phases are host-timed. It probed.
+TEST_CASE("a worker forked after its parent used the device never probes it", "[gpu-sim][fork]") {
+  Run run;
+  probe(run, "fork-child 10", "STEPSCOPE_CHILDREN=1");
+  CHECK(run.report.device.enabled);  // the parent's
+  const std::string child = run.value("child");
+  REQUIRE_FALSE(child.empty());
+  std::string child_path;
+  for (const auto& entry : std::filesystem::directory_iterator(run.dir.path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(child) != std::string::npos && name.find(".json") != std::string::npos) child_path = entry.path();
+  }
+  INFO("child " << child << " in " << run.dir.path);
+  REQUIRE_FALSE(child_path.empty());
+  Report r;
+  std::string error;
+  REQUIRE(load_report(child_path, r, error));
+  CHECK_FALSE(r.device.enabled);
+  CHECK(r.device.status == "forked_child");
+  const auto decode = std::find_if(r.phases.begin(), r.phases.end(), [](const auto& p) { return p.name == "decode"; });
+  REQUIRE(decode != r.phases.end());
+  CHECK(decode->count == 20);
 }
 
 TEST_CASE("async correctness: host-timed 0.05 ms forward, 5 ms on the device", "[gpu-sim]") {

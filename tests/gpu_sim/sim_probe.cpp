@@ -79,6 +79,25 @@ int async_forward(int steps, bool bind) {
   return 0;
 }
 
+// A worker forked after the parent used the device (a DataLoader worker
+// under STEPSCOPE_CHILDREN=1): it records its own phases, host-timed.
+int fork_child(int steps) {
+  if (const int rc = async_forward(steps, true); rc != 0) return rc;
+  const pid_t pid = ::fork();
+  if (pid < 0) return 2;
+  if (pid == 0) {
+    for (int i = 0; i < 20; ++i) {
+      STEPSCOPE_PHASE_KIND("decode", stepscope::PhaseKind::input);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::exit(0);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return 3;
+  std::printf("child=%d\n", static_cast<int>(pid));
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 4;
+}
+
 // A phase on a user stream inside an otherwise unbound thread.
 int user_stream(int steps) {
   simcuda::set_kernel_ns("forward", 3 * kMs);
@@ -497,6 +516,7 @@ int main(int argc, char** argv) {
   if (mode == "input") return input(steps);
   if (mode == "lost") return lost(steps);
   if (mode == "cpu") return cpu_only(steps);
+  if (mode == "fork-child") return fork_child(steps);
   if (mode == "device1") return rank_on_device1(steps);
   if (mode == "two-gpus") return two_gpus(steps);
   if (mode == "multi-gpu") return multi_gpu(steps);
