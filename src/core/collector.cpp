@@ -100,7 +100,8 @@ void Collector::run_loop() noexcept {
   measure_scope_floor();
   // A fixed timer (STEPSCOPE_INTERVAL_MS) stays fixed; else the quiet wait
   // follows what a wake-up costs here (a running mean of its CPU time, the
-  // snapshots apart: they bound their own cost).
+  // snapshots apart: they bound their own cost), once the sampler has the
+  // samples the step's large parts need.
   const bool fixed_timer = shortest >= options_.interval;
   std::chrono::milliseconds longest = options_.interval;
   std::uint64_t wake_cpu_ns = 0;
@@ -136,7 +137,8 @@ void Collector::run_loop() noexcept {
     const std::uint64_t spent = loop_cpu_ns_.load(std::memory_order_relaxed) - cpu_start;
     if (!fixed_timer && spent > snapshot_ns) {
       wake_cpu_ns = wake_cpu_ns == 0 ? spent - snapshot_ns : (wake_cpu_ns * 3 + (spent - snapshot_ns)) / 4;
-      longest = quiet_ceiling(wake_cpu_ns, options_.interval);
+      const bool sampling = options_.sample_system && sampler_.wants_samples();  // this thread writes it
+      longest = sampling ? options_.interval : quiet_ceiling(wake_cpu_ns, options_.interval);
     }
     wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, longest);
   }

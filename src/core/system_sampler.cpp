@@ -220,6 +220,12 @@ void SystemSampler::sample(const std::vector<ThreadSample>& step_threads, StepPr
   cost_ns_ += monotonic_ns() - t0;
 }
 
+bool SystemSampler::wants_samples() const noexcept {
+  for (const std::uint64_t n : kind_samples_)
+    if (n < kMinKindSamples && n * 5 >= samples_) return true;
+  return false;
+}
+
 void SystemSampler::end_window_at(std::int64_t now_ns, std::uint64_t measured) {
   if (window_open_ && measured > window_end_.measured) mark_window(window_end_, now_ns, measured, false);
   window_closed_ = true;
@@ -295,14 +301,14 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_
   out.rss_end_mb = read_rss_mb();
   out.rss_peak_mb = std::max(rss_peak_mb_, out.rss_end_mb);
   const auto in = static_cast<std::size_t>(PhaseKind::input), co = static_cast<std::size_t>(PhaseKind::compute);
-  // Fewer than 10 samples say little; leave the fraction unmeasured (-1).
-  if (kind_samples_[in] >= 10) {
+  // Fewer than kMinKindSamples say little; leave the fraction unmeasured (-1).
+  if (kind_samples_[in] >= kMinKindSamples) {
     out.input_on_cpu_fraction = static_cast<double>(kind_running_[in]) / static_cast<double>(kind_samples_[in]);
     out.input_disk_wait_fraction = static_cast<double>(kind_disk_[in]) / static_cast<double>(kind_samples_[in]);
   }
-  if (kind_samples_[co] >= 10)
+  if (kind_samples_[co] >= kMinKindSamples)
     out.compute_on_cpu_fraction = static_cast<double>(kind_running_[co]) / static_cast<double>(kind_samples_[co]);
-  if (kind_samples_[kInStep] >= 10)
+  if (kind_samples_[kInStep] >= kMinKindSamples)
     out.unattributed_on_cpu_fraction =
         static_cast<double>(kind_running_[kInStep]) / static_cast<double>(kind_samples_[kInStep]);
   out.input_samples = kind_samples_[in];

@@ -50,6 +50,12 @@ class SystemSampler {
   // steps were measured since its last mark, even after end_window().
   void end_window_at(std::int64_t now_ns, std::uint64_t measured);
   double rss_mb() const { return rss_mb_; }
+  // A part of the step (a phase kind, or the step outside its phases) in a
+  // fifth of the samples or more has fewer than kMinKindSamples, the least
+  // its on-CPU fraction is reported from: the collector samples at its
+  // quiet interval until it has them, then as seldom as its cost asks.
+  static constexpr std::uint64_t kMinKindSamples = 10;
+  bool wants_samples() const noexcept;
   // measured_steps: the measured steps of the whole run (the window's counters are scaled to them).
   SystemSignals finish(std::int64_t now_ns, std::uint64_t measured_steps = 0);
   // Wall time (us) of one first touch of a fresh page: the minimum over a few

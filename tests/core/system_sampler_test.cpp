@@ -154,3 +154,27 @@ TEST_CASE("system sampler: the step's time in no phase is sampled apart (a sleep
   CHECK(asleep.step_threads_on_cpu_s + asleep.runqueue_wait_s < 0.2 * asleep.wall_s);
   CHECK(spinning.step_threads_on_cpu_s + spinning.runqueue_wait_s > 0.8 * spinning.wall_s);
 }
+
+TEST_CASE("system sampler: it asks for samples until the step's large parts have enough", "[core][system]") {
+  const auto self = static_cast<std::int64_t>(::syscall(SYS_gettid));
+  const std::vector<SystemSampler::ThreadSample> compute{
+      {self, static_cast<std::uint8_t>(stepscope::PhaseKind::compute)}};
+  const std::vector<SystemSampler::ThreadSample> input{{self, static_cast<std::uint8_t>(stepscope::PhaseKind::input)}};
+  SystemSampler s;
+  s.start(now_ns());
+  CHECK(s.wants_samples());  // nothing sampled yet
+  for (std::uint64_t i = 1; i < SystemSampler::kMinKindSamples; ++i) {
+    s.sample(compute, {true, i});
+    CHECK(s.wants_samples());  // compute is all of the samples, and has fewer than it needs
+  }
+  s.sample(compute, {true, SystemSampler::kMinKindSamples});
+  CHECK_FALSE(s.wants_samples());
+  // A part in under a fifth of the samples is not waited for...
+  s.sample(input, {true, 11});
+  CHECK_FALSE(s.wants_samples());
+  // ... one in a fifth or more is.
+  for (int i = 0; i < 3; ++i) s.sample(input, {true, 12});
+  CHECK(s.wants_samples());  // input: 4 of 14 samples
+  for (int i = 0; i < 6; ++i) s.sample(input, {true, 13});
+  CHECK_FALSE(s.wants_samples());  // input: 10 of 20
+}
