@@ -137,7 +137,11 @@ void Collector::run_loop() noexcept {
     const std::uint64_t spent = loop_cpu_ns_.load(std::memory_order_relaxed) - cpu_start;
     if (!fixed_timer && spent > snapshot_ns) {
       wake_cpu_ns = wake_cpu_ns == 0 ? spent - snapshot_ns : (wake_cpu_ns * 3 + (spent - snapshot_ns)) / 4;
-      const bool sampling = options_.sample_system && sampler_.wants_samples();  // this thread writes it
+      bool sampling = false;
+      if (options_.sample_system) {  // facts() drains, and so samples, on other threads too
+        std::lock_guard<std::mutex> state(state_mutex_);
+        sampling = sampler_.wants_samples();
+      }
       longest = sampling ? options_.interval : quiet_ceiling(wake_cpu_ns, options_.interval);
     }
     wait = next_interval(wait, last_fill_.load(std::memory_order_relaxed), shortest, longest);
