@@ -127,7 +127,7 @@ void warn(Runtime& rt, const std::string& message);
 std::string report_path(Runtime& rt);
 // Waits until the collector thread has started (or failed to); rt.mutex held
 // through `lock`. True when there is a collector.
-inline constexpr auto kReadyWaitBound = std::chrono::seconds(10);
+inline constexpr auto kReadyWaitBound = std::chrono::seconds(30);
 bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock);
 
 // reports.cpp, on the collector thread: a flight-recorder snapshot when one
