@@ -38,6 +38,13 @@ void hang_if_no_carrier(const char* path, int flags) {
   for (;;) ::pause();
 }
 
+// open() and open64(): hang where the case says, else the real one.
+int opened(const char* name, const char* path, int flags, mode_t mode) {
+  hang_if_hung(path);
+  hang_if_no_carrier(path, flags);
+  return next<int (*)(const char*, int, ...)>(name)(path, flags, mode);
+}
+
 mode_t mode_of(int flags, va_list args) {
   return (flags & (O_CREAT | O_TMPFILE)) != 0 ? static_cast<mode_t>(va_arg(args, unsigned)) : 0;
 }
@@ -58,17 +65,13 @@ int open(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_of(flags, args);
   va_end(args);
-  hang_if_hung(path);
-  hang_if_no_carrier(path, flags);
-  return next<int (*)(const char*, int, ...)>("open")(path, flags, mode);
+  return opened("open", path, flags, mode);
 }
 int open64(const char* path, int flags, ...) {
   va_list args;
   va_start(args, flags);
   const mode_t mode = mode_of(flags, args);
   va_end(args);
-  hang_if_hung(path);
-  hang_if_no_carrier(path, flags);
-  return next<int (*)(const char*, int, ...)>("open64")(path, flags, mode);
+  return opened("open64", path, flags, mode);
 }
 }
