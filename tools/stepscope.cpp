@@ -251,7 +251,7 @@ bool write_analyzed(const stepscope::Report& report, const std::string& path) {
 bool write_html(const stepscope::Report& report, const std::string& path) {
   std::string why;
   if (stepscope::write_html_report(report, path, why)) return true;
-  error(why);
+  error("cannot write the page to " + quoted(path) + ": " + why);
   return false;
 }
 

@@ -25,7 +25,8 @@ inline namespace v1 {
 // The page as a string. Never throws (out of memory gives a minimal page).
 STEPSCOPE_API std::string html_report(const Report& report);
 
-// Writes html_report() to `path` (temporary file + rename). False with `error` set.
+// Writes html_report() to `path` (temporary file + rename). False with `error`
+// set to the reason ("No space left on device"; the caller names the path).
 STEPSCOPE_API bool write_html_report(const Report& report, const std::string& path, std::string& error);
 
 }  // namespace v1

@@ -12,7 +12,6 @@
 // 200000, about 10 MB in memory); events past the bound are counted.
 #pragma once
 
-#include <stepscope/export.hpp>
 #include <stepscope/report.hpp>
 
 #include <cstdint>
@@ -43,9 +42,9 @@ struct TraceCapture {
 
 // Writes a Chrome-trace JSON (gzipped when path ends in .gz): one process per
 // rank with a readable process_name, one track per thread (and per device
-// stream), phases as complete events, steps marked. False with `error` set.
-STEPSCOPE_API bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const std::string& path,
-                                      std::string& error);
+// stream), phases as complete events, steps marked. False with `error` set
+// to the reason (the caller names the path).
+bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const std::string& path, std::string& error);
 
 }  // namespace v1
 }  // namespace stepscope

@@ -6,10 +6,13 @@
 // have ignored. Internal to the importer; included by kineto_reader.cpp only.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -69,20 +72,9 @@ enum class ValueType : std::uint8_t {
 };
 
 inline const char* type_name(ValueType t) {
-  switch (t) {
-    case ValueType::null:
-      return "null";
-    case ValueType::boolean:
-      return "boolean";
-    case ValueType::string:
-      return "string";
-    case ValueType::object:
-      return "object";
-    case ValueType::array:
-      return "array";
-    default:
-      return "number";
-  }
+  constexpr const char* kNames[] = {"null",   "boolean", "string", "number", "number",
+                                    "number", "object",  "array",  "number"};
+  return kNames[std::min<std::size_t>(static_cast<std::size_t>(t), std::size(kNames) - 1)];
 }
 
 struct Scalar {
@@ -270,11 +262,25 @@ inline bool key_is(std::string_view k, const char (&literal)[N]) {
   return k.size() == N - 1 && std::memcmp(k.data(), literal, N - 1) == 0;
 }
 
-inline Key top_key(std::string_view k) {
-  if (key_is(k, "traceEvents")) return Key::trace_events;
-  if (key_is(k, "distributedInfo")) return Key::distributed_info;
-  if (key_is(k, "deviceProperties")) return Key::device_properties;
+// The keys read once per document or device: a table (event and args keys,
+// read per event, are switched on their length below).
+struct KeyName {
+  std::string_view name;
+  Key key;
+};
+
+template <std::size_t N>
+Key lookup_key(std::string_view k, const KeyName (&table)[N]) {
+  for (const KeyName& entry : table)
+    if (entry.name == k) return entry.key;
   return Key::other;
+}
+
+inline Key top_key(std::string_view k) {
+  static constexpr KeyName kKeys[] = {{"traceEvents", Key::trace_events},
+                                      {"distributedInfo", Key::distributed_info},
+                                      {"deviceProperties", Key::device_properties}};
+  return lookup_key(k, kKeys);
 }
 
 inline Key event_key(std::string_view k) {
@@ -316,20 +322,18 @@ inline Key args_key(std::string_view k) {
 }
 
 inline Key distributed_key(std::string_view k) {
-  if (key_is(k, "rank")) return Key::rank;
-  if (key_is(k, "world_size")) return Key::world_size;
-  if (key_is(k, "backend")) return Key::backend;
-  return Key::other;
+  static constexpr KeyName kKeys[] = {{"rank", Key::rank}, {"world_size", Key::world_size}, {"backend", Key::backend}};
+  return lookup_key(k, kKeys);
 }
 
 inline Key device_key(std::string_view k) {
-  if (key_is(k, "id")) return Key::device_id;
-  if (key_is(k, "name")) return Key::device_name;
-  if (key_is(k, "totalGlobalMem")) return Key::total_memory;
-  if (key_is(k, "computeMajor")) return Key::compute_major;
-  if (key_is(k, "computeMinor")) return Key::compute_minor;
-  if (key_is(k, "numSms")) return Key::sm_count;
-  return Key::other;
+  static constexpr KeyName kKeys[] = {{"id", Key::device_id},
+                                      {"name", Key::device_name},
+                                      {"totalGlobalMem", Key::total_memory},
+                                      {"computeMajor", Key::compute_major},
+                                      {"computeMinor", Key::compute_minor},
+                                      {"numSms", Key::sm_count}};
+  return lookup_key(k, kKeys);
 }
 
 // The fields of one traceEvents element that the model uses.

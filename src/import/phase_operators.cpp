@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "import/phase_operators.hpp"
+#include "text/printable.hpp"
 #include "timeline/correlation_map.hpp"
 #include "timeline/framework_phases.hpp"
 #include "timeline/interval_set.hpp"
@@ -295,13 +296,7 @@ void attach_top_operators(const Timeline& tl, const timeline::FrameworkMarks& ma
 
 std::string format_top_operators(const Report& report) {
   std::string out;
-  const auto shorten = [](const std::string& name) {
-    constexpr std::size_t kWidth = 72;
-    if (name.size() <= kWidth) return name;
-    std::size_t cut = kWidth - 3;
-    while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
-    return name.substr(0, cut) + "...";
-  };
+
   for (const PhaseSummary& p : report.phases) {
     if (p.top_operators.empty()) continue;
     if (out.empty()) out += "\ntop operators by self time, per phase (cpu_op: host, kernel: device)\n";
@@ -310,7 +305,7 @@ std::string format_top_operators(const Report& report) {
       char line[64];
       std::snprintf(line, sizeof line, "    %-7s %10.3f ms %8llu x  ", op.kind.c_str(), op.self_ms,
                     static_cast<unsigned long long>(op.count));
-      out += line + shorten(op.name) + "\n";
+      out += line + detail::shortened(op.name, 72) + "\n";
     }
   }
   return out;

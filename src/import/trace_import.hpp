@@ -155,7 +155,7 @@ STEPSCOPE_API std::string format_hta(const Report& report);
 
 // Why a timeline gives no step to analyse, and how to record one that does
 // (torch.profiler's schedule and prof.step()). One line, no path.
-STEPSCOPE_API std::string nothing_to_time(const timeline::Timeline& trace);
+std::string nothing_to_time(const timeline::Timeline& trace);
 
 }  // namespace v1
 }  // namespace stepscope

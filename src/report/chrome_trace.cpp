@@ -101,14 +101,8 @@ bool write_chrome_trace(const TraceCapture& capture, const RunInfo& run, const s
     const std::string text = doc.dump(-1, ' ', false, json::error_handler_t::replace);
     // The one atomic writer: through symlinks, devices and FIFOs in place
     // (never renamed over or removed), temporary file + rename otherwise.
-    std::string why;
-    const bool written = ends_with(path, ".gz") ? detail::write_file_atomically(path, gzip(text), why)
-                                                : detail::write_file_atomically(path, text, why);
-    if (!written) {
-      error = "cannot write '" + path + "': " + why;
-      return false;
-    }
-    return true;
+    if (ends_with(path, ".gz")) return detail::write_file_atomically(path, gzip(text), error);
+    return detail::write_file_atomically(path, text, error);
   } catch (const std::exception& e) {
     error = e.what();
     return false;

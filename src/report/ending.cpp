@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
+#include <utility>
+
 namespace stepscope {
 inline namespace v1 {
 namespace detail {
@@ -23,19 +26,23 @@ std::vector<std::string> run_ending_notes(const Report& r) noexcept {
       notes.push_back(
           "merged from at least one rank's snapshot (complete: false): that rank was killed, crashed or still "
           "running; the job's numbers stop there for it (the warnings name the ranks)");
-    const auto ctrl_c = [](const std::string& signal) { return signal == "SIGINT" ? " (Ctrl-C)" : ""; };
-    // A crash: the process died of it after the report (core dump, exit status 128 + signal).
-    const auto crash = [](const std::string& signal) -> const char* {
-      if (signal == "SIGSEGV") return " (a crash: invalid memory access)";
-      if (signal == "SIGBUS") return " (a crash: bus error, e.g. a truncated memory-mapped file)";
-      if (signal == "SIGFPE") return " (a crash: arithmetic error, e.g. an integer division by zero)";
-      if (signal == "SIGILL") return " (a crash: illegal instruction)";
-      if (signal == "SIGABRT") return " (abort(): a failed assertion, a library giving up, or a corrupted heap)";
-      return "";
+    // What the signal says to a user. A crash: the process died of it after the report
+    // (core dump, exit status 128 + signal).
+    static constexpr std::pair<std::string_view, std::string_view> kSignals[] = {
+        {"SIGINT", " (Ctrl-C)"},
+        {"SIGSEGV", " (a crash: invalid memory access)"},
+        {"SIGBUS", " (a crash: bus error, e.g. a truncated memory-mapped file)"},
+        {"SIGFPE", " (a crash: arithmetic error, e.g. an integer division by zero)"},
+        {"SIGILL", " (a crash: illegal instruction)"},
+        {"SIGABRT", " (abort(): a failed assertion, a library giving up, or a corrupted heap)"}};
+    const auto meaning = [](const std::string& signal) {
+      for (const auto& [name, text] : kSignals)
+        if (name == signal) return text;
+      return std::string_view();
     };
     if (r.ended_by.rfind("SIG", 0) == 0) {
-      notes.push_back(fmt::format("run ended by {}{}{}: the numbers cover the run up to it", r.ended_by,
-                                  ctrl_c(r.ended_by), crash(r.ended_by)));
+      notes.push_back(
+          fmt::format("run ended by {}{}: the numbers cover the run up to it", r.ended_by, meaning(r.ended_by)));
     } else if (r.ended_by == "terminate") {
       notes.push_back(r.exception
                           ? fmt::format("run ended by std::terminate {:.1f} s into recording: uncaught exception "
@@ -49,7 +56,7 @@ std::vector<std::string> run_ending_notes(const Report& r) noexcept {
                                                 : "ended by its normal exit";
       notes.push_back(fmt::format(
           "run interrupted by {}{} {:.1f} s into recording: the program (or a library) caught it and the run {}",
-          r.interrupted->signal, ctrl_c(r.interrupted->signal), r.interrupted->after_s, then));
+          r.interrupted->signal, meaning(r.interrupted->signal), r.interrupted->after_s, then));
     }
     // Python: the interpreter printed the exception and still ran its exit
     // hooks, so the run ended by a normal exit that was anything but.

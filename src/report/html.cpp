@@ -9,6 +9,7 @@
 #include "report/ending.hpp"
 #include "report/html_parts.hpp"
 #include "report/site_label.hpp"
+#include "text/printable.hpp"
 
 #include <fmt/format.h>
 
@@ -409,16 +410,16 @@ void call_sites_table(std::string& o, const Report& r) {
   for (const auto& p : r.phases) any = any || !p.sites.empty();
   if (!any) return;
   o += "<h3>Call sites</h3><p class=\"note\">Phases whose name is used in more than one place: the row above "
-       "merges them; here each place on its own.</p><table id=\"call-sites\" class=\"stats\"><thead><tr>"
-       "<th>phase</th><th>role</th><th>file:line</th><th>count</th><th>mean ms</th><th>p50</th><th>p99</th></tr>"
-       "</thead><tbody>";
+       "merges them; here each place on its own.</p>";
+  table_head(o, "id=\"call-sites\" class=\"stats\"", {"phase", "role", "file:line", "count", "mean ms", "p50", "p99"});
   for (const auto& p : r.phases) {
-    for (const auto& site : p.sites)
-      o += fmt::format(
-          "<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-          "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-          esc(p.name), to_string(p.thread_role), esc(detail::call_site_label(site)), site.host_ms.count,
-          ms(site.host_ms.mean), ms(site.host_ms.p50), ms(site.host_ms.p99));
+    for (const auto& site : p.sites) {
+      o += fmt::format("<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td>", esc(p.name), to_string(p.thread_role),
+                       esc(detail::call_site_label(site)));
+      number_cells(
+          o, {std::to_string(site.host_ms.count), ms(site.host_ms.mean), ms(site.host_ms.p50), ms(site.host_ms.p99)});
+      o += "</tr>";
+    }
     if (p.sites_merged > 0)
       o += fmt::format(
           "<tr><td class=\"name\">{}</td><td colspan=\"6\">{} more call sites merged into "
@@ -436,22 +437,16 @@ void top_operators_table(std::string& o, const Report& r) {
   if (!any) return;
   o += "<h3>Top operators per phase</h3><p class=\"note\">The trace's operators with the most self time inside each "
        "phase: cpu_op = host time minus nested ops, kernel = GPU time of the kernels the phase launched; totals over "
-       "the measured steps.</p><table id=\"top-operators\" class=\"stats\"><thead><tr><th>phase</th><th>kind</th>"
-       "<th>operator</th><th>count</th><th>self ms</th></tr></thead><tbody>";
+       "the measured steps.</p>";
+  table_head(o, "id=\"top-operators\" class=\"stats\"", {"phase", "kind", "operator", "count", "self ms"});
   // Kernel names run to hundreds of characters: the full one is the cell's title.
-  const auto shorten = [](const std::string& name) {
-    constexpr std::size_t kWidth = 90;
-    if (name.size() <= kWidth) return name;
-    std::size_t cut = kWidth - 3;
-    while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
-    return name.substr(0, cut) + "...";
-  };
   for (const auto& p : r.phases)
-    for (const auto& op : p.top_operators)
-      o += fmt::format(
-          "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"name\" title=\"{}\">{}</td><td class=\"n\">{}</td>"
-          "<td class=\"n\">{}</td></tr>",
-          esc(p.name), esc(op.kind), esc(op.name), esc(shorten(op.name)), op.count, ms(op.self_ms));
+    for (const auto& op : p.top_operators) {
+      o += fmt::format("<tr><td class=\"name\">{}</td><td>{}</td><td class=\"name\" title=\"{}\">{}</td>", esc(p.name),
+                       esc(op.kind), esc(op.name), esc(detail::shortened(op.name, 90)));
+      number_cells(o, {std::to_string(op.count), ms(op.self_ms)});
+      o += "</tr>";
+    }
   o += "</tbody></table>";
 }
 
@@ -772,10 +767,7 @@ std::string html_report(const Report& report) {
 
 bool write_html_report(const Report& report, const std::string& path, std::string& error) {
   try {
-    // The one atomic writer: a browser never opens half a page.
-    if (detail::write_file_atomically(path, html_report(report), error)) return true;
-    error = "cannot write '" + path + "': " + error;
-    return false;
+    return detail::write_file_atomically(path, html_report(report), error);  // a browser never opens half a page
   } catch (const std::exception& e) {
     error = e.what();
     return false;

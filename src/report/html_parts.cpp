@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,16 @@ void legend(std::string& o) {
   for (const auto& k : kKinds)
     o += fmt::format("<span title=\"{}\"><i style=\"background:{}\"></i>{}</span>", esc(k.meaning), k.color, k.name);
   o += "</p>";
+}
+
+void table_head(std::string& o, const char* attributes, std::initializer_list<const char*> headers) {
+  o += fmt::format("<table {}><thead><tr>", attributes);
+  for (const char* header : headers) o += fmt::format("<th>{}</th>", header);
+  o += "</tr></thead><tbody>";
+}
+
+void number_cells(std::string& o, std::initializer_list<std::string> values) {
+  for (const std::string& value : values) o += "<td class=\"n\">" + value + "</td>";
 }
 
 void kv_table(std::string& o, const std::vector<std::pair<std::string, std::string>>& rows, const char* id) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +80,13 @@ void y_axis_grid(std::string& o, double left, double right, double axis_max, dou
 
 // The kinds' colour swatches with their names (their meaning on hover).
 void legend(std::string& o);
+
+// A table up to its first row: <table {attributes}><thead> with one <th> per
+// header, then <tbody>; the caller writes the rows and "</tbody></table>".
+void table_head(std::string& o, const char* attributes, std::initializer_list<const char*> headers);
+
+// Right-aligned number cells, one <td class="n"> per value, in order.
+void number_cells(std::string& o, std::initializer_list<std::string> values);
 
 // A two-column table of names and values.
 void kv_table(std::string& o, const std::vector<std::pair<std::string, std::string>>& rows, const char* id);

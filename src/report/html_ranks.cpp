@@ -62,10 +62,9 @@ void ranks_summary(std::string& o, const MultiRank& m) {
 
 void straggler_table(std::string& o, const MultiRank& m) {
   if (!m.stragglers.empty()) {
-    o += "<h3>Stragglers</h3><table id=\"straggler-table\" "
-         "class=\"sortable\"><thead><tr><th>rank</th><th>where</th><th>rank ms</th>"
-         "<th>others' median</th><th>excess ms</th><th>robust z</th><th>pattern</th><th>slow "
-         "steps</th></tr></thead><tbody>";
+    o += "<h3>Stragglers</h3>";
+    table_head(o, "id=\"straggler-table\" class=\"sortable\"",
+               {"rank", "where", "rank ms", "others' median", "excess ms", "robust z", "pattern", "slow steps"});
     for (const auto& s : m.stragglers) {
       std::string steps;
       for (auto step : s.slow_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(step);
@@ -127,39 +126,32 @@ void rank_breakdown_chart(std::string& o, const MultiRank& m) {
 
 void rank_table(std::string& o, const MultiRank& m) {
   o += m.ranks.size() > 32 ? "<details><summary>Per-rank table</summary>" : "";
-  o += "<table id=\"rank-table\" class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>steps</th><th>step "
-       "ms</th><th>busy ms</th>"
-       "<th>input</th><th>compute</th><th>memory</th><th>comm.</th><th>comm. "
-       "wait</th><th>unattributed</th><th>verdict</th>"
-       "<th>straggler</th></tr></thead><tbody>";
-  for (const auto& k : m.ranks)
-    o += fmt::format(
-        "<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-        "class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-        "class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
-        k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host), k.steps, ms(k.step_ms), ms(k.busy_ms),
-        ms(k.kind_ms[PhaseKind::input]), ms(k.kind_ms[PhaseKind::compute]), ms(k.kind_ms[PhaseKind::memory]),
-        ms(k.kind_ms[PhaseKind::communication]), ms(k.comm_wait_ms), ms(k.unattributed_ms), esc(k.verdict),
-        k.straggler ? "yes" : "");
+  table_head(o, "id=\"rank-table\" class=\"sortable\"",
+             {"rank", "host", "steps", "step ms", "busy ms", "input", "compute", "memory", "comm.", "comm. wait",
+              "unattributed", "verdict", "straggler"});
+  for (const auto& k : m.ranks) {
+    o += fmt::format("<tr{}><td class=\"n\">{}</td><td class=\"host\">{}</td>",
+                     k.straggler ? " class=\"straggler\"" : "", k.rank, esc(k.host));
+    number_cells(o, {std::to_string(k.steps), ms(k.step_ms), ms(k.busy_ms), ms(k.kind_ms[PhaseKind::input]),
+                     ms(k.kind_ms[PhaseKind::compute]), ms(k.kind_ms[PhaseKind::memory]),
+                     ms(k.kind_ms[PhaseKind::communication]), ms(k.comm_wait_ms), ms(k.unattributed_ms)});
+    o += fmt::format("<td>{}</td><td>{}</td></tr>", esc(k.verdict), k.straggler ? "yes" : "");
+  }
   o += "</tbody></table>";
   o += m.ranks.size() > 32 ? "</details>" : "";
 }
 
 void phases_across_ranks_table(std::string& o, const MultiRank& m) {
   if (m.phases.empty()) return;
-  o += "<h3>Phases across ranks (self ms per step)</h3><table id=\"rank-phase-table\" "
-       "class=\"sortable\"><thead><tr><th>phase</th>"
-       "<th>kind</th><th>ranks</th><th>min</th><th>median</th><th>max</th><th>slowest</th><th>imbalance</th></tr></"
-       "thead><tbody>";
-  for (const auto& p : m.phases)
-    o += fmt::format(
-        "<tr><td class=\"name\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-        "class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>",
-        esc(p.name), to_string(p.kind), p.ranks, ms(p.per_step_ms.min), ms(p.per_step_ms.median), ms(p.per_step_ms.max),
-        rank_of(p.per_step_ms.max_rank), num(p.per_step_ms.imbalance), pct(p.per_step_ms.imbalance));
+  o += "<h3>Phases across ranks (self ms per step)</h3>";
+  table_head(o, "id=\"rank-phase-table\" class=\"sortable\"",
+             {"phase", "kind", "ranks", "min", "median", "max", "slowest", "imbalance"});
+  for (const auto& p : m.phases) {
+    o += fmt::format("<tr><td class=\"name\">{}</td><td>{}</td>", esc(p.name), to_string(p.kind));
+    number_cells(o, {std::to_string(p.ranks), ms(p.per_step_ms.min), ms(p.per_step_ms.median), ms(p.per_step_ms.max)});
+    o += fmt::format("<td>{}</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>", rank_of(p.per_step_ms.max_rank),
+                     num(p.per_step_ms.imbalance), pct(p.per_step_ms.imbalance));
+  }
   o += "</tbody></table>";
 }
 

@@ -410,6 +410,12 @@ class Reader {
   do {                                                                      \
     NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(STEPSCOPE_FIELD, __VA_ARGS__)) \
   } while (false)
+// A struct whose fields are all plain members, written and read in this order.
+#define STEPSCOPE_PLAIN_FIELDS(Type, ...) \
+  template <class V>                      \
+  void fields(V& v, Type& x) {            \
+    STEPSCOPE_FIELDS(__VA_ARGS__);        \
+  }
 
 // Every kind's part, as "<kind>_ms" keys of the same object.
 template <class V, class T>
@@ -417,10 +423,7 @@ void kinds(V& v, PerKind<T>& parts) {
   for (PhaseKind k : kPhaseKinds) v(kind_key(k).c_str(), parts[k]);
 }
 
-template <class V>
-void fields(V& v, Distribution& x) {
-  STEPSCOPE_FIELDS(count, total, mean, stddev, min, max, p50, p90, p99);
-}
+STEPSCOPE_PLAIN_FIELDS(Distribution, count, total, mean, stddev, min, max, p50, p90, p99)
 
 template <class V>
 void fields(V& v, HistogramData& x) {
@@ -429,15 +432,10 @@ void fields(V& v, HistogramData& x) {
   v.buckets("buckets", x.buckets);
 }
 
-template <class V>
-void fields(V& v, HtaTemporalBreakdown& x) {
-  STEPSCOPE_FIELDS(idle_us, compute_us, non_compute_us, kernel_time_us, idle_pctg, compute_pctg, non_compute_pctg);
-}
+STEPSCOPE_PLAIN_FIELDS(HtaTemporalBreakdown, idle_us, compute_us, non_compute_us, kernel_time_us, idle_pctg,
+                       compute_pctg, non_compute_pctg)
 
-template <class V>
-void fields(V& v, HtaKernelTypeRow& x) {
-  STEPSCOPE_FIELDS(kernel_type, sum_us, percentage);
-}
+STEPSCOPE_PLAIN_FIELDS(HtaKernelTypeRow, kernel_type, sum_us, percentage)
 
 template <class V>
 void fields(V& v, HtaIdleRow& x) {
@@ -546,10 +544,7 @@ void fields(V& v, PhaseCallSite& x) {
   v("host_ms", x.host_ms);
 }
 
-template <class V>
-void fields(V& v, OperatorTime& x) {
-  STEPSCOPE_FIELDS(name, kind, count, self_ms);
-}
+STEPSCOPE_PLAIN_FIELDS(OperatorTime, name, kind, count, self_ms)
 
 template <class V>
 void fields(V& v, PhaseSummary& x) {
@@ -572,10 +567,7 @@ void fields(V& v, Finding& x) {
   v.numbers("values", x.values);
 }
 
-template <class V>
-void fields(V& v, WhatIf& x) {
-  STEPSCOPE_FIELDS(target, share, speedup, step_ms_now, step_ms_projected, step_change_pct, note);
-}
+STEPSCOPE_PLAIN_FIELDS(WhatIf, target, share, speedup, step_ms_now, step_ms_projected, step_change_pct, note)
 
 template <class V>
 void fields(V& v, AcrossRanks& x) {
@@ -605,10 +597,7 @@ void fields(V& v, PhaseAcrossRanks& x) {
   STEPSCOPE_FIELDS(ranks, per_step_ms);
 }
 
-template <class V>
-void fields(V& v, StepAcrossRanks& x) {
-  STEPSCOPE_FIELDS(first_step, wall_ms, busy_ms, communication_ms);
-}
+STEPSCOPE_PLAIN_FIELDS(StepAcrossRanks, first_step, wall_ms, busy_ms, communication_ms)
 
 template <class V>
 void fields(V& v, Straggler& x) {
@@ -685,12 +674,9 @@ void fields(V& v, Report::RuntimeSites& x) {
   STEPSCOPE_FIELDS(sites, overflow, truncated);
 }
 
-template <class V>
-void fields(V& v, Overhead& x) {
-  STEPSCOPE_FIELDS(scope_ns, tsc_scope_ns, collector_core_fraction, device_mode, window_steps, window_period,
-                   instrumented_steps, uninstrumented_steps, instrumented_step_ms, uninstrumented_step_ms, measured,
-                   window_cost_pct, run_cost_pct);
-}
+STEPSCOPE_PLAIN_FIELDS(Overhead, scope_ns, tsc_scope_ns, collector_core_fraction, device_mode, window_steps,
+                       window_period, instrumented_steps, uninstrumented_steps, instrumented_step_ms,
+                       uninstrumented_step_ms, measured, window_cost_pct, run_cost_pct)
 
 // Absent sections of older reports read as their defaults (runtime_sites,
 // overhead, interrupted, exception; `complete`: those reports were final).
@@ -708,6 +694,7 @@ void fields(V& v, Report& x) {
   STEPSCOPE_FIELDS(runtime_sites, overhead);
 }
 
+#undef STEPSCOPE_PLAIN_FIELDS
 #undef STEPSCOPE_FIELDS
 #undef STEPSCOPE_FIELD
 

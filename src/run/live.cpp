@@ -18,14 +18,6 @@ namespace {
 // one escaping helper of the project (text/printable.hpp) makes them visible.
 using detail::printable;
 
-// Cuts at `width` bytes without splitting a UTF-8 sequence.
-void truncate_utf8(std::string& s, std::size_t width) {
-  if (width == 0 || s.size() <= width) return;
-  std::size_t cut = width;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  s.resize(cut);
-}
-
 }  // namespace
 
 LiveStatus LiveTracker::update(const Report& facts, double elapsed_s) noexcept {
@@ -86,7 +78,7 @@ std::string format_live_line(const LiveStatus& s, std::size_t max_width) {
                             printable(s.verdict), s.confidence);
     }
     if (s.dropped_records > 0) line += fmt::format(" | DROPPED {}", s.dropped_records);
-    truncate_utf8(line, max_width);
+    if (max_width > 0) line = detail::shortened(line, max_width, "");
     return line;
   } catch (...) {
     return "stepscope";

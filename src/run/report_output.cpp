@@ -227,9 +227,10 @@ void write_trace_if_enabled(Collector& collector, Report& report, const Settings
   std::string fallback = fallback_report_path(run.rank, static_cast<long>(::getpid())) + ".trace.json.gz";
   std::string error2;
   const bool reserved = create_private_file(fallback, error2);
-  std::string message = "cannot write the trace (" + error + "); writing it to '" + fallback + "' instead";
+  const std::string failed = "cannot write the trace to '" + path + "' (" + error + ")";
+  std::string message = failed + "; writing it to '" + fallback + "' instead";
   if (!reserved || !write_chrome_trace(capture, run, fallback, error2))
-    message = "cannot write the trace (" + error + "), nor to '" + fallback + "' (" + error2 + "); no trace is written";
+    message = failed + ", nor to '" + fallback + "' (" + error2 + "); no trace is written";
   message = printable(message, kMaxWarningChars);
   std::fprintf(stderr, "stepscope: warning: %s\n", message.c_str());
   report.warnings.push_back(message);

@@ -102,6 +102,13 @@ std::string printable_lines(std::string_view text) {
   return escape_text(text, kNoCut, true);
 }
 
+std::string shortened(std::string_view text, std::size_t max_bytes, std::string_view marker) {
+  if (text.size() <= max_bytes) return std::string(text);
+  std::size_t cut = max_bytes > marker.size() ? max_bytes - marker.size() : 0;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  return std::string(text.substr(0, cut)).append(marker);
+}
+
 }  // namespace detail
 }  // namespace v1
 }  // namespace stepscope

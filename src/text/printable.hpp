@@ -34,6 +34,11 @@ STEPSCOPE_API std::string printable(std::string_view text, std::size_t max_chars
 // Several lines: like printable() but '\n' is kept as a line break.
 STEPSCOPE_API std::string printable_lines(std::string_view text);
 
+// At most `max_bytes` bytes of `text`, cut on a UTF-8 character boundary and
+// ended by `marker` (within the bytes) when cut: a column of kernel names,
+// hundreds of characters long, stays a column. Does not escape anything.
+std::string shortened(std::string_view text, std::size_t max_bytes, std::string_view marker = "...");
+
 // An exception as one printable line: "type: message", or "type" when there
 // is no message (the report's `exception`, in the summary, the page and a
 // merge's warnings).

@@ -2,9 +2,12 @@
 // when it idled, what the host was doing at that moment. This is what turns
 // "GPU idle 80%" into a category (io / scheduling / sync) for the analyzer.
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <iterator>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "stepscope/report.hpp"
 #include "timeline/device_analyses.hpp"
@@ -237,40 +240,32 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
   const DeviceActivity activity = device_activity(tl);
   const std::vector<StepDeviceUsage> usage = usage_per_step(tl, options, activity);
   f.steps = static_cast<std::int64_t>(usage.size());
-  std::int64_t span = 0, busy = 0, idle = 0, input = 0, sched = 0, sync = 0, unattributed = 0, compute = 0, comm = 0,
-               exposed = 0, memcpy = 0, pageable = 0, kernels = 0;
+  // Each part of the steps' device time, summed over the steps, as a fraction of their span.
+  using Part = std::pair<std::int64_t StepDeviceUsage::*, double DeviceFacts::*>;
+  static constexpr Part kParts[] = {
+      {&StepDeviceUsage::busy_ns, &DeviceFacts::device_busy_fraction},
+      {&StepDeviceUsage::idle_ns, &DeviceFacts::device_idle_fraction},
+      {&StepDeviceUsage::idle_host_input_ns, &DeviceFacts::idle_host_input_fraction},
+      {&StepDeviceUsage::idle_host_scheduling_ns, &DeviceFacts::idle_host_launch_bound_fraction},
+      {&StepDeviceUsage::idle_host_sync_ns, &DeviceFacts::idle_sync_fraction},
+      {&StepDeviceUsage::idle_unattributed_ns, &DeviceFacts::idle_unattributed_fraction},
+      {&StepDeviceUsage::compute_ns, &DeviceFacts::compute_fraction},
+      {&StepDeviceUsage::communication_ns, &DeviceFacts::communication_fraction},
+      {&StepDeviceUsage::exposed_communication_ns, &DeviceFacts::exposed_communication_fraction},
+      {&StepDeviceUsage::memcpy_ns, &DeviceFacts::memcpy_fraction},
+      {&StepDeviceUsage::pageable_memcpy_ns, &DeviceFacts::pageable_memcpy_fraction}};
+  std::array<std::int64_t, std::size(kParts)> sums{};
+  std::int64_t span = 0, kernels = 0;
   std::map<std::string, std::int64_t> sync_phase;
   for (const StepDeviceUsage& u : usage) {
     span += u.span_ns();
-    busy += u.busy_ns;
-    idle += u.idle_ns;
-    input += u.idle_host_input_ns;
-    sched += u.idle_host_scheduling_ns;
-    sync += u.idle_host_sync_ns;
-    unattributed += u.idle_unattributed_ns;
-    compute += u.compute_ns;
-    comm += u.communication_ns;
-    exposed += u.exposed_communication_ns;
-    memcpy += u.memcpy_ns;
-    pageable += u.pageable_memcpy_ns;
     kernels += u.kernels;
+    for (std::size_t i = 0; i < sums.size(); ++i) sums[i] += u.*kParts[i].first;
     for (const SyncIdle& s : u.sync_by_phase) sync_phase[s.phase] += s.idle_ns;
   }
-  auto fraction = [span](std::int64_t part) {
-    return span > 0 ? static_cast<double>(part) / static_cast<double>(span) : 0.0;
-  };
   if (f.steps > 0) f.step_time_mean_ns = static_cast<double>(span) / static_cast<double>(f.steps);
-  f.device_busy_fraction = fraction(busy);
-  f.device_idle_fraction = fraction(idle);
-  f.idle_host_input_fraction = fraction(input);
-  f.idle_host_launch_bound_fraction = fraction(sched);
-  f.idle_sync_fraction = fraction(sync);
-  f.idle_unattributed_fraction = fraction(unattributed);
-  f.compute_fraction = fraction(compute);
-  f.communication_fraction = fraction(comm);
-  f.exposed_communication_fraction = fraction(exposed);
-  f.memcpy_fraction = fraction(memcpy);
-  f.pageable_memcpy_fraction = fraction(pageable);
+  for (std::size_t i = 0; i < sums.size(); ++i)
+    f.*kParts[i].second = span > 0 ? static_cast<double>(sums[i]) / static_cast<double>(span) : 0.0;
   std::int64_t best = 0;
   for (const auto& [phase, t] : sync_phase) {
     if (t > best) {

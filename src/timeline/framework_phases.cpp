@@ -4,6 +4,9 @@
 // then data, optimizer, backward (any thread: the autograd engine may run it
 // on its own), then forward (any other operator, runtime call or nn.Module
 // frame inside the step). What is left is unattributed.
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <map>
 #include <string_view>
 #include <vector>
@@ -79,17 +82,8 @@ Mark mark_of(const HostInterval& h, std::string_view name) {
 }  // namespace
 
 const char* to_string(FrameworkPhase phase) {
-  switch (phase) {
-    case FrameworkPhase::data:
-      return "data";
-    case FrameworkPhase::forward:
-      return "forward";
-    case FrameworkPhase::backward:
-      return "backward";
-    case FrameworkPhase::optimizer:
-      return "optimizer";
-  }
-  return "forward";
+  constexpr const char* kNames[] = {"data", "forward", "backward", "optimizer"};
+  return kNames[std::min<std::size_t>(static_cast<std::size_t>(phase), std::size(kNames) - 1)];
 }
 
 bool is_pytorch_range(std::string_view name) {

@@ -3,6 +3,9 @@
 // start) rewritten as plain string tests: <regex> would cost more than the
 // whole import on large traces. The PyTorch rules at the end (autograd nodes,
 // DDP/FSDP ranges) are what framework_phases() reads a step's structure from.
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <string_view>
 
 #include "timeline/name_rules.hpp"
@@ -81,33 +84,13 @@ HostOpKind classify_runtime_call(std::string_view name) {
 }
 
 const char* to_string(KernelClass cls) {
-  switch (cls) {
-    case KernelClass::computation:
-      return "COMPUTATION";
-    case KernelClass::communication:
-      return "COMMUNICATION";
-    case KernelClass::memory:
-      return "MEMORY";
-    case KernelClass::other:
-      return "OTHER";
-  }
-  return "OTHER";
+  constexpr const char* kNames[] = {"COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"};  // HTA's names
+  return kNames[std::min<std::size_t>(static_cast<std::size_t>(cls), std::size(kNames) - 1)];
 }
 
 const char* to_string(DeviceOpKind kind) {
-  switch (kind) {
-    case DeviceOpKind::kernel:
-      return "kernel";
-    case DeviceOpKind::memcpy:
-      return "memcpy";
-    case DeviceOpKind::memset:
-      return "memset";
-    case DeviceOpKind::sync:
-      return "sync";
-    case DeviceOpKind::other:
-      return "other";
-  }
-  return "other";
+  constexpr const char* kNames[] = {"kernel", "memcpy", "memset", "sync", "other"};
+  return kNames[std::min<std::size_t>(static_cast<std::size_t>(kind), std::size(kNames) - 1)];
 }
 
 NameId Timeline::intern(std::string_view text) {

@@ -318,7 +318,7 @@ struct AttributionOptions {
 // The window a trace without ProfilerStep#N ranges is analysed as: from the
 // first to the last moment any host or device event covers, as step -1.
 // Empty (end_ns <= start_ns) when the trace holds no event.
-STEPSCOPE_API Step whole_trace_window(const Timeline& tl);
+Step whole_trace_window(const Timeline& tl);
 
 // One entry per kept step; one whole-trace entry (step -1) when the trace has no steps.
 STEPSCOPE_API std::vector<StepDeviceUsage> per_step_device_usage(const Timeline& timeline,

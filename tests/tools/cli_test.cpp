@@ -301,7 +301,7 @@ TEST_CASE("html writes a self-contained, escaped page", "[tools][cli][html]") {
   // An output that cannot be written is a failure (1), not an input error.
   r = run(dir, tool() + " html run.json -o /nonexistent-dir/page.html");
   CHECK(r.status == kFailure);
-  CHECK(contains(r.err, "cannot write '/nonexistent-dir/page.html'"));
+  CHECK(contains(r.err, "cannot write the page to '/nonexistent-dir/page.html'"));
 }
 
 TEST_CASE("analyze builds a report from a real PyTorch-profiler trace", "[tools][cli][import]") {
