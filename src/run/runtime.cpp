@@ -100,9 +100,22 @@ void at_exit_handler() {
 // and writes no report (its parent's report is the run's), and its first
 // scope says so on stderr; with STEPSCOPE_CHILDREN=1 its first scope starts
 // a run time of its own and it writes its own report (see docs/report-schema.md).
+//
+// A collector thread still starting registers the exit handler and may load
+// the device runtime, which registers its own: glibc does not reset the lock
+// of its exit-handler list in a child, so a fork at that moment leaves a
+// child that hangs at its first atexit() or static object (a DataLoader
+// worker forked as the first epoch starts: tests/python's slow-data loop hung
+// so in a full test run). The fork waits for the start (milliseconds; the
+// device probe's time on a GPU machine whose program has not used CUDA yet),
+// once at most kReadyWaitBound; not when the probe itself forks.
 void before_fork() {
   Runtime& rt = runtime();
-  rt.mutex.lock();
+  std::unique_lock<std::mutex> lock(rt.mutex);
+  if (rt.thread_started && !rt.ready && !rt.start_overdue && g_collector_tid.load() != current_tid() &&
+      !rt.ready_cv.wait_for(lock, kReadyWaitBound, [&rt] { return rt.ready; }))
+    rt.start_overdue = true;
+  (void)lock.release();  // held across the fork: after_fork_parent and after_fork_child unlock it
   if (rt.registry != nullptr) rt.registry->lock_for_fork();
   lock_step_sites_for_fork();
   lock_sites_for_fork();

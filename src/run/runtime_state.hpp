@@ -79,6 +79,9 @@ struct Runtime {
   pthread_t thread{};
   // Set by the collector thread when it has started (mutex held; ready_cv).
   bool ready = false;
+  // A fork waited kReadyWaitBound for the start in vain (before_fork): later
+  // forks do not wait. Mutex held.
+  bool start_overdue = false;
   // Published by the collector thread with `ready` (mutex held); the
   // Collector synchronises its own state. Destroyed never (static storage).
   std::unique_ptr<Collector> collector;

@@ -44,6 +44,7 @@
 //                              (before the collector thread has started)
 #include <stepscope/stepscope.hpp>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -190,6 +191,27 @@ int fork_when_hung() {
   std::puts("forked");
   std::fflush(stdout);
   ::_exit(0);  // the exit handler would wait its bound for the stuck collector
+}
+
+// A DataLoader forking its workers as the first epoch starts, while the
+// collector thread is still starting (slowed by tests/faults/hung_fs.cpp's
+// HUNG_FS_FOR_MS): prints whether the start was over when fork() returned.
+// The child registers an exit handler, as an imported module does.
+int fork_at_start() {
+  one_step();
+  const pid_t child = fork();
+  if (child == 0) {
+    g_forked_child = true;
+    std::atexit([] {});
+    std::exit(0);
+  }
+  const auto* released = reinterpret_cast<const std::atomic<int>*>(::dlsym(RTLD_DEFAULT, "hung_fs_released"));
+  const int start_over = released != nullptr ? released->load() : -1;
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("start-over-at-fork=%d\n", start_over);
+  for (int i = 0; i < 20; ++i) one_step();
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 3;
 }
 
 void early_exit_handler() {
@@ -439,6 +461,7 @@ int main(int argc, char** argv) {
   if (mode == "fork") return forking();
   if (mode == "fork-in-step") return fork_in_step();
   if (mode == "fork-when-hung") return fork_when_hung();
+  if (mode == "fork-at-start") return fork_at_start();
   if (mode == "exit-order") return exit_order(n);
   if (mode == "exit-quick") return exit_quick();
   if (mode == "forever") return forever();

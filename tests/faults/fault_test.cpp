@@ -653,6 +653,27 @@ TEST_CASE("a collector stuck starting does not hold up the exit", "[faults][hung
   CHECK_FALSE(exists(dir / "r.json"));
 }
 
+// glibc does not reset its exit-handler lock in a child: a fork while the
+// collector thread registers its exit handler (or the device runtime its own)
+// left a DataLoader worker hung at its first atexit(). The fork waits for the
+// start; here the start is slowed by a second on its reads of /proc/self.
+TEST_CASE("a fork while the collector is starting waits for the start", "[faults][fork][hung-fs]") {
+  TempDir dir;
+  const std::string mark = dir / "slow";
+  const pid_t pid = start_probe(
+      dir,
+      {"LD_PRELOAD=" STEPSCOPE_HUNG_FS, "HUNG_FS_DIR=/proc/self/", "HUNG_FS_FOR_MS=1000", "HUNG_FS_MARK=" + mark,
+       "STEPSCOPE_OUT=" + (dir / "r.json"), "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0"},
+      {"fork-at-start"});
+  const int status = wait_exit(pid, 60);
+  INFO(slurp(dir / "probe.err"));
+  REQUIRE(exists(mark));  // the start did read /proc/self, slowly, as the case needs
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(contains(slurp(dir / "probe.out"), "start-over-at-fork=1"));
+  CHECK(load(dir / "r.json").steps.count + load(dir / "r.json").steps.warmup_excluded == 21);
+}
+
 TEST_CASE("workers forked before the first scope: one line says they are not recorded", "[faults][fork]") {
   TempDir dir;
   REQUIRE(WEXITSTATUS(wait_exit(start_probe(dir, {}, {"fork-early", "2"}))) == 0);

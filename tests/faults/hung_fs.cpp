@@ -1,7 +1,8 @@
 // LD_PRELOAD shim for tests/faults: a report directory on a hung network
 // mount. stat()/lstat()/open() of a path with $HUNG_FS_DIR in it, called on stepscope's
 // collector thread (named "stepscope"), first creates $HUNG_FS_MARK and then
-// never returns, as a hard NFS mount does. Every other caller is untouched.
+// never returns, as a hard NFS mount does (or, with $HUNG_FS_FOR_MS, returns
+// that late once, as a slow one). Every other caller is untouched.
 // And a serial line without carrier: a blocking open() for writing of
 // $NO_CARRIER_DEV never returns (with O_NONBLOCK it opens).
 #include <dlfcn.h>
@@ -10,9 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
+
+extern "C" {
+std::atomic<int> hung_fs_released{0};
+}
 
 namespace {
 
@@ -23,6 +29,13 @@ void hang_if_hung(const char* path) {
   pthread_getname_np(pthread_self(), name, sizeof name);
   if (std::strcmp(name, "stepscope") != 0) return;
   if (const char* mark = std::getenv("HUNG_FS_MARK")) ::close(::creat(mark, 0644));
+  // A slow mount instead: the first such call takes HUNG_FS_FOR_MS, then
+  // hung_fs_released says so (the probe reads it with dlsym) and no call waits again.
+  if (const char* ms = std::getenv("HUNG_FS_FOR_MS")) {
+    if (hung_fs_released.load() == 0) ::usleep(static_cast<useconds_t>(std::atoi(ms)) * 1000);
+    hung_fs_released.store(1);
+    return;
+  }
   for (;;) ::pause();
 }
 
