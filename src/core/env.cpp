@@ -101,6 +101,7 @@ EarlySettings read_early_settings(GetEnv getenv_fn) noexcept {
   // Bad values keep the default here; read_settings words the warning.
   for (const auto& [name, value] : {std::pair<const char*, bool*>{"STEPSCOPE_CHILDREN", &e.children},
                                     {"STEPSCOPE_SIGNALS", &e.signals},
+                                    {"STEPSCOPE_QUIET", &e.quiet},
                                     {"STEPSCOPE_CUDA", &e.device.cuda},
                                     {"STEPSCOPE_NVTX", &e.device.nvtx},
                                     {"STEPSCOPE_CUPTI", &e.device.cupti}})

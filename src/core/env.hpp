@@ -88,6 +88,7 @@ struct EarlySettings {
   const char* clock = nullptr;  // STEPSCOPE_CLOCK, as set
   bool children = false;        // STEPSCOPE_CHILDREN=1 (read_settings words a bad value)
   bool signals = true;          // STEPSCOPE_SIGNALS: the handlers go in with the first scope
+  bool quiet = false;           // STEPSCOPE_QUIET: for what is said before the first scope
   DeviceSwitches device;        // the device backend may be built before read_settings (device_in_use)
 };
 EarlySettings read_early_settings(GetEnv getenv_fn = nullptr) noexcept;

@@ -395,9 +395,7 @@ void observe_signal_handlers() noexcept {
 }
 
 void say_nothing_was_recorded(const char* how) noexcept {
-  bool quiet = false;
-  if (const char* v = std::getenv("STEPSCOPE_QUIET"); v != nullptr) (void)parse_switch(v, quiet);
-  if (!quiet)
+  if (!read_early_settings().quiet)
     std::fprintf(stderr, "stepscope: no report: the program ended%s before its first step; nothing was recorded\n",
                  how);
 }

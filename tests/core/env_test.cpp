@@ -186,6 +186,11 @@ TEST_CASE("one switch parser for every variable: any case, yes/no, on/off, true/
     CHECK(s.quiet);
     CHECK(s.children);
   }
+  // Before the first scope (the "nothing was recorded" line) too, with the same parser.
+  CHECK(read_early_settings([](const char* name) -> const char* {
+          return std::string(name) == "STEPSCOPE_QUIET" ? "Yes" : nullptr;
+        }).quiet);
+  CHECK_FALSE(read_early_settings([](const char*) -> const char* { return nullptr; }).quiet);
   std::vector<std::string> none;
   const Settings d = read({}, none);
   CHECK(d.device.cuda);
