@@ -493,13 +493,10 @@ CuptiActivity::PerDevice& CuptiActivity::per_device(std::uint32_t device) {
   return per_device_.back().second;
 }
 
-void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
-                           std::uint64_t step_devices, std::uint64_t timed_devices) noexcept {
-  CuptiCounters& m = info.facts.cupti;
-  // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
-  if (subscriber_ == nullptr) return;
-  m.cupti_callbacks = 1.0;
-  const ApiCounts c = api_counts();
+namespace {
+
+// The runtime-API call counts of the callbacks.
+void count_api_calls(CuptiCounters& m, const ApiCounts& c, std::uint64_t measured_steps) {
   m.sync_calls = static_cast<double>(c.sync_calls);
   m.sync_calls_in_steps = static_cast<double>(c.sync_calls_in_steps);
   m.cuda_malloc_calls = static_cast<double>(c.malloc_calls);
@@ -510,6 +507,18 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
   }
   m.kernel_launch_calls = static_cast<double>(c.launch_calls);
   m.graph_launch_calls = static_cast<double>(c.graph_launch_calls);
+}
+
+}  // namespace
+
+void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
+                           std::uint64_t step_devices, std::uint64_t timed_devices) noexcept {
+  CuptiCounters& m = info.facts.cupti;
+  // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
+  if (subscriber_ == nullptr) return;
+  m.cupti_callbacks = 1.0;
+  const ApiCounts c = api_counts();
+  count_api_calls(m, c, measured_steps);
   if (!active_) {
     stop_callbacks();
     return;
@@ -524,18 +533,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     stop_callbacks();
     free_ready_buffers();
     std::lock_guard<std::mutex> lock(mutex_);
-    m.cupti_kernels = static_cast<double>(kernels_);
-    m.cupti_nccl_kernels = static_cast<double>(nccl_kernels_);
-    m.cupti_memcpys = static_cast<double>(memcpys_);
-    m.cupti_pageable_memcpys = static_cast<double>(pageable_memcpys_);
-    m.cupti_memsets = static_cast<double>(memsets_);
-    m.cupti_sync_records = static_cast<double>(syncs_);
-    m.cupti_sync_ms = static_cast<double>(sync_ns_) * 1e-6;
-    m.cupti_runtime_records = static_cast<double>(api_records_);
-    m.cupti_over_limit = over_limit_ ? 1.0 : 0.0;
-    m.cupti_records_not_kept = static_cast<double>(dropped_records_);
-    m.cupti_records_dropped = static_cast<double>(g_cupti_dropped.load(std::memory_order_relaxed));
-    m.cupti_records_incomplete = static_cast<double>(incomplete_records_);
+    count_records(m);
     // cuptiActivityRegisterCallbacks is process-global: a second activity
     // client (one that never subscribes, so cuptiSubscribe's one-subscriber
     // rule does not stop it) that registers its own callbacks takes every
@@ -545,89 +543,111 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
     const std::uint64_t launches = c.launch_calls;
     const std::uint64_t gap = launches > launches_at_last_buffer_ ? launches - launches_at_last_buffer_ : 0;
     if (!over_limit_ && gap >= 2 && gap * 10 >= launches) info.cupti_launches_unrecorded = gap;
-
-    // Analyse the measured steps only (warm-up steps are left out, as on the host side).
-    std::sort(steps_.begin(), steps_.end(),
-              [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
-    timeline_.steps.clear();
-    for (const auto& s : steps_)
-      if (s.number > static_cast<std::int64_t>(warmup_steps)) timeline_.steps.push_back(s);
+    keep_measured_steps(warmup_steps);
     m.cupti_steps = static_cast<double>(timeline_.steps.size());
-    // Steps whose activity was not collected (over the limit) would read as idle.
-    if (over_limit_ && !timeline_.device_ops.empty()) {
-      std::int64_t last = 0;
-      for (const auto& d : timeline_.device_ops) last = std::max(last, d.end_ns);
-      auto& st = timeline_.steps;
-      st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }),
-               st.end());
-    }
-    // Each device on its own (C14): the attribution takes every device op
-    // of the timeline as "the device", so it is run on one device's ops at
-    // a time.
-    std::vector<timeline::DeviceInterval> all_ops;
-    all_ops.swap(timeline_.device_ops);
-    timeline::AttributionOptions options;
-    options.input_phase_markers = {"[stepscope-input]"};
-    auto facts_of = [&](int device, timeline::DeviceFacts& out) {
-      timeline_.device_ops.clear();
-      for (const auto& d : all_ops)
-        if (device < 0 || d.device == device) timeline_.device_ops.push_back(d);
-      if (timeline_.device_ops.empty()) return false;
-      out = timeline::device_facts(timeline_, options);
-      return out.has_device_activity;
-    };
-    auto entry = [&info](int id) -> DeviceUsage& {
-      for (auto& u : info.devices)
-        if (u.id == id) return u;
-      info.devices.push_back(DeviceUsage{});
-      info.devices.back().id = id;
-      return info.devices.back();
-    };
-    const std::uint64_t candidates = step_devices != 0 ? step_devices : timed_devices;
-    int best = -1;
-    double best_busy = -1;
-    timeline::DeviceFacts best_facts;
-    for (const auto& [id, counts] : per_device_) {
-      DeviceUsage& u = entry(static_cast<int>(id));
-      u.kernels = counts.kernels;
-      u.memcpys = counts.memcpys;
-      u.peer_memcpys = counts.peer_memcpys;
-      u.peer_memcpy_mb = static_cast<double>(counts.peer_bytes) / (1024.0 * 1024.0);
-      u.memsets = counts.memsets;
-      timeline::DeviceFacts f;
-      if (!facts_of(static_cast<int>(id), f)) continue;
-      u.busy_fraction = f.device_busy_fraction;
-      u.busy_ms = f.device_busy_fraction * f.step_time_mean_ns * 1e-6;
-      const bool candidate = id < 64 && ((candidates >> id) & 1u) != 0;
-      if (candidate && f.device_busy_fraction > best_busy) {
-        best = static_cast<int>(id);
-        best_busy = f.device_busy_fraction;
-        best_facts = f;
-      }
-    }
-    std::sort(info.devices.begin(), info.devices.end(),
-              [](const DeviceUsage& a, const DeviceUsage& b) { return a.id < b.id; });
-    timeline::DeviceFacts f;
-    bool have = false;
-    if (best >= 0) {
-      f = best_facts;
-      have = true;
-    } else if (candidates == 0) {
-      have = facts_of(-1, f);  // no device attached: all activity, as one device
-    }
-    info.facts_device = best;
-    std::uint64_t other = 0;
-    for (const auto& d : all_ops) other += d.device != best;
-    if (candidates != 0) m.cupti_other_device_ops = static_cast<double>(other);
-    all_ops.clear();
-    timeline_.device_ops.clear();
-    if (!have) return;
-    // Same keys as the Kineto import (src/import/trace_report.cpp), so the
-    // analyzer reads live and imported runs alike.
-    timeline::add_device_facts(f, info.facts.timeline);
+    analyse_devices(info, step_devices != 0 ? step_devices : timed_devices);
   } catch (...) {
     m.cupti_analysis_failed = 1.0;
   }
+}
+
+void CuptiActivity::count_records(CuptiCounters& m) const {
+  m.cupti_kernels = static_cast<double>(kernels_);
+  m.cupti_nccl_kernels = static_cast<double>(nccl_kernels_);
+  m.cupti_memcpys = static_cast<double>(memcpys_);
+  m.cupti_pageable_memcpys = static_cast<double>(pageable_memcpys_);
+  m.cupti_memsets = static_cast<double>(memsets_);
+  m.cupti_sync_records = static_cast<double>(syncs_);
+  m.cupti_sync_ms = static_cast<double>(sync_ns_) * 1e-6;
+  m.cupti_runtime_records = static_cast<double>(api_records_);
+  m.cupti_over_limit = over_limit_ ? 1.0 : 0.0;
+  m.cupti_records_not_kept = static_cast<double>(dropped_records_);
+  m.cupti_records_dropped = static_cast<double>(g_cupti_dropped.load(std::memory_order_relaxed));
+  m.cupti_records_incomplete = static_cast<double>(incomplete_records_);
+}
+
+void CuptiActivity::keep_measured_steps(std::uint64_t warmup_steps) {
+  // Analyse the measured steps only (warm-up steps are left out, as on the host side).
+  std::sort(steps_.begin(), steps_.end(),
+            [](const timeline::Step& a, const timeline::Step& b) { return a.start_ns < b.start_ns; });
+  timeline_.steps.clear();
+  for (const auto& s : steps_)
+    if (s.number > static_cast<std::int64_t>(warmup_steps)) timeline_.steps.push_back(s);
+  // Steps whose activity was not collected (over the limit) would read as idle.
+  if (over_limit_ && !timeline_.device_ops.empty()) {
+    std::int64_t last = 0;
+    for (const auto& d : timeline_.device_ops) last = std::max(last, d.end_ns);
+    auto& st = timeline_.steps;
+    st.erase(std::remove_if(st.begin(), st.end(), [last](const timeline::Step& s) { return s.end_ns > last; }),
+             st.end());
+  }
+}
+
+void CuptiActivity::analyse_devices(DeviceInfo& info, std::uint64_t candidates) {
+  CuptiCounters& m = info.facts.cupti;
+  // Each device on its own (C14): the attribution takes every device op
+  // of the timeline as "the device", so it is run on one device's ops at
+  // a time.
+  std::vector<timeline::DeviceInterval> all_ops;
+  all_ops.swap(timeline_.device_ops);
+  timeline::AttributionOptions options;
+  options.input_phase_markers = {"[stepscope-input]"};
+  auto facts_of = [&](int device, timeline::DeviceFacts& out) {
+    timeline_.device_ops.clear();
+    for (const auto& d : all_ops)
+      if (device < 0 || d.device == device) timeline_.device_ops.push_back(d);
+    if (timeline_.device_ops.empty()) return false;
+    out = timeline::device_facts(timeline_, options);
+    return out.has_device_activity;
+  };
+  auto entry = [&info](int id) -> DeviceUsage& {
+    for (auto& u : info.devices)
+      if (u.id == id) return u;
+    info.devices.push_back(DeviceUsage{});
+    info.devices.back().id = id;
+    return info.devices.back();
+  };
+  int best = -1;
+  double best_busy = -1;
+  timeline::DeviceFacts best_facts;
+  for (const auto& [id, counts] : per_device_) {
+    DeviceUsage& u = entry(static_cast<int>(id));
+    u.kernels = counts.kernels;
+    u.memcpys = counts.memcpys;
+    u.peer_memcpys = counts.peer_memcpys;
+    u.peer_memcpy_mb = static_cast<double>(counts.peer_bytes) / (1024.0 * 1024.0);
+    u.memsets = counts.memsets;
+    timeline::DeviceFacts f;
+    if (!facts_of(static_cast<int>(id), f)) continue;
+    u.busy_fraction = f.device_busy_fraction;
+    u.busy_ms = f.device_busy_fraction * f.step_time_mean_ns * 1e-6;
+    const bool candidate = id < 64 && ((candidates >> id) & 1u) != 0;
+    if (candidate && f.device_busy_fraction > best_busy) {
+      best = static_cast<int>(id);
+      best_busy = f.device_busy_fraction;
+      best_facts = f;
+    }
+  }
+  std::sort(info.devices.begin(), info.devices.end(),
+            [](const DeviceUsage& a, const DeviceUsage& b) { return a.id < b.id; });
+  timeline::DeviceFacts f;
+  bool have = false;
+  if (best >= 0) {
+    f = best_facts;
+    have = true;
+  } else if (candidates == 0) {
+    have = facts_of(-1, f);  // no device attached: all activity, as one device
+  }
+  info.facts_device = best;
+  std::uint64_t other = 0;
+  for (const auto& d : all_ops) other += d.device != best;
+  if (candidates != 0) m.cupti_other_device_ops = static_cast<double>(other);
+  all_ops.clear();
+  timeline_.device_ops.clear();
+  if (!have) return;
+  // Same keys as the Kineto import (src/import/trace_report.cpp), so the
+  // analyzer reads live and imported runs alike.
+  timeline::add_device_facts(f, info.facts.timeline);
 }
 
 }  // namespace detail::cuda
