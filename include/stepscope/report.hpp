@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace stepscope {
@@ -334,11 +335,33 @@ struct Evidence {
   std::string sentence;  // human-readable explanation
 };
 
+// What holds a step back: the categories a verdict names and ranks, in the
+// order it ranks equal costs. A verdict holds the name (bottleneck_name), as
+// the JSON report does; "unknown" is no category.
+enum class Bottleneck : std::uint8_t { io, compute, memory, communication, scheduling };
+inline constexpr std::size_t kBottleneckCount = 5;
+inline constexpr std::array<Bottleneck, kBottleneckCount> kBottlenecks = {
+    Bottleneck::io, Bottleneck::compute, Bottleneck::memory, Bottleneck::communication, Bottleneck::scheduling};
+inline constexpr std::array<const char*, kBottleneckCount> kBottleneckNames = {"io", "compute", "memory",
+                                                                               "communication", "scheduling"};
+
+constexpr const char* bottleneck_name(Bottleneck b) noexcept {
+  return kBottleneckNames[static_cast<std::size_t>(b)];
+}
+// The category a name stands for; none for "unknown" and any other text.
+constexpr std::optional<Bottleneck> bottleneck_named(std::string_view name) noexcept {
+  for (Bottleneck b : kBottlenecks)
+    if (name == bottleneck_name(b)) return b;
+  return std::nullopt;
+}
+
 struct Verdict {
-  std::string category = "unknown";  // compute, memory, io, communication, scheduling, unknown
-  double confidence = 0;             // [0, 1]
-  std::string severity;              // "highly", "moderately", "mildly" or "" (unknown)
-  std::string summary;               // one sentence
+  std::string category = "unknown";  // bottleneck_name() of the category, or "unknown"
+  // The category, none when the verdict is unknown.
+  std::optional<Bottleneck> bottleneck() const noexcept { return bottleneck_named(category); }
+  double confidence = 0;  // [0, 1]
+  std::string severity;   // "highly", "moderately", "mildly" or "" (unknown)
+  std::string summary;    // one sentence
   std::vector<Evidence> evidence;
   std::vector<std::string> recommendations;
   // What each category costs the step (fraction of step time), ranked.

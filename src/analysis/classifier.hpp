@@ -17,10 +17,16 @@ namespace stepscope {
 inline namespace v1 {
 namespace detail {
 
-enum Category : int { kIo = 0, kCompute, kMemory, kCommunication, kScheduling, kCategoryCount };
-inline constexpr int kNoCategory = -1;
-inline constexpr std::array<const char*, kCategoryCount> kCategoryNames = {"io", "compute", "memory", "communication",
-                                                                           "scheduling"};
+// The category a signal is evidence for; none: context for every verdict.
+using Category = std::optional<Bottleneck>;
+inline constexpr Category kNoCategory{};
+
+// What each category costs the step (fractions of the step).
+struct Costs {
+  std::array<double, kBottleneckCount> values{};
+  double& operator[](Bottleneck c) noexcept { return values[static_cast<std::size_t>(c)]; }
+  double operator[](Bottleneck c) const noexcept { return values[static_cast<std::size_t>(c)]; }
+};
 
 // How a signal counts towards "how much evidence agrees" with the leader.
 enum class Weight {
@@ -31,7 +37,7 @@ enum class Weight {
 
 struct Signal {
   Evidence evidence;
-  int category = kNoCategory;
+  Category category = kNoCategory;
   Weight weight = Weight::info;
 };
 
@@ -52,8 +58,8 @@ class Classifier {
 
  private:
   // Adds one evidence row; `supports` is computed from the comparison.
-  Signal& add(int category, Weight weight, std::string name, double value, double threshold, const char* comparison,
-              std::string sentence) {
+  Signal& add(Category category, Weight weight, std::string name, double value, double threshold,
+              const char* comparison, std::string sentence) {
     Signal s;
     s.category = category;
     s.weight = weight;
@@ -89,7 +95,7 @@ class Classifier {
   }
   // Moves the evidence into the verdict, each row marked for the verdict only
   // when it crossed its threshold and points to the verdict's category.
-  void settle_evidence(int verdict_category, Verdict& v) {
+  void settle_evidence(Category verdict_category, Verdict& v) {
     for (Signal& s : signals_) {
       s.evidence.supports = s.evidence.crossed && verdict_category != kNoCategory && s.category == verdict_category;
       v.evidence.push_back(std::move(s.evidence));
@@ -101,10 +107,10 @@ class Classifier {
   struct Unknown {
     std::string why, advice;
   };
-  // The leading category and its runner-up (kNoCategory: none), with their costs.
+  // The leading category and its runner-up (none: no other), with their costs.
   struct Leader {
-    int category = kNoCategory;
-    int runner = kNoCategory;
+    Bottleneck category = Bottleneck::io;
+    Category runner = kNoCategory;
     double cost = 0, runner_cost = 0;
   };
 
@@ -115,22 +121,22 @@ class Classifier {
   void compute_costs();
   void discount_machine_wait();
   bool scheduling_signal() const;
-  double agreement(int category) const;
+  double agreement(Bottleneck category) const;
   std::string top_phase(PhaseKind kind) const;
-  std::string summary(int category, const std::string& severity) const;
+  std::string summary(Bottleneck category, const std::string& severity) const;
 
   // The passes of run(), in order, after the evidence is collected.
-  std::array<int, kCategoryCount> rank(Verdict& v) const;
+  std::array<Bottleneck, kBottleneckCount> rank(Verdict& v) const;
   std::optional<Unknown> too_few_steps();
   std::optional<Unknown> unexplained_step();
-  Leader choose_leader(const std::array<int, kCategoryCount>& order);
+  Leader choose_leader(const std::array<Bottleneck, kBottleneckCount>& order);
   std::optional<Unknown> conflicting(const Leader& lead);
   void decide(const Leader& lead, Verdict& v) const;
   // The verdict "unknown", with the evidence collected so far.
   Verdict finish_unknown(Unknown unknown, Verdict& v);
 
   // recommend.cpp: the leader's recommendations, one helper per category.
-  void recommend(int category, Verdict& v) const;
+  void recommend(Bottleneck category, Verdict& v) const;
   void recommend_io(std::vector<std::string>& out) const;
   void recommend_compute(std::vector<std::string>& out) const;
   void recommend_memory(std::vector<std::string>& out) const;
@@ -165,7 +171,7 @@ class Classifier {
   // over compute (rule b); the runner-up is then compute.
   bool input_over_compute_ = false;
   std::vector<Signal> signals_;
-  std::array<double, kCategoryCount> cost_{};
+  Costs cost_;
 };
 
 }  // namespace detail

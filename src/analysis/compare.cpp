@@ -145,7 +145,7 @@ Delta step_delta(const Report& a, const Report& b) {
 
 // The stored verdict, or a fresh one when the report was never analysed.
 std::string verdict_of(const Report& r) {
-  if (!r.bottleneck.summary.empty() || r.bottleneck.category != "unknown") return r.bottleneck.category;
+  if (!r.bottleneck.summary.empty() || r.bottleneck.bottleneck()) return r.bottleneck.category;
   return classify(r).category;
 }
 

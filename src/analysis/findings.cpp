@@ -420,7 +420,7 @@ void device_behind_host(const Report& r, std::vector<Finding>& out) {
 // busy loops on 2 cores: "compute 43%" with 36% of the step waiting for a
 // CPU, docs/trials.md). Whose threads held the CPUs decides the remedy.
 void cpu_contention(const Report& r, std::vector<Finding>& out) {
-  if (r.steps.count == 0 || r.bottleneck.category == "scheduling") return;
+  if (r.steps.count == 0 || r.bottleneck.bottleneck() == Bottleneck::scheduling) return;
   const detail::StepShares shares = detail::step_shares(r);
   if (shares.cpu_wait < kThresholds.cpu_contention_finding) return;
   const detail::CpuHolders h = detail::cpu_holders(r.system);

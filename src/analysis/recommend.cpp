@@ -29,22 +29,22 @@ void recommend_communication(std::vector<std::string>& out) {
 
 }  // namespace
 
-void Classifier::recommend(int category, Verdict& v) const {
+void Classifier::recommend(Bottleneck category, Verdict& v) const {
   auto& out = v.recommendations;
   switch (category) {
-    case kIo:
+    case Bottleneck::io:
       recommend_io(out);
       break;
-    case kCompute:
+    case Bottleneck::compute:
       recommend_compute(out);
       break;
-    case kMemory:
+    case Bottleneck::memory:
       recommend_memory(out);
       break;
-    case kCommunication:
+    case Bottleneck::communication:
       recommend_communication(out);
       break;
-    default:
+    case Bottleneck::scheduling:
       recommend_scheduling(out);
       break;
   }
@@ -65,7 +65,7 @@ void Classifier::recommend_io(std::vector<std::string>& out) const {
                     "threads filling a bounded queue, DataLoader num_workers) so it overlaps compute; the step would "
                     "then take about the longer of compute and the loader's time per batch (see the what-if for "
                     "kind:input).",
-                    pct(cost_[kIo])));
+                    pct(cost_[Bottleneck::io])));
   const bool known = s.available && s.input_on_cpu_fraction >= 0;
   const bool waiting = known && s.input_on_cpu_fraction < t.input_on_cpu_working;
   const bool working = known && !waiting;

@@ -36,35 +36,36 @@ void Classifier::collect_step_shares() {
   const std::string net =
       carved.empty() ? ""
                      : fmt::format(", besides the time it spent there {} (rows of their own in the breakdown)", carved);
-  add(kIo, Weight::primary, "input_share", shares_.kind[PhaseKind::input], t.moderately_bound, ">=",
+  add(Bottleneck::io, Weight::primary, "input_share", shares_.kind[PhaseKind::input], t.moderately_bound, ">=",
       fmt::format("The step thread spent {:.1f}% of the step in input phases (getting the next batch){}.",
                   pct(shares_.kind[PhaseKind::input]), net));
   // With a device timeline the host clock around compute phases measures kernel
   // launches, not the math: informational only, the GPU facts decide compute.
-  add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_share",
+  add(gpu ? kNoCategory : Bottleneck::compute, gpu ? Weight::info : Weight::primary, "compute_share",
       shares_.kind[PhaseKind::compute], t.moderately_bound, ">=",
       gpu ? fmt::format("Compute phases took {:.1f}% of the step on the host clock; on a GPU run that "
                         "is mostly launch time, so the device timeline decides compute.",
                         pct(shares_.kind[PhaseKind::compute]))
           : fmt::format("The step thread spent {:.1f}% of the step in compute phases{}.",
                         pct(shares_.kind[PhaseKind::compute]), net));
-  add(kMemory, Weight::primary, "memory_share", shares_.kind[PhaseKind::memory], t.moderately_bound, ">=",
+  add(Bottleneck::memory, Weight::primary, "memory_share", shares_.kind[PhaseKind::memory], t.moderately_bound, ">=",
       fmt::format("Memory phases (copies, allocation) took {:.1f}% of the step{}.",
                   pct(shares_.kind[PhaseKind::memory]), net));
-  add(kCommunication, Weight::primary, "communication_share", shares_.kind[PhaseKind::communication],
+  add(Bottleneck::communication, Weight::primary, "communication_share", shares_.kind[PhaseKind::communication],
       t.moderately_bound, ">=",
       fmt::format("Communication phases took {:.1f}% of the step{}.", pct(shares_.kind[PhaseKind::communication]),
                   net));
-  add(gpu ? kNoCategory : kScheduling, gpu ? Weight::info : Weight::primary, "unattributed_share", shares_.unattributed,
-      t.scheduling_moderately_bound, ">=",
+  add(gpu ? kNoCategory : Bottleneck::scheduling, gpu ? Weight::info : Weight::primary, "unattributed_share",
+      shares_.unattributed, t.scheduling_moderately_bound, ">=",
       fmt::format("{:.1f}% of the step was inside the step but in no phase (framework overhead, "
                   "synchronisation, uninstrumented work).",
                   pct(shares_.unattributed)));
-  add(kScheduling, Weight::secondary, "cpu_wait_share", shares_.cpu_wait, t.scheduling_moderately_bound, ">=",
+  add(Bottleneck::scheduling, Weight::secondary, "cpu_wait_share", shares_.cpu_wait, t.scheduling_moderately_bound,
+      ">=",
       fmt::format("The step threads waited for a CPU (runnable, not running) {:.1f}% of the step; the breakdown "
                   "shows that time as 'cpu wait', taken out of the phases it inflated.",
                   pct(shares_.cpu_wait)));
-  add(kMemory, Weight::secondary, "page_fault_share", shares_.page_fault, t.moderately_bound, ">=",
+  add(Bottleneck::memory, Weight::secondary, "page_fault_share", shares_.page_fault, t.moderately_bound, ">=",
       fmt::format("Kernel time faulting fresh pages cost {:.1f}% of the step beyond the memory phases (breakdown "
                   "row 'page faults': the process spent {:.1f}% of the run in the kernel with {:.0f} minor faults "
                   "per step).",
@@ -113,7 +114,7 @@ void Classifier::collect_system() {
   }
   if (s.compute_on_cpu_fraction >= 0) {
     const bool gpu = device_.present;
-    add(gpu ? kNoCategory : kCompute, gpu ? Weight::info : Weight::primary, "compute_on_cpu_fraction",
+    add(gpu ? kNoCategory : Bottleneck::compute, gpu ? Weight::info : Weight::primary, "compute_on_cpu_fraction",
         s.compute_on_cpu_fraction, t.compute_on_cpu_working, ">=",
         fmt::format("In compute phases the step thread was running or runnable (state R, which includes "
                     "waiting for a CPU) {:.0f}% of the samples{}.",
@@ -122,35 +123,36 @@ void Classifier::collect_system() {
                         ? " (working, not blocked)"
                         : " (mostly blocked: synchronisation, locks or the device)"));
   }
-  add(kIo, Weight::secondary, "major_faults_per_step", static_cast<double>(s.major_faults) / steps,
+  add(Bottleneck::io, Weight::secondary, "major_faults_per_step", static_cast<double>(s.major_faults) / steps,
       t.major_faults_per_step, ">=",
       fmt::format("{:.1f} major page faults per step (pages read from storage).",
                   static_cast<double>(s.major_faults) / steps));
   if (s.wall_s > 0) {
-    add(kIo, Weight::secondary, "io_wait_fraction", safe_div(s.io_wait_s, s.wall_s), t.io_wait_fraction,
+    add(Bottleneck::io, Weight::secondary, "io_wait_fraction", safe_div(s.io_wait_s, s.wall_s), t.io_wait_fraction,
         ">=", fmt::format("Block-I/O delay was {:.1f}% of wall time.", pct(safe_div(s.io_wait_s, s.wall_s))));
   }
   const double read_mib = static_cast<double>(s.read_bytes) / (1024.0 * 1024.0) / steps;
-  add(kIo, Weight::secondary, "read_mib_per_step", read_mib, t.read_mib_per_step,
+  add(Bottleneck::io, Weight::secondary, "read_mib_per_step", read_mib, t.read_mib_per_step,
       ">=", fmt::format("{:.2f} MiB read from storage per step.", read_mib));
-  add(kMemory, Weight::secondary, "minor_faults_per_step", static_cast<double>(s.minor_faults) / steps,
+  add(Bottleneck::memory, Weight::secondary, "minor_faults_per_step", static_cast<double>(s.minor_faults) / steps,
       t.minor_faults_per_step, ">=",
       fmt::format("{:.0f} minor page faults per step (first touches of fresh pages).",
                   static_cast<double>(s.minor_faults) / steps));
   if (s.wall_s > 0) {
     runqueue_fraction_ = clamp01(safe_div(s.runqueue_wait_s, s.wall_s));
-    add(kScheduling, Weight::secondary, "runqueue_wait_fraction", runqueue_fraction_, t.runqueue_wait_fraction, ">=",
+    add(Bottleneck::scheduling, Weight::secondary, "runqueue_wait_fraction", runqueue_fraction_,
+        t.runqueue_wait_fraction, ">=",
         fmt::format("Step threads were runnable but not running {:.1f}% of the time (waiting for a CPU).",
                     pct(runqueue_fraction_)));
     const double invol = static_cast<double>(s.involuntary_switches) / s.wall_s;
-    add(kScheduling, Weight::secondary, "involuntary_switches_per_second", invol, t.involuntary_switches_per_second,
-        ">=",
+    add(Bottleneck::scheduling, Weight::secondary, "involuntary_switches_per_second", invol,
+        t.involuntary_switches_per_second, ">=",
         fmt::format("{:.0f} involuntary context switches per second (preempted by other runnable "
                     "threads).",
                     invol));
   }
   if (s.cores_available > 0) {
-    add(kScheduling, Weight::secondary, "cpu_utilization", s.cpu_utilization, t.cpu_oversubscribed, ">=",
+    add(Bottleneck::scheduling, Weight::secondary, "cpu_utilization", s.cpu_utilization, t.cpu_oversubscribed, ">=",
         fmt::format("The process used {:.0f}% of its {} available core(s).", pct(s.cpu_utilization),
                     s.cores_available));
   }
@@ -161,12 +163,12 @@ void Classifier::collect_device() {
   const DeviceInfo& d = report_.device;
   if (d.memory_capacity_mb > 0 && d.memory_peak_mb > 0) {
     const double used = safe_div(d.memory_peak_mb, d.memory_capacity_mb);
-    add(kMemory, Weight::secondary, "device_memory_peak_fraction", used, t.device_memory_near_capacity, ">=",
+    add(Bottleneck::memory, Weight::secondary, "device_memory_peak_fraction", used, t.device_memory_near_capacity, ">=",
         fmt::format("Device memory peaked at {:.0f}% of capacity ({:.0f} of {:.0f} MB).", pct(used), d.memory_peak_mb,
                     d.memory_capacity_mb));
   }
   if (!device_.present) return;
-  add(kCompute, Weight::primary, "device_busy_fraction", device_.busy, t.device_busy,
+  add(Bottleneck::compute, Weight::primary, "device_busy_fraction", device_.busy, t.device_busy,
       ">=", fmt::format("The GPU was busy {:.1f}% of the time.", pct(device_.busy)));
   add(kNoCategory, Weight::info, "idle_fraction", device_.idle, t.device_mostly_idle, ">=",
       fmt::format("The GPU was idle {:.1f}% of the time{}.", pct(device_.idle),
@@ -174,7 +176,7 @@ void Classifier::collect_device() {
   const std::string rescaled =
       device_.idle_causes_rescaled ? " (given as a fraction of idle time; rescaled to step time)" : "";
   if (device_.has_idle_host_input) {
-    add(kIo, Weight::primary, "idle_host_input_fraction", device_.idle_host_input, t.moderately_bound, ">=",
+    add(Bottleneck::io, Weight::primary, "idle_host_input_fraction", device_.idle_host_input, t.moderately_bound, ">=",
         fmt::format("The GPU was idle while the host was in an input phase {:.1f}% of the time{}.",
                     pct(device_.idle_host_input), rescaled));
   }
@@ -192,7 +194,7 @@ void Classifier::collect_device() {
                                   "queue faster than the host fills it.",
                                   *device_.launch_delay_p50_us));
   }
-  add(kScheduling, Weight::primary, "idle_launch_bound_fraction", host_ahead_ ? 0.0 : device_.idle_launch,
+  add(Bottleneck::scheduling, Weight::primary, "idle_launch_bound_fraction", host_ahead_ ? 0.0 : device_.idle_launch,
       t.scheduling_moderately_bound, ">=",
       host_ahead_ ? fmt::format("The GPU was idle while the host was in framework code {:.1f}% of the time{}, but the "
                                 "host had already queued the work: not launch-bound.",
@@ -200,17 +202,19 @@ void Classifier::collect_device() {
                   : fmt::format("The GPU was idle while the host was launching work or in framework code {:.1f}% "
                                 "of the time{}.",
                                 pct(device_.idle_launch), rescaled));
-  add(kScheduling, Weight::secondary, "idle_sync_fraction", device_.idle_sync, t.scheduling_moderately_bound, ">=",
+  add(Bottleneck::scheduling, Weight::secondary, "idle_sync_fraction", device_.idle_sync, t.scheduling_moderately_bound,
+      ">=",
       fmt::format("The GPU was idle while the host blocked in a synchronisation with nothing queued "
                   "{:.1f}% of the time{}.",
                   pct(device_.idle_sync), rescaled));
   if (device_.exposed_comm) {
-    add(kCommunication, Weight::primary, "exposed_comm_fraction", *device_.exposed_comm, t.moderately_bound, ">=",
+    add(Bottleneck::communication, Weight::primary, "exposed_comm_fraction", *device_.exposed_comm, t.moderately_bound,
+        ">=",
         fmt::format("Communication kernels not overlapped by compute took {:.1f}% of the time.",
                     pct(*device_.exposed_comm)));
   }
   if (device_.memcpy) {
-    add(kMemory, Weight::primary, "memcpy_fraction", *device_.memcpy, t.moderately_bound,
+    add(Bottleneck::memory, Weight::primary, "memcpy_fraction", *device_.memcpy, t.moderately_bound,
         ">=", fmt::format("Memory copies took {:.1f}% of the GPU timeline.", pct(*device_.memcpy)));
   }
   if (device_.pageable_memcpy) {
@@ -218,17 +222,18 @@ void Classifier::collect_device() {
     // the copies that are pageable.
     const double copies = device_.memcpy.value_or(0);
     const double share = copies > 0 ? clamp01(*device_.pageable_memcpy / copies) : 0.0;
-    add(kMemory, Weight::secondary, "pageable_memcpy_share", share, t.pageable_memcpy_share, ">=",
+    add(Bottleneck::memory, Weight::secondary, "pageable_memcpy_share", share, t.pageable_memcpy_share, ">=",
         fmt::format("{:.0f}% of copy time ({:.1f}% of the step) was from pageable (not pinned) host "
                     "memory.",
                     pct(share), pct(*device_.pageable_memcpy)));
   }
   if (device_.short_kernels) {
-    add(kScheduling, Weight::secondary, "short_kernel_fraction", *device_.short_kernels, t.short_kernel_fraction,
+    add(Bottleneck::scheduling, Weight::secondary, "short_kernel_fraction", *device_.short_kernels,
+        t.short_kernel_fraction,
         ">=", fmt::format("{:.0f}% of kernels ran shorter than it took to launch them.", pct(*device_.short_kernels)));
   }
   if (device_.kernels_per_step) {
-    add(kScheduling, Weight::secondary, "kernels_per_step", *device_.kernels_per_step, t.kernels_per_step,
+    add(Bottleneck::scheduling, Weight::secondary, "kernels_per_step", *device_.kernels_per_step, t.kernels_per_step,
         ">=", fmt::format("{:.0f} kernels per step.", *device_.kernels_per_step));
   }
 }
@@ -237,11 +242,11 @@ void Classifier::compute_costs() {
   if (!device_.present) {
     // Host timeline: each part of the settled breakdown (the same numbers the
     // summary table shows): CPU wait is scheduling, page-fault kernel time memory.
-    cost_[kIo] = shares_.kind[PhaseKind::input];
-    cost_[kCompute] = shares_.kind[PhaseKind::compute];
-    cost_[kMemory] = shares_.kind[PhaseKind::memory] + shares_.page_fault;
-    cost_[kCommunication] = shares_.kind[PhaseKind::communication];
-    cost_[kScheduling] = shares_.unattributed + shares_.cpu_wait;
+    cost_[Bottleneck::io] = shares_.kind[PhaseKind::input];
+    cost_[Bottleneck::compute] = shares_.kind[PhaseKind::compute];
+    cost_[Bottleneck::memory] = shares_.kind[PhaseKind::memory] + shares_.page_fault;
+    cost_[Bottleneck::communication] = shares_.kind[PhaseKind::communication];
+    cost_[Bottleneck::scheduling] = shares_.unattributed + shares_.cpu_wait;
     // The step waits for a background loader that had little to do: on a
     // machine where the step threads wait for a CPU, the loader's thread
     // does too (woken to refill the queue, it waits its turn). That part of
@@ -252,11 +257,11 @@ void Classifier::compute_costs() {
       const bool contended = runqueue_fraction_ >= t.runqueue_wait_fraction;
       if (contended) {
         idle_loader_wait_ = shares_.kind[PhaseKind::input] - loader_work_share_;
-        cost_[kIo] = loader_work_share_;
-        cost_[kScheduling] += idle_loader_wait_;
+        cost_[Bottleneck::io] = loader_work_share_;
+        cost_[Bottleneck::scheduling] += idle_loader_wait_;
       }
-      add(contended ? kScheduling : kNoCategory, contended ? Weight::secondary : Weight::info, "idle_loader_wait",
-          shares_.kind[PhaseKind::input] - loader_work_share_, t.moderately_bound, ">=",
+      add(contended ? Bottleneck::scheduling : kNoCategory, contended ? Weight::secondary : Weight::info,
+          "idle_loader_wait", shares_.kind[PhaseKind::input] - loader_work_share_, t.moderately_bound, ">=",
           fmt::format("The step waited {:.1f}% of its time for input while the background loader's phases ({}) "
                       "worked {:.1f}% of a step{}.",
                       pct(shares_.kind[PhaseKind::input]), loader_phases_, pct(loader_work_share_),
@@ -287,21 +292,21 @@ void Classifier::compute_costs() {
   auto part = [&](double w) { return w_sum > 0 ? idle_rest * w / w_sum : 0.0; };
   // Compute kernels' own time when the timeline gives it, else what is left
   // of the busy time after copies and exposed communication.
-  cost_[kCompute] =
+  cost_[Bottleneck::compute] =
       device_.compute ? std::min(*device_.compute, device_.busy) : std::max(0.0, device_.busy - memcpy - comm);
-  cost_[kMemory] = memcpy + part(w_memory);
-  cost_[kCommunication] = comm + part(w_comm);
-  cost_[kIo] = device_.idle_host_input + part(w_input);
-  cost_[kScheduling] = device_.idle_launch + device_.idle_sync + (w_sum > 0 ? part(w_sched) : idle_rest);
+  cost_[Bottleneck::memory] = memcpy + part(w_memory);
+  cost_[Bottleneck::communication] = comm + part(w_comm);
+  cost_[Bottleneck::io] = device_.idle_host_input + part(w_input);
+  cost_[Bottleneck::scheduling] = device_.idle_launch + device_.idle_sync + (w_sum > 0 ? part(w_sched) : idle_rest);
   if (host_ahead_) {
     // The "launch-bound" idle is the device waiting on a dependency. With
     // exposed communication it is the compute stream waiting for collectives:
     // communication. Otherwise nothing says what it waits on: it stays out of
     // every category (the verdict's confidence falls accordingly).
-    cost_[kScheduling] -= device_.idle_launch;
+    cost_[Bottleneck::scheduling] -= device_.idle_launch;
     if (comm >= kThresholds.moderately_bound) {
-      cost_[kCommunication] += device_.idle_launch;
-      add(kCommunication, Weight::secondary, "idle_waiting_on_collectives", device_.idle_launch,
+      cost_[Bottleneck::communication] += device_.idle_launch;
+      add(Bottleneck::communication, Weight::secondary, "idle_waiting_on_collectives", device_.idle_launch,
           kThresholds.moderately_bound, ">=",
           fmt::format("With the host ahead and {:.1f}% exposed communication, the GPU's {:.1f}% idle time "
                       "during launches is compute waiting for collectives.",
@@ -309,8 +314,8 @@ void Classifier::compute_costs() {
     }
   }
   if (idle_rest > 0) {
-    add(kScheduling, Weight::secondary, "idle_host_busy_fraction", idle_rest, kThresholds.scheduling_moderately_bound,
-        ">=",
+    add(Bottleneck::scheduling, Weight::secondary, "idle_host_busy_fraction", idle_rest,
+        kThresholds.scheduling_moderately_bound, ">=",
         fmt::format("The GPU was idle {:.1f}% of the time with no input or launch cause recorded; that "
                     "time is split by what the host step thread was doing.",
                     pct(idle_rest)));
@@ -326,8 +331,8 @@ void Classifier::discount_machine_wait() {
   const detail::CpuHolders holders = cpu_holders(report_.system);
   if (!holders.others_hold || shares_.cpu_wait <= 0 || shares_.cpu_wait >= 1) return;
   machine_wait_ = shares_.cpu_wait;
-  cost_[kScheduling] = std::max(0.0, cost_[kScheduling] - machine_wait_);
-  for (double& c : cost_) c /= 1.0 - machine_wait_;
+  cost_[Bottleneck::scheduling] = std::max(0.0, cost_[Bottleneck::scheduling] - machine_wait_);
+  for (double& c : cost_.values) c /= 1.0 - machine_wait_;
   add(kNoCategory, Weight::info, "machine_cpu_wait_share", machine_wait_, kThresholds.scheduling_moderately_bound, ">=",
       fmt::format("The step threads waited for a CPU {:.1f}% of the step while other processes kept {:.1f} of the "
                   "machine's {} CPUs busy: that wait is the machine's, not the step's. The verdict is the step's "
@@ -337,11 +342,12 @@ void Classifier::discount_machine_wait() {
 
 bool Classifier::scheduling_signal() const {
   for (const Signal& s : signals_)
-    if (s.category == kScheduling && s.evidence.crossed && s.evidence.signal != "unattributed_share") return true;
+    if (s.category == Bottleneck::scheduling && s.evidence.crossed && s.evidence.signal != "unattributed_share")
+      return true;
   return false;
 }
 
-double Classifier::agreement(int category) const {
+double Classifier::agreement(Bottleneck category) const {
   int considered = 0, agreeing = 0;
   for (const Signal& s : signals_) {
     if (s.category != category) continue;
@@ -365,11 +371,11 @@ std::string Classifier::top_phase(PhaseKind kind) const {
   return best != nullptr && best->share_of_step > 0 ? best->name : std::string();
 }
 
-std::string Classifier::summary(int category, const std::string& severity) const {
-  const double c = cost_[static_cast<std::size_t>(category)];
+std::string Classifier::summary(Bottleneck category, const std::string& severity) const {
+  const double c = cost_[category];
   std::string where;
   switch (category) {
-    case kIo: {
+    case Bottleneck::io: {
       const std::string phase = top_phase(PhaseKind::input);
       where =
           device_.present && device_.idle_host_input > 0
@@ -380,19 +386,19 @@ std::string Classifier::summary(int category, const std::string& severity) const
         where += fmt::format(
             "; compute ({:.0f}%) is the runner-up, but input at or above {:.0f}% of the step "
             "on its critical path is input-bound: {}",
-            pct(cost_[kCompute]), pct(kThresholds.highly_bound),
+            pct(cost_[Bottleneck::compute]), pct(kThresholds.highly_bound),
             loader_work_share_ >= 0 ? "the background loader does not keep it off that path"
                                     : "a background loader would hide it");
       break;
     }
-    case kCompute: {
+    case Bottleneck::compute: {
       const std::string phase = top_phase(PhaseKind::compute);
       where = device_.present ? fmt::format("the GPU computes {:.0f}% of the time", pct(c))
                               : fmt::format("compute takes {:.0f}% of the step{}", pct(c),
                                             phase.empty() ? "" : " (mostly in '" + phase + "')");
       break;
     }
-    case kMemory:
+    case Bottleneck::memory:
       where =
           shares_.page_fault > 0
               ? fmt::format(
@@ -401,10 +407,10 @@ std::string Classifier::summary(int category, const std::string& severity) const
                     pct(c), pct(shares_.page_fault), faults_.fresh_mib_per_step, pct(shares_.kind[PhaseKind::memory]))
               : fmt::format("moving or managing memory costs {:.0f}% of the step", pct(c));
       break;
-    case kCommunication:
+    case Bottleneck::communication:
       where = fmt::format("communication the step waits for costs {:.0f}% of the step", pct(c));
       break;
-    default:
+    case Bottleneck::scheduling:
       if (device_.present) {
         where = fmt::format("the host fails to keep the GPU fed for {:.0f}% of the time", pct(c));
       } else {
@@ -422,8 +428,7 @@ std::string Classifier::summary(int category, const std::string& severity) const
   if (machine_wait_ > 0)
     where += fmt::format(" (shares of the step without the {:.0f}% it waited for CPUs other processes held)",
                          pct(machine_wait_));
-  return fmt::format("The step is {} {}-bound: {}.", severity, kCategoryNames[static_cast<std::size_t>(category)],
-                     where);
+  return fmt::format("The step is {} {}-bound: {}.", severity, bottleneck_name(category), where);
 }
 
 Verdict Classifier::run() {
@@ -433,7 +438,7 @@ Verdict Classifier::run() {
   collect_system();
   collect_device();
   compute_costs();
-  const std::array<int, kCategoryCount> order = rank(v);
+  const std::array<Bottleneck, kBottleneckCount> order = rank(v);
   // Each check adds its evidence row; the first that fails says why there is no verdict.
   if (std::optional<Unknown> unknown = too_few_steps()) return finish_unknown(std::move(*unknown), v);
   if (std::optional<Unknown> unknown = unexplained_step()) return finish_unknown(std::move(*unknown), v);
@@ -445,13 +450,10 @@ Verdict Classifier::run() {
 }
 
 // Ranking: what each category costs the step, largest first.
-std::array<int, kCategoryCount> Classifier::rank(Verdict& v) const {
-  std::array<int, kCategoryCount> order{kIo, kCompute, kMemory, kCommunication, kScheduling};
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return cost_[static_cast<std::size_t>(a)] > cost_[static_cast<std::size_t>(b)];
-  });
-  for (int c : order)
-    v.ranking.emplace_back(kCategoryNames[static_cast<std::size_t>(c)], cost_[static_cast<std::size_t>(c)]);
+std::array<Bottleneck, kBottleneckCount> Classifier::rank(Verdict& v) const {
+  std::array<Bottleneck, kBottleneckCount> order = kBottlenecks;
+  std::stable_sort(order.begin(), order.end(), [&](Bottleneck a, Bottleneck b) { return cost_[a] > cost_[b]; });
+  for (Bottleneck c : order) v.ranking.emplace_back(bottleneck_name(c), cost_[c]);
   return order;
 }
 
@@ -535,68 +537,67 @@ std::optional<Classifier::Unknown> Classifier::unexplained_step() {
 }
 
 // 3. The leader; a mostly idle GPU is never compute-bound.
-Classifier::Leader Classifier::choose_leader(const std::array<int, kCategoryCount>& order) {
+Classifier::Leader Classifier::choose_leader(const std::array<Bottleneck, kBottleneckCount>& order) {
   const auto& t = kThresholds;
-  std::vector<int> candidates(order.begin(), order.end());
+  std::vector<Bottleneck> candidates(order.begin(), order.end());
   if (device_.present && device_.idle >= t.device_mostly_idle) {
-    candidates.erase(std::remove(candidates.begin(), candidates.end(), kCompute), candidates.end());
+    candidates.erase(std::remove(candidates.begin(), candidates.end(), Bottleneck::compute), candidates.end());
   }
-  int leader = candidates[0];
-  int runner = candidates.size() > 1 ? candidates[1] : kNoCategory;
+  Bottleneck leader = candidates[0];
+  Category runner = candidates.size() > 1 ? Category(candidates[1]) : kNoCategory;
   // Rule (b): input on the step's critical path at or above the highly-bound
   // tier is io even when compute costs more. Compute is the work the step
   // exists to do; input at that share is time a background loader would
   // hide (XProf: "highly input-bound" at >= 20%).
-  add(kIo, Weight::secondary, "input_on_critical_path", cost_[kIo], t.highly_bound, ">=",
+  add(Bottleneck::io, Weight::secondary, "input_on_critical_path", cost_[Bottleneck::io], t.highly_bound, ">=",
       fmt::format("Input on the step's critical path is {:.1f}% of the step; from {:.0f}% on the step is "
                   "input-bound even when compute costs more, since overlapping input with compute would hide it.",
-                  pct(cost_[kIo]), pct(t.highly_bound)));
+                  pct(cost_[Bottleneck::io]), pct(t.highly_bound)));
   // The same when input leads compute by a little: then it is no conflict
   // either (io 51% against compute 48% read "unknown" while io 35% against
   // compute 64% read io).
-  const bool compute_close_behind = leader == kIo && runner == kCompute;
-  if ((leader == kCompute || compute_close_behind) && cost_[kIo] >= t.highly_bound &&
-      std::find(candidates.begin(), candidates.end(), kIo) != candidates.end()) {
+  const bool compute_close_behind = leader == Bottleneck::io && runner == Bottleneck::compute;
+  if ((leader == Bottleneck::compute || compute_close_behind) && cost_[Bottleneck::io] >= t.highly_bound &&
+      std::find(candidates.begin(), candidates.end(), Bottleneck::io) != candidates.end()) {
     input_over_compute_ = true;
-    leader = kIo;
-    runner = kCompute;
+    leader = Bottleneck::io;
+    runner = Bottleneck::compute;
   }
-  const double lead_cost = cost_[static_cast<std::size_t>(leader)];
-  const double runner_cost = runner == kNoCategory ? 0.0 : cost_[static_cast<std::size_t>(runner)];
+  const double lead_cost = cost_[leader];
+  const double runner_cost = runner ? cost_[*runner] : 0.0;
   return Leader{leader, runner, lead_cost, runner_cost};
 }
 
 // 4. Conflicting signals: two categories cost nearly the same.
 std::optional<Classifier::Unknown> Classifier::conflicting(const Leader& lead) {
   const auto& t = kThresholds;
-  const int leader = lead.category, runner = lead.runner;
+  const Bottleneck leader = lead.category;
+  const Category runner = lead.runner;
   const double lead_cost = lead.cost, runner_cost = lead.runner_cost;
   add(kNoCategory, Weight::info, "runner_up_ratio", safe_div(runner_cost, lead_cost), t.conflict_ratio, "<",
-      runner == kNoCategory ? std::string("No runner-up category.")
-                            : fmt::format("Runner-up {} costs {:.1f}% against {:.1f}% for {}.",
-                                          kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost),
-                                          pct(lead_cost), kCategoryNames[static_cast<std::size_t>(leader)]));
+      runner == kNoCategory
+          ? std::string("No runner-up category.")
+          : fmt::format("Runner-up {} costs {:.1f}% against {:.1f}% for {}.", bottleneck_name(*runner),
+                        pct(runner_cost), pct(lead_cost), bottleneck_name(leader)));
   if (!input_over_compute_ && runner != kNoCategory && runner_cost >= t.moderately_bound &&
       runner_cost >= t.conflict_ratio * lead_cost)
     return Unknown{fmt::format("Unknown: conflicting signals — {} ({:.0f}% of the step) and {} ({:.0f}%) cost "
                                "about the same.",
-                               kCategoryNames[static_cast<std::size_t>(leader)], pct(lead_cost),
-                               kCategoryNames[static_cast<std::size_t>(runner)], pct(runner_cost)),
+                               bottleneck_name(leader), pct(lead_cost), bottleneck_name(*runner), pct(runner_cost)),
                    fmt::format("Both {} and {} hold the step back about equally: address one, measure again, "
                                "and compare the two reports.",
-                               kCategoryNames[static_cast<std::size_t>(leader)],
-                               kCategoryNames[static_cast<std::size_t>(runner)])};
+                               bottleneck_name(leader), bottleneck_name(*runner))};
   return std::nullopt;
 }
 
 // 5. Severity, confidence, words.
 void Classifier::decide(const Leader& lead, Verdict& v) const {
   const auto& t = kThresholds;
-  const int leader = lead.category;
+  const Bottleneck leader = lead.category;
   const double lead_cost = lead.cost, runner_cost = lead.runner_cost;
-  const double moderate = leader == kScheduling ? t.scheduling_moderately_bound : t.moderately_bound;
-  const double highly = leader == kScheduling ? t.scheduling_highly_bound : t.highly_bound;
-  v.category = kCategoryNames[static_cast<std::size_t>(leader)];
+  const double moderate = leader == Bottleneck::scheduling ? t.scheduling_moderately_bound : t.moderately_bound;
+  const double highly = leader == Bottleneck::scheduling ? t.scheduling_highly_bound : t.highly_bound;
+  v.category = bottleneck_name(leader);
   v.severity = lead_cost >= highly ? "highly" : lead_cost >= moderate ? "moderately" : "mildly";
   const double dominance = clamp01(safe_div(lead_cost - runner_cost, lead_cost));
   const double agree = agreement(leader);

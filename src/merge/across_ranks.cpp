@@ -496,7 +496,7 @@ void explain_stragglers(JobMerge& jm) {
     others_wait = others > 0 ? others_wait / others : m.comm_wait_ms;
     std::string who = straggler_with_cause(s);
     if (m.stragglers.size() > 1) who += fmt::format(", with {} more straggler(s)", m.stragglers.size() - 1);
-    if (v.category == "communication") {
+    if (v.bottleneck() == Bottleneck::communication) {
       v.summary = fmt::format(
           "The job is {} communication-bound because {}: the other ranks wait {:.2f} ms/step for it in collectives, "
           "the collective itself costs {:.2f} ms/step.",
@@ -544,7 +544,7 @@ void explain_stragglers(JobMerge& jm) {
                 {"robust_z", s.robust_z},
                 {"slow_step_fraction", s.slow_step_fraction}};
     job.findings.insert(job.findings.begin(), std::move(f));
-  } else if (v.category == "communication") {
+  } else if (v.bottleneck() == Bottleneck::communication) {
     v.summary += fmt::format(
         " No straggler: the ranks are statistically alike, so the cost is the collective itself ({:.2f} ms/step) "
         "rather than waiting ({:.2f} ms/step).",

@@ -43,13 +43,12 @@ std::vector<double> carved_parts(const StepBreakdown& b) {
   return {b.cpu_wait_ms, b.page_fault_ms};
 }
 
-const char* category_color(const std::string& category) {
-  if (category == "io") return "#f28e2b";
-  if (category == "compute") return "#4e79a7";
-  if (category == "memory") return "#b07aa1";
-  if (category == "communication") return "#59a14f";
-  if (category == "scheduling") return "#e15759";
-  return "#7a7a7a";
+// A category's colour (kBottlenecks' order); grey for "unknown".
+const char* category_color(std::string_view name) {
+  static constexpr std::array<const char*, kBottleneckCount> kColors = {"#f28e2b", "#4e79a7", "#b07aa1", "#59a14f",
+                                                                        "#e15759"};
+  const std::optional<Bottleneck> b = bottleneck_named(name);
+  return b ? kColors[static_cast<std::size_t>(*b)] : "#7a7a7a";
 }
 
 // The series of breakdown part `part` (kKinds order).
@@ -77,7 +76,7 @@ void header(std::string& o, const Report& r) {
 
 void verdict_section(std::string& o, const Report& r) {
   const Verdict& v = r.bottleneck;
-  const bool unknown = v.category.empty() || v.category == "unknown";
+  const bool unknown = !v.bottleneck();
   o += fmt::format("<section id=\"verdict\" class=\"card verdict\" style=\"border-left-color:{}\">",
                    category_color(v.category));
   o += "<h2>Verdict</h2><p class=\"big\">";

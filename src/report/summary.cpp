@@ -143,7 +143,7 @@ void phase_table(const LineWriter& line, const Report& r) {
 
 // The verdict, its first supporting evidence and recommendations.
 void verdict_lines(const LineWriter& line, const Verdict& v) {
-  if (v.category == "unknown") {
+  if (!v.bottleneck()) {
     line(fmt::format("verdict: UNKNOWN (confidence {:.2f}) — {}", v.confidence, v.summary));
   } else {
     line(fmt::format("verdict: {} {}-bound (confidence {:.2f}) — {}", v.severity, upper(v.category), v.confidence,

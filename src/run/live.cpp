@@ -46,12 +46,12 @@ LiveStatus LiveTracker::update(const Report& facts, double elapsed_s) noexcept {
     }
     if (measured > 0) {
       const Verdict v = classify(facts);
-      status.verdict = v.category;
+      status.verdict = v.bottleneck();
       status.severity = v.severity;
       status.confidence = v.confidence;
     }
   } catch (...) {
-    status.verdict = "unknown";
+    status.verdict.reset();
   }
   return status;
 }
@@ -71,11 +71,11 @@ std::string format_live_line(const LiveStatus& s, std::size_t max_width) {
     if (!s.largest_phase.empty())
       line += fmt::format(" | top: {} {:.0f}%", printable(s.largest_phase), s.largest_phase_share * 100);
     if (s.overall_ms_per_step >= 0) {
-      if (s.verdict == "unknown" || s.verdict.empty())
+      if (!s.verdict)
         line += fmt::format(" | verdict: unknown");
       else
         line += fmt::format(" | verdict: {}{}-bound ({:.2f})", s.severity.empty() ? "" : s.severity + " ",
-                            printable(s.verdict), s.confidence);
+                            bottleneck_name(*s.verdict), s.confidence);
     }
     if (s.dropped_records > 0) line += fmt::format(" | DROPPED {}", s.dropped_records);
     if (max_width > 0) line = detail::shortened(line, max_width, "");

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace stepscope {
@@ -34,11 +35,11 @@ struct LiveStatus {
   // (`window_s` seconds); < 0 when no measured step finished in the window.
   double recent_ms_per_step = -1;
   double window_s = 0;
-  double overall_ms_per_step = -1;  // mean over all measured steps; < 0: none yet
-  std::string largest_phase;        // step-thread phase with the largest self share ("" if none)
-  double largest_phase_share = 0;   // of step time, [0, 1]
-  std::string verdict = "unknown";  // classify() on the facts so far
-  std::string severity;             // "highly", "moderately", "mildly" or ""
+  double overall_ms_per_step = -1;    // mean over all measured steps; < 0: none yet
+  std::string largest_phase;          // step-thread phase with the largest self share ("" if none)
+  double largest_phase_share = 0;     // of step time, [0, 1]
+  std::optional<Bottleneck> verdict;  // classify() on the facts so far; none: unknown
+  std::string severity;               // "highly", "moderately", "mildly" or ""
   double confidence = 0;
   std::uint64_t dropped_records = 0;
 };

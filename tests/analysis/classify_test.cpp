@@ -11,6 +11,8 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <set>
 #include <string>
 
 using namespace stepscope;
@@ -1107,4 +1109,23 @@ TEST_CASE("classify: a busy machine changes the confidence, never the category",
       CHECK(v.confidence <= calm.confidence + 1e-9);
     }
   }
+}
+
+TEST_CASE("classify: the verdict and its ranking name the categories of one table", "[analysis][classify]") {
+  // Bottleneck / kBottleneckNames: the ranking holds every category once,
+  // under the names bottleneck_named() reads back; "unknown" is none.
+  for (Bottleneck b : kBottlenecks) CHECK(bottleneck_named(bottleneck_name(b)) == b);
+  CHECK_FALSE(bottleneck_named("unknown"));
+  CHECK_FALSE(bottleneck_named("input"));  // a phase kind's name, not a category's
+  CHECK_FALSE(Verdict{}.bottleneck());
+
+  const Verdict v = classify(host_report(balanced()));
+  REQUIRE(v.bottleneck() == Bottleneck::compute);
+  CHECK(v.category == "compute");
+  REQUIRE(v.ranking.size() == kBottleneckCount);
+  CHECK(v.ranking.front().first == "compute");
+  std::set<std::optional<Bottleneck>> named;
+  for (const auto& [name, share] : v.ranking) named.insert(bottleneck_named(name));
+  CHECK(named.size() == kBottleneckCount);
+  CHECK(named.count(std::nullopt) == 0);
 }

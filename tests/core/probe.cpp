@@ -334,9 +334,10 @@ int own_handler(const std::string& when) {
 }
 
 int big_exit(int phases) {
-  // Sites need static storage: PhaseSite points at its name.
-  static std::vector<std::string> names;
-  static std::vector<stepscope::detail::PhaseSite> sites;
+  // Sites need storage that outlives the exit's report (PhaseSite points at
+  // its name): never destroyed, as STEPSCOPE_PHASE's own sites are.
+  static auto& names = *new std::vector<std::string>;
+  static auto& sites = *new std::vector<stepscope::detail::PhaseSite>;
   names.reserve(static_cast<std::size_t>(phases));
   sites.reserve(static_cast<std::size_t>(phases));
   for (int i = 0; i < phases; ++i) {

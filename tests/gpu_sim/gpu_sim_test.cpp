@@ -727,12 +727,19 @@ TEST_CASE("CUPTI in windows: a launch-bound loop measures what collecting costs 
   CHECK(o.window_steps == 5);
   CHECK(o.window_period == 200);
   // Measured steps 1-5 and 201-205 collected; the switch happens in the
-  // step scope's own hook, before its start: no step is partly collected.
-  CHECK(o.instrumented_steps == 10);
-  CHECK(o.uninstrumented_steps == 235);
-  CHECK(run.fact("cupti_steps") == 10);
-  CHECK(run.fact("cupti_kernels") == 10 * 20);
-  CHECK(run.counter("cupti_launch_cost_paid") == 10 * 20);
+  // step scope's own hook, before its start: no step is partly collected,
+  // but the one during which the collector thread started CUPTI. That start
+  // runs beside the first steps: where it takes longer than the 5 warm-up
+  // steps (seen on a fresh 2-core VM), the step it ends in is partly
+  // collected, and the window's steps before that not at all.
+  CHECK(o.uninstrumented_steps >= 235);
+  CHECK(o.instrumented_steps >= 6);
+  CHECK(o.instrumented_steps <= 10);
+  CHECK(o.instrumented_steps + o.uninstrumented_steps >= 244);  // one partly, at most
+  CHECK(run.fact("cupti_steps") == static_cast<double>(o.instrumented_steps));
+  CHECK(run.fact("cupti_kernels") >= 20.0 * static_cast<double>(o.instrumented_steps));
+  CHECK(run.fact("cupti_kernels") <= 10 * 20);
+  CHECK(run.counter("cupti_launch_cost_paid") == run.fact("cupti_kernels"));
   // The callbacks count launches outside the windows too (from when the
   // backend started, on the collector thread after the first steps' launches).
   CHECK(run.fact("kernel_launch_calls") > 200 * 20);
@@ -740,7 +747,8 @@ TEST_CASE("CUPTI in windows: a launch-bound loop measures what collecting costs 
   // same run: a busy machine slows both kinds of steps alike).
   REQUIRE(o.measured);
   CHECK(o.window_cost_pct > 20);
-  CHECK(o.run_cost_pct == Approx(o.window_cost_pct * 10.0 / 245.0).epsilon(0.01));
+  CHECK(o.run_cost_pct ==
+        Approx(o.window_cost_pct * static_cast<double>(245 - o.uninstrumented_steps) / 245.0).epsilon(0.01));
   CHECK(o.instrumented_step_ms > o.uninstrumented_step_ms);
 }
 

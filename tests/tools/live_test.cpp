@@ -4,6 +4,8 @@
 
 #include "run/live.hpp"
 
+#include <stepscope/analysis.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -47,7 +49,7 @@ TEST_CASE("format_live_line shows steps, ms/step, the top phase and the verdict"
   s.overall_ms_per_step = 40;
   s.largest_phase = "data";
   s.largest_phase_share = 0.381;
-  s.verdict = "io";
+  s.verdict = Bottleneck::io;
   s.severity = "moderately";
   s.confidence = 0.78;
   CHECK(
@@ -57,7 +59,7 @@ TEST_CASE("format_live_line shows steps, ms/step, the top phase and the verdict"
   s.dropped_records = 17;
   CHECK(contains(format_live_line(s), " | DROPPED 17"));
 
-  s.verdict = "unknown";
+  s.verdict.reset();
   s.severity = "";
   CHECK(contains(format_live_line(s), " | verdict: unknown"));
 }
@@ -106,15 +108,16 @@ TEST_CASE("LiveTracker: ms/step over the recent window, largest step phase, verd
   CHECK(s.warmup_steps == 3);
   CHECK(s.recent_ms_per_step < 0);
   CHECK(s.overall_ms_per_step < 0);
-  CHECK(s.verdict == "unknown");
+  CHECK_FALSE(s.verdict);
 
-  s = tracker.update(facts_with(100, 5, 1000), 3.0);  // 100 steps of 10 ms
+  const Report facts = facts_with(100, 5, 1000);
+  s = tracker.update(facts, 3.0);  // 100 steps of 10 ms
   CHECK(s.steps == 105);
   CHECK(s.recent_ms_per_step == Approx(10));
   CHECK(s.window_s == Approx(2));
   CHECK(s.largest_phase == "data");  // not the background "decode"
   CHECK(s.largest_phase_share == Approx(0.38));
-  CHECK_FALSE(s.verdict.empty());
+  CHECK(s.verdict == classify(facts).bottleneck());
 
   s = tracker.update(facts_with(150, 5, 1000 + 50 * 30.0), 5.0);  // the next 50 took 30 ms each
   CHECK(s.recent_ms_per_step == Approx(30));
