@@ -432,10 +432,10 @@ struct HtaTables {
 // The JSON keys are the member names; for_each_device_fact() below is the one
 // list of them (the JSON writer and reader, the HTML page and the merge walk it).
 
-// The device timeline analysis (timeline::device_facts over a Kineto import
-// or the live CUPTI activity). Fractions are of the analysed steps' time
-// unless the name says otherwise.
-struct DeviceTimelineFacts {
+struct DeviceFactsSection {
+  // -- The device timeline analysis (timeline::device_facts over a Kineto
+  // import or the live CUPTI activity; written by timeline::add_device_facts).
+  // Fractions are of the analysed steps' time unless the name says otherwise.
   std::optional<double> steps;                 // step windows analysed (count)
   std::optional<double> step_time_mean_ms;     // their mean length
   std::optional<double> device_busy_fraction;  // union of all device ops
@@ -463,10 +463,8 @@ struct DeviceTimelineFacts {
   // the step windows >= 50% idle): the windows' idle fraction; the facts above
   // are then taken over the device's span (docs/timeline.md).
   std::optional<double> host_window_idle_fraction;
-};
 
-// The live CUDA backend's phase timing by CUDA events (src/cuda, docs/gpu.md).
-struct DeviceEventCounters {
+  // -- The live CUDA backend's phase timing by CUDA events (src/cuda, docs/gpu.md).
   std::optional<double> device_times_resolved;           // phases given a device time
   std::optional<double> device_times_unresolved;         // events still pending at the end
   std::optional<double> event_pool_exhausted;            // phases left without device time: no free event pair
@@ -480,11 +478,9 @@ struct DeviceEventCounters {
   std::optional<double> device_reset_by_application;  // 1 when the application reset the device
   std::optional<double> nvtx;                         // 1 when NVTX ranges were emitted
   std::optional<double> memory_in_use_mb_last;        // last device memory sample
-};
 
-// The live CUDA backend's CUPTI callbacks and activity records. The call
-// counts are present only when the callbacks ran (cupti_callbacks = 1).
-struct CuptiCounters {
+  // -- The live CUDA backend's CUPTI callbacks and activity records. The call
+  // counts are present only when the callbacks ran (cupti_callbacks = 1).
   std::optional<double> cupti_callbacks;
   std::optional<double> sync_calls;
   std::optional<double> sync_calls_in_steps;
@@ -511,79 +507,73 @@ struct CuptiCounters {
   std::optional<double> cupti_analysis_failed;     // 1: the timeline analysis threw (out of memory)
 };
 
-struct DeviceFactsSection {
-  DeviceTimelineFacts timeline;  // imports and live CUPTI runs
-  DeviceEventCounters events;    // live CUDA runs
-  CuptiCounters cupti;           // live CUDA runs with CUPTI
-};
-
 // Calls fn(key, member...) for every device fact, `key` its JSON name, with
 // the same member of each of `sections` (one to read or write a report, more
 // to combine them, as the merge does). The one list of the facts' keys.
 template <class Fn, class... Sections>
 void for_each_device_fact(Fn&& fn, Sections&... sections) {
-#define STEPSCOPE_DETAIL_FACT(group, name) fn(#name, sections.group.name...)
-  STEPSCOPE_DETAIL_FACT(timeline, steps);
-  STEPSCOPE_DETAIL_FACT(timeline, step_time_mean_ms);
-  STEPSCOPE_DETAIL_FACT(timeline, device_busy_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, device_idle_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, idle_host_input_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, idle_host_launch_bound_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, idle_sync_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, idle_unattributed_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, compute_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, communication_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, exposed_communication_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, comm_compute_overlap_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, memcpy_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, pageable_memcpy_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, kernels_per_step);
-  STEPSCOPE_DETAIL_FACT(timeline, launches_per_step);
-  STEPSCOPE_DETAIL_FACT(timeline, short_kernel_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, runtime_outlier_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, launch_delay_p50_us);
-  STEPSCOPE_DETAIL_FACT(timeline, launch_delay_p90_us);
-  STEPSCOPE_DETAIL_FACT(timeline, host_wait_idle_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, kernel_wait_idle_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, device_span_busy_fraction);
-  STEPSCOPE_DETAIL_FACT(timeline, host_window_idle_fraction);
-  STEPSCOPE_DETAIL_FACT(events, device_times_resolved);
-  STEPSCOPE_DETAIL_FACT(events, device_times_unresolved);
-  STEPSCOPE_DETAIL_FACT(events, event_pool_exhausted);
-  STEPSCOPE_DETAIL_FACT(events, event_slots_of_dropped_records);
-  STEPSCOPE_DETAIL_FACT(events, event_slots_leaked);
-  STEPSCOPE_DETAIL_FACT(events, event_pool_threads);
-  STEPSCOPE_DETAIL_FACT(events, phases_in_graph_capture);
-  STEPSCOPE_DETAIL_FACT(events, event_record_failed);
-  STEPSCOPE_DETAIL_FACT(events, device_times_unbound_stream);
-  STEPSCOPE_DETAIL_FACT(events, phases_after_device_gone);
-  STEPSCOPE_DETAIL_FACT(events, device_reset_by_application);
-  STEPSCOPE_DETAIL_FACT(events, nvtx);
-  STEPSCOPE_DETAIL_FACT(events, memory_in_use_mb_last);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_callbacks);
-  STEPSCOPE_DETAIL_FACT(cupti, sync_calls);
-  STEPSCOPE_DETAIL_FACT(cupti, sync_calls_in_steps);
-  STEPSCOPE_DETAIL_FACT(cupti, cuda_malloc_calls);
-  STEPSCOPE_DETAIL_FACT(cupti, cuda_free_calls);
-  STEPSCOPE_DETAIL_FACT(cupti, cuda_malloc_calls_per_step);
-  STEPSCOPE_DETAIL_FACT(cupti, cuda_free_calls_per_step);
-  STEPSCOPE_DETAIL_FACT(cupti, kernel_launch_calls);
-  STEPSCOPE_DETAIL_FACT(cupti, graph_launch_calls);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_kernels);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_nccl_kernels);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_memcpys);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_pageable_memcpys);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_memsets);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_sync_records);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_sync_ms);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_runtime_records);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_over_limit);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_records_not_kept);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_records_dropped);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_records_incomplete);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_steps);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_other_device_ops);
-  STEPSCOPE_DETAIL_FACT(cupti, cupti_analysis_failed);
+#define STEPSCOPE_DETAIL_FACT(name) fn(#name, sections.name...)
+  STEPSCOPE_DETAIL_FACT(steps);
+  STEPSCOPE_DETAIL_FACT(step_time_mean_ms);
+  STEPSCOPE_DETAIL_FACT(device_busy_fraction);
+  STEPSCOPE_DETAIL_FACT(device_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(idle_host_input_fraction);
+  STEPSCOPE_DETAIL_FACT(idle_host_launch_bound_fraction);
+  STEPSCOPE_DETAIL_FACT(idle_sync_fraction);
+  STEPSCOPE_DETAIL_FACT(idle_unattributed_fraction);
+  STEPSCOPE_DETAIL_FACT(compute_fraction);
+  STEPSCOPE_DETAIL_FACT(communication_fraction);
+  STEPSCOPE_DETAIL_FACT(exposed_communication_fraction);
+  STEPSCOPE_DETAIL_FACT(comm_compute_overlap_fraction);
+  STEPSCOPE_DETAIL_FACT(memcpy_fraction);
+  STEPSCOPE_DETAIL_FACT(pageable_memcpy_fraction);
+  STEPSCOPE_DETAIL_FACT(kernels_per_step);
+  STEPSCOPE_DETAIL_FACT(launches_per_step);
+  STEPSCOPE_DETAIL_FACT(short_kernel_fraction);
+  STEPSCOPE_DETAIL_FACT(runtime_outlier_fraction);
+  STEPSCOPE_DETAIL_FACT(launch_delay_p50_us);
+  STEPSCOPE_DETAIL_FACT(launch_delay_p90_us);
+  STEPSCOPE_DETAIL_FACT(host_wait_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(kernel_wait_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(device_span_busy_fraction);
+  STEPSCOPE_DETAIL_FACT(host_window_idle_fraction);
+  STEPSCOPE_DETAIL_FACT(device_times_resolved);
+  STEPSCOPE_DETAIL_FACT(device_times_unresolved);
+  STEPSCOPE_DETAIL_FACT(event_pool_exhausted);
+  STEPSCOPE_DETAIL_FACT(event_slots_of_dropped_records);
+  STEPSCOPE_DETAIL_FACT(event_slots_leaked);
+  STEPSCOPE_DETAIL_FACT(event_pool_threads);
+  STEPSCOPE_DETAIL_FACT(phases_in_graph_capture);
+  STEPSCOPE_DETAIL_FACT(event_record_failed);
+  STEPSCOPE_DETAIL_FACT(device_times_unbound_stream);
+  STEPSCOPE_DETAIL_FACT(phases_after_device_gone);
+  STEPSCOPE_DETAIL_FACT(device_reset_by_application);
+  STEPSCOPE_DETAIL_FACT(nvtx);
+  STEPSCOPE_DETAIL_FACT(memory_in_use_mb_last);
+  STEPSCOPE_DETAIL_FACT(cupti_callbacks);
+  STEPSCOPE_DETAIL_FACT(sync_calls);
+  STEPSCOPE_DETAIL_FACT(sync_calls_in_steps);
+  STEPSCOPE_DETAIL_FACT(cuda_malloc_calls);
+  STEPSCOPE_DETAIL_FACT(cuda_free_calls);
+  STEPSCOPE_DETAIL_FACT(cuda_malloc_calls_per_step);
+  STEPSCOPE_DETAIL_FACT(cuda_free_calls_per_step);
+  STEPSCOPE_DETAIL_FACT(kernel_launch_calls);
+  STEPSCOPE_DETAIL_FACT(graph_launch_calls);
+  STEPSCOPE_DETAIL_FACT(cupti_kernels);
+  STEPSCOPE_DETAIL_FACT(cupti_nccl_kernels);
+  STEPSCOPE_DETAIL_FACT(cupti_memcpys);
+  STEPSCOPE_DETAIL_FACT(cupti_pageable_memcpys);
+  STEPSCOPE_DETAIL_FACT(cupti_memsets);
+  STEPSCOPE_DETAIL_FACT(cupti_sync_records);
+  STEPSCOPE_DETAIL_FACT(cupti_sync_ms);
+  STEPSCOPE_DETAIL_FACT(cupti_runtime_records);
+  STEPSCOPE_DETAIL_FACT(cupti_over_limit);
+  STEPSCOPE_DETAIL_FACT(cupti_records_not_kept);
+  STEPSCOPE_DETAIL_FACT(cupti_records_dropped);
+  STEPSCOPE_DETAIL_FACT(cupti_records_incomplete);
+  STEPSCOPE_DETAIL_FACT(cupti_steps);
+  STEPSCOPE_DETAIL_FACT(cupti_other_device_ops);
+  STEPSCOPE_DETAIL_FACT(cupti_analysis_failed);
 #undef STEPSCOPE_DETAIL_FACT
 }
 

@@ -85,7 +85,7 @@ FaultFacts fault_facts(const Report& report) {
     // CUPTI's synchronisation records time the waits in sync calls (run
     // total, warm-up included): the larger of the two estimates is taken out.
     const double steps_run = static_cast<double>(report.steps.count + report.steps.warmup_excluded);
-    const double sync_ms = safe_div(report.device.facts.cupti.cupti_sync_ms.value_or(0), std::max(steps_run, 1.0));
+    const double sync_ms = safe_div(report.device.facts.cupti_sync_ms.value_or(0), std::max(steps_run, 1.0));
     const double driver_wait_ms = std::max(clock.host_wait_ms, std::isfinite(sync_ms) ? sync_ms : 0.0);
     f.kernel_share = clamp01(f.kernel_share - safe_div(driver_wait_ms, clock.host_wall_ms));
     f.storm = f.storm && clock.host_paced && f.kernel_share >= kThresholds.device_run_fault_kernel_share;
@@ -316,7 +316,7 @@ static std::optional<double> finite(const std::optional<double>& value) {
 
 DeviceFacts device_facts(const Report& report) {
   DeviceFacts f;
-  const DeviceTimelineFacts& t = report.device.facts.timeline;
+  const DeviceFactsSection& t = report.device.facts;
   const auto busy = finite(t.device_busy_fraction);
   const auto idle = finite(t.device_idle_fraction);
   if (!busy && !idle) return f;

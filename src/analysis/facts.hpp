@@ -107,7 +107,7 @@ void reword_advice_for_python(Report& report);
 // Mean step time in ms (breakdown first, then the step distribution).
 double mean_step_ms(const Report& report);
 
-// GPU timeline facts as the rules use them, from report.device.facts.timeline
+// GPU timeline facts as the rules use them, from report.device.facts
 // (filled from the timeline analysis' DeviceFacts): clamped, busy and idle
 // derived from each other when one is absent. Fractions are of total step
 // time unless stated; facts the report does not hold stay empty.

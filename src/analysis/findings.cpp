@@ -402,7 +402,7 @@ void host_waits_for_device(const Report& r, std::vector<Finding>& out) {
 // ran after the steps that launched it, so the step windows alone would have
 // read it idle. Said where the user reads, beside the verdict it changes.
 void device_behind_host(const Report& r, std::vector<Finding>& out) {
-  const auto& t = r.device.facts.timeline;
+  const auto& t = r.device.facts;
   if (!t.host_window_idle_fraction || !t.device_span_busy_fraction) return;
   out.push_back(make("device_behind_host", "info",
                      fmt::format("The GPU ran behind the host: busy {:.1f}% of its own span (first to last device "

@@ -325,7 +325,7 @@ class CudaBackend final : public DeviceBackend {
       info.reason = std::string("the CUDA device failed during the run (") + cudaGetErrorName(gone_error_.load()) +
                     "); device times stop there, host timing is complete";
     }
-    DeviceEventCounters& m = info.facts.events;
+    DeviceFactsSection& m = info.facts;
     m.device_times_resolved = static_cast<double>(resolved_);
     m.device_times_unresolved = static_cast<double>(pending_.size());
     m.event_pool_exhausted = static_cast<double>(pool_.exhausted());

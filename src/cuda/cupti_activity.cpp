@@ -496,7 +496,7 @@ CuptiActivity::PerDevice& CuptiActivity::per_device(std::uint32_t device) {
 namespace {
 
 // The runtime-API call counts of the callbacks.
-void count_api_calls(CuptiCounters& m, const ApiCounts& c, std::uint64_t measured_steps) {
+void count_api_calls(DeviceFactsSection& m, const ApiCounts& c, std::uint64_t measured_steps) {
   m.sync_calls = static_cast<double>(c.sync_calls);
   m.sync_calls_in_steps = static_cast<double>(c.sync_calls_in_steps);
   m.cuda_malloc_calls = static_cast<double>(c.malloc_calls);
@@ -513,7 +513,7 @@ void count_api_calls(CuptiCounters& m, const ApiCounts& c, std::uint64_t measure
 
 void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::uint64_t measured_steps,
                            std::uint64_t step_devices, std::uint64_t timed_devices) noexcept {
-  CuptiCounters& m = info.facts.cupti;
+  DeviceFactsSection& m = info.facts;
   // Counts only when the callbacks ran: "not measured" is not "measured zero" (C11).
   if (subscriber_ == nullptr) return;
   m.cupti_callbacks = 1.0;
@@ -551,7 +551,7 @@ void CuptiActivity::finish(DeviceInfo& info, std::uint64_t warmup_steps, std::ui
   }
 }
 
-void CuptiActivity::count_records(CuptiCounters& m) const {
+void CuptiActivity::count_records(DeviceFactsSection& m) const {
   m.cupti_kernels = static_cast<double>(kernels_);
   m.cupti_nccl_kernels = static_cast<double>(nccl_kernels_);
   m.cupti_memcpys = static_cast<double>(memcpys_);
@@ -584,7 +584,7 @@ void CuptiActivity::keep_measured_steps(std::uint64_t warmup_steps) {
 }
 
 void CuptiActivity::analyse_devices(DeviceInfo& info, std::uint64_t candidates) {
-  CuptiCounters& m = info.facts.cupti;
+  DeviceFactsSection& m = info.facts;
   // Each device on its own (C14): the attribution takes every device op
   // of the timeline as "the device", so it is run on one device's ops at
   // a time.
@@ -647,7 +647,7 @@ void CuptiActivity::analyse_devices(DeviceInfo& info, std::uint64_t candidates) 
   if (!have) return;
   // Same keys as the Kineto import (src/import/trace_report.cpp), so the
   // analyzer reads live and imported runs alike.
-  timeline::add_device_facts(f, info.facts.timeline);
+  timeline::add_device_facts(f, info.facts);
 }
 
 }  // namespace detail::cuda

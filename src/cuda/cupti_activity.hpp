@@ -67,7 +67,7 @@ class CuptiActivity {
   // finish()'s parts, under mutex_: the record counts; the steps past the
   // warm-up (and, over the limits, before the last record); the facts of
   // each device and of the one the steps ran on (bit d of `candidates`).
-  void count_records(CuptiCounters& m) const;
+  void count_records(DeviceFactsSection& m) const;
   void keep_measured_steps(std::uint64_t warmup_steps);
   void analyse_devices(DeviceInfo& info, std::uint64_t candidates);
 

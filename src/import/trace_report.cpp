@@ -345,7 +345,7 @@ void describe_device(const Timeline& tl, DeviceAnalyses analyses, Report& r) {
       r.device.memory_capacity_mb = static_cast<double>(tl.devices.front().total_memory_bytes) / (1024.0 * 1024.0);
   }
   if (!f.has_device_activity) return;
-  timeline::add_device_facts(f, r.device.facts.timeline);
+  timeline::add_device_facts(f, r.device.facts);
   r.device.hta = std::move(analyses.hta);
   if (!f.top_sync_phase.empty()) r.warnings.push_back(sync_idle_warning(f.top_sync_phase, r.phases));
 }

@@ -330,7 +330,7 @@ DeviceFacts device_facts(const Timeline& tl, const AttributionOptions& options, 
   return f;
 }
 
-void add_device_facts(const DeviceFacts& f, DeviceTimelineFacts& out) {
+void add_device_facts(const DeviceFacts& f, DeviceFactsSection& out) {
   out.steps = static_cast<double>(f.steps);
   out.step_time_mean_ms = f.step_time_mean_ns * 1e-6;
   out.device_busy_fraction = f.device_busy_fraction;

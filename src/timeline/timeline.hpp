@@ -32,7 +32,7 @@
 namespace stepscope {
 inline namespace v1 {
 
-struct DeviceTimelineFacts;  // stepscope/report.hpp
+struct DeviceFactsSection;  // stepscope/report.hpp
 
 namespace timeline {
 
@@ -360,10 +360,10 @@ struct DeviceFacts {
   double host_window_idle_fraction = -1;
 };
 STEPSCOPE_API DeviceFacts device_facts(const Timeline& timeline, const AttributionOptions& options = {});
-// The facts as the report holds them (report.device.facts.timeline, in its
+// The facts as the report holds them (report.device.facts, in its
 // units: ms, us), shared by the Kineto import and the live CUPTI backend so
 // the analyzer reads both alike.
-STEPSCOPE_API void add_device_facts(const DeviceFacts& facts, DeviceTimelineFacts& out);
+STEPSCOPE_API void add_device_facts(const DeviceFacts& facts, DeviceFactsSection& out);
 
 // ---------------------------------------------------------------------------
 // PyTorch's own ranges as phases (docs/timeline.md, "Phases without

@@ -25,7 +25,7 @@ Report report_from_trace(const std::string& file) {
   r.device.enabled = true;
   // The facts the classifier's GPU rules read, without launch_delay_p50_us
   // (the importer's report_from_timeline adds it and the rest).
-  DeviceTimelineFacts& t = r.device.facts.timeline;
+  DeviceFactsSection& t = r.device.facts;
   t.device_busy_fraction = f.device_busy_fraction;
   t.device_idle_fraction = f.device_idle_fraction;
   t.idle_host_input_fraction = f.idle_host_input_fraction;

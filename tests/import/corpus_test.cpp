@@ -165,7 +165,7 @@ TEST_CASE("ROCm launches are launch evidence too", "[import][corpus][pytorch2]")
   CHECK(r.bottleneck.category == "scheduling");
   REQUIRE(r.device.hta.present);
   CHECK(r.device.hta.launch_stats.pairs == 0);
-  CHECK(r.device.facts.timeline.launches_per_step.value_or(-1) == 60);
+  CHECK(r.device.facts.launches_per_step.value_or(-1) == 60);
   const stepscope::Evidence* short_kernels = find_evidence(r, "short_kernel_fraction");
   REQUIRE(short_kernels != nullptr);
   CHECK(short_kernels->value == Approx(19.0 / 60.0));
@@ -173,8 +173,8 @@ TEST_CASE("ROCm launches are launch evidence too", "[import][corpus][pytorch2]")
   // ResNet trace they would be 21-39 ms in 16 ms steps, which one cannot
   // tell from a clock offset by the delays alone.
   const stepscope::Report resnet = corpus_report("mi300x_8rank_ddp_resnet_checkpointing_rank0.json.gz");
-  CHECK(resnet.device.facts.timeline.launches_per_step.value_or(0) > 0);
-  CHECK(resnet.device.facts.timeline.launch_delay_p50_us.value_or(-1) == 0);
+  CHECK(resnet.device.facts.launches_per_step.value_or(0) > 0);
+  CHECK(resnet.device.facts.launch_delay_p50_us.value_or(-1) == 0);
 }
 
 TEST_CASE("a GPU that runs behind the host is judged over its own span, not the host's step windows",
@@ -186,7 +186,7 @@ TEST_CASE("a GPU that runs behind the host is judged over its own span, not the 
   // steps after the host launched them. Judged by the windows it read
   // "scheduling: the host fails to keep the GPU fed 93% of the time".
   const stepscope::Report r = corpus_report("mi300x_8rank_ddp_resnet_checkpointing_rank0.json.gz");
-  const auto& t = r.device.facts.timeline;
+  const auto& t = r.device.facts;
   REQUIRE(t.host_window_idle_fraction.has_value());
   CHECK(*t.host_window_idle_fraction > 0.9);
   CHECK(t.device_span_busy_fraction.value_or(0) > 0.95);
@@ -203,8 +203,8 @@ TEST_CASE("a GPU that runs behind the host is judged over its own span, not the 
   // One kernel in a 13 s step is busy 100% of its own span: not a device
   // behind the host (its span is a sliver of the step), still scheduling.
   const stepscope::Report triton = corpus_report("a100_triton_one_step.json.gz");
-  CHECK_FALSE(triton.device.facts.timeline.host_window_idle_fraction.has_value());
-  CHECK(triton.device.facts.timeline.device_span_busy_fraction.value_or(0) > 0.99);
+  CHECK_FALSE(triton.device.facts.host_window_idle_fraction.has_value());
+  CHECK(triton.device.facts.device_span_busy_fraction.value_or(0) > 0.99);
   CHECK(triton.bottleneck.category == "scheduling");
   CHECK(std::none_of(triton.findings.begin(), triton.findings.end(),
                      [](const stepscope::Finding& f) { return f.kind == "device_behind_host"; }));

@@ -50,8 +50,8 @@ TEST_CASE("the report's device facts, HTA tables and top operators equal the pub
     Report expected = report;
     const timeline::DeviceFacts facts = timeline::device_facts(tl);
     if (facts.has_device_activity) {
-      expected.device.facts.timeline = DeviceTimelineFacts{};
-      timeline::add_device_facts(facts, expected.device.facts.timeline);
+      expected.device.facts = DeviceFactsSection{};
+      timeline::add_device_facts(facts, expected.device.facts);
       expected.device.hta = hta_tables(trace);
       CHECK(expected.device.hta.present);
     }

@@ -197,11 +197,11 @@ timeline::Timeline launch_bound_step() {
 TEST_CASE("a launch-bound PyTorch 2.x step is scheduling, in the trace's words", "[report][trace][modern]") {
   const Report r = report_from_timeline(launch_bound_step(), "bert_h100.json");
   INFO(r.bottleneck.summary);
-  CHECK(r.device.facts.timeline.device_idle_fraction.value() > 0.9);
+  CHECK(r.device.facts.device_idle_fraction.value() > 0.9);
   // No input phase exists, so no GPU idle is charged to input.
-  CHECK(r.device.facts.timeline.idle_host_input_fraction.value() == 0.0);
+  CHECK(r.device.facts.idle_host_input_fraction.value() == 0.0);
   CHECK(r.steps.breakdown.kind_ms[PhaseKind::input] == 0.0);
-  CHECK(r.device.facts.timeline.short_kernel_fraction.value() > 0.9);
+  CHECK(r.device.facts.short_kernel_fraction.value() > 0.9);
   CHECK(r.bottleneck.category == "scheduling");
   // The forward work is PyTorch's operators: attributed without annotations.
   CHECK(r.steps.breakdown.kind_ms[PhaseKind::compute] > 0.5 * r.steps.breakdown.wall_ms);

@@ -28,7 +28,7 @@ TEST_CASE("v100 trace: the GPU is almost always busy computing -> compute", "[re
   const Report r = analyze("v100_single_rank_compute.json.gz");
   CHECK(r.run.source == "kineto-import");
   CHECK(r.device.enabled);
-  CHECK(r.device.facts.timeline.device_busy_fraction.value() > 0.9);
+  CHECK(r.device.facts.device_busy_fraction.value() > 0.9);
   CHECK(r.bottleneck.category == "compute");
   CHECK(r.bottleneck.confidence > 0.5);
   CHECK(has_supporting_evidence(r));
@@ -46,7 +46,7 @@ TEST_CASE("mostly idle GPUs are never called compute-bound", "[report][trace]") 
   for (const char* name : {"a100_alexnet_idle.json.gz", "mi250_minitoy.json.gz", "a100_2rank_nccl.json.gz"}) {
     INFO(name);
     const Report r = analyze(name);
-    CHECK(r.device.facts.timeline.device_idle_fraction.value() > 0.5);
+    CHECK(r.device.facts.device_idle_fraction.value() > 0.5);
     CHECK(r.bottleneck.category != "compute");
     CHECK(r.bottleneck.category == "scheduling");  // idle while the host launches work
     CHECK(has_supporting_evidence(r));
@@ -58,8 +58,8 @@ TEST_CASE("128-rank job: exposed communication dominates -> communication", "[re
     INFO(name);
     const Report r = analyze(name);
     CHECK(r.run.world_size == 128);
-    CHECK(r.device.facts.timeline.exposed_communication_fraction.value() > 0.2);  // as much as compute
-    CHECK(r.device.facts.timeline.launch_delay_p50_us.value() > 1000);            // the host runs ahead
+    CHECK(r.device.facts.exposed_communication_fraction.value() > 0.2);  // as much as compute
+    CHECK(r.device.facts.launch_delay_p50_us.value() > 1000);            // the host runs ahead
     CHECK(r.bottleneck.category == "communication");
     CHECK(has_supporting_evidence(r));
   }

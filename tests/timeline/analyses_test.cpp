@@ -211,7 +211,7 @@ TEST_CASE("a device busy behind the host's step windows is judged over its own s
   CHECK(f.compute_fraction == Approx(0.75));
   CHECK(f.communication_fraction == Approx(0.25));
   CHECK(f.exposed_communication_fraction == Approx(0.25));
-  stepscope::DeviceTimelineFacts out;
+  stepscope::DeviceFactsSection out;
   add_device_facts(f, out);
   CHECK(out.host_window_idle_fraction.value_or(-1) == Approx(0.625));
 
@@ -222,7 +222,7 @@ TEST_CASE("a device busy behind the host's step windows is judged over its own s
   const DeviceFacts g = device_facts(gaps.tl);
   CHECK(g.device_span_busy_fraction < 0.9);
   CHECK(g.host_window_idle_fraction < 0);
-  stepscope::DeviceTimelineFacts gaps_out;
+  stepscope::DeviceFactsSection gaps_out;
   add_device_facts(g, gaps_out);
   CHECK_FALSE(gaps_out.host_window_idle_fraction.has_value());
   // ... nor one short kernel in a long step (busy all of its own 10 us).

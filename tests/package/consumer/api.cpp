@@ -31,8 +31,8 @@ int main() {
   report.steps.count = 40;
   report.steps.wall_ms.count = 40;
   report.steps.wall_ms.mean = 10;
-  report.device.facts.timeline.device_busy_fraction = 0.95;
-  report.device.facts.timeline.device_idle_fraction = 0.05;
+  report.device.facts.device_busy_fraction = 0.95;
+  report.device.facts.device_idle_fraction = 0.05;
   stepscope::analyze(report);
 
   stepscope::Report loaded;
@@ -41,7 +41,7 @@ int main() {
     std::fprintf(stderr, "api: the report does not load back: %s\n", error.c_str());
     return 1;
   }
-  if (loaded.device.facts.timeline.device_busy_fraction != 0.95 || loaded.device.facts.cupti.sync_calls) {
+  if (loaded.device.facts.device_busy_fraction != 0.95 || loaded.device.facts.sync_calls) {
     std::fprintf(stderr, "api: device facts changed on the way through JSON\n");
     return 1;
   }
