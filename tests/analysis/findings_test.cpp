@@ -292,6 +292,37 @@ TEST_CASE("findings: page-fault storm names its kernel-time cost and the glibc r
   const Finding* g = finding(none, "page_fault_storm");
   REQUIRE(g != nullptr);
   CHECK(g->message.find("in the kernel") == std::string::npos);
+  CHECK(g->severity == "warning");  // what it costs is unknown: not played down
+}
+
+TEST_CASE("findings: a page-fault storm is ranked by what it costs the step", "[analysis][findings]") {
+  Report r = steady();
+  const double steps = static_cast<double>(r.steps.count);
+  const double step_ms = r.steps.wall_ms.mean;
+  const double per_step = 2 * kThresholds.minor_faults_per_step;
+  r.system.minor_faults = static_cast<std::uint64_t>(per_step * steps);
+  r.system.cpu_system_s = 0.5 * step_ms * steps / 1000.0;  // the kernel time alone would say half the step
+  const double k = kThresholds.page_fault_warning_share;
+  for (double share : {k / 10, k * 0.99, k * 1.01, 0.5}) {
+    // The fault cost measured on this machine, in us per fault, for `share` of the step.
+    r.system.page_fault_us = share * step_ms * 1e3 / per_step;
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "page_fault_storm");
+    INFO("share " << share);
+    REQUIRE(f != nullptr);
+    CHECK(f->severity == (share >= k ? "warning" : "info"));
+  }
+  // Unmeasured fault cost: the kernel time (an upper bound) decides.
+  const auto severity = [&] {
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "page_fault_storm");
+    return f != nullptr ? f->severity : std::string("none");
+  };
+  r.system.page_fault_us = 0;
+  r.system.cpu_system_s = 0.5 * k * step_ms * steps / 1000.0;
+  CHECK(severity() == "info");
+  r.system.cpu_system_s = 2 * k * step_ms * steps / 1000.0;
+  CHECK(severity() == "warning");
 }
 
 TEST_CASE("findings: large unattributed time and too few steps", "[analysis][findings]") {
