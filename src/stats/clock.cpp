@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #if STEPSCOPE_DETAIL_HAVE_TSC
 #include <cpuid.h>
@@ -194,11 +196,14 @@ void TickConverter::start() noexcept {
   scale_ = TickScale{};
   error_ppm_ = 0;
   if (tsc_) {
-    // Provisional slope from a 2 ms calibration (off the hot path: this runs
-    // on the collector thread before its first drain).
+    // Provisional slope from a calibration of at least 2 ms (off the hot
+    // path: this runs on the collector thread before its first drain). The
+    // thread sleeps through it: the pairs at both ends carry the precision,
+    // a later wake-up only lengthens the baseline. (It used to spin: 2 ms of
+    // CPU, most of the collector's cost in a run of under a second.)
     const std::int64_t until = p.ns + 2000000;
-    while (static_cast<std::int64_t>(monotonic_ns()) < until) {
-    }
+    for (std::int64_t now = p.ns; now < until; now = static_cast<std::int64_t>(monotonic_ns()))
+      std::this_thread::sleep_for(std::chrono::nanoseconds(until - now));
     recalibrate();
     error_ppm_ = 0;
   }
