@@ -66,20 +66,30 @@ void Classifier::recommend_io(std::vector<std::string>& out) const {
                     "then take about the longer of compute and the loader's time per batch (see the what-if for "
                     "kind:input).",
                     pct(cost_[Bottleneck::io])));
-  const bool known = s.available && s.input_on_cpu_fraction >= 0;
-  const bool waiting = known && s.input_on_cpu_fraction < t.input_on_cpu_working;
-  const bool working = known && !waiting;
-  if (waiting || !known)
-    out.push_back(
-        "The step waits for batches that are not ready: use more loader workers (e.g. DataLoader "
-        "num_workers), prefetch the next batches ahead of the step (prefetch_factor, a bounded "
-        "queue filled by a background thread), and pin host batch memory so the host-to-device "
-        "copy can run asynchronously.");
-  if (working || !known)
-    out.push_back(
-        "The step thread does the input work itself: move decoding and augmentation off the step "
-        "thread into loader workers, vectorise per-sample transforms (apply them per batch), and "
-        "cache decoded or preprocessed samples instead of decoding them every epoch.");
+  // Whether the step thread waits in its input phases or works there decides
+  // the remedy; where the sampler could not tell (a run of under a few
+  // seconds), one line says so and gives both, never two claims that
+  // contradict each other.
+  static constexpr const char* kWaitRemedy =
+      "use more loader workers (e.g. DataLoader num_workers), prefetch the next batches ahead of the step "
+      "(prefetch_factor, a bounded queue filled by a background thread), and pin host batch memory so the "
+      "host-to-device copy can run asynchronously.";
+  static constexpr const char* kWorkRemedy =
+      "move decoding and augmentation off the step thread into loader workers, vectorise per-sample transforms "
+      "(apply them per batch), and cache decoded or preprocessed samples instead of decoding them every epoch.";
+  if (!s.available || s.input_on_cpu_fraction < 0)
+    out.push_back(fmt::format(
+        "Whether the step thread waits for its batches or does the input work itself, this run cannot tell ({}). "
+        "If it waits: {} If it works: {}",
+        s.available ? fmt::format("{} sample{} of its state in input phases, too few; a run of a few seconds has "
+                                  "enough",
+                                  s.input_samples, s.input_samples == 1 ? "" : "s")
+                    : std::string("no samples of its state on this system"),
+        kWaitRemedy, kWorkRemedy));
+  else if (s.input_on_cpu_fraction < t.input_on_cpu_working)
+    out.push_back(std::string("The step waits for batches that are not ready: ") + kWaitRemedy);
+  else
+    out.push_back(std::string("The step thread does the input work itself: ") + kWorkRemedy);
   if (fires("major_faults_per_step") || fires("io_wait_fraction") || fires("read_mib_per_step"))
     out.push_back(
         "Reads are served from storage, not memory (major faults / block-I/O wait / bytes read): "

@@ -325,6 +325,45 @@ TEST_CASE("classify: pipeline A (serial preprocessing) is io, pipeline B (backgr
   CHECK(ranked_cost(vb, "io") < kThresholds.moderately_bound);
 }
 
+TEST_CASE("classify: input advice follows what the step thread did in its input phases, or says it is unknown",
+          "[analysis][classify]") {
+  Shares a;
+  a.input = 0.70;
+  a.compute = 0.28;
+  a.unattributed = 0.02;
+  Report r = host_report(a, 200, 3);
+  add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.70, 2.1);
+  add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.28, 0.84);
+  const auto count = [](const Verdict& v, const char* text) {
+    return std::count_if(v.recommendations.begin(), v.recommendations.end(),
+                         [&](const std::string& line) { return line.find(text) != std::string::npos; });
+  };
+  const char* wait = "more loader workers";
+  const char* work = "move decoding and augmentation off the step thread";
+
+  r.system.input_on_cpu_fraction = 0.04;  // off-CPU: waiting
+  Verdict v = classify(r);
+  REQUIRE(v.category == "io");
+  CHECK(count(v, "waits for batches that are not ready") == 1);
+  CHECK(count(v, work) == 0);
+
+  r.system.input_on_cpu_fraction = 0.95;  // on-CPU: working
+  v = classify(r);
+  CHECK(count(v, "does the input work itself: move") == 1);
+  CHECK(count(v, wait) == 0);
+
+  // A run too short for the sampler (the README's example: 0.6 s, 3 samples in input phases): one line
+  // that says it cannot tell and gives both remedies, not two lines that contradict each other.
+  r.system.input_on_cpu_fraction = -1;
+  r.system.input_samples = 3;
+  v = classify(r);
+  CHECK(count(v, "this run cannot tell (3 samples of its state in input phases") == 1);
+  CHECK(count(v, wait) == 1);
+  CHECK(count(v, work) == 1);
+  CHECK(count(v, "waits for batches that are not ready") == 0);
+  CHECK(count(v, "does the input work itself:") == 0);
+}
+
 TEST_CASE("classify: CPU compute advice leaves out a larger batch for a full-batch optimizer", "[analysis][classify]") {
   // pytorch/examples' time_sequence_prediction: LBFGS with a closure takes
   // the whole data set every step; "a larger batch" cannot apply.
