@@ -102,6 +102,16 @@ FaultFacts fault_facts(const Report& report) {
 // (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit), so larger blocks stay mmapped
 // whatever it is set to. Smaller blocks come from the heap, whose top is
 // returned to the OS past MALLOC_TRIM_THRESHOLD_ (padding MALLOC_TOP_PAD_).
+FaultCost page_fault_cost(const Report& report) {
+  // The cost as the breakdown's page-fault row holds it (what the what-if
+  // takes away): never more than the step's other parts, so the advice and
+  // the what-if project the same step.
+  const FaultFacts faults = fault_facts(report);
+  const StepBreakdown settled = settled_breakdown(report);
+  return {settled.page_fault_ms > 0 ? settled.page_fault_ms : faults.cost_ms_per_step,
+          settled.wall_ms > 0 ? settled.wall_ms : faults.step_ms};
+}
+
 std::string page_fault_remedy(const Report& report) {
   constexpr double kMmapThresholdMaxMib = 32.0;
   const FaultFacts faults_ = fault_facts(report);
@@ -111,12 +121,7 @@ std::string page_fault_remedy(const Report& report) {
       "memory is returned to the OS and faulted in again (the report cannot tell the size of each block, only "
       "that none exceeds {:.0f} MiB). ",
       faults_.minor_per_step, fresh, fresh);
-  // The cost as the breakdown's page-fault row holds it (what the what-if
-  // takes away): never more than the step's other parts, so the advice and
-  // the what-if project the same step.
-  const StepBreakdown settled = settled_breakdown(report);
-  const double cost = settled.page_fault_ms > 0 ? settled.page_fault_ms : faults_.cost_ms_per_step;
-  const double step = settled.wall_ms > 0 ? settled.wall_ms : faults_.step_ms;
+  const auto [cost, step] = page_fault_cost(report);
   if (faults_.cost_ms_per_step > 0 && step > 0)
     out += fmt::format(
         "At the {:.1f} us a fault took on this machine they cost about {:.1f} ms of the {:.1f} ms step ({:.0f}%): "

@@ -88,6 +88,15 @@ struct CpuHolders {
 CpuHolders cpu_holders(const SystemSignals& s);
 // The size-aware allocator remedy for a page-fault storm (verdict and finding).
 std::string page_fault_remedy(const Report& report);
+// What the faults cost the step, as the breakdown's page-fault row holds it
+// (the faults at the measured fault cost where the row is empty), and the
+// step it is part of: the figures page_fault_remedy() quotes. cost_ms <= 0:
+// not measured.
+struct FaultCost {
+  double cost_ms = -1;
+  double step_ms = 0;
+};
+FaultCost page_fault_cost(const Report& report);
 
 // The one accounting every output uses (verdict, summary table, HTML, JSON):
 // the measured breakdown with two costs carved out so each part is what its

@@ -81,12 +81,14 @@ void page_faults(const Report& r, std::vector<Finding>& out) {
         " The process spent {:.2f} ms/step in the kernel ({:.0f}% of the step: faults and every system call, "
         "without a hypervisor's share of the faults).",
         sys_ms, 100.0 * sys_ms / step_ms);
-  // Ranked by what it costs the step: the faults' measured cost, else the
+  // Ranked by what it costs the step: the cost the remedy quotes, else the
   // kernel time (an upper bound). A storm that costs the step little is info;
   // one whose cost is unknown stays a warning.
-  const double fault_ms = detail::fault_facts(r).cost_ms_per_step;
-  const double cost_ms = fault_ms > 0 ? fault_ms : sys_ms;
-  const bool cheap = step_ms > 0 && cost_ms > 0 && cost_ms < kThresholds.page_fault_warning_share * step_ms;
+  const detail::FaultCost fault = detail::page_fault_cost(r);
+  const bool measured = fault.cost_ms > 0 && fault.step_ms > 0;
+  const double cost_ms = measured ? fault.cost_ms : sys_ms;
+  const double of_ms = measured ? fault.step_ms : step_ms;
+  const bool cheap = of_ms > 0 && cost_ms > 0 && cost_ms < kThresholds.page_fault_warning_share * of_ms;
   out.push_back(make("page_fault_storm", cheap ? "info" : "warning", detail::page_fault_remedy(r) + cost,
                      {{"minor_faults_per_step", per_step},
                       {"threshold", kThresholds.minor_faults_per_step},
