@@ -233,9 +233,7 @@ void BM_V100InflateOnly(benchmark::State& state) {
 BENCHMARK(BM_V100InflateOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The whole gzip inflated in one call (libdeflate when the build has it),
-// as the importer does for traces under ImportOptions::max_in_memory_json_bytes;
-// prefault:1 backs the document's pages on a helper thread meanwhile (what
-// the importer does when it may use a second thread).
+// as the importer does for traces under ImportOptions::max_in_memory_json_bytes.
 void BM_V100InflateWhole(benchmark::State& state) {
   const std::string gz = read_file(kV100);
   std::uint64_t bytes = 0;
@@ -244,7 +242,7 @@ void BM_V100InflateWhole(benchmark::State& state) {
     stepscope::detail::MemoryInput input(gz);
     stepscope::detail::WholeDocumentLoader loader;
     stepscope::detail::WholeDocument document;
-    if (loader.load(input, std::size_t{64} << 20, document, state.range(0) != 0) !=
+    if (loader.load(input, std::size_t{64} << 20, document) !=
         stepscope::detail::WholeDocumentLoader::Outcome::loaded) {
       state.SkipWithError("not inflated whole (a build without libdeflate streams gzip)");
       return;
@@ -255,7 +253,7 @@ void BM_V100InflateWhole(benchmark::State& state) {
   cpu.finish(state);
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
 }
-BENCHMARK(BM_V100InflateWhole)->Arg(0)->Arg(1)->ArgName("prefault")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_V100InflateWhole)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_V100AnalysesOnly(benchmark::State& state) {
   const stepscope::ImportResult r = stepscope::import_kineto_trace(kV100);

@@ -10,7 +10,6 @@
 #endif
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -90,55 +89,6 @@ void WholeDocument::allocate(std::size_t size) {
 
 namespace {
 
-// Backs a fresh document's pages from a helper thread, front to back, while
-// the calling thread reads the input and inflates into it. The first write
-// to a fresh page costs a fault that zeroes it (a 2 MiB huge page here
-// ~0.2-0.6 ms; the 15 MB V100 document takes 8 of them), and libdeflate's
-// one-call inflate has nothing else for the second core to do.
-// MADV_POPULATE_WRITE (Linux 5.14) faults the pages in as a write would,
-// without accessing the bytes: the helper never races with the writer (a
-// page it backed is there when the inflate reaches it; one the inflate
-// reached first is left alone). Older kernels refuse the advice (EINVAL):
-// the helper stops and the writes fault as before.
-class DocumentPrefault {
- public:
-  DocumentPrefault(char* begin, std::size_t bytes) {
-#if defined(MADV_POPULATE_WRITE)
-    try {
-      thread_ = std::thread([this, begin, bytes] { run(begin, bytes); });
-    } catch (...) {
-      // No thread: the inflate faults the pages itself.
-    }
-#else
-    (void)begin;
-    (void)bytes;
-#endif
-  }
-  ~DocumentPrefault() {
-    stop_.store(true, std::memory_order_relaxed);
-    if (thread_.joinable()) thread_.join();
-  }
-  DocumentPrefault(const DocumentPrefault&) = delete;
-  DocumentPrefault& operator=(const DocumentPrefault&) = delete;
-
- private:
-  void run(char* begin, std::size_t bytes) {
-#if defined(MADV_POPULATE_WRITE)
-    // One huge page per call: the writer, right behind, waits at most for
-    // the page being backed, and a stop request is seen between pages.
-    for (std::size_t at = 0; at < bytes && !stop_.load(std::memory_order_relaxed); at += kHugePage) {
-      if (madvise(begin + at, std::min(kHugePage, bytes - at), MADV_POPULATE_WRITE) != 0) return;
-    }
-#else
-    (void)begin;
-    (void)bytes;
-#endif
-  }
-
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 // Reads the rest of `input`, `expected` bytes by its size, into `out` in
 // one piece. The buffer is not zero-filled first (a std::string's resize
 // writes every byte: for the 15 MB of a plain trace, a memset and page
@@ -179,15 +129,7 @@ bool WholeDocumentLoader::inflates_gzip() {
 }
 
 WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::size_t limit, WholeDocument& document,
-                                                       bool prefault_on_helper) {
-  // A prefault helper when asked for and worth it: only for the
-  // huge-page-aligned documents that allocate() makes of large inputs.
-  const auto prefault = [prefault_on_helper, &document]() -> std::unique_ptr<DocumentPrefault> {
-    if (!prefault_on_helper || document.storage_bytes_ < 2 * kHugePage ||
-        reinterpret_cast<std::uintptr_t>(document.data_.get()) % kHugePage != 0)
-      return nullptr;
-    return std::make_unique<DocumentPrefault>(document.data_.get(), document.storage_bytes_);
-  };
+                                                       const std::function<void(std::size_t)>& before_fill) {
   const std::int64_t total = input.size_hint();
   if (total < 0 || static_cast<std::uint64_t>(total) > limit) return Outcome::streamed;
   const auto size = static_cast<std::size_t>(total);
@@ -206,10 +148,8 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
                                   static_cast<std::size_t>(trailer[2]) << 16 |
                                   static_cast<std::size_t>(trailer[3]) << 24;
     if (announced > limit) return Outcome::streamed;
-    // The document first, so that its pages are backed (on the helper)
-    // while the compressed bytes are read.
     document.allocate(announced);
-    std::unique_ptr<DocumentPrefault> backing = prefault();
+    if (before_fill) before_fill(announced);
     compressed_view_ = input.in_memory();
     if (compressed_view_.size() != size) {
       if (!read_to_end(input, size, compressed_)) return Outcome::failed;
@@ -226,7 +166,6 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
     const libdeflate_result rc =
         libdeflate_gzip_decompress_ex(decompressor.d, compressed_view_.data(), compressed_view_.size(),
                                       document.data_.get(), announced, &used_in, &produced);
-    backing.reset();
     if (rc == LIBDEFLATE_SUCCESS && used_in == compressed_view_.size() && produced == announced) {
       document.size_ = produced;
       document.compressed_bytes_ = compressed_view_.size();
@@ -245,6 +184,7 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
   const std::string_view bytes = input.in_memory();
   if (bytes.size() == size && size > 0) {
     document.allocate(size);
+    if (before_fill) before_fill(size);
     std::memcpy(document.data_.get(), bytes.data(), size);
     document.compressed_bytes_ = size;
     return Outcome::loaded;
@@ -252,7 +192,7 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
   // Straight into the document; only a file that grew since fstat takes a
   // second buffer and a copy.
   document.allocate(size);
-  std::unique_ptr<DocumentPrefault> backing = prefault();
+  if (before_fill) before_fill(size);
   std::string error;
   std::size_t got = 0;
   for (;;) {
@@ -262,7 +202,6 @@ WholeDocumentLoader::Outcome WholeDocumentLoader::load(RawInput& input, std::siz
     if (!error.empty()) return Outcome::failed;
     if (n == 0 || got == size + 1) break;
   }
-  backing.reset();
   if (got <= size) {
     document.size_ = got;
     std::memset(document.data_.get() + got, 0, WholeDocument::kPadding);

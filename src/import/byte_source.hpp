@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <streambuf>
@@ -119,11 +120,11 @@ class WholeDocumentLoader {
   // True when this build inflates gzip in one piece (libdeflate).
   static bool inflates_gzip();
 
-  // With prefault_on_helper, a helper thread backs the document's pages
-  // while this thread reads the input and inflates it (see DocumentPrefault
-  // in byte_source.cpp); without, or when no thread starts, the writes
-  // fault them in as they go.
-  Outcome load(RawInput& input, std::size_t limit, WholeDocument& document, bool prefault_on_helper = false);
+  // before_fill, when set, learns the document's size once it is known and
+  // before the input is read or inflated into it (the importer starts its
+  // worker thread there).
+  Outcome load(RawInput& input, std::size_t limit, WholeDocument& document,
+               const std::function<void(std::size_t)>& before_fill = {});
   // After Outcome::fallback: the input's bytes, as a new input to stream from.
   std::unique_ptr<RawInput> fallback_input() const { return std::make_unique<MemoryInput>(compressed_view_); }
 

@@ -17,8 +17,6 @@
 #include <istream>
 #include <new>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -29,6 +27,7 @@
 #include "import/kineto_semantics.hpp"
 #include "import/kineto_timeline.hpp"
 #include "import/trace_import.hpp"
+#include "import/worker.hpp"
 
 namespace stepscope {
 inline namespace v1 {
@@ -424,24 +423,26 @@ const char* find_split_point(const char* from, const char* end) {
 }
 
 // The helper of a split parse: its own scanner and builder over the same
-// document, from the split point to the end, on a thread of its own.
+// document, from the split point to the end, on the worker's thread.
 class SplitHelper final : public kineto::SplitHandoff {
  public:
-  // Throws when the thread cannot start (the caller then parses alone).
-  SplitHelper(const ImportOptions& options, const WholeDocument& document, const char* start, bool object_document)
-      : window_(document), builder_(options), scanner_(options, window_, builder_) {
-    thread_ = std::thread([this, start, object_document] {
+  SplitHelper(const ImportOptions& options, const WholeDocument& document, Worker& worker)
+      : window_(document), builder_(options), scanner_(options, window_, builder_), worker_(worker) {}
+  ~SplitHelper() override { abandon(); }
+  SplitHelper(const SplitHelper&) = delete;
+  SplitHelper& operator=(const SplitHelper&) = delete;
+
+  // False when the worker cannot take it (the caller then parses alone).
+  bool post(const char* start, bool object_document) {
+    posted_ = worker_.post([this, start, object_document] {
       try {
         succeeded_ = scanner_.run_from_split(start, object_document, cancel_);
       } catch (...) {
         succeeded_ = false;  // bad_alloc: the main scanner carries on alone
       }
     });
+    return posted_;
   }
-  ~SplitHelper() override { abandon(); }
-  SplitHelper(const SplitHelper&) = delete;
-  SplitHelper& operator=(const SplitHelper&) = delete;
-
   bool take_over() override {
     join();
     return succeeded_;
@@ -455,21 +456,24 @@ class SplitHelper final : public kineto::SplitHandoff {
 
  private:
   void join() {
-    if (thread_.joinable()) thread_.join();
+    if (posted_) worker_.wait();
+    posted_ = false;
   }
 
   ChunkWindow window_;
   TraceBuilder builder_;
   kineto::FastScanner scanner_;
+  Worker& worker_;
   std::atomic<bool> cancel_{false};
-  bool succeeded_ = false;  // written by the thread, read after join()
-  std::thread thread_;
+  bool posted_ = false;
+  bool succeeded_ = false;  // written by the worker, read after join()
 };
 
 // The fast path over a document read whole: one scanner, or two when it is
 // large enough and a second thread is allowed (see kineto::SplitHandoff).
 bool scan_document(const WholeDocument& document, const ImportOptions& options, const ImportTuning& tuning,
-                   TraceBuilder& builder, ImportResult& result, std::string& reason, ImportDiagnostics* diagnostics) {
+                   Worker& worker, TraceBuilder& builder, ImportResult& result, std::string& reason,
+                   ImportDiagnostics* diagnostics) {
   if (document.size() > options.max_json_bytes) {
     result.error = too_many_bytes(options.max_json_bytes);
     reason = "over a limit";
@@ -486,12 +490,11 @@ bool scan_document(const WholeDocument& document, const ImportOptions& options, 
                                  : document.size() / 2;
     const char* start = find_split_point(document.begin() + from, document.end());
     if (start != nullptr && first < start && (*first == '{' || *first == '[')) {
-      try {
-        helper = std::make_unique<SplitHelper>(options, document, start, *first == '{');
+      helper = std::make_unique<SplitHelper>(options, document, worker);
+      if (helper->post(start, *first == '{'))
         scanner.set_split(window.offset_of(start), helper.get());
-      } catch (const std::system_error&) {
+      else
         helper.reset();  // no thread: one scanner does it all
-      }
     }
   }
   const bool scanned = scanner.run();
@@ -529,16 +532,24 @@ bool scan_document(const WholeDocument& document, const ImportOptions& options, 
 bool run_fast(std::unique_ptr<RawInput> input, const ImportOptions& options, const ImportTuning& tuning,
               ImportResult& result, std::string& reason, ImportDiagnostics* diagnostics) {
   TraceBuilder builder(options);
+  Worker own_worker;
+  Worker& worker = tuning.worker != nullptr ? *tuning.worker : own_worker;
   {
     // Scoped: the document's (or decoder's and window's) buffers are freed
     // before the timeline is built.
     WholeDocumentLoader loader;
     WholeDocument document;
     auto outcome = WholeDocumentLoader::Outcome::streamed;
-    if (options.max_in_memory_json_bytes > 0) outcome = loader.load(*input, options.max_in_memory_json_bytes, document);
+    // A document large enough to split: the worker starts now, while this
+    // thread fills it (see worker.hpp).
+    const auto before_fill = [&](std::size_t bytes) {
+      if (options.pipelined_decompression && bytes >= tuning.min_split_bytes) worker.start();
+    };
+    if (options.max_in_memory_json_bytes > 0)
+      outcome = loader.load(*input, options.max_in_memory_json_bytes, document, before_fill);
     switch (outcome) {
       case WholeDocumentLoader::Outcome::loaded:
-        if (!scan_document(document, options, tuning, builder, result, reason, diagnostics)) return false;
+        if (!scan_document(document, options, tuning, worker, builder, result, reason, diagnostics)) return false;
         break;
       case WholeDocumentLoader::Outcome::failed:
         reason = "reading the input failed";

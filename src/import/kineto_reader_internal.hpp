@@ -17,6 +17,8 @@ namespace stepscope {
 inline namespace v1 {
 namespace detail {
 
+class Worker;  // import/worker.hpp
+
 enum class KinetoParser : std::uint8_t {
   automatic,  // fast scanner; on anything it does not handle, the exact parser from the start
   exact,      // nlohmann's SAX parser only (the reference; gives every error message)
@@ -30,12 +32,16 @@ struct ImportDiagnostics {
   bool split_parse = false;       // ... and a helper thread parsed its second part
 };
 
-// Where the two-thread parse of a whole document splits; tests move it.
+// How the two-thread parse of a whole document runs: where it splits (tests
+// move it) and on which thread.
 struct ImportTuning {
   // Smaller documents are parsed on one thread: starting one costs more than it saves.
   std::size_t min_split_bytes = 1u << 20;
   // Byte offset where the search for the split point starts; -1: the middle.
   std::int64_t split_search_from = -1;
+  // The thread of the split parse, started before the document is inflated
+  // (analyze_trace_file keeps it for the report); null: the import has its own.
+  Worker* worker = nullptr;
 };
 
 // The errors of ImportOptions::max_events and max_json_bytes (both parsers).

@@ -5,18 +5,18 @@
 #include <stepscope/version.hpp>
 #include "core/atomic_file.hpp"
 #include "import/hta_tables.hpp"
+#include "import/kineto_reader_internal.hpp"
 #include "import/phase_operators.hpp"
 #include "import/trace_import.hpp"
+#include "import/worker.hpp"
 
 #include "stats/histogram.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <future>
 #include <map>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace stepscope {
@@ -24,6 +24,7 @@ inline namespace v1 {
 
 namespace {
 
+using detail::Worker;
 using timeline::Timeline;
 
 std::string lower(std::string s) {
@@ -295,31 +296,51 @@ DeviceAnalyses analyse_device(const Timeline& trace, const Timeline& stepped) {
 
 // The device analyses and the host side of the report (phases, PyTorch's
 // phases, top operators) read the timeline only and share nothing: the
-// device side runs on a second thread meanwhile (≈ half the tail's work on
-// the V100 trace; the importer's helper thread is done by now). Where no
-// thread can be started it runs on this one. The future is waited for on
-// every path, an exception included (a std::async future joins on
-// destruction), and get() rethrows the helper's exception here.
+// device side runs on the worker meanwhile (≈ half the tail's work on the
+// V100 trace; analyze_trace_file's worker parsed half the trace before).
+// Where the worker cannot take it, it runs on this thread. The worker is
+// waited for on every path (the destructor); when the analyses failed
+// there (bad_alloc), get() runs them again here, where the error reaches
+// report_on's handler.
 class DeviceAnalysesInBackground {
  public:
-  // Below this many ops the analyses cost less than starting a thread
+  // Below this many ops the analyses cost less than handing them over
   // (~0.2 ms here; the V100 trace's 60 k ops take ~1.5 ms).
   static constexpr std::size_t kMinOpsForThread = 8192;
 
-  DeviceAnalysesInBackground(const Timeline& trace, const Timeline& stepped) : trace_(trace), stepped_(stepped) {
+  DeviceAnalysesInBackground(const Timeline& trace, const Timeline& stepped, Worker& worker)
+      : trace_(trace), stepped_(stepped), worker_(worker) {
     if (trace.host_ops.size() + trace.device_ops.size() < kMinOpsForThread) return;
-    try {
-      pending_ = std::async(std::launch::async, [&trace, &stepped] { return analyse_device(trace, stepped); });
-    } catch (const std::system_error&) {
-      // No thread: computed in get(), on the caller's.
-    }
+    posted_ = worker.post([this] {
+      try {
+        result_ = analyse_device(trace_, stepped_);
+        ok_ = true;
+      } catch (...) {
+        // bad_alloc: get() tries again on the caller's thread, where it reports
+      }
+    });
   }
-  DeviceAnalyses get() { return pending_.valid() ? pending_.get() : analyse_device(trace_, stepped_); }
+  ~DeviceAnalysesInBackground() { wait(); }
+  DeviceAnalysesInBackground(const DeviceAnalysesInBackground&) = delete;
+  DeviceAnalysesInBackground& operator=(const DeviceAnalysesInBackground&) = delete;
+
+  DeviceAnalyses get() {
+    wait();
+    return ok_ ? std::move(result_) : analyse_device(trace_, stepped_);
+  }
 
  private:
+  void wait() {
+    if (posted_) worker_.wait();
+    posted_ = false;
+  }
+
   const Timeline& trace_;
   const Timeline& stepped_;
-  std::future<DeviceAnalyses> pending_;
+  Worker& worker_;
+  bool posted_ = false;
+  bool ok_ = false;        // written by the worker, read after wait()
+  DeviceAnalyses result_;  // likewise
 };
 
 // Where the GPU's sync idle time goes: a phase of the report when the owner
@@ -384,14 +405,17 @@ AnalysedSteps analysed_steps(const Timeline& trace) {
   return out;
 }
 
-Report report_from_timeline(const Timeline& trace, const std::string& source) noexcept {
+namespace {
+
+// The report, with the device analyses on `worker` beside the rest.
+Report report_on(const Timeline& trace, const std::string& source, Worker& worker) noexcept {
   Report r;
   try {
     const AnalysedSteps analysed = analysed_steps(trace);
     if (!analysed.warning.empty()) r.warnings.push_back(analysed.warning);
     const Timeline& tl = analysed.restepped ? analysed.timeline : trace;
     const std::vector<timeline::Step>& warmup = analysed.warmup;
-    DeviceAnalysesInBackground device(trace, tl);
+    DeviceAnalysesInBackground device(trace, tl, worker);
     describe_run(tl, source, r.run);
     summarise_steps(tl, r.steps);
     if (!warmup.empty()) {
@@ -424,6 +448,13 @@ Report report_from_timeline(const Timeline& trace, const std::string& source) no
   return r;
 }
 
+}  // namespace
+
+Report report_from_timeline(const Timeline& trace, const std::string& source) noexcept {
+  detail::Worker worker;
+  return report_on(trace, source, worker);
+}
+
 bool write_trace_report_file(const Report& report, const std::string& path, std::string& error) {
   try {
     return detail::write_file_atomically(path, report_to_json(report) + "\n", error, /*durable=*/false);
@@ -440,12 +471,19 @@ bool analyze_trace_file(const std::string& path, Report& out, std::string& error
 bool analyze_trace_file(const std::string& path, const ImportOptions& options, Report& out,
                         std::string& error) noexcept {
   try {
-    ImportResult imported = import_kineto_trace(path, options);
+    // One worker thread for both: started before the trace is inflated when
+    // it is large enough to split, it parses half of it, then runs the
+    // device analyses beside the report (worker.hpp says why ahead).
+    detail::Worker worker;
+    detail::ImportTuning tuning;
+    tuning.worker = &worker;
+    ImportResult imported =
+        detail::import_kineto_trace_with(path, options, detail::KinetoParser::automatic, nullptr, tuning);
     if (!imported.ok) {
       error = imported.error;
       return false;
     }
-    out = report_from_timeline(imported.trace, path);
+    out = report_on(imported.trace, path, worker);
     if (out.steps.count == 0) {
       error = path + ": " + nothing_to_time(imported.trace);
       return false;

@@ -61,6 +61,24 @@ TEST_CASE("the report's device facts, HTA tables and top operators equal the pub
   }
 }
 
+TEST_CASE("analyze_trace_file, one worker for the split parse and the device analyses, reports as the steps apart do",
+          "[import][report][worker]") {
+  // analyze_trace_file starts its worker before the trace is inflated, parses
+  // half of a large trace on it, then runs the device analyses on it beside
+  // the report; import_kineto_trace and report_from_timeline each start their
+  // own. The reports are the same text.
+  for (const std::string& file : kTraces) {
+    INFO(file);
+    const std::string path = std::string(STEPSCOPE_TEST_DATA_DIR "/traces/") + file;
+    const ImportResult imported = import_kineto_trace(path);
+    REQUIRE(imported.ok);
+    Report analyzed;
+    std::string error;
+    REQUIRE(analyze_trace_file(path, analyzed, error));
+    CHECK(report_to_json(analyzed) == report_to_json(report_from_timeline(imported.trace, path)));
+  }
+}
+
 TEST_CASE("a timeline without device activity gets facts but no HTA tables", "[import][report]") {
   timeline::Timeline tl;
   tl.names = {"ProfilerStep#1", "aten::mm"};
