@@ -13,6 +13,7 @@
 #include <stepscope/report.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -77,17 +78,23 @@ class Histogram {
   }
 
   // Nearest-rank quantile (q in [0,1]): the value of the ceil(q*n)-th smallest.
-  double quantile(double q) const noexcept {
+  double quantile(double q) const noexcept { return quantiles<1>({q})[0]; }
+  // Several at once, in one pass over the buckets (qs ascending): a report
+  // asks p50, p90 and p99 of every distribution, and a histogram of
+  // millisecond durations spans thousands of buckets.
+  template <std::size_t N>
+  std::array<double, N> quantiles(const std::array<double, N>& qs) const noexcept {
+    std::array<double, N> out{};
     const std::uint64_t count = this->count();
-    if (count == 0) return 0;
-    std::uint64_t rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(count)));
-    rank = std::clamp<std::uint64_t>(rank, 1, count);
+    if (count == 0 || counts_.empty()) return out;
+    std::size_t next = 0;
     std::uint64_t seen = 0;
-    for (std::uint32_t i = 0; i < counts_.size(); ++i) {
+    for (std::uint32_t i = 0; i < counts_.size() && next < N; ++i) {
       seen += counts_[i];
-      if (seen >= rank) return bucket_value(i);
+      while (next < N && seen >= rank_of(qs[next], count)) out[next++] = bucket_value(i);
     }
-    return bucket_value(static_cast<std::uint32_t>(counts_.size() - 1));
+    for (; next < N; ++next) out[next] = bucket_value(static_cast<std::uint32_t>(counts_.size() - 1));
+    return out;
   }
 
   HistogramData to_data() const {
@@ -110,6 +117,11 @@ class Histogram {
   std::size_t memory_bytes() const noexcept { return counts_.capacity() * sizeof(std::uint64_t); }
 
  private:
+  static std::uint64_t rank_of(double q, std::uint64_t count) noexcept {
+    const auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(count)));
+    return std::clamp<std::uint64_t>(rank, 1, count);
+  }
+
   // Values up to 2^64 ns: 57 doubling ranges above the exact range.
   static constexpr std::uint32_t kMaxBuckets = (64 - kSubBits + 1) << kSubBits;
 
@@ -200,10 +212,10 @@ inline Distribution to_distribution_ms(const RunningStats& moments, const Histog
   constexpr double kMs = 1e-6;
   Distribution d = moments_to_distribution_ms(moments);
   // Percentiles from the histogram, clamped into the exact [min, max].
-  auto q = [&](double p) { return std::clamp(histogram.quantile(p) * kMs, d.min, d.max); };
-  d.p50 = q(0.50);
-  d.p90 = q(0.90);
-  d.p99 = q(0.99);
+  const std::array<double, 3> q = histogram.quantiles<3>({0.50, 0.90, 0.99});
+  d.p50 = std::clamp(q[0] * kMs, d.min, d.max);
+  d.p90 = std::clamp(q[1] * kMs, d.min, d.max);
+  d.p99 = std::clamp(q[2] * kMs, d.min, d.max);
   return d;
 }
 

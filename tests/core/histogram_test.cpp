@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -54,6 +55,10 @@ TEST_CASE("percentiles are within 1% of the exact values", "[histogram]") {
     INFO("q=" << q << " exact=" << exact << " approx=" << approx);
     REQUIRE(std::fabs(approx - exact) / exact <= 0.01);
   }
+  // All at once, in one pass: the same values as one at a time.
+  const std::array<double, 6> all = stats.histogram.quantiles<6>({0.01, 0.1, 0.5, 0.9, 0.99, 0.999});
+  const double qs[] = {0.01, 0.1, 0.5, 0.9, 0.99, 0.999};
+  for (std::size_t i = 0; i < all.size(); ++i) REQUIRE(all[i] == stats.histogram.quantile(qs[i]));
   const auto d = stats.to_distribution_ms();
   REQUIRE(d.count == values.size());
   REQUIRE(d.min == Approx(*std::min_element(values.begin(), values.end()) * 1e-6));
@@ -72,6 +77,10 @@ TEST_CASE("small values are exact", "[histogram]") {
   for (std::uint64_t v = 0; v < 100; ++v) h.add(v);
   REQUIRE(h.quantile(0.5) == 49.0);
   REQUIRE(h.quantile(1.0) == 99.0);
+  // Several ranks in one bucket, and the first and last value.
+  const std::array<double, 5> q = h.quantiles<5>({0.0, 0.5, 0.5, 0.995, 1.0});
+  CHECK(q == std::array<double, 5>{0.0, 49.0, 49.0, 99.0, 99.0});
+  CHECK(Histogram{}.quantiles<2>({0.5, 0.9}) == std::array<double, 2>{0.0, 0.0});
 }
 
 TEST_CASE("memory does not grow with the number of values", "[histogram]") {
