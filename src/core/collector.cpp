@@ -284,7 +284,7 @@ void Collector::drain_locked() {
     sample_list_.clear();
     for (RingEntry* e : drain_list_)
       if (e->ran_steps && !e->retiring.load(std::memory_order_relaxed))
-        sample_list_.push_back({e->os_tid, e->ring.current_kind.load(std::memory_order_relaxed)});
+        sample_list_.push_back({e->os_tid, e->ring.current_kind.load(std::memory_order_relaxed), e->sched_at_start});
     const std::uint64_t completed = aggregator_.steps_completed();
     sampler_.sample(sample_list_,
                     {completed > 0 && completed >= options_.aggregator.warmup_steps, aggregator_.measured_steps()});

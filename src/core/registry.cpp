@@ -1,7 +1,10 @@
 #include "core/registry.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <new>
 
 namespace stepscope {
@@ -18,6 +21,24 @@ constexpr std::size_t kRecordsOffset = round_up(sizeof(RingEntry), kCacheLine);
 
 }  // namespace
 
+ThreadSchedTimes own_sched_times() noexcept {
+  ThreadSchedTimes t;
+  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return t;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return t;
+  buf[n] = '\0';
+  char* end = nullptr;
+  t.run_ns = std::strtoull(buf, &end, 10);
+  if (end == buf) return t;
+  char* after = nullptr;
+  t.wait_ns = std::strtoull(end, &after, 10);
+  t.known = after != end;
+  return t;
+}
+
 ThreadRegistry::~ThreadRegistry() {
   RingEntry* e = head_;
   while (e != nullptr) {
@@ -29,7 +50,7 @@ ThreadRegistry::~ThreadRegistry() {
   }
 }
 
-ThreadRing* ThreadRegistry::add(std::int64_t os_tid) noexcept {
+ThreadRing* ThreadRegistry::add(std::int64_t os_tid, ThreadSchedTimes at_start) noexcept {
   std::uint32_t capacity = capacity_;
   bool startup_ring = false;
   if (startup_.load(std::memory_order_relaxed) && capacity_ < kStartupRingRecords) {
@@ -50,7 +71,7 @@ ThreadRing* ThreadRegistry::add(std::int64_t os_tid) noexcept {
     return nullptr;
   }
   auto* records = reinterpret_cast<PhaseRecord*>(static_cast<char*>(block) + kRecordsOffset);
-  auto* entry = new (block) RingEntry(records, capacity, os_tid, bytes);
+  auto* entry = new (block) RingEntry(records, capacity, os_tid, bytes, at_start);
   std::lock_guard<std::mutex> lock(mutex_);
   entry->prev = tail_;
   (tail_ != nullptr ? tail_->next : head_) = entry;

@@ -7,7 +7,7 @@
 // loop's tensors are trimmed and re-faulted every step).
 //
 //   ThreadRegistry registry(16384);
-//   ThreadRing* ring = registry.add(os_tid);      // any thread, once
+//   ThreadRing* ring = registry.add(os_tid, own_sched_times());  // any thread, once
 //   registry.retire(ring);                        // that thread, at exit
 //   registry.for_each([](RingEntry& e) { ... });  // the collector
 //   registry.remove(&entry);                      // the collector, once drained
@@ -24,16 +24,30 @@ namespace stepscope {
 inline namespace v1 {
 namespace detail {
 
+// A thread's scheduler times (/proc/thread-self/schedstat): on a CPU, and
+// runnable but waiting for one, since the thread began.
+struct ThreadSchedTimes {
+  std::uint64_t run_ns = 0, wait_ns = 0;
+  bool known = false;
+};
+// The calling thread's, read now (three system calls, no malloc); unknown
+// where /proc is not mounted. For a thread's registration: cold.
+ThreadSchedTimes own_sched_times() noexcept;
+
 // One registered thread. Lives at the start of its mmap block, its ring's
 // records right after it.
 struct RingEntry {
   static constexpr std::uint32_t kUnassigned = ~std::uint32_t{0};
 
-  RingEntry(PhaseRecord* storage, std::uint32_t capacity, std::int64_t tid, std::size_t block_bytes) noexcept
-      : ring(storage, capacity), os_tid(tid), bytes(block_bytes) {}
+  RingEntry(PhaseRecord* storage, std::uint32_t capacity, std::int64_t tid, std::size_t block_bytes,
+            ThreadSchedTimes at_start) noexcept
+      : ring(storage, capacity), os_tid(tid), sched_at_start(at_start), bytes(block_bytes) {}
 
   ThreadRing ring;
   const std::int64_t os_tid;
+  // When it registered (its first record): the system sampler counts its
+  // CPU wait from here when no tick saw it sooner (a run shorter than a tick).
+  const ThreadSchedTimes sched_at_start;
   std::atomic<bool> retiring{false};  // set by the thread at exit; then no more pushes come
   // Collector only (under its state lock).
   std::uint32_t thread = kUnassigned;  // aggregator thread id, given on the first drain
@@ -68,7 +82,8 @@ class ThreadRegistry {
   ThreadRegistry& operator=(const ThreadRegistry&) = delete;
 
   // Any thread, its first record. Null when mmap fails. No malloc.
-  ThreadRing* add(std::int64_t os_tid) noexcept;
+  // at_start: that thread's own_sched_times() (unknown for another thread).
+  ThreadRing* add(std::int64_t os_tid, ThreadSchedTimes at_start = {}) noexcept;
   // The ring's thread is exiting: marks the entry; the collector frees it
   // after its next drain.
   void retire(ThreadRing* ring) noexcept;

@@ -173,7 +173,7 @@ void SystemSampler::mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t m
   }
 }
 
-SystemSampler::ThreadFile* SystemSampler::thread_file(std::int64_t tid) {
+SystemSampler::ThreadFile* SystemSampler::thread_file(std::int64_t tid, const ThreadSchedTimes& at_start) {
   for (auto& t : threads_)
     if (t.tid == tid) return &t;
   if (threads_.size() >= 64) return nullptr;  // bound: sample at most 64 step threads
@@ -184,8 +184,13 @@ SystemSampler::ThreadFile* SystemSampler::thread_file(std::int64_t tid) {
                {},
                {},
                {}};
-  // A thread first seen inside the window: its times count from now.
+  // A thread first seen inside the window: its times count from now. Its
+  // run's count from its registration when known: a run shorter than a
+  // collector tick is first seen at the final drain, when it is over (a
+  // 40 ms loop beside two busy processes read 0 ms of CPU wait).
   t.start = t.window_start = t.window_end = sched(t);
+  if (at_start.known && at_start.run_ns <= t.start.run_ns && at_start.wait_ns <= t.start.wait_ns)
+    t.start = Sched{at_start.run_ns, at_start.wait_ns};
   threads_.push_back(t);
   return &threads_.back();
 }
@@ -197,9 +202,11 @@ void SystemSampler::sample(const std::vector<ThreadSample>& step_threads, StepPr
   if (rss_mb_ > rss_peak_mb_) rss_peak_mb_ = rss_mb_;
   char buf[1024];
   for (const auto& s : step_threads) {
+    // Known from here on, in a step or not: a loop shorter than a tick is
+    // over when the final drain first sees its thread.
+    ThreadFile* f = thread_file(s.tid, s.at_start);
     const std::size_t slot = s.kind == kInStepNoPhase ? kInStep : s.kind;
     if (slot > kInStep) continue;  // outside every step: nothing to attribute
-    ThreadFile* f = thread_file(s.tid);
     if (f == nullptr || read_fd(f->stat_fd, buf, sizeof buf) == 0) continue;
     const char state = stat_state(buf);
     ++kind_samples_[slot];

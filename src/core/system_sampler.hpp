@@ -17,6 +17,8 @@
 
 #include <stepscope/report.hpp>
 
+#include "core/registry.hpp"  // ThreadSchedTimes
+
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -37,6 +39,7 @@ class SystemSampler {
   struct ThreadSample {
     std::int64_t tid;
     std::uint8_t kind;
+    ThreadSchedTimes at_start;  // when it registered (RingEntry::sched_at_start)
   };
   // Where the steps are, as the aggregator saw them at this drain.
   struct StepProgress {
@@ -99,7 +102,7 @@ class SystemSampler {
   // Now, never below the last reading (the last reading when unreadable: the thread exited).
   Sched sched(const ThreadFile& t) const;
   void mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening);
-  ThreadFile* thread_file(std::int64_t tid);
+  ThreadFile* thread_file(std::int64_t tid, const ThreadSchedTimes& at_start);
   double read_rss_mb();
 
   bool started_ = false;

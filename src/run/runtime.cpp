@@ -409,7 +409,7 @@ bool initialise_runtime() noexcept {
     // copy stays: the open scopes' ends go there, drained by nobody.
     ts->depth = ts->step_depth = 0;
     ts->next_step.active = false;
-    if (ThreadRing* ring = rt.registry->add(static_cast<std::int64_t>(::getpid()))) ts->ring = ring;
+    if (ThreadRing* ring = rt.registry->add(static_cast<std::int64_t>(::getpid()), own_sched_times())) ts->ring = ring;
   }
   return true;
 }
@@ -424,7 +424,7 @@ ThreadRing* register_thread(ThreadState& state) noexcept {
     return nullptr;
   }
   const std::int64_t tid = current_tid();
-  ThreadRing* ring = rt.registry->add(tid);
+  ThreadRing* ring = rt.registry->add(tid, own_sched_times());
   if (ring == nullptr) {
     rt.lost_records.fetch_add(1, std::memory_order_relaxed);
     return nullptr;

@@ -1150,6 +1150,84 @@ TEST_CASE("classify: a busy machine changes the confidence, never the category",
   }
 }
 
+TEST_CASE(
+    "classify: preemptions that land whole in a microsecond step's phases change the confidence, not the category",
+    "[analysis][classify]") {
+  // PyTorch's C++ regression example (libtorch, a 0.04 ms step: get_batch as
+  // its data phase) beside two busy loops: a preemption takes milliseconds
+  // and lands whole in the one phase instance it interrupts, so which phases
+  // a run's dozen preemptions hit decided the verdict: compute (0.94) on 4
+  // runs of 12, io (quiet: 26% input) on the rest. The wait is taken from
+  // where the phases ran past their medians first.
+  struct Phase {
+    const char* name;
+    PhaseKind kind;
+    double mean, p50;  // ms
+  };
+  const auto build = [](const std::vector<Phase>& phases, double unattributed, double step_p50, bool busy) {
+    Report r;
+    r.steps.count = 500;
+    double wall = unattributed;
+    for (const Phase& p : phases) wall += p.mean;
+    r.steps.wall_ms = dist(wall, 0.3 * wall, r.steps.count);
+    r.steps.wall_ms.p50 = step_p50;
+    StepBreakdown& b = r.steps.breakdown;
+    b.wall_ms = wall;
+    b.unattributed_ms = unattributed;
+    for (const Phase& p : phases) {
+      PhaseSummary& s = add_phase(r, p.name, p.kind, ThreadRole::step, p.mean / wall, p.mean);
+      s.host_ms.p50 = p.p50;
+      b.kind_ms[p.kind] += p.mean;
+    }
+    SystemSignals& sys = r.system;
+    sys.available = true;
+    sys.wall_s = static_cast<double>(r.steps.count) * wall * 1e-3;
+    sys.cores_online = sys.cores_available = 2;
+    sys.cpu_user_s = 0.5 * sys.wall_s;
+    sys.cpu_utilization = 0.25;
+    const double waited = busy ? (wall - step_p50) / wall : 0.0;
+    sys.runqueue_wait_s = waited * sys.wall_s;
+    sys.step_threads_on_cpu_s = (1 - waited) * sys.wall_s;  // running or waiting to, all along
+    sys.other_processes_cpu_s = (busy ? 1.6 : 0.05) * sys.wall_s;
+    return r;
+  };
+  const Report quiet = build({{"data", PhaseKind::input, 0.0111, 0.0111},
+                              {"forward", PhaseKind::compute, 0.0095, 0.0095},
+                              {"backward", PhaseKind::compute, 0.0180, 0.0180},
+                              {"optimizer", PhaseKind::compute, 0.0017, 0.0017}},
+                             0.0017, 0.0420, false);
+  const Verdict calm = classify(quiet);
+  REQUIRE(calm.category == "io");  // 26% input on the critical path
+  const struct {
+    const char* name;
+    Report report;
+  } busy[] = {
+      // Measured runs: the preemptions in forward and backward (compute 84%) ...
+      {"in compute", build({{"data", PhaseKind::input, 0.0119, 0.0111},
+                            {"forward", PhaseKind::compute, 0.0349, 0.0095},
+                            {"backward", PhaseKind::compute, 0.0397, 0.0180},
+                            {"optimizer", PhaseKind::compute, 0.0018, 0.0017}},
+                           0.0019, 0.0419, true)},
+      // ... or half of them in the data phase (input 42%).
+      {"in data", build({{"data", PhaseKind::input, 0.0473, 0.0111},
+                         {"forward", PhaseKind::compute, 0.0180, 0.0095},
+                         {"backward", PhaseKind::compute, 0.0290, 0.0180},
+                         {"optimizer", PhaseKind::compute, 0.0018, 0.0017}},
+                        0.0020, 0.0420, true)},
+  };
+  for (const auto& run : busy) {
+    const Verdict v = classify(run.report);
+    INFO(run.name << ": " << v.summary << " / quiet: " << calm.summary);
+    CHECK(v.category == calm.category);
+    CHECK(v.confidence < calm.confidence);
+    // The settled step: its input is the quiet step's, give or take the
+    // jitter each phase keeps (data's 0.0008 ms over its median in the first).
+    const StepBreakdown settled = settled_breakdown(run.report);
+    CHECK(settled.kind_ms[PhaseKind::input] == Approx(0.0111).epsilon(0.08));
+    CHECK(settled.cpu_wait_ms == Approx(run.report.steps.wall_ms.mean - 0.042).epsilon(0.01));
+  }
+}
+
 TEST_CASE("classify: the verdict and its ranking name the categories of one table", "[analysis][classify]") {
   // Bottleneck / kBottleneckNames: the ranking holds every category once,
   // under the names bottleneck_named() reads back; "unknown" is none.

@@ -130,7 +130,7 @@ TEST_CASE("system sampler: the step's time in no phase is sampled apart (a sleep
     SystemSampler s;
     s.start(now_ns());
     for (std::uint64_t i = 0; i < 20; ++i) {
-      s.sample({{tid, kind}}, {true, i});
+      s.sample({{tid, kind, {}}}, {true, i});
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return s.finish(now_ns(), 20);
@@ -158,8 +158,9 @@ TEST_CASE("system sampler: the step's time in no phase is sampled apart (a sleep
 TEST_CASE("system sampler: it asks for samples until the step's large parts have enough", "[core][system]") {
   const auto self = static_cast<std::int64_t>(::syscall(SYS_gettid));
   const std::vector<SystemSampler::ThreadSample> compute{
-      {self, static_cast<std::uint8_t>(stepscope::PhaseKind::compute)}};
-  const std::vector<SystemSampler::ThreadSample> input{{self, static_cast<std::uint8_t>(stepscope::PhaseKind::input)}};
+      {self, static_cast<std::uint8_t>(stepscope::PhaseKind::compute), {}}};
+  const std::vector<SystemSampler::ThreadSample> input{
+      {self, static_cast<std::uint8_t>(stepscope::PhaseKind::input), {}}};
   SystemSampler s;
   s.start(now_ns());
   CHECK(s.wants_samples());  // nothing sampled yet
@@ -177,4 +178,67 @@ TEST_CASE("system sampler: it asks for samples until the step's large parts have
   CHECK(s.wants_samples());  // input: 4 of 14 samples
   for (int i = 0; i < 6; ++i) s.sample(input, {true, 13});
   CHECK_FALSE(s.wants_samples());  // input: 10 of 20
+}
+
+TEST_CASE("system sampler: a step thread first seen at the end counts its CPU wait from its registration",
+          "[core][system]") {
+  // A run shorter than a collector tick: the only sample is the final drain,
+  // after the loop. Its thread waited for a CPU (a second spinner pinned to
+  // the same CPU) while it spun; counted from that sample, the wait is lost.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
+  REQUIRE(cpu < CPU_SETSIZE);
+  const auto pin = [cpu] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof one, &one) == 0;
+  };
+  const auto spin_for = [](std::chrono::milliseconds d) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  const auto run = [&](bool registered) {
+    SystemSampler s;
+    s.start(now_ns());
+    std::atomic<bool> spun{false}, sampled{false};
+    std::atomic<std::int64_t> tid{0};
+    stepscope::detail::ThreadSchedTimes at_start;
+    std::atomic<bool> pinned{true};
+    std::thread step([&] {
+      if (!pin()) pinned = false;
+      if (registered) at_start = stepscope::detail::own_sched_times();
+      tid = static_cast<std::int64_t>(::syscall(SYS_gettid));
+      spin_for(std::chrono::milliseconds(150));
+      spun = true;
+      while (!sampled) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // alive: its schedstat readable
+    });
+    std::thread rival([&] {
+      if (!pin()) pinned = false;
+      while (!spun) {
+      }
+    });
+    rival.join();
+    while (tid == 0) std::this_thread::yield();
+    // The final drain: the loop is over, its thread in no step.
+    s.sample({{tid, stepscope::detail::kNoPhase, at_start}}, {true, 1});
+    const stepscope::SystemSignals out = s.finish(now_ns(), 1);
+    sampled = true;
+    step.join();
+    REQUIRE(pinned);
+    return out;
+  };
+  const stepscope::SystemSignals counted = run(true);
+  const stepscope::SystemSignals lost = run(false);
+  REQUIRE(counted.available);
+  INFO("wait from registration " << counted.runqueue_wait_s << " s, from the final sample " << lost.runqueue_wait_s
+                                 << " s");
+  CHECK(stepscope::detail::own_sched_times().known);
+  // Two spinners on one CPU for 150 ms: the step thread waited about half of it.
+  CHECK(counted.runqueue_wait_s > 0.03);
+  CHECK(lost.runqueue_wait_s < 0.01);
 }
