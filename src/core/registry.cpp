@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <new>
 
 namespace stepscope {
@@ -22,20 +21,24 @@ constexpr std::size_t kRecordsOffset = round_up(sizeof(RingEntry), kCacheLine);
 }  // namespace
 
 ThreadSchedTimes own_sched_times() noexcept {
+  // open, read and close only, digits parsed by hand: also called in a
+  // child right after fork(), where only async-signal-safe calls belong.
   ThreadSchedTimes t;
   const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return t;
   char buf[128];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  const ssize_t n = ::read(fd, buf, sizeof buf);
   ::close(fd);
-  if (n <= 0) return t;
-  buf[n] = '\0';
-  char* end = nullptr;
-  t.run_ns = std::strtoull(buf, &end, 10);
-  if (end == buf) return t;
-  char* after = nullptr;
-  t.wait_ns = std::strtoull(end, &after, 10);
-  t.known = after != end;
+  const char* p = buf;
+  const char* const end = buf + (n > 0 ? n : 0);
+  const auto number = [&p, end](std::uint64_t& out) {
+    while (p < end && *p == ' ') ++p;
+    const char* const first = p;
+    out = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; ++p) out = out * 10 + static_cast<std::uint64_t>(*p - '0');
+    return p > first;
+  };
+  t.known = number(t.run_ns) && number(t.wait_ns);
   return t;
 }
 

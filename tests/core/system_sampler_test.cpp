@@ -129,9 +129,12 @@ TEST_CASE("system sampler: the step's time in no phase is sampled apart (a sleep
   auto fraction = [&](std::int64_t tid, std::uint8_t kind) {
     SystemSampler s;
     s.start(now_ns());
+    // 100 ms: schedstat counts a wait when it ends, so a spinner still
+    // queued at the end (milliseconds beside several busy loops) must be a
+    // small part of the window.
     for (std::uint64_t i = 0; i < 20; ++i) {
       s.sample({{tid, kind, {}}}, {true, i});
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return s.finish(now_ns(), 20);
   };
