@@ -1,6 +1,7 @@
 #include "analysis/facts.hpp"
 
 #include "analysis/thresholds.hpp"
+#include "stats/histogram.hpp"
 
 #include <fmt/format.h>
 
@@ -30,8 +31,12 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   if (s.wall_s > 0) h.own_cores = (s.cpu_user_s + s.cpu_system_s) / s.wall_s;
   if (s.wall_s > 0 && s.other_processes_cpu_s >= 0) h.other_cores = s.other_processes_cpu_s / s.wall_s;
   h.cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
-  h.others_hold = s.cores_online > 0 && h.cores > 0 &&
-                  h.other_cores >= kThresholds.other_processes_busy * s.cores_online && h.own_cores < h.cores;
+  const auto& t = kThresholds;
+  const double online = s.cores_online;
+  h.others_hold =
+      online > 0 && h.cores > 0 && h.own_cores < h.cores &&
+      (h.other_cores >= t.other_processes_busy * online ||
+       (h.other_cores >= t.other_processes_filling * online && h.own_cores + h.other_cores >= t.machine_full * online));
   return h;
 }
 
@@ -197,16 +202,29 @@ void runnable_shares(const StepBreakdown& b, const SystemSignals& sys, PerKind<d
     if (!sampled[k]) place(b.kind_ms[k], kinds[k]);
 }
 
-// Where the step's CPU wait concentrated: per kind, the time its step
-// phases ran over their median (mean − p50, per step, at most the kind's
-// time), and for the step outside its phases what the step's own excess
-// leaves. A preemption takes a scheduler slice (milliseconds); in a step of
-// microseconds it lands whole in the one phase instance it interrupted, so
-// a few of them decide which phase looks large: a 0.04 ms libtorch step
-// beside two busy loops read compute 84% (quiet: 73%) on one run and input
-// 42% (quiet: 26%) on another, and the time each phase ran past its median
-// was that run's CPU wait to 4%. In long steps the wait spreads over every
-// phase and these excesses are small beside it.
+// Where the step's CPU wait concentrated. A preemption costs a scheduler
+// slice (milliseconds); in a step of microseconds it lands whole in the one
+// phase instance it interrupted, so a few of them decide which phase looks
+// large: PyTorch's C++ regression example (0.04 ms steps) beside two busy
+// loops read compute 84% on one run (quiet: 73%) and input 42% on another
+// (quiet: 26%). The instances beyond the preemption cutoff (thresholds.hpp)
+// show where: per kind, their time over the median per step (at most the
+// kind's time), and for the step outside its phases what the steps' own
+// such excess leaves. On that example the steps' excess was the measured
+// CPU wait within 5%; in long steps, where the wait spreads over every
+// phase, there is none.
+double preempted_excess_ms(const HistogramData& h, const Distribution& d) {
+  if (h.sub_bucket_bits != Histogram::kSubBits || !(d.p90 > 0) || !(d.p50 >= 0)) return 0;
+  const auto& t = kThresholds;
+  const double cutoff_ms = std::max(t.preempted_over_p90 * d.p90, d.p90 + t.preempted_min_ms);
+  double excess = 0;
+  for (const auto& [index, n] : h.buckets) {
+    const double ms = Histogram::bucket_value(index) * 1e-6;
+    if (ms > cutoff_ms) excess += (ms - d.p50) * static_cast<double>(n);
+  }
+  return excess;
+}
+
 struct WaitExcess {
   PerKind<double> kind;
   double outside = 0;
@@ -214,20 +232,15 @@ struct WaitExcess {
 WaitExcess wait_excess(const StepBreakdown& b, const Report& report) {
   WaitExcess e;
   const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
+  for (const PhaseSummary& p : report.phases)
+    if (p.thread_role == ThreadRole::step) e.kind[p.kind] += preempted_excess_ms(p.histogram, p.host_ms) / steps;
   double phases = 0;
-  for (const PhaseSummary& p : report.phases) {
-    if (p.thread_role != ThreadRole::step || p.count == 0 || !(p.host_ms.p50 > 0)) continue;  // NaN, 0: unknown
-    const double per_step = static_cast<double>(p.count) / steps;
-    const double over = std::max(0.0, p.host_ms.mean - p.host_ms.p50) * per_step;
-    e.kind[p.kind] += std::min(over, std::max(0.0, p.self_ms.mean) * per_step);
-  }
   for (PhaseKind k : kPhaseKinds) {
     e.kind[k] = std::min(e.kind[k], std::max(0.0, b.kind_ms[k]));
     phases += e.kind[k];
   }
-  const Distribution& step = report.steps.wall_ms;
-  if (step.p50 > 0)
-    e.outside = std::min(std::max(0.0, b.unattributed_ms), std::max(0.0, step.mean - step.p50 - phases));
+  const double step = preempted_excess_ms(report.steps.histogram, report.steps.wall_ms) / steps;
+  e.outside = std::min(std::max(0.0, b.unattributed_ms), std::max(0.0, step - phases));
   return e;
 }
 

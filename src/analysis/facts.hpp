@@ -82,8 +82,10 @@ FaultFacts fault_facts(const Report& report);
 // threads here would not help). -1 where the report cannot tell.
 struct CpuHolders {
   double own_cores = -1, other_cores = -1;
-  int cores = 0;             // available to this process (cgroup / affinity), else online
-  bool others_hold = false;  // others used >= other_processes_busy of the machine while this process fit its cores
+  int cores = 0;  // available to this process (cgroup / affinity), else online
+  // Others used >= other_processes_busy of the machine, or filled it beside this process
+  // (other_processes_filling, machine_full), while this process fitted its cores.
+  bool others_hold = false;
 };
 CpuHolders cpu_holders(const SystemSignals& s);
 // The size-aware allocator remedy for a page-fault storm (verdict and finding).

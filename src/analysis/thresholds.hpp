@@ -109,6 +109,23 @@ struct Thresholds {
   // is the neighbours', and the advice says so instead of "keep threads <=
   // cores" (PyTorch examples on a shared 2-core machine, docs/trials.md).
   double other_processes_busy = 0.50;
+  // Or they took at least other_processes_filling of them and, with this
+  // process, kept machine_full of them busy: the machine was full and this
+  // process fitted what it used. PyTorch's regression example (a Python
+  // loop using one core) beside two busy loops: the loops got 0.93 of the
+  // other core, and the 1.4% CPU wait they caused tipped a near tie
+  // (scheduling 40% against compute 37%: unknown) to "scheduling, 0.64".
+  double other_processes_filling = 0.25;
+  double machine_full = 0.90;
+  // A phase instance (or a step) longer than max(preempted_over_p90 x p90,
+  // p90 + preempted_min_ms) was interrupted, not slow: a preemption costs a
+  // scheduler slice (milliseconds), which in a microsecond phase lands whole
+  // in the instance it hit. The step's CPU wait is taken from those
+  // instances first (settled_breakdown). On PyTorch's C++ regression
+  // example beside two busy loops the steps beyond it summed to the measured
+  // CPU wait within 5% in every run; quiet runs had none.
+  double preempted_over_p90 = 4.0;
+  double preempted_min_ms = 1.0;
   // PyTorch TensorBoard profiler plugin: more than half of the kernels are
   // shorter than their launch -> "kernels are short", fuse them.
   double short_kernel_fraction = 0.50;

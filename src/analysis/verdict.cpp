@@ -557,7 +557,17 @@ Classifier::Leader Classifier::choose_leader(const std::array<Bottleneck, kBottl
   // either (io 51% against compute 48% read "unknown" while io 35% against
   // compute 64% read io).
   const bool compute_close_behind = leader == Bottleneck::io && runner == Bottleneck::compute;
-  if ((leader == Bottleneck::compute || compute_close_behind) && cost_[Bottleneck::io] >= t.highly_bound &&
+  // Compute must lead the rest clearly: where another category costs about
+  // as much (scheduling 38.1% against compute 38.4%), which of the two came
+  // first is noise, and with scheduling first it was a conflict, unknown
+  // (PyTorch's regression example read io on a busy run for that alone).
+  bool compute_contested = false;
+  for (Bottleneck other : candidates)
+    if (other != Bottleneck::compute && other != Bottleneck::io &&
+        cost_[other] >= t.conflict_ratio * cost_[Bottleneck::compute] && cost_[other] >= t.moderately_bound)
+      compute_contested = true;
+  if ((leader == Bottleneck::compute || compute_close_behind) && !compute_contested &&
+      cost_[Bottleneck::io] >= t.highly_bound &&
       std::find(candidates.begin(), candidates.end(), Bottleneck::io) != candidates.end()) {
     input_over_compute_ = true;
     leader = Bottleneck::io;
