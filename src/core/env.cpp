@@ -99,6 +99,10 @@ EarlySettings read_early_settings(GetEnv getenv_fn) noexcept {
   }
   e.clock = getenv_fn("STEPSCOPE_CLOCK");
   // Bad values keep the default here; read_settings words the warning.
+  if (const char* v = getenv_fn("STEPSCOPE_START_WAIT_S"); v != nullptr && *v != '\0') {
+    std::uint64_t n = 0;
+    if (parse_uint(v, 1, 600, n)) e.start_wait_s = static_cast<std::uint32_t>(n);
+  }
   for (const auto& [name, value] : {std::pair<const char*, bool*>{"STEPSCOPE_CHILDREN", &e.children},
                                     {"STEPSCOPE_SIGNALS", &e.signals},
                                     {"STEPSCOPE_QUIET", &e.quiet},
@@ -197,6 +201,11 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
           std::to_string(static_cast<int>(kDefaultSnapshotSeconds)));
   }
   read_switch("STEPSCOPE_SIGNALS", s.signals);
+  if (const char* v = getenv_fn("STEPSCOPE_START_WAIT_S"); v != nullptr && *v != '\0') {
+    std::uint64_t n = 0;
+    if (!parse_uint(v, 1, 600, n))
+      bad("STEPSCOPE_START_WAIT_S", v, "whole seconds from 1 to 600", std::to_string(kDefaultStartWaitSeconds));
+  }
 
   read_switch("STEPSCOPE_CHILDREN", s.children);
 

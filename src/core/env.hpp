@@ -80,6 +80,8 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn = nu
 // The part of the settings that the first record needs, read without
 // allocating anything: it runs on the user's thread inside its first scope.
 // read_settings() reads the same values and words the warnings.
+inline constexpr std::uint32_t kDefaultStartWaitSeconds = 30;
+
 struct EarlySettings {
   bool enabled = true;                  // STEPSCOPE
   bool enabled_invalid = false;         // STEPSCOPE set to something else than a switch: enabled
@@ -90,6 +92,10 @@ struct EarlySettings {
   bool signals = true;          // STEPSCOPE_SIGNALS: the handlers go in with the first scope
   bool quiet = false;           // STEPSCOPE_QUIET: for what is said before the first scope
   DeviceSwitches device;        // the device backend may be built before read_settings (device_in_use)
+  // STEPSCOPE_START_WAIT_S (1..600): how long the exit, a fork or a snapshot
+  // waits for a collector thread still starting (its device probe can hang
+  // in a driver) before it gives up on it.
+  std::uint32_t start_wait_s = kDefaultStartWaitSeconds;
 };
 EarlySettings read_early_settings(GetEnv getenv_fn = nullptr) noexcept;
 

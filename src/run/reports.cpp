@@ -357,8 +357,8 @@ std::string finish_run(const char* ended_by) noexcept {
       if (rt.thread_started && !rt.ready) {
         std::fprintf(stderr,
                      "stepscope: error: the collector thread did not start within %d s (its device probe stuck in "
-                     "the driver?): no report\n",
-                     static_cast<int>(kReadyWaitBound.count()));
+                     "the driver?): no report (STEPSCOPE_START_WAIT_S sets the wait)\n",
+                     static_cast<int>(rt.start_wait.count()));
       } else {
         if (never_started && g_api_used.load() && read_early_settings().enabled) say_nothing_was_recorded("");
         if (rt.thread_started) (void)join_collector(rt);

@@ -77,13 +77,13 @@ std::string report_path(Runtime& rt) {
 }
 
 // Waits until the collector thread has started (or failed to), at most
-// kReadyWaitBound: its start-up probes the device, and a driver can hang
+// rt.start_wait: its start-up probes the device, and a driver can hang
 // there; the program's exit or snapshot() must not. rt.mutex held through
 // `lock`. True when there is a collector; false with rt.ready unset: it
 // did not start in time.
 bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock) {
   if (!rt.thread_started) return false;
-  return rt.ready_cv.wait_for(lock, kReadyWaitBound, [&rt] { return rt.ready; }) && rt.collector != nullptr;
+  return rt.ready_cv.wait_for(lock, rt.start_wait, [&rt] { return rt.ready; }) && rt.collector != nullptr;
 }
 
 namespace {
@@ -108,12 +108,12 @@ void at_exit_handler() {
 // worker forked as the first epoch starts: tests/python's slow-data loop hung
 // so in a full test run). The fork waits for the start (milliseconds; the
 // device probe's time on a GPU machine whose program has not used CUDA yet),
-// once at most kReadyWaitBound; not when the probe itself forks.
+// once at most rt.start_wait; not when the probe itself forks.
 void before_fork() {
   Runtime& rt = runtime();
   std::unique_lock<std::mutex> lock(rt.mutex);
   if (rt.thread_started && !rt.ready && !rt.start_overdue && g_collector_tid.load() != current_tid() &&
-      !rt.ready_cv.wait_for(lock, kReadyWaitBound, [&rt] { return rt.ready; }))
+      !rt.ready_cv.wait_for(lock, rt.start_wait, [&rt] { return rt.ready; }))
     rt.start_overdue = true;
   (void)lock.release();  // held across the fork: after_fork_parent and after_fork_child unlock it
   if (rt.registry != nullptr) rt.registry->lock_for_fork();
@@ -380,6 +380,7 @@ bool initialise_runtime() noexcept {
     return false;
   }
   rt.clock = choose_clock(early.clock);  // before any record: it decides what a tick is
+  rt.start_wait = std::chrono::seconds(early.start_wait_s);
   // With start-up rings: what the first threads record before the
   // collector's first drain is kept (see kStartupRingRecords).
   rt.registry = new (g_registry_storage) ThreadRegistry(early.ring_capacity, /*startup_burst=*/true);

@@ -79,9 +79,11 @@ struct Runtime {
   pthread_t thread{};
   // Set by the collector thread when it has started (mutex held; ready_cv).
   bool ready = false;
-  // A fork waited kReadyWaitBound for the start in vain (before_fork): later
+  // A fork waited start_wait for the start in vain (before_fork): later
   // forks do not wait. Mutex held.
   bool start_overdue = false;
+  // How long the exit, a fork or a snapshot waits for the start (STEPSCOPE_START_WAIT_S).
+  std::chrono::seconds start_wait{kDefaultStartWaitSeconds};
   // Published by the collector thread with `ready` (mutex held); the
   // Collector synchronises its own state. Destroyed never (static storage).
   std::unique_ptr<Collector> collector;
@@ -128,9 +130,8 @@ void warn(Runtime& rt, const std::string& message);
 // This process's report path (rt.mutex held); the first rank or pid tag added
 // to STEPSCOPE_OUT is said once.
 std::string report_path(Runtime& rt);
-// Waits until the collector thread has started (or failed to); rt.mutex held
-// through `lock`. True when there is a collector.
-inline constexpr auto kReadyWaitBound = std::chrono::seconds(30);
+// Waits until the collector thread has started (or failed to), at most
+// rt.start_wait; rt.mutex held through `lock`. True when there is a collector.
 bool wait_until_ready(Runtime& rt, std::unique_lock<std::mutex>& lock);
 
 // reports.cpp, on the collector thread: a flight-recorder snapshot when one

@@ -246,3 +246,26 @@ TEST_CASE("a replaced report keeps its own mode, never a hard link's, and its te
   REQUIRE(write_file_atomically(own, std::string("again"), error));
   CHECK(stepscope_test::slurp(own) == "again");
 }
+
+TEST_CASE("STEPSCOPE_START_WAIT_S bounds the wait for a collector still starting", "[env]") {
+  const auto early = [](const char* value) {
+    std::map<std::string, std::string> env;
+    if (value != nullptr) env["STEPSCOPE_START_WAIT_S"] = value;
+    g_env = &env;
+    return read_early_settings(fake_getenv).start_wait_s;
+  };
+  CHECK(early(nullptr) == kDefaultStartWaitSeconds);
+  CHECK(early("2") == 2);
+  CHECK(early("600") == 600);
+  for (const char* bad : {"0", "601", "1.5", "-3", "x", " 2"}) {
+    INFO(bad);
+    CHECK(early(bad) == kDefaultStartWaitSeconds);  // the default; read_settings says why
+    std::vector<std::string> w;
+    (void)read({{"STEPSCOPE_START_WAIT_S", bad}}, w);
+    REQUIRE(w.size() == 1);
+    CHECK(w[0].find("STEPSCOPE_START_WAIT_S='") != std::string::npos);
+  }
+  std::vector<std::string> none;
+  (void)read({{"STEPSCOPE_START_WAIT_S", "5"}}, none);
+  CHECK(none.empty());
+}
