@@ -13,6 +13,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -282,6 +285,35 @@ TEST_CASE("analyze refuses a gzip bomb of identical events at --max-events, in b
   // A limit that is not a positive number is a usage error.
   CHECK(run(dir, tool() + " analyze bomb.json.gz --max-events 0").status == 2);
   CHECK(run(dir, tool() + " analyze bomb.json.gz --max-events lots").status == 2);
+}
+
+TEST_CASE("analyze where no second thread can start writes the report it writes with one", "[tools][cli][faults]") {
+  // The split parse and the device analyses run on a worker thread; where
+  // none can start (RLIMIT_NPROC reached: here a user allowed one process)
+  // the calling thread does both, and the report is the same. Needs root to
+  // run the tool as another user (the limit does not bind root).
+  TempDir dir;
+  if (::geteuid() != 0 || run(dir, "command -v setpriv && command -v prlimit").status != 0) {
+    WARN("not root, or no setpriv/prlimit: skipped");
+    return;
+  }
+  REQUIRE(::chmod(dir.path.c_str(), 0777) == 0);
+  REQUIRE(
+      run(dir, "cp " + tool() +
+                   " ./stepscope && cp '" STEPSCOPE_TEST_DATA_DIR
+                   "/traces/v100_single_rank_compute.json.gz' t.json.gz && chmod 755 stepscope && chmod 644 t.json.gz")
+          .status == 0);
+  // LeakSanitizer's check at exit needs a thread of its own.
+  const std::string as_nobody = "ASAN_OPTIONS=detect_leaks=0 setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  const auto threaded = run(dir, as_nobody + "./stepscope analyze t.json.gz -o threaded.json -q");
+  if (threaded.status != kOk) {  // the build's libraries out of that user's reach, ...
+    WARN("the tool does not run as another user here: skipped (" << threaded.err << ")");
+    return;
+  }
+  const auto alone = run(dir, as_nobody + "prlimit --nproc=1:1 ./stepscope analyze t.json.gz -o alone.json -q");
+  INFO(alone.err);
+  REQUIRE(alone.status == kOk);
+  CHECK(slurp(dir / "alone.json") == slurp(dir / "threaded.json"));
 }
 
 TEST_CASE("analyze ends on an endless valid stream of events behind a FIFO", "[tools][cli][faults]") {
