@@ -270,15 +270,15 @@ StepBreakdown settle(StepBreakdown b, const Report& report) {
     const double wait = std::min(
         stored_wait > 0 ? stored_wait : clamp01(safe_div(sys.runqueue_wait_s, sys.wall_s)) * b.wall_ms, exposed);
     if (wait > 0 && exposed > 0) {
-      // First from where it concentrated (the parts' time over their
-      // medians, where they could wait), the rest in proportion to the time
-      // in which waiting was possible.
+      // First from where it concentrated (the instances beyond the
+      // preemption cutoff, where the part could wait: wait_excess), the rest
+      // in proportion to the time in which waiting was possible.
       const WaitExcess excess = wait_excess(b, report);
       double concentrated = excess.outside * outside_runnable;
       for (PhaseKind k : kPhaseKinds) concentrated += excess.kind[k] * runnable[k];
       const double first = std::min(wait, concentrated);
       const double rest = wait - first;
-      double rest_exposed = exposed - first;
+      const double rest_exposed = exposed - first;
       for (PhaseKind k : kPhaseKinds) {
         const double ms = std::max(0.0, phases[k]);
         const double taken = concentrated > 0 ? first * excess.kind[k] * runnable[k] / concentrated : 0.0;
