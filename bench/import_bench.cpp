@@ -14,16 +14,20 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "import/byte_source.hpp"
 #include "import/kineto_fast_scanner.hpp"
 #include "import/kineto_reader_internal.hpp"
 #include "import/trace_import.hpp"
+#include "import/worker.hpp"
 #include "timeline/timeline.hpp"
 
 // Shared with import_bench_simdjson.cpp (simdjson's benchmarks, compiled with AVX2).
@@ -264,6 +268,54 @@ void BM_V100AnalysesOnly(benchmark::State& state) {
   for (auto _ : state) run_all_analyses(r.trace);
 }
 BENCHMARK(BM_V100AnalysesOnly)->Unit(benchmark::kMillisecond);
+
+// How soon a second thread runs what it is handed while the calling thread
+// is busy (as the importer is, parsing its own half), the other core idle
+// before: a thread created then (what the split parse did), or a
+// detail::Worker started earlier and waiting (what it does now). Time per
+// iteration: from the hand-over to the thread's first line (manual time).
+using BenchClock = std::chrono::steady_clock;
+
+void busy_for(std::chrono::microseconds d) {
+  const auto until = BenchClock::now() + d;
+  while (BenchClock::now() < until) {
+  }
+}
+
+void BM_SecondThreadStart(benchmark::State& state) {
+  const bool worker_ahead = state.range(0) != 0;
+  stepscope::detail::Worker worker;
+  if (worker_ahead && !worker.start()) {
+    state.SkipWithError("no thread");
+    return;
+  }
+  for (auto _ : state) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the other core idles, as during the inflate
+    std::atomic<std::int64_t> latency_ns{-1};
+    const auto handed = BenchClock::now();
+    const auto first_line = [&] {
+      latency_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(BenchClock::now() - handed).count();
+    };
+    std::thread fresh;
+    if (worker_ahead)
+      (void)worker.post(first_line);
+    else
+      fresh = std::thread(first_line);
+    busy_for(std::chrono::microseconds(3000));  // the caller parses its half meanwhile
+    if (worker_ahead)
+      worker.wait();
+    else
+      fresh.join();
+    state.SetIterationTime(static_cast<double>(latency_ns.load()) * 1e-9);
+  }
+}
+BENCHMARK(BM_SecondThreadStart)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("worker_ahead")
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(30);
 
 }  // namespace
 

@@ -23,14 +23,18 @@ constexpr std::size_t kRecordsOffset = round_up(sizeof(RingEntry), kCacheLine);
 ThreadSchedTimes own_sched_times() noexcept {
   // open, read and close only, digits parsed by hand: also called in a
   // child right after fork(), where only async-signal-safe calls belong.
-  ThreadSchedTimes t;
   const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return t;
+  if (fd < 0) return {};
   char buf[128];
   const ssize_t n = ::read(fd, buf, sizeof buf);
   ::close(fd);
-  const char* p = buf;
-  const char* const end = buf + (n > 0 ? n : 0);
+  return parse_sched_times(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+}
+
+ThreadSchedTimes parse_sched_times(const char* text, std::size_t size) noexcept {
+  ThreadSchedTimes t;
+  const char* p = text;
+  const char* const end = text + size;
   const auto number = [&p, end](std::uint64_t& out) {
     while (p < end && *p == ' ') ++p;
     const char* const first = p;

@@ -33,6 +33,8 @@ struct ThreadSchedTimes {
 // The calling thread's, read now (three system calls, no malloc); unknown
 // where /proc is not mounted. For a thread's registration: cold.
 ThreadSchedTimes own_sched_times() noexcept;
+// A schedstat file's text ("RUN_NS WAIT_NS SLICES"): its first two numbers.
+ThreadSchedTimes parse_sched_times(const char* text, std::size_t size) noexcept;
 
 // One registered thread. Lives at the start of its mmap block, its ring's
 // records right after it.

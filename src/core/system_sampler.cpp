@@ -157,9 +157,8 @@ void SystemSampler::start(std::int64_t now_ns) {
 
 SystemSampler::Sched SystemSampler::sched(const ThreadFile& t) const {
   char buf[256];
-  unsigned long long run = 0, wait = 0;
-  if (read_fd(t.schedstat_fd, buf, sizeof buf) > 0 && std::sscanf(buf, "%llu %llu", &run, &wait) == 2)
-    return {std::max<std::uint64_t>(run, t.window_end.run_ns), std::max<std::uint64_t>(wait, t.window_end.wait_ns)};
+  const ThreadSchedTimes now = parse_sched_times(buf, read_fd(t.schedstat_fd, buf, sizeof buf));
+  if (now.known) return {std::max(now.run_ns, t.window_end.run_ns), std::max(now.wait_ns, t.window_end.wait_ns)};
   return t.window_end;
 }
 

@@ -434,14 +434,13 @@ class SplitHelper final : public kineto::SplitHandoff {
 
   // False when the worker cannot take it (the caller then parses alone).
   bool post(const char* start, bool object_document) {
-    posted_ = worker_.post([this, start, object_document] {
+    return worker_.post([this, start, object_document] {
       try {
         succeeded_ = scanner_.run_from_split(start, object_document, cancel_);
       } catch (...) {
         succeeded_ = false;  // bad_alloc: the main scanner carries on alone
       }
     });
-    return posted_;
   }
   bool take_over() override {
     join();
@@ -455,17 +454,13 @@ class SplitHelper final : public kineto::SplitHandoff {
   const kineto::FastScanner& scanner() const { return scanner_; }
 
  private:
-  void join() {
-    if (posted_) worker_.wait();
-    posted_ = false;
-  }
+  void join() { worker_.wait(); }  // at once when nothing was posted
 
   ChunkWindow window_;
   TraceBuilder builder_;
   kineto::FastScanner scanner_;
   Worker& worker_;
   std::atomic<bool> cancel_{false};
-  bool posted_ = false;
   bool succeeded_ = false;  // written by the worker, read after join()
 };
 

@@ -311,7 +311,7 @@ class DeviceAnalysesInBackground {
   DeviceAnalysesInBackground(const Timeline& trace, const Timeline& stepped, Worker& worker)
       : trace_(trace), stepped_(stepped), worker_(worker) {
     if (trace.host_ops.size() + trace.device_ops.size() < kMinOpsForThread) return;
-    posted_ = worker.post([this] {
+    (void)worker.post([this] {
       try {
         result_ = analyse_device(trace_, stepped_);
         ok_ = true;
@@ -320,25 +320,20 @@ class DeviceAnalysesInBackground {
       }
     });
   }
-  ~DeviceAnalysesInBackground() { wait(); }
+  ~DeviceAnalysesInBackground() { worker_.wait(); }
   DeviceAnalysesInBackground(const DeviceAnalysesInBackground&) = delete;
   DeviceAnalysesInBackground& operator=(const DeviceAnalysesInBackground&) = delete;
 
+  // Not posted, or failed there: computed here.
   DeviceAnalyses get() {
-    wait();
+    worker_.wait();
     return ok_ ? std::move(result_) : analyse_device(trace_, stepped_);
   }
 
  private:
-  void wait() {
-    if (posted_) worker_.wait();
-    posted_ = false;
-  }
-
   const Timeline& trace_;
   const Timeline& stepped_;
   Worker& worker_;
-  bool posted_ = false;
   bool ok_ = false;        // written by the worker, read after wait()
   DeviceAnalyses result_;  // likewise
 };
