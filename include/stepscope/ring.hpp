@@ -50,9 +50,12 @@ enum RecordFlags : std::uint8_t {
   kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
   kRecordIsStep = 1u << 1,      // the step scope itself (also carries kRecordInStep)
   kRecordNestedStep = 1u << 2,  // a step opened inside another step on the same thread
-  // A next_step() step that no next call ended: closed by finish() or by its
-  // thread's exit, so it holds whatever ran after the loop (evaluation,
-  // saving, interpreter teardown). Counted, left out of the statistics.
+  // A step that is not known to be one whole step, counted and left out of
+  // the statistics: a next_step() step that no next call ended (closed by
+  // finish() or by its thread's exit, so it holds whatever ran after the
+  // loop: evaluation, saving, interpreter teardown), or a steps() step the
+  // loop was left in (break/return/exception, with kRecordLoopEnd) before
+  // its body recorded anything.
   kRecordUnendedStep = 1u << 3,
   // A steps() loop ended here: on the last step when the loop was left by
   // break/return/exception, else on the fetch that found the end. The time
@@ -153,6 +156,10 @@ class ThreadRing {
 
   std::uint64_t pushed() const noexcept {
     return head_.load(std::memory_order_acquire);
+  }
+  // Producer only: records offered so far, pushed or dropped.
+  std::uint64_t offered() const noexcept {
+    return head_.load(std::memory_order_relaxed) + dropped_.load(std::memory_order_relaxed);
   }
   std::uint64_t consumed() const noexcept {
     return tail_.load(std::memory_order_acquire);

@@ -13,8 +13,12 @@
 // comparison with end(), where a torch::data iterator fetches its first batch
 // lazily) to the start of the next fetch,
 // or to the end of the loop (break, return or an exception included: the last
-// step closes when the adaptor is destroyed). A fetch that finds the end of
-// the range is a `data` phase outside any step.
+// step closes when the adaptor is destroyed). A step the loop is left in
+// before its body recorded anything (`if (i == n) break;` at the top of the
+// body) holds a fetch and no work: when the loop had steps before it, it is
+// counted and left out of the statistics (steps.unended_excluded) rather
+// than read as a step of ~0 ms. A fetch that finds the end of the range is a
+// `data` phase outside any step.
 //
 // For loops that cannot take a range (a while loop over a queue, a callback
 // per batch), next_step() is the marker, like the PyTorch profiler's
@@ -107,6 +111,7 @@ class StepLoop {
     if (step_.active) {
       now = read_ticks();
       close_step(t_thread_state, step_, now);
+      closed_a_step_ = true;
     }
     fetching_ = false;
     if (!scope_enabled()) return;
@@ -160,7 +165,12 @@ class StepLoop {
     const std::uint64_t now = read_ticks();
     if (fetching_) fetched(false);  // a fetch that threw: outside any step
     end_data(now);
-    if (step_.active) close_step(t_thread_state, step_, now, kRecordLoopEnd);
+    if (!step_.active) return;
+    ThreadState& ts = t_thread_state;
+    // Nothing recorded since its data phase: left before the body did any
+    // instrumented work (see the top of this file).
+    const bool empty = closed_a_step_ && ts.ring->offered() == body_start_;
+    close_step(ts, step_, now, static_cast<std::uint8_t>(kRecordLoopEnd | (empty ? kRecordUnendedStep : 0)));
   }
 
  private:
@@ -183,14 +193,17 @@ class StepLoop {
     ts.depth = depth;  // the data phase is closed: the step's own level again
     ts.ring->current_kind.store(kInStepNoPhase, std::memory_order_relaxed);
     push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, depth, kRecordInStep});
+    body_start_ = ts.ring->offered();
   }
 
   const StepCallSite* sites_;
   OpenStep step_{};
   std::uint64_t fetch_start_ = 0;
   std::uint16_t device_slot_ = 0;
-  bool fetching_ = false;      // a fetch started and its outcome is not known yet
-  bool data_pending_ = false;  // the fetch fed step_ and its record is not pushed yet
+  bool fetching_ = false;         // a fetch started and its outcome is not known yet
+  bool data_pending_ = false;     // the fetch fed step_ and its record is not pushed yet
+  bool closed_a_step_ = false;    // a fetch closed an earlier step of this loop
+  std::uint64_t body_start_ = 0;  // the ring's offered() after step_'s data record
 };
 
 using std::begin;

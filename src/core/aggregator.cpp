@@ -230,14 +230,17 @@ void Aggregator::complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::
   add_step_interval(r);
 }
 
-// A next_step() step closed by finish() or its thread's exit: its wall time
-// runs to wherever the program stopped (what followed the loop included), so
-// it is counted and left out of the step statistics, the breakdown and the
-// steps' coverage. Its phases stay in the phase table.
-void Aggregator::complete_unended_step(ThreadInfo& t, std::uint64_t wall) {
+// A step not known to be whole (kRecordUnendedStep): a next_step() step
+// closed by finish() or its thread's exit, whose wall time runs to wherever
+// the program stopped, or a steps() step the loop was left in before its
+// body recorded anything. Counted and left out of the step statistics, the
+// breakdown and the steps' coverage; its phases stay in the phase table. The
+// latter's loop ended at its start: its time is between loops.
+void Aggregator::complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall) {
   t.ran_steps = true;
   step_unended_wall_.add(wall);
   t.step_kind_ns = {};
+  if (r.flags & kRecordLoopEnd) t.loop_ended = true;
 }
 
 inline void Aggregator::add_step_interval(const PhaseRecord& r) {
@@ -339,7 +342,7 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
         if (warm)
           complete_warmup_step(t, *r, wall);
         else if (flags & kRecordUnendedStep)
-          complete_unended_step(t, wall);
+          complete_unended_step(t, *r, wall);
         else
           complete_step(t, *r, wall, self);
       } else {

@@ -243,7 +243,7 @@ class Aggregator {
                      std::uint64_t child_ns, std::uint64_t self_ns, bool warm);
   void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
-  void complete_unended_step(ThreadInfo& t, std::uint64_t wall_ns);
+  void complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   // The time between this step and the thread's previous one (0 for its
   // first, and for steps nested in another): updates the coverage totals.
   struct StepGap {

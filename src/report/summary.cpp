@@ -83,8 +83,9 @@ void step_lines(const LineWriter& line, const Report& r) {
                     h->mean, h->p50, h->p90, h->p99));
   if (r.steps.unended_excluded > 0)
     line(
-        fmt::format("  {} last step{} of next_step() left out: closed by the end of the run, not by a next call "
-                    "({:.1f} ms, what ran after the loop included)",
+        fmt::format("  {} step{} left out of the statistics ({:.1f} ms): left by its steps() loop (break, return, "
+                    "an exception) before its body recorded anything, or the last of next_step(), closed by the end "
+                    "of the run (what ran after the loop included)",
                     r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
 }
 

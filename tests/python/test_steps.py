@@ -2,7 +2,8 @@
 per item, each fetch (iter() for the first item, next() after) that step's
 data phase, a fetch that ends the iteration a data phase outside any step,
 and the last step closed by the end of the loop (break, an exception, the
-iterator dropped). Counts only, read back through snapshot()."""
+iterator dropped; left out when its body recorded nothing). Counts only, read
+back through snapshot()."""
 
 import gc
 import threading
@@ -59,13 +60,42 @@ def test_a_generator_is_fetched_once_per_item():
     assert delta(before) == (6, 6, 1)
 
 
+def unended():
+    return stepscope.snapshot()["steps"]["unended_excluded"]
+
+
 def test_break_closes_the_open_step_when_the_iterator_is_dropped():
-    before = counts()
+    before, left_out = counts(), unended()
     for i in stepscope.steps(range(100)):
+        with stepscope.phase("forward"):
+            pass
         if i == 2:
             break
     gc.collect()  # CPython drops the loop's iterator at once; be sure
     assert delta(before) == (3, 3, 0)
+    assert unended() == left_out
+    assert balanced()
+
+
+def test_a_step_left_before_its_body_recorded_anything_is_counted_and_left_out():
+    # `if step == max_steps: break` at the top of the body: the last step
+    # fetched an item and did nothing; read as a step it would be ~0 ms.
+    before, left_out = counts(), unended()
+    for i in stepscope.steps(range(100)):
+        if i == 3:
+            break
+        with stepscope.phase("forward"):
+            pass
+    gc.collect()
+    assert delta(before) == (3, 4, 0)
+    assert unended() == left_out + 1
+    # The loop's only step is kept: nothing says it is not a whole one.
+    before, left_out = counts(), unended()
+    for _ in stepscope.steps(range(100)):
+        break
+    gc.collect()
+    assert delta(before) == (1, 1, 0)
+    assert unended() == left_out
     assert balanced()
 
 
@@ -74,6 +104,8 @@ def test_close_ends_the_step_now():
     it = stepscope.steps(range(100))
     next(it)
     next(it)
+    with stepscope.phase("forward"):
+        pass
     it.close()
     assert delta(before) == (2, 2, 0)
     assert balanced()
@@ -85,8 +117,9 @@ def test_an_exception_in_the_body_closes_the_step_and_propagates():
     before = counts()
     with pytest.raises(RuntimeError):
         for i in stepscope.steps(range(10)):
-            if i == 1:
-                raise RuntimeError("in the body")
+            with stepscope.phase("forward"):
+                if i == 1:
+                    raise RuntimeError("in the body")
     gc.collect()
     assert delta(before) == (2, 2, 0)
     assert balanced()
