@@ -142,6 +142,7 @@ class Classifier {
   void recommend_memory(std::vector<std::string>& out) const;
   void recommend_scheduling(std::vector<std::string>& out) const;
   std::string cpu_contention_advice() const;
+  std::string shared_loader_advice() const;
 
   const Report& report_;
   detail::StepShares shares_;

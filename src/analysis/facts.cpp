@@ -40,6 +40,43 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   return h;
 }
 
+double loader_phase_ms(const PhaseSummary& p, const Report& report) {
+  if (p.thread_role != ThreadRole::background || p.kind != PhaseKind::input || p.count == 0) return 0;
+  const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));
+  // Occurrences per batch: a per-sample phase runs many times.
+  const double per_step = std::max(1.0, std::round(static_cast<double>(p.count) / steps));
+  return p.self_ms.mean * per_step / std::max<std::uint32_t>(p.threads, 1);
+}
+
+SharedCores shared_cores(const Report& report, const StepBreakdown& settled) {
+  SharedCores out;
+  const SystemSignals& s = report.system;
+  if (!s.available || report.steps.count == 0 || s.step_threads_on_cpu_s < 0 || settled.wall_ms <= 0) return out;
+  const CpuHolders h = cpu_holders(s);
+  if (h.others_hold || h.cores <= 0 || h.own_cores < kThresholds.machine_full * h.cores) return out;
+  if (settled.cpu_wait_ms < kThresholds.what_if_min_share * settled.wall_ms) return out;
+  double loader_wall = 0, threads = 0;  // per batch, all its threads together
+  for (const PhaseSummary& p : report.phases) {
+    const double per_thread = loader_phase_ms(p, report);
+    if (per_thread <= 0) continue;
+    const double n = std::max<std::uint32_t>(p.threads, 1);
+    loader_wall += per_thread * n;
+    threads = std::max(threads, n);
+  }
+  // The process's CPU beyond the step threads' (the counters are per
+  // measured step), at most the loader's wall time: intra-op threads are
+  // in the former, and a loader cannot use more CPU than it ran.
+  const double steps = static_cast<double>(report.steps.count);
+  const double others_cpu = 1000.0 * (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s) / steps;
+  out.loader_cpu_ms = std::min(loader_wall, others_cpu);
+  if (out.loader_cpu_ms <= 0) return out;
+  out.step_work_ms = std::max(0.0, settled.wall_ms - settled.kind_ms[PhaseKind::input] - settled.cpu_wait_ms);
+  out.loader_threads = threads;
+  out.cores = h.cores;
+  out.active = true;
+  return out;
+}
+
 const Distribution& clocked_ms(const PhaseSummary& p) {
   return p.host_share_of_step && p.device_ms && p.device_ms->count > 0 ? *p.device_ms : p.host_ms;
 }

@@ -88,6 +88,28 @@ struct CpuHolders {
   bool others_hold = false;
 };
 CpuHolders cpu_holders(const SystemSignals& s);
+// A background input phase's time per batch (one batch per step): its self
+// time, times occurrences per step, over the threads that ran it. 0 for any
+// other phase.
+double loader_phase_ms(const PhaseSummary& p, const Report& report);
+// A background loader on the cores of the step thread, which this process's
+// threads fill (no other process holds them): the step's CPU wait is the
+// loader's doing, and the step goes at the pace of their CPU work together,
+//
+//   step = max(step work, loader CPU / loader threads, (step work + loader CPU) / cores)
+//
+// (docs/classification.md). Seen with libtorch's DataLoader, workers(2)
+// decoding 2 ms a sample, on 2 cores: the loader's wall time per batch (its
+// own CPU wait in it) made it look like a stage that keeps up, and "decode
+// free" promised -2% where it is ~-35%.
+struct SharedCores {
+  bool active = false;
+  double step_work_ms = 0;   // per step: the step's wall less its input and CPU waits
+  double loader_cpu_ms = 0;  // per batch: the loader threads' CPU time
+  double loader_threads = 1;
+  int cores = 0;
+};
+SharedCores shared_cores(const Report& report, const StepBreakdown& settled);
 // The size-aware allocator remedy for a page-fault storm (verdict and finding).
 std::string page_fault_remedy(const Report& report);
 // What the faults cost the step, as the breakdown's page-fault row holds it

@@ -445,6 +445,12 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
         "job has its cores to itself ({}no other jobs, taskset or the batch system's exclusive allocation).",
         no_workers || workers == r.run.config.end() ? "" : " (this run's DataLoader workers among them)", others,
         r.system.cores_online, own, no_workers ? "" : "fewer workers or intra-op threads, ");
+  else if (const detail::SharedCores shared = detail::shared_cores(r, settled_breakdown(r)); shared.active)
+    whose = fmt::format(
+        "This process used {:.1f} of its {} CPUs, its background loader {:.2f} ms of CPU per batch beside the "
+        "step's own {:.2f} ms: the wait is the loader's doing (the advice and the what-if for its phases say what "
+        "making it cheaper buys).",
+        own, cores, shared.loader_cpu_ms, shared.step_work_ms);
   else if (cores > 0 && own >= 0)
     whose = fmt::format(
         "This process used {:.1f} of its {} CPUs: its own threads ({}) outnumber the cores; keep threads <= cores.",

@@ -48,6 +48,17 @@ void Classifier::recommend(Bottleneck category, Verdict& v) const {
       recommend_scheduling(out);
       break;
   }
+  // Under another verdict, a loader holding the step's cores is a lever of
+  // its own, ranked by what it costs the step (its CPU wait and input wait)
+  // against the verdict's share (scheduling and io say it themselves).
+  if (category == Bottleneck::scheduling || category == Bottleneck::io) return;
+  if (std::string loader = shared_loader_advice(); !loader.empty()) {
+    const PhaseKind kind = category == Bottleneck::compute  ? PhaseKind::compute
+                           : category == Bottleneck::memory ? PhaseKind::memory
+                                                            : PhaseKind::communication;
+    const bool first = shares_.cpu_wait + shares_.kind[PhaseKind::input] > shares_.kind[kind];
+    out.insert(first || out.empty() ? out.begin() : out.begin() + 1, std::move(loader));
+  }
 }
 
 void Classifier::recommend_io(std::vector<std::string>& out) const {
@@ -183,6 +194,19 @@ void Classifier::recommend_scheduling(std::vector<std::string>& out) const {
       "the slowest one.");
 }
 
+// A background loader whose CPU work holds the cores the step needs
+// (SharedCores): empty where it does not.
+std::string Classifier::shared_loader_advice() const {
+  const SharedCores shared = shared_cores(report_, stepscope::settled_breakdown(report_));
+  if (!shared.active) return std::string();
+  return fmt::format(
+      "The background loader uses {:.2f} ms of CPU per batch on the {} cores the step needs ({:.2f} ms of its own "
+      "work): the step's {:.0f}% waiting for a CPU is the loader's doing. Make the loading cheaper (decode once and "
+      "cache, lighter augmentation, smaller inputs) or give the job more cores; fewer loader threads would slow the "
+      "loader, not free the CPUs.",
+      shared.loader_cpu_ms, shared.cores, shared.step_work_ms, pct(shares_.cpu_wait));
+}
+
 // Whose threads hold the CPUs: this process' own (too many threads)
 // or other processes' (a shared machine: fewer threads here would not help).
 // Empty where no CPU contention signal fired.
@@ -206,6 +230,7 @@ std::string Classifier::cpu_contention_advice() const {
                           s.load_average_end)
             : std::string(),
         own_cores, cores);
+  if (std::string loader = shared_loader_advice(); !loader.empty()) return loader;
   return "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
          "the step thread to its own core, and stop other jobs sharing the machine.";
 }

@@ -72,15 +72,6 @@ using detail::kThresholds;
 
 constexpr double kSpeedups[] = {2.0, 0.0};
 
-// A background input phase's time per batch (one batch per step).
-double loader_phase_ms(const PhaseSummary& p, const Report& facts) {
-  if (p.thread_role != ThreadRole::background || p.kind != PhaseKind::input || p.count == 0) return 0;
-  const double steps = static_cast<double>(std::max<std::uint64_t>(facts.steps.count, 1));
-  // Occurrences per batch: a per-sample phase runs many times.
-  const double per_step = std::max(1.0, std::round(static_cast<double>(p.count) / steps));
-  return p.self_ms.mean * per_step / std::max<std::uint32_t>(p.threads, 1);
-}
-
 // The step as a pipeline (see the top of the file).
 struct Pipeline {
   double wall = 0;       // the step now: the settled breakdown's wall
@@ -91,6 +82,20 @@ struct Pipeline {
   double loader = 0;     // background loader ms per batch; 0: none
   double own = 0;        // the step's own work: wall - its input wait
   StepBreakdown settled;
+  // The loader and the step on the same full cores (see SharedCores): the
+  // pace is set by their CPU work together, and the step's CPU wait is the
+  // loader's doing.
+  detail::SharedCores shared;
+  double shared_slack = 0;  // wall - the modelled pace
+
+  // The step's time per batch with the step's own work less `own_saved` ms
+  // (measured, its CPU wait included) and the loader's work scaled by
+  // `loader_left`, on shared cores.
+  double shared_pace(double own_saved, double loader_left) const {
+    const double work = std::max(0.0, shared.step_work_ms - own_saved * shared.step_work_ms / std::max(own, 1e-9));
+    const double loader_cpu = shared.loader_cpu_ms * loader_left;
+    return std::max({work, loader_cpu / shared.loader_threads, (work + loader_cpu) / shared.cores}) + shared_slack;
+  }
 };
 
 Pipeline pipeline(const Report& facts) {
@@ -104,8 +109,12 @@ Pipeline pipeline(const Report& facts) {
     pl.device_ms = facts.steps.wall_ms.mean;
     pl.exposed = std::max(0.0, pl.wall - std::max(pl.host, pl.device_ms));
   }
-  for (const PhaseSummary& p : facts.phases) pl.loader += loader_phase_ms(p, facts);
+  for (const PhaseSummary& p : facts.phases) pl.loader += detail::loader_phase_ms(p, facts);
   pl.own = std::max(0.0, pl.wall - pl.settled.kind_ms[PhaseKind::input]);
+  if (!pl.device && pl.loader > 0) {
+    pl.shared = detail::shared_cores(facts, pl.settled);
+    if (pl.shared.active) pl.shared_slack = std::max(0.0, pl.wall - pl.shared_pace(0, 1));
+  }
   return pl;
 }
 
@@ -151,7 +160,7 @@ Part phase_part(const Report& facts, const Pipeline& pl, const PhaseSummary& p) 
   Part part;
   part.target = p.name;
   part.share = detail::clamp01(p.share_of_step);
-  part.feed = pl.loader > 0 && pl.loader >= pl.own && p.kind == PhaseKind::input;
+  part.feed = pl.loader > 0 && (pl.loader >= pl.own || pl.shared.active) && p.kind == PhaseKind::input;
   if (p.thread_role == ThreadRole::outside_step) part.note = "runs between steps on the step thread";
   if (!pl.device) {
     part.host = part.share * pl.wall;
@@ -186,7 +195,7 @@ std::vector<Part> kind_parts(const Report& facts, const Pipeline& pl) {
     Part part;
     part.target = std::string("kind:") + phase_kind_name(k);
     part.share = detail::clamp01((pl.device ? b.kind_ms[k] : measured.kind_ms[k]) / pl.wall);
-    part.feed = pl.loader > 0 && pl.loader >= pl.own && k == PhaseKind::input;
+    part.feed = pl.loader > 0 && (pl.loader >= pl.own || pl.shared.active) && k == PhaseKind::input;
     part.note = "all step-thread phases of this kind together";
     if (pl.device) {
       part.device = b.kind_ms[k];
@@ -274,7 +283,7 @@ WhatIf project(const Pipeline& pl, const Part& part, double speedup) {
   if (part.feed) {
     // The wait for a background loader: a faster loader is what shortens it.
     const double slack = std::max(0.0, pl.wall - std::max(pl.own, pl.loader));
-    step = std::max(pl.own, pl.loader * (1.0 - saved)) + slack;
+    step = pl.shared.active ? pl.shared_pace(0, 1.0 - saved) : std::max(pl.own, pl.loader * (1.0 - saved)) + slack;
   }
   w.step_ms_projected = std::min(step, pl.wall);
   w.step_change_pct = pl.wall > 0 ? 100.0 * (w.step_ms_projected - pl.wall) / pl.wall : 0.0;
@@ -288,17 +297,27 @@ void background_what_if(const Report& facts, const Pipeline& pl, const PhaseSumm
   const double steps = static_cast<double>(std::max<std::uint64_t>(facts.steps.count, 1));
   const double work_share = p.host_ms.total / steps / pl.wall;
   if (work_share < kThresholds.what_if_min_share) return;
-  const double mine = loader_phase_ms(p, facts);
+  const double mine = detail::loader_phase_ms(p, facts);
   const double slack = std::max(0.0, pl.wall - std::max(pl.own, pl.loader));
   for (double k : kSpeedups) {
     const double saved = k == 0 ? 1.0 : 1.0 - 1.0 / k;
     Part part;
     part.target = p.name;
     WhatIf w = project(pl, part, k);
-    const double step = mine > 0 ? std::max(pl.own, pl.loader - saved * mine) + slack : pl.wall;
+    double step = mine > 0 ? std::max(pl.own, pl.loader - saved * mine) + slack : pl.wall;
+    if (pl.shared.active && mine > 0) step = pl.shared_pace(0, 1.0 - saved * mine / pl.loader);
     w.step_ms_projected = std::min(step, pl.wall);
     w.step_change_pct = 100.0 * (w.step_ms_projected - pl.wall) / pl.wall;
-    if (w.step_ms_projected < pl.wall) {
+    if (pl.shared.active && w.step_ms_projected < pl.wall) {
+      w.share = detail::clamp01((pl.wall - pl.shared_pace(0, 1.0 - mine / pl.loader)) / pl.wall);
+      w.note = fmt::format(
+          "background loader on the step's cores: its threads use {:.2f} ms of CPU per batch beside the step's "
+          "{:.2f} ms, on {} cores they fill, so their work together sets the pace (the step's CPU wait is the "
+          "loader's doing); {} {:.2f} ms of loader CPU per batch",
+          pl.shared.loader_cpu_ms, pl.shared.step_work_ms, pl.shared.cores,
+          k == 0 ? "without this phase" : "with this phase 2x faster",
+          pl.shared.loader_cpu_ms * (1.0 - saved * mine / pl.loader));
+    } else if (w.step_ms_projected < pl.wall) {
       w.share = detail::clamp01((pl.wall - std::max(pl.own, pl.loader - mine) - slack) / pl.wall);
       w.note = fmt::format(
           "background loader: it needs {:.2f} ms per batch and the step's own work {:.2f} ms, so the loader sets "
@@ -342,9 +361,27 @@ bool is_input_target(const std::string& target, const Report& facts) {
 }
 
 // Applies the loader bound to a projection and says which bound holds.
-void bound_by_loader(WhatIf& w, double loader_ms) {
+void bound_by_loader(WhatIf& w, const Pipeline& pl) {
   const std::string change = w.speedup == 0 ? w.target + " free" : fmt::format("{} {:g}x faster", w.target, w.speedup);
   std::string bound;
+  if (pl.shared.active) {
+    // On cores the loader shares, the step's work made smaller also leaves
+    // the loader more CPU; its CPU wait is no work of its own.
+    const double saved = w.speedup == 0 ? 1.0 : 1.0 - 1.0 / w.speedup;
+    const double pace = pl.shared_pace(w.target == "cpu_wait" ? 0.0 : saved * w.share * pl.wall, 1.0);
+    if (w.step_ms_projected < pace) {
+      w.step_ms_projected = std::min(pace, w.step_ms_now);
+      w.step_change_pct = w.step_ms_now > 0 ? 100.0 * (w.step_ms_projected - w.step_ms_now) / w.step_ms_now : 0.0;
+    }
+    bound = fmt::format(
+        "{}: {:.2f} -> {:.2f} ms: the step and its loader share {} full cores, so their CPU work together sets the "
+        "pace (loader {:.2f} ms of CPU per batch, the step {:.2f} ms){}",
+        change, w.step_ms_now, w.step_ms_projected, pl.shared.cores, pl.shared.loader_cpu_ms, pl.shared.step_work_ms,
+        w.target == "cpu_wait" ? ": the wait goes only with less work or more cores" : "");
+    w.note = w.note.empty() ? bound : bound + "; " + w.note;
+    return;
+  }
+  const double loader_ms = pl.loader;
   if (w.step_ms_projected < loader_ms) {
     w.step_ms_projected = loader_ms;
     w.step_change_pct = w.step_ms_now > 0 ? 100.0 * (loader_ms - w.step_ms_now) / w.step_ms_now : 0.0;
@@ -427,7 +464,7 @@ std::vector<WhatIf> project_what_if(const Report& facts) {
   if (pl.loader > 0)
     for (WhatIf& w : out)
       if (w.share > 0 && !is_input_target(w.target, facts) && w.note.rfind("not projected", 0) != 0)
-        bound_by_loader(w, pl.loader);
+        bound_by_loader(w, pl);
   // A synchronous job goes at its slowest rank's pace.
   if (facts.ranks)
     for (WhatIf& w : out) bound_by_ranks(w, *facts.ranks);

@@ -582,6 +582,36 @@ TEST_CASE("findings: on a device-paced GPU run, kernel time is the driver's wait
   CHECK(finding(on_cpu, "host_waits_for_device") == nullptr);
 }
 
+TEST_CASE("a background loader holding the step's cores: the CPU wait is its doing, and its advice is ranked in",
+          "[analysis][findings]") {
+  // (report_builder.hpp.) Compute leads (57%) and the loader costs the step
+  // 38% (its 30% of CPU wait and 8% of input wait): "keep threads <= cores"
+  // was wrong (fewer loader threads make a slower loader) and no advice said
+  // to make the loading cheaper, the largest what-if.
+  Report r = loader_on_shared_cores(false);
+  r.bottleneck = classify(r);
+  REQUIRE(r.bottleneck.category == "compute");
+  const std::vector<std::string>& advice = r.bottleneck.recommendations;
+  REQUIRE(advice.size() >= 2);
+  CHECK(advice[0].find("Compute on the CPU") != std::string::npos);
+  CHECK(advice[1].find("The background loader uses") != std::string::npos);
+  CHECK(advice[1].find("Make the loading cheaper") != std::string::npos);
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "cpu_contention");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("the wait is the loader's doing") != std::string::npos);
+  CHECK(f->message.find("keep threads <= cores") == std::string::npos);
+  // Other processes held the cores: theirs, as before; no loader advice.
+  Report busy = loader_on_shared_cores(true);
+  busy.bottleneck = classify(busy);
+  for (const std::string& a : busy.bottleneck.recommendations)
+    CHECK(a.find("The background loader uses") == std::string::npos);
+  const std::vector<Finding> busy_findings = find_issues(busy);
+  const Finding* theirs = finding(busy_findings, "cpu_contention");
+  REQUIRE(theirs != nullptr);
+  CHECK(theirs->message.find("Other processes") != std::string::npos);
+}
+
 TEST_CASE("findings: the CPU-wait finding names DataLoader workers only where the run has them",
           "[analysis][findings]") {
   // Issue 32: "DataLoader workers among them" in a run with 0 workers.

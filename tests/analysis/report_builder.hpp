@@ -67,6 +67,33 @@ inline PhaseSummary& add_phase(Report& r, const std::string& name, PhaseKind kin
   return r.phases.back();
 }
 
+// libtorch's DataLoader with workers(2), 2 ms of decoding a sample, 64 a
+// batch, beside a conv net's 56 ms of step work, on 2 cores the process
+// fills (docs/trials.md): 90 ms steps, 30% of them waiting for a CPU the
+// loader held, 8% waiting for the batch. others_hold: other processes held
+// the cores instead (this process 1.0 of 2).
+inline Report loader_on_shared_cores(bool others_hold) {
+  Shares s;
+  s.input = 0.08;
+  s.compute = 0.92;
+  Report r = host_report(s, 40, 90);
+  SystemSignals& sys = r.system;
+  sys.cores_available = sys.cores_online = 2;
+  sys.runqueue_wait_s = 0.30 * sys.wall_s;
+  sys.step_threads_on_cpu_s = 0.056 * 40;
+  sys.cpu_user_s = (others_hold ? 1.0 : 1.9) * sys.wall_s;
+  sys.other_processes_cpu_s = (others_hold ? 0.95 : 0.05) * sys.wall_s;
+  add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.08, 7.2);
+  add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.60, 54);
+  add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.32, 28.8);
+  PhaseSummary& decode = add_phase(r, "decode", PhaseKind::input, ThreadRole::background, 0, 2.7);
+  decode.count = 64 * 40;
+  decode.self_ms = decode.host_ms = dist(2.7, 0.1, decode.count);
+  decode.threads = 2;
+  decode.overlap_with_steps = 1.0;
+  return r;
+}
+
 // Marks the report as a GPU run with the given timeline facts.
 // Facts are named by their JSON keys (device.facts.<key>).
 inline void gpu(Report& r, const std::map<std::string, double>& facts) {
