@@ -302,6 +302,12 @@ struct SystemSignals {
   // CPU time all other processes used during the run: machine-wide busy time
   // (/proc/stat) minus this process' user+system time. <0: not measured.
   double other_processes_cpu_s = -1;
+  // CPU time of this process's descendants during the run (DataLoader worker
+  // processes, spawned helpers): the live ones' /proc/<pid>/stat, the ones
+  // already waited for from RUSAGE_CHILDREN. Not in other_processes_cpu_s
+  // (the job's own workers are not another job). <0: not measured.
+  double children_cpu_s = -1;
+  int child_processes = 0;  // live descendants seen at the last reading
   // Per-step figures come from the steps they are per. The counters above
   // (wall_s to other_processes_cpu_s, runqueue_wait_s included) cover the
   // measured steps: read at the collector's first tick after the warm-up

@@ -162,7 +162,8 @@ Load load_of(const Report& r) {
   l.runqueue = detail::clamp01(s.runqueue_wait_s / s.wall_s);
   if (s.other_processes_cpu_s >= 0) l.other_cores = s.other_processes_cpu_s / s.wall_s;
   if (l.other_cores >= 0 && s.cores_online > 0)
-    l.busy_share = (l.other_cores + (s.cpu_user_s + s.cpu_system_s) / s.wall_s) / s.cores_online;
+    l.busy_share =
+        (l.other_cores + (s.cpu_user_s + s.cpu_system_s + std::max(0.0, s.children_cpu_s)) / s.wall_s) / s.cores_online;
   l.involuntary = static_cast<double>(s.involuntary_switches) / s.wall_s;
   const int cores = s.cores_online > 0 ? s.cores_online : s.cores_available;
   if (s.load_average_start >= 0 && s.load_average_end >= 0 && cores > 0)

@@ -82,7 +82,8 @@ FaultFacts fault_facts(const Report& report);
 // threads here would not help). -1 where the report cannot tell.
 struct CpuHolders {
   double own_cores = -1, other_cores = -1;
-  int cores = 0;  // available to this process (cgroup / affinity), else online
+  double children_cores = 0;  // this process's descendants (DataLoader workers): the job's, not another's
+  int cores = 0;              // available to this process (cgroup / affinity), else online
   // Others used >= other_processes_busy of the machine, or filled it beside this process
   // (other_processes_filling, machine_full), while this process fitted its cores.
   bool others_hold = false;
@@ -93,7 +94,9 @@ CpuHolders cpu_holders(const SystemSignals& s);
 // other phase.
 double loader_phase_ms(const PhaseSummary& p, const Report& report);
 // A background loader on the cores of the step thread, which this process's
-// threads fill (no other process holds them): the step's CPU wait is the
+// threads and its worker processes fill (no other process holds them), its
+// phases on background threads or its work in child processes (PyTorch's
+// DataLoader workers: children_cpu_s): the step's CPU wait is the
 // loader's doing, and the step goes at the pace of their CPU work together,
 //
 //   step = max(step work, loader CPU / loader threads, (step work + loader CPU) / cores)
@@ -105,9 +108,10 @@ double loader_phase_ms(const PhaseSummary& p, const Report& report);
 struct SharedCores {
   bool active = false;
   double step_work_ms = 0;   // per step: the step's wall less its input and CPU waits
-  double loader_cpu_ms = 0;  // per batch: the loader threads' CPU time
+  double loader_cpu_ms = 0;  // per batch: the loader's CPU time (its threads, its worker processes)
   double loader_threads = 1;
   int cores = 0;
+  const char* loader = "background loader";  // what the loader is, for the text
 };
 SharedCores shared_cores(const Report& report, const StepBreakdown& settled);
 // The size-aware allocator remedy for a page-fault storm (verdict and finding).

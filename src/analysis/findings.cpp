@@ -447,10 +447,11 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
         r.system.cores_online, own, no_workers ? "" : "fewer workers or intra-op threads, ");
   else if (const detail::SharedCores shared = detail::shared_cores(r, settled_breakdown(r)); shared.active)
     whose = fmt::format(
-        "This process used {:.1f} of its {} CPUs, its background loader {:.2f} ms of CPU per batch beside the "
-        "step's own {:.2f} ms: the wait is the loader's doing (the advice and the what-if for its phases say what "
-        "making it cheaper buys).",
-        own, cores, shared.loader_cpu_ms, shared.step_work_ms);
+        "This process{} used {:.1f} of its {} CPUs, its {} {:.2f} ms of CPU per batch beside the step's own "
+        "{:.2f} ms: the wait is the loader's doing (the advice and the what-if for the loader say what making it "
+        "cheaper buys).",
+        h.children_cores > 0 ? " and its worker processes" : "", own + h.children_cores, cores, shared.loader,
+        shared.loader_cpu_ms, shared.step_work_ms);
   else if (cores > 0 && own >= 0)
     whose = fmt::format(
         "This process used {:.1f} of its {} CPUs: its own threads ({}) outnumber the cores; keep threads <= cores.",

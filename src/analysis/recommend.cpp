@@ -200,11 +200,11 @@ std::string Classifier::shared_loader_advice() const {
   const SharedCores shared = shared_cores(report_, stepscope::settled_breakdown(report_));
   if (!shared.active) return std::string();
   return fmt::format(
-      "The background loader uses {:.2f} ms of CPU per batch on the {} cores the step needs ({:.2f} ms of its own "
+      "The loading ({}) takes {:.2f} ms of CPU per batch on the {} cores the step needs ({:.2f} ms of its own "
       "work): the step's {:.0f}% waiting for a CPU is the loader's doing. Make the loading cheaper (decode once and "
-      "cache, lighter augmentation, smaller inputs) or give the job more cores; fewer loader threads would slow the "
+      "cache, lighter augmentation, smaller inputs) or give the job more cores; fewer loader workers would slow the "
       "loader, not free the CPUs.",
-      shared.loader_cpu_ms, shared.cores, shared.step_work_ms, pct(shares_.cpu_wait));
+      shared.loader, shared.loader_cpu_ms, shared.cores, shared.step_work_ms, pct(shares_.cpu_wait));
 }
 
 // Whose threads hold the CPUs: this process' own (too many threads)

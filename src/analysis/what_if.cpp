@@ -111,9 +111,13 @@ Pipeline pipeline(const Report& facts) {
   }
   for (const PhaseSummary& p : facts.phases) pl.loader += detail::loader_phase_ms(p, facts);
   pl.own = std::max(0.0, pl.wall - pl.settled.kind_ms[PhaseKind::input]);
-  if (!pl.device && pl.loader > 0) {
+  if (!pl.device) {
     pl.shared = detail::shared_cores(facts, pl.settled);
-    if (pl.shared.active) pl.shared_slack = std::max(0.0, pl.wall - pl.shared_pace(0, 1));
+    if (pl.shared.active) {
+      pl.shared_slack = std::max(0.0, pl.wall - pl.shared_pace(0, 1));
+      // Worker processes with no phases here: their pace with cores of their own.
+      if (pl.loader <= 0) pl.loader = pl.shared.loader_cpu_ms / pl.shared.loader_threads;
+    }
   }
   return pl;
 }
@@ -311,10 +315,10 @@ void background_what_if(const Report& facts, const Pipeline& pl, const PhaseSumm
     if (pl.shared.active && w.step_ms_projected < pl.wall) {
       w.share = detail::clamp01((pl.wall - pl.shared_pace(0, 1.0 - mine / pl.loader)) / pl.wall);
       w.note = fmt::format(
-          "background loader on the step's cores: its threads use {:.2f} ms of CPU per batch beside the step's "
+          "background loader on the step's cores: the {} use {:.2f} ms of CPU per batch beside the step's "
           "{:.2f} ms, on {} cores they fill, so their work together sets the pace (the step's CPU wait is the "
           "loader's doing); {} {:.2f} ms of loader CPU per batch",
-          pl.shared.loader_cpu_ms, pl.shared.step_work_ms, pl.shared.cores,
+          pl.shared.loader, pl.shared.loader_cpu_ms, pl.shared.step_work_ms, pl.shared.cores,
           k == 0 ? "without this phase" : "with this phase 2x faster",
           pl.shared.loader_cpu_ms * (1.0 - saved * mine / pl.loader));
     } else if (w.step_ms_projected < pl.wall) {
@@ -375,9 +379,9 @@ void bound_by_loader(WhatIf& w, const Pipeline& pl) {
     }
     bound = fmt::format(
         "{}: {:.2f} -> {:.2f} ms: the step and its loader share {} full cores, so their CPU work together sets the "
-        "pace (loader {:.2f} ms of CPU per batch, the step {:.2f} ms){}",
-        change, w.step_ms_now, w.step_ms_projected, pl.shared.cores, pl.shared.loader_cpu_ms, pl.shared.step_work_ms,
-        w.target == "cpu_wait" ? ": the wait goes only with less work or more cores" : "");
+        "pace ({} {:.2f} ms of CPU per batch, the step {:.2f} ms){}",
+        change, w.step_ms_now, w.step_ms_projected, pl.shared.cores, pl.shared.loader, pl.shared.loader_cpu_ms,
+        pl.shared.step_work_ms, w.target == "cpu_wait" ? ": the wait goes only with less work or more cores" : "");
     w.note = w.note.empty() ? bound : bound + "; " + w.note;
     return;
   }

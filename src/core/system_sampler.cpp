@@ -92,7 +92,57 @@ SystemSampler::Totals SystemSampler::read_totals() const {
   if (read_fd(stat_fd_, buf, sizeof buf) > 0 && stat_field(buf, 42, ticks))  // delayacct_blkio_ticks
     t.blkio_s = static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
   read_machine(t);
+  read_children(t);
   return t;
+}
+
+// The descendants' CPU: the waited-for ones from RUSAGE_CHILDREN, the live
+// ones from /proc/<pid>/stat, found through the children files of the main
+// thread and the step threads (the threads that fork DataLoader workers),
+// then of each child's main thread (a forkserver's workers). Bounded: 64
+// processes, 4 levels.
+void SystemSampler::read_children(Totals& t) const {
+  rusage ru{};
+  if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+    t.children_s = static_cast<double>(ru.ru_utime.tv_sec) + static_cast<double>(ru.ru_utime.tv_usec) * 1e-6 +
+                   static_cast<double>(ru.ru_stime.tv_sec) + static_cast<double>(ru.ru_stime.tv_usec) * 1e-6;
+  constexpr std::size_t kMaxChildren = 64;
+  long pids[kMaxChildren];
+  std::size_t found = 0;
+  char path[64], buf[1024];
+  const long self = static_cast<long>(::getpid());
+  const auto list = [&](long pid, long tid) {
+    std::snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", pid, tid);
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    const std::size_t n = read_fd(fd, buf, sizeof buf);
+    if (fd >= 0) ::close(fd);
+    for (char* p = buf; n > 0 && found < kMaxChildren;) {
+      char* end = nullptr;
+      const long child = std::strtol(p, &end, 10);
+      if (end == p) break;
+      pids[found++] = child;
+      p = end;
+    }
+  };
+  list(self, self);
+  for (const ThreadFile& f : threads_)
+    if (f.tid != self) list(self, static_cast<long>(f.tid));
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::size_t next = 0;
+  for (int level = 0; level < 4 && next < found; ++level) {
+    const std::size_t level_end = found;
+    for (; next < level_end; ++next) {
+      std::snprintf(path, sizeof path, "/proc/%ld/stat", pids[next]);
+      const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      const std::size_t n = read_fd(fd, buf, sizeof buf);
+      if (fd >= 0) ::close(fd);
+      unsigned long long user = 0, system = 0;
+      if (n == 0 || !stat_field(buf, 14, user) || !stat_field(buf, 15, system)) continue;
+      t.children_s += static_cast<double>(user + system) / tick;
+      ++t.children;
+      list(pids[next], pids[next]);
+    }
+  }
 }
 
 // Machine-wide load, so a report says whether it ran on a busy machine and
@@ -286,9 +336,13 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_
   out.load_average_end = b.load_average;
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   out.cores_online = online > 0 ? static_cast<int>(online) : 0;
+  // Live children exited and reaped inside the window move from one sum to
+  // the other; one that exited unreaped is lost from both (a bound, not more).
+  out.children_cpu_s = std::max(0.0, b.children_s - a.children_s) * scale;
+  out.child_processes = std::max(a.children, b.children);
   if (a.machine_busy_s >= 0 && b.machine_busy_s >= a.machine_busy_s)
-    out.other_processes_cpu_s =
-        std::max(0.0, (b.machine_busy_s - a.machine_busy_s) * scale - (out.cpu_user_s + out.cpu_system_s));
+    out.other_processes_cpu_s = std::max(
+        0.0, (b.machine_busy_s - a.machine_busy_s) * scale - (out.cpu_user_s + out.cpu_system_s) - out.children_cpu_s);
   // Time on a CPU is measured when every step thread's schedstat could be read.
   const bool all_read = !threads_.empty() && std::all_of(threads_.begin(), threads_.end(),
                                                          [](const ThreadFile& t) { return t.schedstat_fd >= 0; });

@@ -78,6 +78,9 @@ class SystemSampler {
     // time of all CPUs since boot (/proc/stat: all but idle and iowait). <0: unreadable.
     double load_average = -1;
     double machine_busy_s = -1;
+    // This process's descendants: CPU time (live and waited-for) and how many live.
+    double children_s = 0;
+    int children = 0;
   };
   // A thread's schedstat: time on a CPU and time runnable but waiting for one (ns).
   struct Sched {
@@ -99,6 +102,7 @@ class SystemSampler {
   };
   Totals read_totals() const;
   void read_machine(Totals& t) const;
+  void read_children(Totals& t) const;
   // Now, never below the last reading (the last reading when unreadable: the thread exited).
   Sched sched(const ThreadFile& t) const;
   void mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening);

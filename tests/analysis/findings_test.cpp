@@ -594,7 +594,7 @@ TEST_CASE("a background loader holding the step's cores: the CPU wait is its doi
   const std::vector<std::string>& advice = r.bottleneck.recommendations;
   REQUIRE(advice.size() >= 2);
   CHECK(advice[0].find("Compute on the CPU") != std::string::npos);
-  CHECK(advice[1].find("The background loader uses") != std::string::npos);
+  CHECK(advice[1].find("The loading (background loader) takes") != std::string::npos);
   CHECK(advice[1].find("Make the loading cheaper") != std::string::npos);
   const std::vector<Finding> all = find_issues(r);
   const Finding* f = finding(all, "cpu_contention");
@@ -604,8 +604,7 @@ TEST_CASE("a background loader holding the step's cores: the CPU wait is its doi
   // Other processes held the cores: theirs, as before; no loader advice.
   Report busy = loader_on_shared_cores(true);
   busy.bottleneck = classify(busy);
-  for (const std::string& a : busy.bottleneck.recommendations)
-    CHECK(a.find("The background loader uses") == std::string::npos);
+  for (const std::string& a : busy.bottleneck.recommendations) CHECK(a.find("The loading (") == std::string::npos);
   const std::vector<Finding> busy_findings = find_issues(busy);
   const Finding* theirs = finding(busy_findings, "cpu_contention");
   REQUIRE(theirs != nullptr);

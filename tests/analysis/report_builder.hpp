@@ -71,8 +71,10 @@ inline PhaseSummary& add_phase(Report& r, const std::string& name, PhaseKind kin
 // batch, beside a conv net's 56 ms of step work, on 2 cores the process
 // fills (docs/trials.md): 90 ms steps, 30% of them waiting for a CPU the
 // loader held, 8% waiting for the batch. others_hold: other processes held
-// the cores instead (this process 1.0 of 2).
-inline Report loader_on_shared_cores(bool others_hold) {
+// the cores instead (this process 1.0 of 2). worker_processes: PyTorch's
+// DataLoader instead, its 2 workers child processes (no phases here, their
+// CPU in children_cpu_s, num_workers in the run's config).
+inline Report loader_on_shared_cores(bool others_hold, bool worker_processes = false) {
   Shares s;
   s.input = 0.08;
   s.compute = 0.92;
@@ -86,6 +88,13 @@ inline Report loader_on_shared_cores(bool others_hold) {
   add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.08, 7.2);
   add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.60, 54);
   add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.32, 28.8);
+  if (worker_processes) {
+    sys.cpu_user_s = 0.65 * sys.wall_s;
+    sys.children_cpu_s = 0.115 * 40;
+    sys.child_processes = 2;
+    r.run.config["num_workers"] = "2";
+    return r;
+  }
   PhaseSummary& decode = add_phase(r, "decode", PhaseKind::input, ThreadRole::background, 0, 2.7);
   decode.count = 64 * 40;
   decode.self_ms = decode.host_ms = dist(2.7, 0.1, decode.count);

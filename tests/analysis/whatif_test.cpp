@@ -1,5 +1,6 @@
 // Tests of src/analysis/what_if.cpp: Amdahl projections, the local
 // optimisation trap, overlap honesty for background phases.
+#include "analysis/facts.hpp"
 #include "analysis/report_builder.hpp"
 #include "analysis/thresholds.hpp"
 
@@ -390,4 +391,24 @@ TEST_CASE("what-if: a background loader on the cores the step needs: their CPU w
   REQUIRE(busy_decode != nullptr);
   CHECK(busy_decode->step_change_pct > -10);
   CHECK(busy_decode->note.find("background loader on the step's cores") == std::string::npos);
+}
+
+TEST_CASE("what-if: DataLoader worker processes on the step's full cores set the pace with it",
+          "[analysis][whatif][pipeline]") {
+  // The same loop in PyTorch (num_workers=2, tests/python trial in
+  // docs/trials.md): the workers are child processes, whose CPU read as
+  // "other processes" (a busy machine): kind:compute free projected -87%
+  // where a tiny model measured -34%; no loading free at all (measured -37%).
+  const Report r = loader_on_shared_cores(false, true);
+  const std::vector<WhatIf> all = project_what_if(r);
+  const WhatIf* data_free = find(all, "data", 0);
+  const WhatIf* compute_free = find(all, "kind:compute", 0);
+  REQUIRE(data_free != nullptr);
+  REQUIRE(compute_free != nullptr);
+  CHECK(data_free->step_ms_projected == Approx(55.8 + 4.6).epsilon(0.02));
+  CHECK(compute_free->step_ms_projected == Approx(57.5 + 4.6).epsilon(0.02));
+  CHECK(compute_free->note.find("DataLoader worker processes") != std::string::npos);
+  const detail::CpuHolders h = detail::cpu_holders(r.system);
+  CHECK_FALSE(h.others_hold);  // the job's own workers
+  CHECK(h.children_cores == Approx(0.115 * 40 / r.system.wall_s));
 }

@@ -12,11 +12,13 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <thread>
 #include <vector>
 
@@ -244,4 +246,78 @@ TEST_CASE("system sampler: a step thread first seen at the end counts its CPU wa
   // Two spinners on one CPU for 150 ms: the step thread waited about half of it.
   CHECK(counted.runqueue_wait_s > 0.03);
   CHECK(lost.runqueue_wait_s < 0.01);
+}
+
+namespace {
+
+// Spins until this process has used `ms` of CPU (not wall time: a busy
+// machine stretches the wall).
+void spin_cpu(long ms) {
+  timespec t{};
+  do {
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  } while (t.tv_sec * 1000 + t.tv_nsec / 1000000 < ms);
+}
+
+// Blocks until the pipe's write end is closed everywhere.
+void wait_for_close(int fd) {
+  char c;
+  while (::read(fd, &c, 1) > 0) {
+  }
+}
+
+}  // namespace
+
+TEST_CASE("system sampler: worker processes' CPU is the job's own, not another process's", "[core][system]") {
+  // PyTorch's DataLoader workers are child processes (grandchildren under a
+  // forkserver): counted as "other processes", a loop whose workers filled
+  // the cores read as a busy machine.
+  const std::vector<SystemSampler::ThreadSample> none;
+  SystemSampler s;
+  s.start(now_ns());
+  s.sample(none, {true, 0});  // the window opens
+  int gate[2], ready[2];
+  REQUIRE(::pipe(gate) == 0);
+  REQUIRE(::pipe(ready) == 0);
+  // One worker ends inside the window and is waited for (RUSAGE_CHILDREN).
+  const pid_t done = ::fork();
+  REQUIRE(done >= 0);
+  if (done == 0) {
+    spin_cpu(200);
+    ::_exit(0);
+  }
+  // One is alive at the end, and so is the worker it forked (/proc).
+  const pid_t parent = ::fork();
+  REQUIRE(parent >= 0);
+  if (parent == 0) {
+    ::close(gate[1]);
+    ::close(ready[0]);
+    const pid_t worker = ::fork();
+    if (worker == 0) {
+      spin_cpu(200);
+      const char c = 1;
+      (void)!::write(ready[1], &c, 1);
+      wait_for_close(gate[0]);
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    wait_for_close(gate[0]);
+    ::_exit(0);
+  }
+  ::close(gate[0]);
+  ::close(ready[1]);
+  int status = 0;
+  REQUIRE(::waitpid(done, &status, 0) == done);
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);  // the grandchild has spun its 200 ms
+  ::close(ready[0]);
+  s.sample(none, {true, 5});
+  s.end_window();
+  const stepscope::SystemSignals out = s.finish(now_ns(), 5);
+  ::close(gate[1]);
+  REQUIRE(::waitpid(parent, &status, 0) == parent);
+  CHECK(out.children_cpu_s >= 0.39);  // 0.2 s each, scaled 1:1 (the window holds all 5 steps)
+  CHECK(out.children_cpu_s < 1.0);
+  CHECK(out.child_processes >= 2);  // the live one and its worker
+  CHECK(out.cpu_user_s < 0.39);     // not this process's
 }
