@@ -119,6 +119,7 @@ class Classifier {
   void collect_system();
   void collect_device();
   void compute_costs();
+  void attribute_loader_wait();
   void discount_machine_wait();
   bool scheduling_signal() const;
   double agreement(Bottleneck category) const;
@@ -138,11 +139,12 @@ class Classifier {
   // recommend.cpp: the leader's recommendations, one helper per category.
   void recommend(Bottleneck category, Verdict& v) const;
   void recommend_io(std::vector<std::string>& out) const;
+  void recommend_io_storage(std::vector<std::string>& out) const;
   void recommend_compute(std::vector<std::string>& out) const;
   void recommend_memory(std::vector<std::string>& out) const;
   void recommend_scheduling(std::vector<std::string>& out) const;
   std::string cpu_contention_advice() const;
-  std::string shared_loader_advice() const;
+  std::string loader_cpu_advice() const;
 
   const Report& report_;
   detail::StepShares shares_;
@@ -161,6 +163,8 @@ class Classifier {
   // not the step's. The verdict is the step's without it, so a busier machine
   // lowers its confidence and never changes its category (issue 29).
   double machine_wait_ = 0;
+  // The CPU wait the job's own loader caused (share of the step): input's.
+  double loader_wait_ = 0;
   // The step waits for input (>= moderately bound) while the background
   // loader's own work is below idle_loader_work_ratio of that wait.
   bool loader_idle() const {

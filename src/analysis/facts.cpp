@@ -35,10 +35,10 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   h.cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
   const auto& t = kThresholds;
   const double online = s.cores_online;
-  h.others_hold =
-      online > 0 && h.cores > 0 && h.own_cores + h.children_cores < h.cores &&
-      (h.other_cores >= t.other_processes_busy * online ||
-       (h.other_cores >= t.other_processes_filling * online && h.own_cores + h.other_cores >= t.machine_full * online));
+  h.others_hold = online > 0 && h.cores > 0 && h.own_cores + h.children_cores < h.cores &&
+                  (h.other_cores >= t.other_processes_busy * online ||
+                   (h.other_cores >= t.other_processes_filling * online &&
+                    h.own_cores + h.children_cores + h.other_cores >= t.machine_full * online));
   return h;
 }
 
@@ -50,20 +50,17 @@ double loader_phase_ms(const PhaseSummary& p, const Report& report) {
   return p.self_ms.mean * per_step / std::max<std::uint32_t>(p.threads, 1);
 }
 
-SharedCores shared_cores(const Report& report, const StepBreakdown& settled) {
-  SharedCores out;
+LoaderCpu loader_cpu(const Report& report) {
+  LoaderCpu out;
   const SystemSignals& s = report.system;
-  if (!s.available || report.steps.count == 0 || s.step_threads_on_cpu_s < 0 || settled.wall_ms <= 0) return out;
-  const CpuHolders h = cpu_holders(s);
-  if (h.others_hold || h.cores <= 0 || h.own_cores + h.children_cores < kThresholds.machine_full * h.cores) return out;
-  if (settled.cpu_wait_ms < kThresholds.what_if_min_share * settled.wall_ms) return out;
-  double loader_wall = 0, threads = 0;  // per batch, all its threads together
+  if (!s.available || report.steps.count == 0 || s.step_threads_on_cpu_s < 0) return out;
+  double loader_wall = 0;  // per batch, all its threads together
   for (const PhaseSummary& p : report.phases) {
     const double per_thread = loader_phase_ms(p, report);
     if (per_thread <= 0) continue;
     const double n = std::max<std::uint32_t>(p.threads, 1);
     loader_wall += per_thread * n;
-    threads = std::max(threads, n);
+    out.threads = std::max(out.threads, n);
   }
   // Per measured step (the counters are): the process's CPU beyond the step
   // threads', at most the loader's wall time (intra-op threads are in the
@@ -72,20 +69,33 @@ SharedCores shared_cores(const Report& report, const StepBreakdown& settled) {
   // recorded it, says they are DataLoader workers).
   const double steps = static_cast<double>(report.steps.count);
   const double others_cpu = 1000.0 * (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s) / steps;
-  out.loader_cpu_ms = std::min(loader_wall, std::max(0.0, others_cpu));
+  out.cpu_ms = std::min(loader_wall, std::max(0.0, others_cpu));
   const double children_cpu = s.children_cpu_s > 0 ? 1000.0 * s.children_cpu_s / steps : 0;
-  if (children_cpu >= kThresholds.what_if_min_share * settled.wall_ms) {
+  if (children_cpu >= kThresholds.what_if_min_share * mean_step_ms(report)) {
     const auto workers = report.run.config.find("num_workers");
     const double num_workers = workers != report.run.config.end() ? std::atof(workers->second.c_str()) : 0;
-    out.loader = loader_wall > 0   ? "background loader and worker processes"
-                 : num_workers > 0 ? "DataLoader worker processes"
-                                   : "child processes";
-    out.loader_cpu_ms += children_cpu;
-    threads += num_workers > 0 ? num_workers : std::max(1, s.child_processes);
+    out.what = loader_wall > 0   ? "background loader and worker processes"
+               : num_workers > 0 ? "DataLoader worker processes"
+                                 : "child processes";
+    out.cpu_ms += children_cpu;
+    out.threads += num_workers > 0 ? num_workers : std::max(1, s.child_processes);
   }
-  if (out.loader_cpu_ms <= 0) return out;
+  return out;
+}
+
+SharedCores shared_cores(const Report& report, const StepBreakdown& settled) {
+  SharedCores out;
+  const SystemSignals& s = report.system;
+  if (!s.available || report.steps.count == 0 || settled.wall_ms <= 0) return out;
+  const CpuHolders h = cpu_holders(s);
+  if (h.others_hold || h.cores <= 0 || h.own_cores + h.children_cores < kThresholds.machine_full * h.cores) return out;
+  if (settled.cpu_wait_ms < kThresholds.what_if_min_share * settled.wall_ms) return out;
+  const LoaderCpu loader = loader_cpu(report);
+  if (loader.cpu_ms <= 0) return out;
+  out.loader_cpu_ms = loader.cpu_ms;
+  out.loader = loader.what;
   out.step_work_ms = std::max(0.0, settled.wall_ms - settled.kind_ms[PhaseKind::input] - settled.cpu_wait_ms);
-  out.loader_threads = std::max(threads, 1.0);
+  out.loader_threads = std::max(loader.threads, 1.0);
   out.cores = h.cores;
   out.active = true;
   return out;

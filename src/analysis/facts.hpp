@@ -114,6 +114,14 @@ struct SharedCores {
   const char* loader = "background loader";  // what the loader is, for the text
 };
 SharedCores shared_cores(const Report& report, const StepBreakdown& settled);
+// The loader's CPU per measured step (SharedCores::loader_cpu_ms, with its
+// threads and what it is), wherever it ran: 0 without a loader.
+struct LoaderCpu {
+  double cpu_ms = 0;
+  double threads = 0;
+  const char* what = "background loader";
+};
+LoaderCpu loader_cpu(const Report& report);
 // The size-aware allocator remedy for a page-fault storm (verdict and finding).
 std::string page_fault_remedy(const Report& report);
 // What the faults cost the step, as the breakdown's page-fault row holds it

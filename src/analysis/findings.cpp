@@ -439,12 +439,17 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
   const auto workers = r.run.config.find("num_workers");
   const bool no_workers = workers != r.run.config.end() && workers->second == "0";
   std::string whose;
+  // Reports before children_cpu_s counted worker processes as other processes.
+  const bool workers_apart = r.system.children_cpu_s >= 0;
   if (h.others_hold)
     whose = fmt::format(
-        "Other processes{} kept {:.1f} of the machine's {} CPUs busy, this process {:.1f}: measure again where the "
+        "Other processes{} kept {:.1f} of the machine's {} CPUs busy, this process {:.1f}{}: measure again where the "
         "job has its cores to itself ({}no other jobs, taskset or the batch system's exclusive allocation).",
-        no_workers || workers == r.run.config.end() ? "" : " (this run's DataLoader workers among them)", others,
-        r.system.cores_online, own, no_workers ? "" : "fewer workers or intra-op threads, ");
+        no_workers || workers == r.run.config.end() || workers_apart ? ""
+                                                                     : " (this run's DataLoader workers among them)",
+        others, r.system.cores_online, own,
+        h.children_cores > 0 ? fmt::format(" and its worker processes {:.1f}", h.children_cores) : std::string(),
+        no_workers ? "" : "fewer workers or intra-op threads, ");
   else if (const detail::SharedCores shared = detail::shared_cores(r, settled_breakdown(r)); shared.active)
     whose = fmt::format(
         "This process{} used {:.1f} of its {} CPUs, its {} {:.2f} ms of CPU per batch beside the step's own "

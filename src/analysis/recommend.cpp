@@ -48,15 +48,13 @@ void Classifier::recommend(Bottleneck category, Verdict& v) const {
       recommend_scheduling(out);
       break;
   }
-  // Under another verdict, a loader holding the step's cores is a lever of
-  // its own, ranked by what it costs the step (its CPU wait and input wait)
-  // against the verdict's share (scheduling and io say it themselves).
+  // Under another verdict, a loader holding CPUs the step waits for is a
+  // lever of its own, ranked by what input costs the step (its CPU wait
+  // included) against the verdict's share (scheduling and io say it
+  // themselves).
   if (category == Bottleneck::scheduling || category == Bottleneck::io) return;
-  if (std::string loader = shared_loader_advice(); !loader.empty()) {
-    const PhaseKind kind = category == Bottleneck::compute  ? PhaseKind::compute
-                           : category == Bottleneck::memory ? PhaseKind::memory
-                                                            : PhaseKind::communication;
-    const bool first = shares_.cpu_wait + shares_.kind[PhaseKind::input] > shares_.kind[kind];
+  if (std::string loader = loader_cpu_advice(); !loader.empty()) {
+    const bool first = cost_[Bottleneck::io] > cost_[category];
     out.insert(first || out.empty() ? out.begin() : out.begin() + 1, std::move(loader));
   }
 }
@@ -64,6 +62,14 @@ void Classifier::recommend(Bottleneck category, Verdict& v) const {
 void Classifier::recommend_io(std::vector<std::string>& out) const {
   const auto& t = kThresholds;
   const SystemSignals& s = report_.system;
+  // Most of the input's cost is the wait for CPUs the loader holds: its CPU
+  // work is the lever, not a background loader it already has.
+  const bool loader_cpu_bound = loader_wait_ / (1.0 - machine_wait_) >= 0.5 * cost_[Bottleneck::io];
+  if (std::string loader = loader_cpu_advice(); !loader.empty()) out.push_back(std::move(loader));
+  if (loader_cpu_bound) {
+    recommend_io_storage(out);
+    return;
+  }
   if (loader_idle())
     out.push_back(
         fmt::format("The background loader's phases ({}) work {:.1f}% of a step, yet the step waits {:.1f}% for its "
@@ -101,6 +107,10 @@ void Classifier::recommend_io(std::vector<std::string>& out) const {
     out.push_back(std::string("The step waits for batches that are not ready: ") + kWaitRemedy);
   else
     out.push_back(std::string("The step thread does the input work itself: ") + kWorkRemedy);
+  recommend_io_storage(out);
+}
+
+void Classifier::recommend_io_storage(std::vector<std::string>& out) const {
   if (fires("major_faults_per_step") || fires("io_wait_fraction") || fires("read_mib_per_step"))
     out.push_back(
         "Reads are served from storage, not memory (major faults / block-I/O wait / bytes read): "
@@ -194,17 +204,18 @@ void Classifier::recommend_scheduling(std::vector<std::string>& out) const {
       "the slowest one.");
 }
 
-// A background loader whose CPU work holds the cores the step needs
-// (SharedCores): empty where it does not.
-std::string Classifier::shared_loader_advice() const {
-  const SharedCores shared = shared_cores(report_, stepscope::settled_breakdown(report_));
-  if (!shared.active) return std::string();
+// The job's own loader holds CPUs the step waits for (loader_wait_): its
+// CPU work is the input's cost, and more workers would only take more of the
+// same cores. Empty where it caused no wait worth a line.
+std::string Classifier::loader_cpu_advice() const {
+  if (loader_wait_ < kThresholds.what_if_min_share) return std::string();
+  const detail::LoaderCpu loader = detail::loader_cpu(report_);
   return fmt::format(
-      "The loading ({}) takes {:.2f} ms of CPU per batch on the {} cores the step needs ({:.2f} ms of its own "
-      "work): the step's {:.0f}% waiting for a CPU is the loader's doing. Make the loading cheaper (decode once and "
-      "cache, lighter augmentation, smaller inputs) or give the job more cores; fewer loader workers would slow the "
-      "loader, not free the CPUs.",
-      shared.loader, shared.loader_cpu_ms, shared.cores, shared.step_work_ms, pct(shares_.cpu_wait));
+      "The loading ({}) takes {:.2f} ms of CPU per batch, and the step waits {:.0f}% of its time for CPUs it holds: "
+      "make the loading cheaper (decode once and cache, lighter augmentation, smaller inputs, per-batch rather "
+      "than per-sample transforms) or give the job more cores; more loader workers would take more of the same "
+      "cores, fewer would slow the loader.",
+      loader.what, loader.cpu_ms, pct(loader_wait_ / (1.0 - machine_wait_)));
 }
 
 // Whose threads hold the CPUs: this process' own (too many threads)
@@ -230,7 +241,7 @@ std::string Classifier::cpu_contention_advice() const {
                           s.load_average_end)
             : std::string(),
         own_cores, cores);
-  if (std::string loader = shared_loader_advice(); !loader.empty()) return loader;
+  if (std::string loader = loader_cpu_advice(); !loader.empty()) return loader;
   return "The CPU is oversubscribed: keep threads <= cores (intra-op threads x loader workers), pin "
          "the step thread to its own core, and stop other jobs sharing the machine.";
 }

@@ -252,6 +252,7 @@ void Classifier::compute_costs() {
     // does too (woken to refill the queue, it waits its turn). That part of
     // the wait is scheduling; what the loader's work could explain stays io.
     const auto& t = kThresholds;
+    attribute_loader_wait();
     discount_machine_wait();
     if (loader_idle()) {
       const bool contended = runqueue_fraction_ >= t.runqueue_wait_fraction;
@@ -322,6 +323,34 @@ void Classifier::compute_costs() {
   }
 }
 
+// Host timeline: the part of the step threads' CPU wait the job's own
+// loader caused (background input threads, DataLoader worker processes on
+// the cores the step needs) is input's cost, in proportion to the loader's
+// CPU among what the step threads did not use (the job's other threads and
+// processes, other processes). A loop decoding 116 ms a batch on two worker
+// processes beside a 56 ms step, on 2 cores, waited 25% of its step for a
+// CPU: read as scheduling quiet it was "compute", and beside two busy loops,
+// with the wait carved out as the machine's, "io".
+void Classifier::attribute_loader_wait() {
+  if (shares_.cpu_wait < kThresholds.what_if_min_share || shares_.wall_ms <= 0) return;
+  const detail::LoaderCpu loader = detail::loader_cpu(report_);
+  const SystemSignals& s = report_.system;
+  if (loader.cpu_ms <= 0 || s.wall_s <= 0 || s.step_threads_on_cpu_s < 0) return;
+  const detail::CpuHolders h = cpu_holders(s);
+  const double loader_cores = loader.cpu_ms / shares_.wall_ms;
+  const double holders =
+      std::max(0.0, h.own_cores - s.step_threads_on_cpu_s / s.wall_s) + h.children_cores + std::max(0.0, h.other_cores);
+  if (holders <= 0) return;
+  loader_wait_ = shares_.cpu_wait * std::min(1.0, loader_cores / holders);
+  cost_[Bottleneck::io] += loader_wait_;
+  cost_[Bottleneck::scheduling] = std::max(0.0, cost_[Bottleneck::scheduling] - loader_wait_);
+  add(kNoCategory, Weight::info, "loader_cpu_wait_share", loader_wait_, kThresholds.moderately_bound, ">=",
+      fmt::format("The step threads waited for a CPU {:.1f}% of the step while the {} used {:.2f} ms of CPU per "
+                  "batch ({:.1f} cores) of the {:.1f} the step threads left to others: {:.1f}% of the step is "
+                  "that wait, the loader's cost, counted as input.",
+                  pct(shares_.cpu_wait), loader.what, loader.cpu_ms, loader_cores, holders, pct(loader_wait_)));
+}
+
 // Host timeline: where other processes held the CPUs (this process fitted
 // its cores), the step threads' CPU wait is the machine's. Each category's
 // cost becomes its share of the step without that wait (the step a quiet
@@ -329,8 +358,8 @@ void Classifier::compute_costs() {
 // load 4; the confidence then falls with the wait (run()).
 void Classifier::discount_machine_wait() {
   const detail::CpuHolders holders = cpu_holders(report_.system);
-  if (!holders.others_hold || shares_.cpu_wait <= 0 || shares_.cpu_wait >= 1) return;
-  machine_wait_ = shares_.cpu_wait;
+  if (!holders.others_hold || shares_.cpu_wait - loader_wait_ <= 0 || shares_.cpu_wait >= 1) return;
+  machine_wait_ = shares_.cpu_wait - loader_wait_;
   cost_[Bottleneck::scheduling] = std::max(0.0, cost_[Bottleneck::scheduling] - machine_wait_);
   for (double& c : cost_.values) c /= 1.0 - machine_wait_;
   add(kNoCategory, Weight::info, "machine_cpu_wait_share", machine_wait_, kThresholds.scheduling_moderately_bound, ">=",
@@ -381,14 +410,19 @@ std::string Classifier::summary(Bottleneck category, const std::string& severity
           device_.present && device_.idle_host_input > 0
               ? fmt::format("the GPU idles {:.0f}% of the time while the host gets input", pct(device_.idle_host_input))
               : fmt::format("the step waits {:.0f}% of its time on input{}", pct(c),
-                            phase.empty() ? "" : " (mostly in '" + phase + "')");
+                            loader_wait_ > 0 ? fmt::format(" ({:.0f}% of the step waiting for CPUs its loader held{})",
+                                                           pct(loader_wait_ / (1.0 - machine_wait_)),
+                                                           phase.empty() ? "" : ", the rest mostly in '" + phase + "'")
+                            : phase.empty()  ? ""
+                                             : " (mostly in '" + phase + "')");
       if (input_over_compute_)
         where += fmt::format(
             "; compute ({:.0f}%) is the runner-up, but input at or above {:.0f}% of the step "
             "on its critical path is input-bound: {}",
             pct(cost_[Bottleneck::compute]), pct(kThresholds.highly_bound),
-            loader_work_share_ >= 0 ? "the background loader does not keep it off that path"
-                                    : "a background loader would hide it");
+            loader_wait_ / (1.0 - machine_wait_) >= 0.5 * c ? "most of it is the wait for CPUs the loader's work holds"
+            : loader_work_share_ >= 0                       ? "the background loader does not keep it off that path"
+                                                            : "a background loader would hide it");
       break;
     }
     case Bottleneck::compute: {
@@ -416,8 +450,8 @@ std::string Classifier::summary(Bottleneck category, const std::string& severity
       } else {
         // Name only the parts that are there, with the breakdown's numbers.
         std::string parts;
-        if (shares_.cpu_wait > 0 && machine_wait_ == 0)
-          parts += fmt::format("{:.0f}% waiting for a CPU", pct(shares_.cpu_wait));
+        if (shares_.cpu_wait - loader_wait_ > 0 && machine_wait_ == 0)
+          parts += fmt::format("{:.0f}% waiting for a CPU", pct(shares_.cpu_wait - loader_wait_));
         if (shares_.unattributed > 0)
           parts += fmt::format("{}{:.0f}% outside every phase", parts.empty() ? "" : ", ", pct(shares_.unattributed));
         where =
