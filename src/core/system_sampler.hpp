@@ -103,6 +103,16 @@ class SystemSampler {
   Totals read_totals() const;
   void read_machine(Totals& t) const;
   void read_children(Totals& t) const;
+  // A live descendant's /proc files, open while it lives.
+  struct ChildFiles {
+    long pid;
+    int stat_fd;
+    int children_fd;
+    bool seen;
+  };
+  static constexpr std::size_t kMaxChildren = 64;
+  static int open_proc(const char* format, long pid);
+  ChildFiles* child_files(long pid) const;
   // Now, never below the last reading (the last reading when unreadable: the thread exited).
   Sched sched(const ThreadFile& t) const;
   void mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening);
@@ -125,6 +135,9 @@ class SystemSampler {
   Mark window_start_, window_end_;
   // /proc files read at every window boundary, kept open (pread).
   int io_fd_ = -1, stat_fd_ = -1, loadavg_fd_ = -1, proc_stat_fd_ = -1;
+  // The descendants' files (read_children, from read_totals() const): -2 not opened yet.
+  mutable int main_children_fd_ = -2;
+  mutable std::vector<ChildFiles> children_;
   std::uint64_t cost_ns_ = 0;
   double runqueue_wait_s_ = 0;
 };
