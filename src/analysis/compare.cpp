@@ -210,8 +210,11 @@ RunConditions conditions_of(const Report& base, const Report& cand) {
     return it == r.run.config.end() ? std::string("0") : it->second;
   };
   const std::string wa = workers(base), wb = workers(cand);
+  // Reports with children_cpu_s keep the workers out of other processes.
+  const bool workers_apart = base.system.children_cpu_s >= 0 && cand.system.children_cpu_s >= 0;
   const std::string among =
-      wa != wb
+      workers_apart ? std::string()
+      : wa != wb
           ? fmt::format(", this run's DataLoader workers among them: num_workers {} -> {} moved part of it", wa, wb)
       : wa != "0" ? std::string(", this run's DataLoader workers among them")
                   : std::string();
@@ -437,6 +440,23 @@ void explain_step(Comparison& c, const Report& base, const Report& cand) {
                                              moved[i].name, moved[i].delta,
                                              100.0 * safe_div(moved[i].delta, moved[i].base), c.step.delta_ms));
   }
+  // The wait for CPUs the job's own loader held (the verdict's
+  // loader_cpu_wait_share) is input's cost, not the machine's: a cheaper
+  // loader takes it away with the other processes' load unchanged (a loader
+  // cut from 2 ms of CPU a sample to none read "the machine's noise",
+  // docs/trials.md).
+  const auto loader_wait_ms = [](const Report& r) {
+    for (const Evidence& e : r.bottleneck.evidence)
+      if (e.signal == "loader_cpu_wait_share") return e.value * loop_step_ms(r);
+    return 0.0;
+  };
+  const double loader_delta = loader_wait_ms(cand) - loader_wait_ms(base);
+  if (loader_delta * c.step.delta_ms > 0 && std::fabs(loader_delta) >= 0.25 * std::fabs(c.step.delta_ms) &&
+      !c.conditions.shared && (!c.conditions.differ || others_unchanged(c.conditions)))
+    c.explained_by.push_back(fmt::format(
+        "the wait for CPUs the job's own loader held: {:.2f} -> {:.2f} ms per step ({:+.2f} ms of the {:+.2f} ms "
+        "step change)",
+        loader_wait_ms(base), loader_wait_ms(cand), loader_delta, c.step.delta_ms));
   if (c.explained_by.empty() || !c.conditions.differ || c.conditions.shared || !others_unchanged(c.conditions)) return;
   std::vector<std::string> machine;
   for (const std::string& reason : c.conditions.reasons) {

@@ -665,3 +665,31 @@ TEST_CASE("compare: a phase slower only by the CPU wait the machine added does n
   b.system.runqueue_wait_s = 0.01 * b.system.wall_s;
   CHECK(any_contains(compare_reports(a, b).explained_by, "phase 'train'"));
 }
+
+TEST_CASE("compare: the wait for CPUs the job's own loader held explains the step, not the machine",
+          "[analysis][compare]") {
+  // A PyTorch loop whose 2 workers decoded 2 ms a sample, then none
+  // (docs/trials.md): 96.7 -> 62.0 ms, every phase 26-84% faster (the wait
+  // for CPUs was in all of them), the run queue 24% -> 0% with other
+  // processes' load the same. It read "the machine's noise".
+  Report a = run(96, 3, 100), b = run(62, 3, 100);
+  same_neighbours(a, b, false);
+  a.system.runqueue_wait_s = 0.24 * a.system.wall_s;
+  a.system.involuntary_switches = static_cast<std::uint64_t>(154 * a.system.wall_s);
+  for (Report* r : {&a, &b}) r->system.children_cpu_s = 1.2 * r->system.wall_s;
+  a.bottleneck.evidence.push_back(Evidence{"loader_cpu_wait_share", 0.24, 0.10, ">=", true, true, ""});
+  const Comparison c = compare_reports(a, b);
+  const std::string text = format_comparison(c);
+  INFO(text);
+  CHECK(c.step.significant);
+  REQUIRE_FALSE(c.explained_by.empty());
+  CHECK(c.explained_by.front().find("the wait for CPUs the job's own loader held: 23.04 -> 0.00 ms per step") == 0);
+  CHECK(
+      any_contains(c.explained_by, "(its consequence, with other processes' load unchanged) the step threads waited"));
+  CHECK_FALSE(c.conditions.differ);
+  CHECK(text.find("the machine's noise") == std::string::npos);
+  // Without that evidence (the same runs), the machine is blamed as before.
+  a.bottleneck.evidence.clear();
+  const Comparison blind = compare_reports(a, b);
+  CHECK(blind.conditions.differ);
+}
