@@ -70,15 +70,16 @@ LoaderCpu loader_cpu(const Report& report) {
   const double steps = static_cast<double>(report.steps.count);
   const double others_cpu = 1000.0 * (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s) / steps;
   out.cpu_ms = std::min(loader_wall, std::max(0.0, others_cpu));
-  const double children_cpu = s.children_cpu_s > 0 ? 1000.0 * s.children_cpu_s / steps : 0;
+  // Descendants are the loader only where the run says they are DataLoader
+  // workers: a child of unknown purpose (a compressor, a logger) is the
+  // job's own CPU (cpu_holders), not its input.
+  const auto workers = report.run.config.find("num_workers");
+  const double num_workers = workers != report.run.config.end() ? std::atof(workers->second.c_str()) : 0;
+  const double children_cpu = s.children_cpu_s > 0 && num_workers > 0 ? 1000.0 * s.children_cpu_s / steps : 0;
   if (children_cpu >= kThresholds.what_if_min_share * mean_step_ms(report)) {
-    const auto workers = report.run.config.find("num_workers");
-    const double num_workers = workers != report.run.config.end() ? std::atof(workers->second.c_str()) : 0;
-    out.what = loader_wall > 0   ? "background loader and worker processes"
-               : num_workers > 0 ? "DataLoader worker processes"
-                                 : "child processes";
+    out.what = loader_wall > 0 ? "background loader and DataLoader worker processes" : "DataLoader worker processes";
     out.cpu_ms += children_cpu;
-    out.threads += num_workers > 0 ? num_workers : std::max(1, s.child_processes);
+    out.threads += num_workers;
   }
   return out;
 }

@@ -95,8 +95,8 @@ CpuHolders cpu_holders(const SystemSignals& s);
 double loader_phase_ms(const PhaseSummary& p, const Report& report);
 // A background loader on the cores of the step thread, which this process's
 // threads and its worker processes fill (no other process holds them), its
-// phases on background threads or its work in child processes (PyTorch's
-// DataLoader workers: children_cpu_s): the step's CPU wait is the
+// phases on background threads or its work in DataLoader worker processes
+// (children_cpu_s, where the run's config has num_workers): the step's CPU wait is the
 // loader's doing, and the step goes at the pace of their CPU work together,
 //
 //   step = max(step work, loader CPU / loader threads, (step work + loader CPU) / cores)

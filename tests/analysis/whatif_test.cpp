@@ -411,4 +411,10 @@ TEST_CASE("what-if: DataLoader worker processes on the step's full cores set the
   const detail::CpuHolders h = detail::cpu_holders(r.system);
   CHECK_FALSE(h.others_hold);  // the job's own workers
   CHECK(h.children_cores == Approx(0.115 * 40 / r.system.wall_s));
+  // Children of unknown purpose (no num_workers): the job's own CPU, not its loader.
+  Report unknown = r;
+  unknown.run.config.erase("num_workers");
+  CHECK(detail::loader_cpu(unknown).cpu_ms == 0);
+  CHECK_FALSE(detail::shared_cores(unknown, settled_breakdown(unknown)).active);
+  CHECK_FALSE(detail::cpu_holders(unknown.system).others_hold);
 }
