@@ -98,7 +98,10 @@ void page_faults(const Report& r, std::vector<Finding>& out) {
 void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
   const auto& t = kThresholds;
   const Distribution& w = r.steps.wall_ms;
-  if (w.count < 2 || w.mean <= 0) return;
+  // Fewer steps than a verdict needs say nothing about their spread (a run
+  // SIGTERM ended after 3 steps read "varies a lot: CV 14%"); few_steps
+  // says why.
+  if (w.count < t.min_measured_steps || w.mean <= 0) return;
   const double cv = w.stddev / w.mean;
   if (cv >= t.jitter_cv) {
     out.push_back(make("jitter", cv >= t.jitter_cv_critical ? "critical" : "warning",

@@ -126,6 +126,23 @@ TEST_CASE("findings: jitter by coefficient of variation", "[analysis][findings]"
   }
 }
 
+TEST_CASE("findings: fewer steps than a verdict needs say nothing about their spread", "[analysis][findings]") {
+  // PyTorch's C++ dcgan ended by SIGTERM after 3 measured steps read "Step
+  // time varies a lot: CV 14%" beside "Only 3 measured step(s)".
+  for (const std::uint64_t n : {kThresholds.min_measured_steps - 1, kThresholds.min_measured_steps}) {
+    Report r = steady();
+    r.steps.count = n;
+    r.steps.wall_ms.count = n;
+    r.steps.wall_ms.stddev = 0.3 * r.steps.wall_ms.mean;
+    r.steps.wall_ms.p99 = r.steps.wall_ms.max = kThresholds.outlier_p99_over_p50 * r.steps.wall_ms.p50;
+    const std::vector<Finding> all = find_issues(r);
+    INFO(n << " steps");
+    CHECK(has(all, "jitter") == (n >= kThresholds.min_measured_steps));
+    CHECK(has(all, "step_outliers") == (n >= kThresholds.min_measured_steps));
+    CHECK(has(all, "few_steps") == (n < kThresholds.min_measured_steps));
+  }
+}
+
 TEST_CASE("findings: step-time outliers p99/p50 and max/p50", "[analysis][findings]") {
   const auto& t = kThresholds;
   struct Row {
