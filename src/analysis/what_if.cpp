@@ -86,15 +86,17 @@ struct Pipeline {
   // pace is set by their CPU work together, and the step's CPU wait is the
   // loader's doing.
   detail::SharedCores shared;
-  double shared_slack = 0;  // wall - the modelled pace
+  double slack = 0;  // wall - the modelled pace: what neither side accounts for
 
   // The step's time per batch with the step's own work less `own_saved` ms
   // (measured, its CPU wait included) and the loader's work scaled by
-  // `loader_left`, on shared cores.
-  double shared_pace(double own_saved, double loader_left) const {
+  // `loader_left`: max(own work, loader ms per batch) + slack, or on shared
+  // cores their CPU work together (SharedCores).
+  double pace(double own_saved, double loader_left) const {
+    if (!shared.active) return std::max(own - own_saved, loader * loader_left) + slack;
     const double work = std::max(0.0, shared.step_work_ms - own_saved * shared.step_work_ms / std::max(own, 1e-9));
     const double loader_cpu = shared.loader_cpu_ms * loader_left;
-    return std::max({work, loader_cpu / shared.loader_threads, (work + loader_cpu) / shared.cores}) + shared_slack;
+    return std::max({work, loader_cpu / shared.loader_threads, (work + loader_cpu) / shared.cores}) + slack;
   }
 };
 
@@ -111,14 +113,10 @@ Pipeline pipeline(const Report& facts) {
   }
   for (const PhaseSummary& p : facts.phases) pl.loader += detail::loader_phase_ms(p, facts);
   pl.own = std::max(0.0, pl.wall - pl.settled.kind_ms[PhaseKind::input]);
-  if (!pl.device) {
-    pl.shared = detail::shared_cores(facts, pl.settled);
-    if (pl.shared.active) {
-      pl.shared_slack = std::max(0.0, pl.wall - pl.shared_pace(0, 1));
-      // Worker processes with no phases here: their pace with cores of their own.
-      if (pl.loader <= 0) pl.loader = pl.shared.loader_cpu_ms / pl.shared.loader_threads;
-    }
-  }
+  if (!pl.device) pl.shared = detail::shared_cores(facts, pl.settled);
+  // Worker processes with no phases here: their pace with cores of their own.
+  if (pl.shared.active && pl.loader <= 0) pl.loader = pl.shared.loader_cpu_ms / pl.shared.loader_threads;
+  pl.slack = std::max(0.0, pl.wall - pl.pace(0, 1));
   return pl;
 }
 
@@ -284,11 +282,7 @@ WhatIf project(const Pipeline& pl, const Part& part, double speedup) {
     }
     step = std::max({host, device, 0.0}) + pl.exposed;
   }
-  if (part.feed) {
-    // The wait for a background loader: a faster loader is what shortens it.
-    const double slack = std::max(0.0, pl.wall - std::max(pl.own, pl.loader));
-    step = pl.shared.active ? pl.shared_pace(0, 1.0 - saved) : std::max(pl.own, pl.loader * (1.0 - saved)) + slack;
-  }
+  if (part.feed) step = pl.pace(0, 1.0 - saved);  // the wait for a loader: a faster loader shortens it
   w.step_ms_projected = std::min(step, pl.wall);
   w.step_change_pct = pl.wall > 0 ? 100.0 * (w.step_ms_projected - pl.wall) / pl.wall : 0.0;
   return w;
@@ -302,18 +296,17 @@ void background_what_if(const Report& facts, const Pipeline& pl, const PhaseSumm
   const double work_share = p.host_ms.total / steps / pl.wall;
   if (work_share < kThresholds.what_if_min_share) return;
   const double mine = detail::loader_phase_ms(p, facts);
-  const double slack = std::max(0.0, pl.wall - std::max(pl.own, pl.loader));
   for (double k : kSpeedups) {
     const double saved = k == 0 ? 1.0 : 1.0 - 1.0 / k;
     Part part;
     part.target = p.name;
     WhatIf w = project(pl, part, k);
-    double step = mine > 0 ? std::max(pl.own, pl.loader - saved * mine) + slack : pl.wall;
-    if (pl.shared.active && mine > 0) step = pl.shared_pace(0, 1.0 - saved * mine / pl.loader);
+    const double step = mine > 0 ? pl.pace(0, 1.0 - saved * mine / pl.loader) : pl.wall;
     w.step_ms_projected = std::min(step, pl.wall);
     w.step_change_pct = 100.0 * (w.step_ms_projected - pl.wall) / pl.wall;
+    if (w.step_ms_projected < pl.wall)
+      w.share = detail::clamp01((pl.wall - pl.pace(0, 1.0 - mine / pl.loader)) / pl.wall);
     if (pl.shared.active && w.step_ms_projected < pl.wall) {
-      w.share = detail::clamp01((pl.wall - pl.shared_pace(0, 1.0 - mine / pl.loader)) / pl.wall);
       w.note = fmt::format(
           "background loader on the step's cores: the {} use {:.2f} ms of CPU per batch beside the step's "
           "{:.2f} ms, on {} cores they fill, so their work together sets the pace (the step's CPU wait is the "
@@ -322,7 +315,6 @@ void background_what_if(const Report& facts, const Pipeline& pl, const PhaseSumm
           k == 0 ? "without this phase" : "with this phase 2x faster",
           pl.shared.loader_cpu_ms * (1.0 - saved * mine / pl.loader));
     } else if (w.step_ms_projected < pl.wall) {
-      w.share = detail::clamp01((pl.wall - std::max(pl.own, pl.loader - mine) - slack) / pl.wall);
       w.note = fmt::format(
           "background loader: it needs {:.2f} ms per batch and the step's own work {:.2f} ms, so the loader sets "
           "the pace; {} {:.2f} ms per batch",
@@ -372,7 +364,7 @@ void bound_by_loader(WhatIf& w, const Pipeline& pl) {
     // On cores the loader shares, the step's work made smaller also leaves
     // the loader more CPU; its CPU wait is no work of its own.
     const double saved = w.speedup == 0 ? 1.0 : 1.0 - 1.0 / w.speedup;
-    const double pace = pl.shared_pace(w.target == "cpu_wait" ? 0.0 : saved * w.share * pl.wall, 1.0);
+    const double pace = pl.pace(w.target == "cpu_wait" ? 0.0 : saved * w.share * pl.wall, 1.0);
     if (w.step_ms_projected < pace) {
       w.step_ms_projected = std::min(pace, w.step_ms_now);
       w.step_change_pct = w.step_ms_now > 0 ? 100.0 * (w.step_ms_projected - w.step_ms_now) / w.step_ms_now : 0.0;

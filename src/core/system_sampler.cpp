@@ -174,7 +174,7 @@ int SystemSampler::open_proc(const char* format, long pid) {
 SystemSampler::ChildFiles* SystemSampler::child_files(long pid) const {
   for (ChildFiles& c : children_)
     if (c.pid == pid) return &c;
-  if (children_.size() >= kMaxChildren) return nullptr;
+  if (children_.size() >= children_.capacity()) return nullptr;  // reserved at start(): no allocation here
   ChildFiles c{pid, open_proc("/proc/%ld/stat", pid), open_proc("/proc/%ld/task/%ld/children", pid), false};
   if (c.stat_fd < 0) {
     if (c.children_fd >= 0) ::close(c.children_fd);
@@ -239,6 +239,10 @@ void SystemSampler::start(std::int64_t now_ns) {
   stat_fd_ = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
   loadavg_fd_ = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   proc_stat_fd_ = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
+  try {
+    children_.reserve(kMaxChildren);
+  } catch (...) {  // out of memory: descendants' live CPU unread (RUSAGE_CHILDREN still)
+  }
   start_ = read_totals();
   statm_fd_ = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   rss_mb_ = rss_start_mb_ = rss_peak_mb_ = read_rss_mb();
