@@ -1,7 +1,9 @@
 // stepscope/mpi.hpp — live aggregation of a multi-rank job through MPI.
 //
-// Optional component (CMake target stepscope::mpi, built when MPI is found);
-// the only stepscope header that includes <mpi.h>.
+// Optional component, built when MPI is found; the only stepscope header that
+// includes <mpi.h>. In CMake:
+//   find_package(stepscope CONFIG REQUIRED COMPONENTS mpi)
+//   target_link_libraries(app PRIVATE stepscope::mpi)
 //
 //   MPI_Init(&argc, &argv);
 //   int rank, world;

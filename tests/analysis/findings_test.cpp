@@ -126,6 +126,39 @@ TEST_CASE("findings: jitter by coefficient of variation", "[analysis][findings]"
   }
 }
 
+TEST_CASE("findings: steps that vary while other processes hold the CPUs name that load, as a warning",
+          "[analysis][findings]") {
+  // pytorch/examples' gcn beside two busy loops on 2 cores: CV 40% read as
+  // "critical ... look for periodic work", 37% of the step waiting for a CPU.
+  const auto run = [](double wait_share, double others_cores) {
+    Report r = steady();
+    r.steps.wall_ms.stddev = kThresholds.jitter_cv_critical * r.steps.wall_ms.mean;
+    r.steps.wall_ms.p99 = r.steps.wall_ms.max = r.steps.wall_ms.p50;
+    r.system.available = true;
+    r.system.cores_online = 2;
+    r.system.runqueue_wait_s = wait_share * r.system.wall_s;
+    r.system.cpu_user_s = 0.6 * r.system.wall_s;
+    r.system.other_processes_cpu_s = others_cores * r.system.wall_s;
+    r.bottleneck = classify(r);
+    return find_issues(r);
+  };
+  const std::vector<Finding> busy = run(0.35, 1.4);
+  const Finding* f = finding(busy, "jitter");
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == "warning");
+  CHECK(f->message.find("while other processes held them") != std::string::npos);
+  // The same spread with the machine to itself, or a wait its own threads
+  // caused: the loop's own, critical.
+  for (const auto& [wait, others] : {std::pair{0.0, 0.0}, std::pair{0.35, 0.2}}) {
+    const std::vector<Finding> own = run(wait, others);
+    const Finding* g = finding(own, "jitter");
+    INFO("wait " << wait << ", others " << others);
+    REQUIRE(g != nullptr);
+    CHECK(g->severity == "critical");
+    CHECK(g->message.find("periodic work") != std::string::npos);
+  }
+}
+
 TEST_CASE("findings: fewer steps than a verdict needs say nothing about their spread", "[analysis][findings]") {
   // PyTorch's C++ dcgan ended by SIGTERM after 3 measured steps read "Step
   // time varies a lot: CV 14%" beside "Only 3 measured step(s)".
