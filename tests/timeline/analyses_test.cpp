@@ -119,6 +119,38 @@ TEST_CASE("idle-time breakdown: host wait, kernel wait, other", "[timeline][idle
   CHECK(idle_time_breakdown(b.tl, us(5))[0].kernel_wait_ns == 0);
 }
 
+TEST_CASE("a sync's device idle goes to the innermost annotation around it on its thread, else the outermost op",
+          "[timeline][attribution]") {
+  Builder b;
+  b.tl.steps.push_back({1, 0, us(1000)});
+  b.device("gemm_kernel", 0, 10, 7, DeviceOpKind::kernel, 0, 1);  // the device idles from 10 on
+  // 100-110: inside "## train ##" and "## loss ##"; "## log ##" ended before it;
+  // a shorter range on another thread is not its owner.
+  b.host("## train ##", 20, 250, HostOpKind::annotation);
+  b.host("## loss ##", 90, 120, HostOpKind::annotation);
+  b.host("## log ##", 95, 99, HostOpKind::annotation);
+  b.host("## other thread ##", 99, 111, HostOpKind::annotation, 2);
+  b.host("cudaStreamSynchronize", 100, 110, HostOpKind::runtime_sync);
+  // 300-310: no annotation; the outermost operator around it.
+  b.host("aten::item", 290, 320, HostOpKind::framework_op);
+  b.host("aten::_local_scalar_dense", 298, 312, HostOpKind::framework_op);
+  b.host("cudaMemcpyAsync", 300, 310, HostOpKind::runtime_sync);
+  // 400-410: nothing around it but the step: the call itself.
+  b.host("cudaDeviceSynchronize", 400, 410, HostOpKind::runtime_sync);
+  // 500-510: two ranges as long as each other: the first in the trace.
+  b.host("## first ##", 495, 515, HostOpKind::annotation);
+  b.host("## second ##", 495, 515, HostOpKind::annotation);
+  b.host("cudaEventSynchronize", 500, 510, HostOpKind::runtime_sync);
+  const auto usage = per_step_device_usage(b.tl);
+  REQUIRE(usage.size() == 1);
+  std::map<std::string, std::int64_t> owners;
+  for (const auto& s : usage[0].sync_by_phase) owners[s.phase] = s.idle_ns;
+  CHECK(owners == std::map<std::string, std::int64_t>{{"## loss ##", us(10)},
+                                                      {"aten::item", us(10)},
+                                                      {"cudaDeviceSynchronize", us(10)},
+                                                      {"## first ##", us(10)}});
+}
+
 TEST_CASE("launch statistics pair runtime calls with their ops", "[timeline][launch]") {
   Builder b;
   b.tl.steps.push_back({1, 0, us(1000)});
