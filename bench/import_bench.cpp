@@ -13,9 +13,13 @@
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -258,6 +262,83 @@ void BM_V100InflateWhole(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
 }
 BENCHMARK(BM_V100InflateWhole)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A trace of N steps, each a data range, a "## forward ##" range with 10
+// aten::linear -> cudaLaunchKernel -> kernel, then aten::item around a
+// cudaStreamSynchronize outside every range (loss.item()). The whole command's
+// work should grow with N, not N^2: per-step sync owners and the operator's
+// enclosing range were found by scanning every earlier op (2.8 s at N = 8000
+// before, 0.24 s after; docs/benchmarks-import.md).
+std::string many_steps_trace(int steps) {
+  std::string j = R"({"schemaVersion":1,"deviceProperties":[{"id":0,"name":"NVIDIA A100"}],"traceEvents":[)";
+  const auto x = [&j](const char* cat, const std::string& name, int pid, int tid, double ts, double dur,
+                      const std::string& args) {
+    j += R"({"ph":"X","cat":")" + std::string(cat) + R"(","name":")" + name + R"(","pid":)" + std::to_string(pid) +
+         R"(,"tid":)" + std::to_string(tid) + R"(,"ts":)" + std::to_string(ts) + R"(,"dur":)" + std::to_string(dur) +
+         (args.empty() ? "" : R"(,"args":{)" + args + "}") + "},";
+  };
+  double t = 1000;
+  long corr = 1;
+  for (int s = 0; s < steps; ++s) {
+    const double start = t;
+    x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1, 1, t, 50, "");
+    t += 50;
+    x("user_annotation", "## forward ##", 1, 1, t, 120, "");
+    double device = t + 5;
+    for (int k = 0; k < 10; ++k, ++corr, t += 12) {
+      const std::string c = std::to_string(corr);
+      x("cpu_op", "aten::linear", 1, 1, t, 10, R"("External id":)" + c);
+      x("cuda_runtime", "cudaLaunchKernel", 1, 1, t + 2, 5, R"("correlation":)" + c);
+      device = std::max(device, t + 8);
+      x("kernel", "ampere_sgemm_128x64_tn", 0, 7, device, 9, R"("correlation":)" + c + R"(,"device":0,"stream":7)");
+      device += 10;
+    }
+    x("cpu_op", "aten::item", 1, 1, t, std::max(20.0, device - t + 5), "");
+    x("cuda_runtime", "cudaStreamSynchronize", 1, 1, t + 2, std::max(10.0, device - t), "");
+    t = std::max(t + 25, device + 10);
+    x("user_annotation", "ProfilerStep#" + std::to_string(s), 1, 1, start, t - start, "");
+    t += 5;
+  }
+  j.back() = ']';
+  return j + "}";
+}
+
+void BM_ManyStepsAnalyze(benchmark::State& state) {
+  char path[] = "/tmp/stepscope_bench_many_steps_XXXXXX";  // a new file of our own, as mkstemp makes it
+  const int fd = mkstemp(path);
+  if (fd < 0) {
+    state.SkipWithError("mkstemp failed");
+    return;
+  }
+  const std::string text = many_steps_trace(static_cast<int>(state.range(0)));
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!written) {
+    std::remove(path);
+    state.SkipWithError("cannot write the trace");
+    return;
+  }
+  const ProcessCpu cpu;
+  for (auto _ : state) {
+    stepscope::Report report;
+    std::string error;
+    if (!stepscope::analyze_trace_file(path, report, error)) {
+      state.SkipWithError(error.c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(report.bottleneck.category.data());
+  }
+  cpu.finish(state);
+  std::remove(path);
+}
+BENCHMARK(BM_ManyStepsAnalyze)
+    ->Arg(1000)
+    ->Arg(2000)
+    ->Arg(4000)
+    ->Arg(8000)
+    ->ArgName("steps")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_V100AnalysesOnly(benchmark::State& state) {
   const stepscope::ImportResult r = stepscope::import_kineto_trace(kV100);

@@ -68,14 +68,18 @@ class PhaseLookup {
     user_index_.assign(tl.names.size(), kNoPhase);
     for (const timeline::Phase& p : tl.phases) {
       if (p.on_device || timeline::is_pytorch_range(tl.name_of(p.name))) continue;
-      user_[p.tid].push_back(&p);
+      user_[p.tid].by_start.push_back(&p);
       const auto [it, inserted] = index_of_name_.emplace(tl.name_of(p.name), phase_count_);
       if (inserted) ++phase_count_;
       user_index_[p.name] = it->second;
     }
-    for (auto& [tid, list] : user_)
-      std::sort(list.begin(), list.end(),
+    for (auto& [tid, list] : user_) {
+      std::sort(list.by_start.begin(), list.by_start.end(),
                 [](const timeline::Phase* a, const timeline::Phase* b) { return a->start_ns < b->start_ns; });
+      list.max_end.reserve(list.by_start.size());
+      for (const timeline::Phase* p : list.by_start)
+        list.max_end.push_back(list.max_end.empty() ? p->end_ns : std::max(list.max_end.back(), p->end_ns));
+    }
     // What each step's thread holds, looked up once per step instead of once per operator.
     step_threads_.reserve(tl.steps.size());
     for (const timeline::Step& s : tl.steps) {
@@ -113,7 +117,10 @@ class PhaseLookup {
   }
 
  private:
-  using UserRanges = std::vector<const timeline::Phase*>;  // one thread's, by start
+  struct UserRanges {  // one thread's
+    std::vector<const timeline::Phase*> by_start;
+    std::vector<std::int64_t> max_end;  // the latest end of the ranges up to each
+  };
   struct StepThread {
     std::int64_t tid = -1;
     const UserRanges* user = nullptr;  // null: none on that thread
@@ -124,13 +131,17 @@ class PhaseLookup {
   static PhaseIndex framework(timeline::FrameworkPhase phase) { return static_cast<PhaseIndex>(phase); }
 
   // The latest-starting user range on the thread that contains t: ranges
-  // nest, so it is the innermost, the one whose self time holds t.
+  // nest, so it is the innermost, the one whose self time holds t. The look
+  // back stops where no earlier range reaches t (an operator outside every
+  // range scanned them all: quadratic in the steps of a trace).
   static const timeline::Phase* innermost_user_range(const UserRanges& list, std::int64_t t) {
-    auto q = std::upper_bound(list.begin(), list.end(), t,
-                              [](std::int64_t v, const timeline::Phase* p) { return v < p->start_ns; });
-    while (q != list.begin()) {
+    std::size_t q = static_cast<std::size_t>(
+        std::upper_bound(list.by_start.begin(), list.by_start.end(), t,
+                         [](std::int64_t v, const timeline::Phase* p) { return v < p->start_ns; }) -
+        list.by_start.begin());
+    while (q > 0 && list.max_end[q - 1] > t) {
       --q;
-      if ((*q)->end_ns > t) return *q;
+      if (list.by_start[q]->end_ns > t) return list.by_start[q];
     }
     return nullptr;
   }

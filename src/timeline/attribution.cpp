@@ -212,6 +212,14 @@ std::vector<StepDeviceUsage> usage_per_step(const Timeline& tl, const Attributio
   input = normalise(std::move(input));
   host_busy = normalise(std::move(host_busy));
 
+  // Sync calls by start, with the latest end so far: a window visits only
+  // the calls that reach into it.
+  std::sort(sync_calls.begin(), sync_calls.end(),
+            [](const HostInterval* a, const HostInterval* b) { return a->start_ns < b->start_ns; });
+  std::vector<std::int64_t> sync_max_end(sync_calls.size());
+  for (std::size_t i = 0; i < sync_calls.size(); ++i)
+    sync_max_end[i] = std::max(i > 0 ? sync_max_end[i - 1] : sync_calls[i]->end_ns, sync_calls[i]->end_ns);
+
   // Kernel starts in order, counted per window by binary search.
   std::vector<std::int64_t> kernel_starts;
   for (const DeviceInterval& d : tl.device_ops)
@@ -247,8 +255,14 @@ std::vector<StepDeviceUsage> usage_per_step(const Timeline& tl, const Attributio
     u.idle_unattributed_ns = u.idle_ns - u.idle_host_sync_ns - u.idle_host_input_ns - u.idle_host_scheduling_ns;
 
     std::map<std::string, std::int64_t> by_phase;
-    for (const HostInterval* call : sync_calls) {
-      if (call->end_ns <= span.start_ns || call->start_ns >= span.end_ns) continue;
+    std::size_t first = static_cast<std::size_t>(
+        std::lower_bound(sync_calls.begin(), sync_calls.end(), span.start_ns,
+                         [](const HostInterval* c, std::int64_t t) { return c->start_ns < t; }) -
+        sync_calls.begin());
+    while (first > 0 && sync_max_end[first - 1] > span.start_ns) --first;
+    for (std::size_t i = first; i < sync_calls.size() && sync_calls[i]->start_ns < span.end_ns; ++i) {
+      const HostInterval* call = sync_calls[i];
+      if (call->end_ns <= span.start_ns) continue;
       const std::int64_t t = length(clip(idle_sync, call->start_ns, call->end_ns));
       if (t > 0) by_phase[sync_owner(*call)] += t;
     }

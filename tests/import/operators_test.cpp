@@ -128,6 +128,35 @@ TEST_CASE("operators land in the phase the step's thread is in, with self time",
   CHECK(optimizer.top_operators[0].self_ms == Approx(30e-6));
 }
 
+TEST_CASE("an operator after a nested range ended is its enclosing range's; after every range, forward's",
+          "[import][operators]") {
+  // Many steps, each with "train" [s+0, s+600) around "loss" [s+100, s+200)
+  // on thread 1: aten::mul at s+300 is in train (past the ended loss), and
+  // aten::add_ at s+700 in no range (forward), in every step.
+  Timeline tl;
+  const NameId train = name(tl, "train"), loss = name(tl, "loss"), mul = name(tl, "aten::mul"),
+               add = name(tl, "aten::add_");
+  const int steps = 50;
+  for (int i = 0; i < steps; ++i) {
+    const std::int64_t s = 1000 * i;
+    tl.steps.push_back({i, s, s + 1000});
+    tl.phases.push_back({train, s, s + 600, 1, false});
+    tl.phases.push_back({loss, s + 100, s + 200, 1, false});
+    tl.host_ops.push_back(host(train, HostOpKind::annotation, s, s + 600, 1));
+    tl.host_ops.push_back(host(loss, HostOpKind::annotation, s + 100, s + 200, 1));
+    tl.host_ops.push_back(host(mul, HostOpKind::framework_op, s + 300, s + 320, 1));
+    tl.host_ops.push_back(host(add, HostOpKind::framework_op, s + 700, s + 710, 1));
+  }
+  std::vector<PhaseSummary> phases = phases_named({"train", "loss", "forward"});
+  attach_top_operators(tl, phases);
+  REQUIRE(op(*phase(phases, "train"), "aten::mul") != nullptr);
+  CHECK(op(*phase(phases, "train"), "aten::mul")->count == steps);
+  CHECK(phase(phases, "loss")->top_operators.empty());
+  REQUIRE(op(*phase(phases, "forward"), "aten::add_") != nullptr);
+  CHECK(op(*phase(phases, "forward"), "aten::add_")->count == steps);
+  CHECK(op(*phase(phases, "forward"), "aten::mul") == nullptr);
+}
+
 TEST_CASE("each phase keeps its top operators of each kind only", "[import][operators]") {
   Timeline tl;
   const NameId step = name(tl, "ProfilerStep#1");
