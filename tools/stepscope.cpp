@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -63,14 +64,17 @@ void warning(const std::string& message) {
   std::fprintf(stderr, "stepscope: warning: %s\n", stepscope::detail::printable(message).c_str());
 }
 
+// Flushed at once, so that stdout and stderr read in order where both go to one file.
 void out(const std::string& text) {
   const std::string safe = stepscope::detail::printable_lines(text);
   std::fwrite(safe.data(), 1, safe.size(), stdout);
+  std::fflush(stdout);
 }
 
 // JSON output is escaped by the serialiser already (and must stay JSON).
 void out_json(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
 }
 
 std::string quoted(const std::string& path) {
@@ -570,6 +574,9 @@ int run_command_line(int argc, char** argv) {
 // Never throws: whatever goes wrong is one line on stderr and an exit code.
 int main(int argc, char** argv) {
   stepscope_cli::prepare_process_heap();  // before the first large block (tools/process_heap.cpp)
+  // A reader that leaves (`| head`) must not kill the command before it has
+  // written its report: printing then fails quietly, the files are written.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     return run_command_line(argc, argv);
   } catch (const std::bad_alloc&) {

@@ -123,7 +123,34 @@ void phase_table(const LineWriter& line, const Report& r) {
   if (r.phases.empty()) return;
   line(fmt::format("  {:<20} {:<13} {:<12} {:>7} {:>10} {:>10} {:>10} {:>10} {:>7}", "phase", "kind", "role", "count",
                    "mean ms", "p50", "p99", "self ms", "share"));
-  for (const auto& p : r.phases) {
+  // Rows per role, most expensive first (the report's order): a trace whose
+  // ranges carry a step number in their name ("forward_step_17") has
+  // thousands of phases, and a table of them all hides the ones that matter.
+  constexpr std::size_t kStepRows = 20, kOtherRows = 10;
+  std::size_t shown_in_role = 0, hidden = 0;
+  double hidden_share = 0, hidden_ms = 0;
+  const auto hidden_line = [&](ThreadRole role) {
+    if (hidden == 0) return;
+    line(role == ThreadRole::step
+             ? fmt::format("  ({} more {} phases, {:.1f}% of the step together; the report lists them all)", hidden,
+                           to_string(role), hidden_share * 100)
+             : fmt::format("  ({} more {} phases, {:.3f} ms of self time together; the report lists them all)", hidden,
+                           to_string(role), hidden_ms));
+    hidden = 0;
+    hidden_share = hidden_ms = 0;
+  };
+  for (std::size_t i = 0; i < r.phases.size(); ++i) {
+    const PhaseSummary& p = r.phases[i];
+    if (i > 0 && r.phases[i - 1].thread_role != p.thread_role) {
+      hidden_line(r.phases[i - 1].thread_role);
+      shown_in_role = 0;
+    }
+    if (++shown_in_role > (p.thread_role == ThreadRole::step ? kStepRows : kOtherRows)) {
+      ++hidden;
+      hidden_share += p.share_of_step;
+      hidden_ms += p.self_ms.total;
+      continue;
+    }
     std::string share = p.thread_role == ThreadRole::step ? fmt::format("{:.1f}%", p.share_of_step * 100) : "-";
     if (p.overlap_with_steps) share = fmt::format("ovl {:.0f}%", *p.overlap_with_steps * 100);
     line(fmt::format("  {:<20} {:<13} {:<12} {:>7} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>7}",
@@ -140,6 +167,7 @@ void phase_table(const LineWriter& line, const Report& r) {
     if (p.sites_merged > 0)
       line(fmt::format("    ({} more call sites merged into \"(other call sites)\")", p.sites_merged));
   }
+  hidden_line(r.phases.back().thread_role);
 }
 
 // The verdict, its first supporting evidence and recommendations.

@@ -316,6 +316,25 @@ TEST_CASE("analyze where no second thread can start writes the report it writes 
   CHECK(slurp(dir / "alone.json") == slurp(dir / "threaded.json"));
 }
 
+TEST_CASE("analyze whose reader left (| head) still writes its report", "[tools][cli][faults]") {
+  // `stepscope analyze big.json.gz -o r.json | head` died of SIGPIPE at the
+  // summary, before the report was written (exit 141, no file) where the
+  // text outgrew stdout's buffer (a trace with thousands of phase names; here
+  // the V100 trace's summary, HTA tables and operators, ~6 KB); a shorter
+  // one at exit, the report written but the exit status a signal's. Here the
+  // reader closes its end before the tool prints anything.
+  TempDir dir;
+  const auto r =
+      run(dir, "( { " + tool() +
+                   " analyze '" STEPSCOPE_TEST_DATA_DIR
+                   "/traces/v100_single_rank_compute.json.gz' --hta --operators -o r.json; echo $? > rc.txt; "
+                   "} | { exec 0<&-; sleep 1; } )");
+  INFO(r.err);
+  CHECK(slurp(dir / "rc.txt") == "0\n");
+  REQUIRE(exists(dir / "r.json"));
+  CHECK(nlohmann::json::parse(slurp(dir / "r.json")).contains("bottleneck"));
+}
+
 TEST_CASE("analyze ends on an endless valid stream of events behind a FIFO", "[tools][cli][faults]") {
   TempDir dir;
   REQUIRE(run(dir, "mkfifo endless.json").status == 0);
