@@ -258,21 +258,75 @@ class ScopedStep : public detail::ScopeBase {
   STEPSCOPE_DETAIL_ALWAYS_INLINE ~ScopedStep() {}
 };
 
-// Kind of a well-known phase name: data → input; forward, backward, optimizer
-// → compute; h2d, d2h, copy → memory; comm, allreduce → communication.
-constexpr bool detail_str_eq(const char* a, const char* b) noexcept {
-  while (*a != '\0' && *a == *b) {
-    ++a;
-    ++b;
-  }
-  return *a == *b;
+// Kind of a phase from the words of its name, for live scopes and a trace's
+// annotations alike (users name phases freely: "data_loading",
+// "forward_pass", "optimizer_step", "## forward ##", "DataLoader",
+// "record_param_comms"): input, communication, memory, compute, in that
+// order of precedence; anything else is other. A marker matches where a word
+// starts (the name's start, after a character that is not a letter, or at a
+// lower-to-upper case change), case-insensitive, its '_' standing for any
+// separator ("data loading", "all-reduce"): "recommend" and "deepcopy" are
+// other. "data" alone is input only as the whole name ("data", "## data ##"):
+// "sparse_data_dist" and "DistributedDataParallel.forward" are not.
+namespace detail {
+constexpr bool phase_name_letter(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
+constexpr bool phase_name_upper(char c) noexcept {
+  return c >= 'A' && c <= 'Z';
+}
+constexpr bool phase_name_separator(char c) noexcept {
+  return c != '\0' && !phase_name_letter(c) && !(c >= '0' && c <= '9');
+}
+// One character of a name against one of a marker (lower case, '_' any separator).
+constexpr bool phase_name_char(char c, char m) noexcept {
+  return m == '_' ? phase_name_separator(c) : (phase_name_upper(c) ? static_cast<char>(c - 'A' + 'a') : c) == m;
+}
+// The length of `marker` matched at name[i], or 0.
+constexpr std::size_t phase_name_match(const char* name, std::size_t i, const char* marker) noexcept {
+  std::size_t k = 0;
+  while (marker[k] != '\0' && phase_name_char(name[i + k], marker[k])) ++k;
+  return marker[k] == '\0' ? k : 0;
+}
+// Whether a word of `name` starts with `marker`.
+constexpr bool phase_name_has(const char* name, const char* marker) noexcept {
+  for (std::size_t i = 0; name[i] != '\0'; ++i) {
+    const bool word_start =
+        i == 0 || !phase_name_letter(name[i - 1]) || (phase_name_upper(name[i]) && !phase_name_upper(name[i - 1]));
+    if (word_start && phase_name_match(name, i, marker) > 0) return true;
+  }
+  return false;
+}
+template <std::size_t N>
+constexpr bool phase_name_has_any(const char* name, const char* const (&markers)[N]) noexcept {
+  for (const char* m : markers)
+    if (phase_name_has(name, m)) return true;
+  return false;
+}
+// Whether the letters of `name` are `marker`'s and nothing more ("## data ##").
+constexpr bool phase_name_is(const char* name, const char* marker) noexcept {
+  std::size_t i = 0;
+  while (name[i] != '\0' && !phase_name_letter(name[i])) ++i;
+  const std::size_t k = phase_name_match(name, i, marker);
+  if (k == 0) return false;
+  for (i += k; name[i] != '\0'; ++i)
+    if (phase_name_letter(name[i])) return false;
+  return true;
+}
+}  // namespace detail
+
 constexpr PhaseKind default_phase_kind(const char* name) noexcept {
-  if (detail_str_eq(name, "data")) return PhaseKind::input;
-  if (detail_str_eq(name, "forward") || detail_str_eq(name, "backward") || detail_str_eq(name, "optimizer"))
-    return PhaseKind::compute;
-  if (detail_str_eq(name, "h2d") || detail_str_eq(name, "d2h") || detail_str_eq(name, "copy")) return PhaseKind::memory;
-  if (detail_str_eq(name, "comm") || detail_str_eq(name, "allreduce")) return PhaseKind::communication;
+  constexpr const char* kInput[] = {"dataloader", "data_load", "data_fetch", "load_data", "fetch_data",
+                                    "next_batch", "get_batch", "load_batch", "prefetch",  "input"};
+  constexpr const char* kCommunication[] = {"allreduce",      "all_reduce", "allgather", "all_gather",
+                                            "reduce_scatter", "all2all",    "alltoall",  "all_to_all",
+                                            "broadcast",      "nccl",       "comm"};
+  constexpr const char* kMemory[] = {"h2d", "d2h", "memcpy", "copy", "to_device", "to("};
+  constexpr const char* kCompute[] = {"forward", "fwd", "backward", "bwd", "optim", "loss", "zero_grad"};
+  if (detail::phase_name_is(name, "data") || detail::phase_name_has_any(name, kInput)) return PhaseKind::input;
+  if (detail::phase_name_has_any(name, kCommunication)) return PhaseKind::communication;
+  if (detail::phase_name_has_any(name, kMemory)) return PhaseKind::memory;
+  if (detail::phase_name_has_any(name, kCompute)) return PhaseKind::compute;
   return PhaseKind::other;
 }
 

@@ -27,34 +27,6 @@ namespace {
 using detail::Worker;
 using timeline::Timeline;
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool contains_any(const std::string& text, std::initializer_list<const char*> words) {
-  for (const char* w : words)
-    if (text.find(w) != std::string::npos) return true;
-  return false;
-}
-
-// Kind of a user annotation from its name. PyTorch code names its ranges
-// freely ("## forward ##", "DataLoader", "optimizer.step#SGD.step"), so match
-// words rather than exact names; anything unrecognised is "other".
-PhaseKind annotation_kind(const std::string& name) {
-  const std::string n = lower(name);
-  if (contains_any(
-          n, {"dataloader", "data_load", "data loading", "## data", "next_batch", "get_batch", "prefetch", "input"}) ||
-      n == "data")
-    return PhaseKind::input;
-  if (contains_any(
-          n, {"allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter", "broadcast", "nccl", "comm"}))
-    return PhaseKind::communication;
-  if (contains_any(n, {"h2d", "d2h", "memcpy", "copy", "to_device", ".to("})) return PhaseKind::memory;
-  if (contains_any(n, {"forward", "backward", "optimizer", "loss", "zero_grad"})) return PhaseKind::compute;
-  return default_phase_kind(name.c_str());
-}
-
 struct PhaseAcc {
   PhaseKind kind = PhaseKind::other;
   ThreadRole role = ThreadRole::step;
@@ -180,7 +152,7 @@ std::vector<Annotation> user_annotations(const Timeline& tl) {
   for (std::size_t i = 0; i < host.size(); ++i) {
     out[i].phase = host[i];
     out[i].step = step_at(tl, host[i]->start_ns);
-    out[i].kind = annotation_kind(tl.name_of(host[i]->name));
+    out[i].kind = default_phase_kind(tl.name_of(host[i]->name).c_str());
     out[i].self_ns = ns(host[i]->end_ns - host[i]->start_ns - child_ns[i]);
   }
   return out;

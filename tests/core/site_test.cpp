@@ -177,3 +177,53 @@ TEST_CASE("site: past the bound, names share the overflow site and every such ca
   CHECK(back.runtime_sites.overflow == 3);
   CHECK(back.runtime_sites.sites == detail::kMaxRuntimeSites);
 }
+
+TEST_CASE("site: a phase's kind comes from the words of its name, the same rule for live scopes and traces") {
+  using stepscope::default_phase_kind;
+  using stepscope::PhaseKind;
+  // Evaluated at compile time, as STEPSCOPE_PHASE does.
+  static_assert(default_phase_kind("forward_pass") == PhaseKind::compute, "");
+  struct Row {
+    const char* name;
+    PhaseKind kind;
+  };
+  // Names users write (live) and PyTorch/torchrec ranges (traces).
+  const Row rows[] = {
+      {"data", PhaseKind::input},
+      {"## data ##", PhaseKind::input},
+      {"data_loading", PhaseKind::input},
+      {"Data Loading", PhaseKind::input},
+      {"load_data", PhaseKind::input},
+      {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", PhaseKind::input},
+      {"get_batch", PhaseKind::input},
+      {"forward", PhaseKind::compute},
+      {"forward_pass", PhaseKind::compute},
+      {"## forward ##", PhaseKind::compute},
+      {"DistributedDataParallel.forward", PhaseKind::compute},
+      {"backward_pass", PhaseKind::compute},
+      {"optimizer_step", PhaseKind::compute},
+      {"Optimizer.step#SGD.step", PhaseKind::compute},
+      {"loss", PhaseKind::compute},
+      {"zero_grad", PhaseKind::compute},
+      {"h2d", PhaseKind::memory},
+      {"copy_to_gpu", PhaseKind::memory},
+      {"batch.to(device)", PhaseKind::memory},
+      {"allreduce", PhaseKind::communication},
+      {"all-reduce", PhaseKind::communication},
+      {"record_param_comms", PhaseKind::communication},
+      {"## SplitsAllToAllAwaitable wait() ##", PhaseKind::communication},
+      {"## all2all_data:kjt splits ##", PhaseKind::communication},
+      // Words that only contain a marker, or "data" inside a longer name.
+      {"recommend", PhaseKind::other},
+      {"deepcopy_model", PhaseKind::other},
+      {"## sparse_data_dist ##", PhaseKind::other},
+      {"dataset_stats", PhaseKind::other},
+      {"ProfilerStep#3", PhaseKind::other},
+      {"checkpoint", PhaseKind::other},
+      {"", PhaseKind::other},
+  };
+  for (const Row& row : rows) {
+    INFO(row.name);
+    CHECK(default_phase_kind(row.name) == row.kind);
+  }
+}
