@@ -37,6 +37,19 @@ Report steady() {
   return host_report(s, 1000, 100);
 }
 
+// steady() on 2 cores where the step thread waited for a CPU `wait_share`
+// of the time, this process using 0.6 of a core and others `others_cores`.
+Report with_cpu_wait(double wait_share, double others_cores) {
+  Report r = steady();
+  r.system.available = true;
+  r.system.cores_online = 2;
+  r.system.runqueue_wait_s = wait_share * r.system.wall_s;
+  r.system.cpu_user_s = 0.6 * r.system.wall_s;
+  r.system.other_processes_cpu_s = others_cores * r.system.wall_s;
+  r.bottleneck = classify(r);
+  return r;
+}
+
 // RSS series: `points` points every `stride` steps, start + slope * step plus
 // a deterministic wiggle of amplitude `noise`.
 void rss_series(Report& r, std::size_t points, std::uint32_t stride, double start, double slope, double noise) {
@@ -131,15 +144,9 @@ TEST_CASE("findings: steps that vary while other processes hold the CPUs name th
   // pytorch/examples' gcn beside two busy loops on 2 cores: CV 40% read as
   // "critical ... look for periodic work", 37% of the step waiting for a CPU.
   const auto run = [](double wait_share, double others_cores) {
-    Report r = steady();
+    Report r = with_cpu_wait(wait_share, others_cores);
     r.steps.wall_ms.stddev = kThresholds.jitter_cv_critical * r.steps.wall_ms.mean;
     r.steps.wall_ms.p99 = r.steps.wall_ms.max = r.steps.wall_ms.p50;
-    r.system.available = true;
-    r.system.cores_online = 2;
-    r.system.runqueue_wait_s = wait_share * r.system.wall_s;
-    r.system.cpu_user_s = 0.6 * r.system.wall_s;
-    r.system.other_processes_cpu_s = others_cores * r.system.wall_s;
-    r.bottleneck = classify(r);
     return find_issues(r);
   };
   const std::vector<Finding> busy = run(0.35, 1.4);
@@ -410,16 +417,7 @@ TEST_CASE("findings: a step that waited for a CPU under another verdict says its
           "[analysis][findings]") {
   // pytorch/examples' mnist, 2 loader workers beside two busy loops on 2
   // cores: compute 43% led, the step thread waited for a CPU 36% of the step.
-  const auto with_wait = [](double wait_share, double others_cores) {
-    Report r = steady();
-    r.system.available = true;
-    r.system.cores_online = 2;
-    r.system.runqueue_wait_s = wait_share * r.system.wall_s;
-    r.system.cpu_user_s = 0.6 * r.system.wall_s;
-    r.system.other_processes_cpu_s = others_cores * r.system.wall_s;
-    r.bottleneck = classify(r);
-    return r;
-  };
+  const auto with_wait = with_cpu_wait;
   const Report busy = with_wait(0.30, 1.4);
   REQUIRE(busy.bottleneck.category == "compute");
   const std::vector<Finding> all = find_issues(busy);
