@@ -598,6 +598,9 @@ void Aggregator::fill_phases(Report& report, double step_total_ms) const {
     std::array<PhaseAggregate, 3> aggregate;
     std::array<std::uint32_t, 3> threads{};
   };
+  // In a process that ran no step at all, nothing overlaps a step: no
+  // overlap to state (it read "ovl 0%").
+  const bool no_steps = steps_completed() + step_unended_wall_.moments.count() == 0;
   auto site_by_role = [&](std::uint32_t id) {
     ByRole out;
     auto fold = [&](const std::array<PhaseAggregate, 2>& pair, bool ran_steps,
@@ -654,7 +657,7 @@ void Aggregator::fill_phases(Report& report, double step_total_ms) const {
       p.host_ms = to_distribution_ms(agg.inclusive(), agg.inclusive_histogram);
       p.self_ms = moments_to_distribution_ms(agg.self());
       if (p.thread_role == ThreadRole::step && step_total_ms > 0) p.share_of_step = p.self_ms.total / step_total_ms;
-      if (p.thread_role == ThreadRole::background && agg.overlap_measured_ns > 0)
+      if (p.thread_role == ThreadRole::background && agg.overlap_measured_ns > 0 && !no_steps)
         p.overlap_with_steps = static_cast<double>(agg.overlap_ns) / static_cast<double>(agg.overlap_measured_ns);
       if (device.moments.count() > 0) p.device_ms = device.to_distribution_ms();
       p.threads = threads;

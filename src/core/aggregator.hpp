@@ -214,9 +214,13 @@ class Aggregator {
     std::uint64_t start, end;  // ticks
   };
 
-  // Records made before the (warmup+1)-th step started belong to the warm-up
-  // (including those before the first step); with no warm-up, none do.
-  bool is_warmup(std::uint64_t step) const { return options_.warmup_steps > 0 && step <= options_.warmup_steps; }
+  // Records made while one of the first `warmup_steps` steps was the latest
+  // started belong to the warm-up; with no warm-up, none do. Those before
+  // any step (setup, or a process that marks no steps: its phases would all
+  // have read zero) are measured, outside the steps.
+  bool is_warmup(std::uint64_t step) const {
+    return options_.warmup_steps > 0 && step >= 1 && step <= options_.warmup_steps;
+  }
   struct SiteCacheEntry;
   // The phase of a call site: a direct-mapped cache hit (inline), else the maps.
   const SiteCacheEntry& site_entry(const PhaseSite* site) {

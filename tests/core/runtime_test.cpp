@@ -272,6 +272,20 @@ TEST_CASE("threads that exit lose nothing they recorded", "[runtime][concurrency
   CHECK(r.total_records == 8000);
 }
 
+TEST_CASE("a process that marks no steps has its phases counted, not taken for warm-up", "[runtime]") {
+  // With the default warm-up (5 steps), every record of a process that never
+  // started a step counted as warm-up: a user who wrapped forward, backward
+  // and optimizer but marked no steps read "count 0, mean 0.000" for each.
+  TempDir dir;
+  REQUIRE(run_probe(dir, "", "threads 8") == 0);
+  const Report r = load(dir.path + "/stepscope-report.json");
+  REQUIRE(r.steps.count + r.steps.warmup_excluded == 0);
+  const auto* work = find(r, "work", ThreadRole::background);
+  REQUIRE(work);
+  CHECK(work->count + r.dropped_records == 8000);
+  CHECK_FALSE(work->overlap_with_steps);  // no steps: nothing to overlap
+}
+
 TEST_CASE("a forked child records nothing and writes no report", "[runtime]") {
   TempDir dir;
   REQUIRE(run_probe(dir, "", "fork") == 0);
