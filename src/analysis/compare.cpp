@@ -705,21 +705,38 @@ std::string format_comparison(const Comparison& c) {
                      "noise ms", "verdict");
   out += std::string(24 + 12 * 3 + 10 + 11 + 15, '-') + "\n";
   row(c.step);
+  // Every change shows; of the rows within noise, the first kQuietRows of
+  // each section (the reports' order: most expensive first), the rest
+  // counted: reports with thousands of phases printed thousands of rows.
+  constexpr std::size_t kQuietRows = 20;
+  const auto rows_of = [&](const std::vector<Delta>& deltas, bool outside_section) {
+    std::size_t quiet = 0, hidden = 0;
+    bool heading = false;
+    for (const Delta& d : deltas) {
+      if ((d.base_role == "outside_step" && d.new_role == "outside_step") != outside_section) continue;
+      if (outside_section && !heading)
+        out += "outside the steps (no step waited for these; not part of the step time):\n";
+      heading = true;
+      if (!d.significant && ++quiet > kQuietRows) {
+        ++hidden;
+        continue;
+      }
+      row(d);
+    }
+    if (hidden > 0) out += fmt::format("({} more rows within noise)\n", hidden);
+  };
   // The step's phases (and background work beside it) first; what ran on the
   // step thread outside every step apart: no step waited for it.
-  const auto outside = [](const Delta& d) { return d.base_role == "outside_step" && d.new_role == "outside_step"; };
-  for (const Delta& d : c.phases)
-    if (!outside(d)) row(d);
-  bool heading = false;
-  for (const Delta& d : c.phases) {
-    if (!outside(d)) continue;
-    if (!heading) out += "outside the steps (no step waited for these; not part of the step time):\n";
-    heading = true;
-    row(d);
-  }
+  rows_of(c.phases, false);
+  rows_of(c.phases, true);
   // Names, config values and warnings come from the reports: printed escaped (text/printable.hpp).
-  for (const std::string& n : c.only_in_base) out += fmt::format("{:<24} only in base\n", detail::printable(n));
-  for (const std::string& n : c.only_in_new) out += fmt::format("{:<24} only in new\n", detail::printable(n));
+  const auto only_in = [&out](const std::vector<std::string>& names, const char* which) {
+    for (std::size_t i = 0; i < names.size() && i < kQuietRows; ++i)
+      out += fmt::format("{:<24} only in {}\n", detail::printable(names[i]), which);
+    if (names.size() > kQuietRows) out += fmt::format("({} more only in {})\n", names.size() - kQuietRows, which);
+  };
+  only_in(c.only_in_base, "base");
+  only_in(c.only_in_new, "new");
   if (c.step.noise_method == "between_runs") {
     out += fmt::format(
         "(noise: spread between {} base and {} new runs; significant above {:.2f} x noise and "

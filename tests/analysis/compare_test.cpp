@@ -693,3 +693,24 @@ TEST_CASE("compare: the wait for CPUs the job's own loader held explains the ste
   const Comparison blind = compare_reports(a, b);
   CHECK(blind.conditions.differ);
 }
+
+TEST_CASE("compare: the text shows every change, and counts the rows within noise past twenty",
+          "[analysis][compare]") {
+  // Two reports whose ranges carry the step number ("forward_step_17")
+  // printed a row for each of 2000 phases.
+  Report a = run(100, 10, 100);
+  Report b = run(100, 10, 100);
+  for (int i = 0; i < 30; ++i) {
+    const std::string name = "layer_" + std::to_string(i);
+    add_phase(a, name, PhaseKind::compute, ThreadRole::step, 0.001, 0.1);
+    add_phase(b, name, PhaseKind::compute, ThreadRole::step, 0.001, 0.1);
+  }
+  for (int i = 0; i < 25; ++i)
+    add_phase(a, "old_" + std::to_string(i), PhaseKind::compute, ThreadRole::step, 0.001, 0.1);
+  const std::string text = format_comparison(compare_reports(a, b));
+  INFO(text);
+  CHECK(text.find("(12 more rows within noise)") != std::string::npos);  // data, train and 30 layers: 20 shown
+  CHECK(text.find("(5 more only in base)") != std::string::npos);
+  CHECK(text.find("old_19 ") != std::string::npos);
+  CHECK(text.find("old_20 ") == std::string::npos);
+}
