@@ -694,8 +694,7 @@ TEST_CASE("compare: the wait for CPUs the job's own loader held explains the ste
   CHECK(blind.conditions.differ);
 }
 
-TEST_CASE("compare: the text shows every change, and counts the rows within noise past twenty",
-          "[analysis][compare]") {
+TEST_CASE("compare: the text shows every change, and counts the rows within noise past twenty", "[analysis][compare]") {
   // Two reports whose ranges carry the step number ("forward_step_17")
   // printed a row for each of 2000 phases.
   Report a = run(100, 10, 100);
