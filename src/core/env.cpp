@@ -185,12 +185,16 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
           std::to_string(s.trace_max_events));
   }
   if (const char* v = getenv_fn("STEPSCOPE_LIVE"); v != nullptr && *v != '\0') {
-    // Seconds between progress lines ("1" = every second); "0" = off.
+    // Seconds between progress lines ("1" = every second); "0" = off; the
+    // switch words as every other switch takes them (on/yes: every second).
     double seconds = 0;
+    bool on = false;
     if (parse_seconds(v, 3600, seconds))
       s.live_interval_s = seconds;
+    else if (parse_switch(v, on))
+      s.live_interval_s = on ? 1 : 0;
     else
-      bad("STEPSCOPE_LIVE", v, "0, 1 or an interval in seconds", "off");
+      bad("STEPSCOPE_LIVE", v, "0, 1, on/off or an interval in seconds", "off");
   }
   if (const char* v = getenv_fn("STEPSCOPE_SNAPSHOT_S"); v != nullptr && *v != '\0') {
     double seconds = 0;

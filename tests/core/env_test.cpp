@@ -93,6 +93,10 @@ TEST_CASE("STEPSCOPE_LIVE and STEPSCOPE_SNAPSHOT_S take plain decimal seconds on
   std::vector<std::string> w;
   REQUIRE(read({{"STEPSCOPE_LIVE", "1"}}, w).live_interval_s == 1);
   REQUIRE(read({{"STEPSCOPE_LIVE", "0.5"}}, w).live_interval_s == 0.5);
+  // The words every other switch takes (a user typed STEPSCOPE_LIVE=yes and got "using off").
+  REQUIRE(read({{"STEPSCOPE_LIVE", "yes"}}, w).live_interval_s == 1);
+  REQUIRE(read({{"STEPSCOPE_LIVE", "On"}}, w).live_interval_s == 1);
+  REQUIRE(read({{"STEPSCOPE_LIVE", "false"}}, w).live_interval_s == 0);
   REQUIRE(read({{"STEPSCOPE_SNAPSHOT_S", "0"}}, w).snapshot_interval_s == 0);
   REQUIRE(read({{"STEPSCOPE_SNAPSHOT_S", "2.5"}}, w).snapshot_interval_s == 2.5);
   REQUIRE(w.empty());
