@@ -241,6 +241,11 @@ struct StepStats {
   std::uint64_t loop_first_steps = 0;
   double loop_first_ms = 0;
   double loop_first_max_ms = 0;
+  // The standard deviation of the measured steps about their own steps()
+  // loop's mean, pooled over the loops: beside wall_ms.stddev it says whether
+  // steps vary inside a loop or between loops that run different work.
+  // Absent with fewer than two loops, in imports and in older reports.
+  std::optional<double> within_loop_stddev_ms;
   double between_steps_input_ms = 0;  // of it, in input phases on the step thread
   // The slowest outermost measured steps, slowest first (at most
   // kSlowestStepsKept), where a period in their numbers shows work a loop

@@ -103,7 +103,21 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
   // says why.
   if (w.count < t.min_measured_steps || w.mean <= 0) return;
   const double cv = w.stddev / w.mean;
-  if (cv >= t.jitter_cv) {
+  // Steps that vary between steps() loops and not inside them: the loops run
+  // different work (pytorch/examples' forward-forward trains its two layers
+  // in two loops, 1.9 and 1.1 s a step: "CV 22% ... look for periodic work").
+  const std::optional<double>& within = r.steps.within_loop_stddev_ms;
+  if (cv >= t.jitter_cv && within && r.steps.clock == "host" && *within / w.mean < t.jitter_cv) {
+    out.push_back(
+        make("jitter", "info",
+             fmt::format("Step time varies between steps() loops, not within them: coefficient of "
+                         "variation {:.0f}% over all steps, {:.0f}% about each loop's own mean. The loops "
+                         "run different work (training and evaluation loops, stages of different sizes), "
+                         "and the step statistics mix them: compare one loop's steps with another run's "
+                         "same loop, or mark only the training steps.",
+                         100 * cv, 100 * *within / w.mean),
+             {{"cv", cv}, {"within_loop_cv", *within / w.mean}, {"stddev_ms", w.stddev}, {"mean_ms", w.mean}}));
+  } else if (cv >= t.jitter_cv) {
     // Where the step waited for CPUs other processes held, their load is the
     // first suspect, not the user's code (pytorch/examples' gcn beside two
     // busy loops: CV 20% quiet, 40% "critical" busy, 37% of the step waiting

@@ -3,6 +3,7 @@
 #include <stepscope/phase.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -56,6 +57,8 @@ void Aggregator::retire_thread(ThreadId thread) {
       ++counts[i][j];
     }
   }
+  within_loops_.add(t.loop_steps);
+  t.loop_steps = RunningStats{};
   t.phases.clear();
   t.phases.shrink_to_fit();
   t.slot_cache = {};
@@ -161,7 +164,10 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
     ++loop_first_steps_;
     loop_first_ns_ += wall;
     loop_first_max_ns_ = std::max(loop_first_max_ns_, wall);
+    within_loops_.add(t.loop_steps);
+    t.loop_steps = RunningStats{};
   }
+  t.loop_steps.add(wall);
   // The step totals of the breakdown are the sums of the series points
   // (fill_report adds them up), so each step is added in one place only.
   StepPoint& point = open_point_;
@@ -563,6 +569,11 @@ void Aggregator::fill_report(Report& report) const {
   s.loop_first_steps = loop_first_steps_;
   s.loop_first_ms = static_cast<double>(loop_first_ns_) * kNsToMs;
   s.loop_first_max_ms = static_cast<double>(loop_first_max_ns_) * kNsToMs;
+  WithinLoops within = within_loops_;
+  for (const ThreadInfo& t : threads_) within.add(t.loop_steps);  // the loops still open
+  s.within_loop_stddev_ms.reset();
+  if (within.loops >= 2 && within.dof > 0)
+    s.within_loop_stddev_ms = std::sqrt(within.scatter_ns2 / static_cast<double>(within.dof)) * kNsToMs;
   s.between_steps_input_ms = static_cast<double>(gap_input_ns_) * kNsToMs;
   s.slowest = slowest_of(slow_steps_);
   StepSeries& series = s.series;

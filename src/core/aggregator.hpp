@@ -159,6 +159,7 @@ class Aggregator {
     // A steps() loop ended on this thread since its last step
     // (kRecordLoopEnd): the gap to its next step is between loops.
     bool loop_ended = false;
+    RunningStats loop_steps;  // the measured steps of its current steps() loop
     // [phase id][0: in step, 1: not in step]
     std::vector<std::array<PhaseAggregate, 2>> phases;
     // Cache from (call site, in step) to the aggregate it feeds, so a record
@@ -339,6 +340,22 @@ class Aggregator {
   // Measured steps that opened a steps() loop after another loop (the first
   // step of epoch 2, 3, ...): count, total and slowest wall time.
   std::uint64_t loop_first_steps_ = 0, loop_first_ns_ = 0, loop_first_max_ns_ = 0;
+  // The spread of step times inside each steps() loop, pooled over the loops
+  // that ended: their squared deviations from their own loop's mean, the
+  // degrees of freedom, the loops. Steps of different loops (a training and
+  // an evaluation loop, stages of different sizes) differ by design.
+  struct WithinLoops {
+    double scatter_ns2 = 0;
+    std::uint64_t dof = 0, loops = 0;
+    void add(const RunningStats& loop) {
+      if (loop.count() == 0) return;
+      const double sd = loop.stddev_ns();
+      scatter_ns2 += sd * sd * static_cast<double>(loop.count() - 1);
+      dof += loop.count() - 1;
+      ++loops;
+    }
+  };
+  WithinLoops within_loops_;
 
   // The slowest outermost measured steps: a min-heap on wall time of at most
   // StepStats::kSlowestStepsKept; once full, a step must be slower than

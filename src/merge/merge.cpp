@@ -160,6 +160,16 @@ void warn_on_world_size(const std::vector<Report>& inputs, std::vector<std::stri
 // runs outside its steps (a mean would hide one rank's uninstrumented fetch).
 void merge_between_steps(const std::vector<RankFacts>& ranks, StepStats& job) {
   const double n = static_cast<double>(ranks.size());
+  // The spread inside steps() loops, pooled over the ranks (each rank's
+  // variance weighted alike), where every rank has one.
+  double within_sq = 0;
+  bool within_everywhere = true;
+  for (const RankFacts& f : ranks) {
+    const std::optional<double>& w = f.report->steps.within_loop_stddev_ms;
+    within_everywhere = within_everywhere && w.has_value();
+    if (w) within_sq += *w * *w / n;
+  }
+  if (within_everywhere && !ranks.empty()) job.within_loop_stddev_ms = std::sqrt(within_sq);
   for (const RankFacts& f : ranks) {
     const StepStats& s = f.report->steps;
     // A rank without a breakdown (hand-built report) adds nothing to its parts.

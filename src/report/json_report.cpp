@@ -494,6 +494,7 @@ void fields(V& v, StepStats& x) {
   v("between_loops_ms", x.between_loops_ms);
   v("loop_first_steps", x.loop_first_steps);  // 0 in reports that predate them
   STEPSCOPE_FIELDS(loop_first_ms, loop_first_max_ms, slowest);
+  if (v.keep(x.within_loop_stddev_ms.has_value())) v("within_loop_stddev_ms", x.within_loop_stddev_ms);
   v("clock", x.clock);  // "host" in reports that predate it
   if constexpr (V::reading) {
     if (x.slowest.size() > StepStats::kSlowestStepsKept) x.slowest.resize(StepStats::kSlowestStepsKept);

@@ -166,6 +166,29 @@ TEST_CASE("findings: steps that vary while other processes hold the CPUs name th
   }
 }
 
+TEST_CASE("findings: steps that vary between steps() loops and not inside them say so, as info",
+          "[analysis][findings]") {
+  // pytorch/examples' forward-forward trains its two layers in two loops,
+  // 1.9 and 1.1 s a step: "CV 22% ... look for periodic work".
+  Report r = steady();
+  r.steps.wall_ms.stddev = 0.22 * r.steps.wall_ms.mean;
+  r.steps.wall_ms.p99 = r.steps.wall_ms.max = r.steps.wall_ms.p50;
+  r.steps.within_loop_stddev_ms = 0.03 * r.steps.wall_ms.mean;
+  const std::vector<Finding> loops = find_issues(r);
+  const Finding* f = finding(loops, "jitter");
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == "info");
+  CHECK(f->message.find("between steps() loops, not within them") != std::string::npos);
+  CHECK(f->values.at("within_loop_cv") == Approx(0.03));
+  // Steps that vary inside their loops too: the finding as before.
+  r.steps.within_loop_stddev_ms = 0.20 * r.steps.wall_ms.mean;
+  const std::vector<Finding> inside = find_issues(r);
+  const Finding* g = finding(inside, "jitter");
+  REQUIRE(g != nullptr);
+  CHECK(g->severity == "warning");
+  CHECK(g->message.find("periodic work") != std::string::npos);
+}
+
 TEST_CASE("findings: fewer steps than a verdict needs say nothing about their spread", "[analysis][findings]") {
   // PyTorch's C++ dcgan ended by SIGTERM after 3 measured steps read "Step
   // time varies a lot: CV 14%" beside "Only 3 measured step(s)".

@@ -737,3 +737,45 @@ TEST_CASE("the slowest steps are kept, bounded, with where their time went; loop
   }
   for (std::size_t i = 1; i < slow.size(); ++i) CHECK(slow[i - 1].wall_ms >= slow[i].wall_ms);
 }
+
+TEST_CASE("steps that differ between steps() loops and not inside them: the spread about each loop's mean",
+          "[aggregator][loops]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  const auto t = agg.add_thread(1);
+  const std::uint64_t us = 1000;
+  std::uint64_t at = 0;
+  std::uint32_t step = 0;
+  // A loop of 20 steps of 1000 +- 10 us, its end found by a fetch, then a
+  // loop of 20 steps of 500 +- 10 us.
+  const auto loop = [&](std::uint64_t wall_us) {
+    for (int i = 0; i < 20; ++i) {
+      const std::uint64_t wall = (wall_us + (i % 2 == 0 ? 10 : -10)) * us;
+      agg.consume(t, rec(kStep, at, at + wall, ++step, 0, true));
+      at += wall;
+    }
+    agg.consume(t, PhaseRecord{&kData, at, at + us, step, 0, 0, kRecordLoopEnd});
+    at += 100 * us;
+  };
+  loop(1000);
+  {
+    Report one;
+    agg.fill_report(one);
+    CHECK_FALSE(one.steps.within_loop_stddev_ms);  // one loop: nothing to tell apart
+  }
+  loop(500);
+  agg.flush_pending();
+  Report r;
+  agg.fill_report(r);
+  REQUIRE(r.steps.count == 40);
+  CHECK(r.steps.wall_ms.stddev > 0.2);  // ms: the loops' means differ by 0.5 ms
+  REQUIRE(r.steps.within_loop_stddev_ms);
+  CHECK(*r.steps.within_loop_stddev_ms == Approx(0.010).epsilon(0.05));  // the +-10 us inside each
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(report_to_json(r), back, error));
+  REQUIRE(back.steps.within_loop_stddev_ms);
+  CHECK(*back.steps.within_loop_stddev_ms == Approx(*r.steps.within_loop_stddev_ms));
+}

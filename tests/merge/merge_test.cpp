@@ -452,6 +452,16 @@ TEST_CASE("time outside steps: breakdown parts averaged, run totals summed, cove
   // Ranks that measured no coverage (no thread completed two steps): none for the job.
   for (auto& r : ranks) r.steps.coverage.reset();
   CHECK(!merge_ok(ranks).steps.coverage.has_value());
+
+  // The spread inside steps() loops: each rank's variance weighted alike;
+  // none where a rank has none (one loop).
+  const double within[] = {1, 1, 7, 7};
+  for (std::size_t r = 0; r < ranks.size(); ++r) ranks[r].steps.within_loop_stddev_ms = within[r];
+  const Report loops = merge_ok(ranks);
+  REQUIRE(loops.steps.within_loop_stddev_ms.has_value());
+  CHECK(*loops.steps.within_loop_stddev_ms == Approx(5));  // sqrt((1 + 1 + 49 + 49) / 4)
+  ranks[2].steps.within_loop_stddev_ms.reset();
+  CHECK_FALSE(merge_ok(ranks).steps.within_loop_stddev_ms.has_value());
 }
 
 TEST_CASE("a job of device-clocked ranks is device-clocked, with the host figures beside", "[merge][json]") {
