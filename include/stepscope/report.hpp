@@ -636,6 +636,8 @@ struct RunInfo {
   std::int64_t pid = 0;
   int rank = -1;  // -1: unknown / single process
   int world_size = 1;
+  // The job's processes on this host (LOCAL_WORLD_SIZE, ...); 0: unknown.
+  int local_ranks = 0;
   std::string source = "live";                      // "live", "kineto-import", "merge"
   std::map<std::string, std::string> config;        // set_config() values, stringified
   std::map<std::string, std::string> config_types;  // "string" or "number"

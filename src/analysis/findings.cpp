@@ -471,7 +471,22 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
   std::string whose;
   // Reports before children_cpu_s counted worker processes as other processes.
   const bool workers_apart = r.system.children_cpu_s >= 0;
-  if (h.others_hold)
+  const int local_ranks = r.run.local_ranks;
+  // The job's other ranks on this host hold CPUs too (mpirun -np 2 of
+  // PyTorch's C++ dist-mnist on 2 cores beside two busy loops read "other
+  // processes kept 1.5 of the 2 CPUs busy"): their share is the job's to fix.
+  if (h.others_hold && local_ranks > 1) {
+    const int online = r.system.cores_online;
+    const int threads = std::max(1, std::min(cores, online / local_ranks));
+    whose = fmt::format(
+        "Other processes, this job's {} other rank{} on this host among them, kept {:.1f} of the machine's {} CPUs "
+        "busy, this process {:.1f}: the job's {} ranks here share them{}. Give each rank at most {} intra-op "
+        "thread{} (torch.set_num_threads, OMP_NUM_THREADS) or run fewer ranks per host, and measure where no other "
+        "job shares the host.",
+        local_ranks - 1, local_ranks == 2 ? "" : "s", others, online, own, local_ranks,
+        cores < online ? fmt::format(" (this rank is bound to {} of them)", cores) : std::string(), threads,
+        threads == 1 ? "" : "s");
+  } else if (h.others_hold)
     whose = fmt::format(
         "Other processes{} kept {:.1f} of the machine's {} CPUs busy, this process {:.1f}{}: measure again where the "
         "job has its cores to itself ({}no other jobs, taskset or the batch system's exclusive allocation).",

@@ -246,6 +246,18 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
     if (s.world_size <= s.rank) s.world_size = s.rank + 1;
     break;
   }
+  // The job's processes on this host (torchrun, Open MPI, MPICH): the
+  // others hold this host's CPUs too, and are not another job.
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* v = getenv_fn(name);
+    if (v == nullptr || *v == '\0') continue;
+    std::uint64_t n = 0;
+    if (parse_uint(v, 1, 1u << 16, n))
+      s.local_ranks = static_cast<int>(n);
+    else
+      bad(name, v, "a number of processes from 1 to 65536", "unknown");
+    break;
+  }
   return s;
 }
 

@@ -60,6 +60,8 @@ struct Settings {
   double live_interval_s = 0;               // STEPSCOPE_LIVE: seconds between progress lines (0 = off)
   bool live_forced = false;                 // STEPSCOPE_LIVE_FORCE=1: print even when stderr is not a terminal
   int rank = -1, world_size = 1;            // RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID
+  // This job's processes on this host (LOCAL_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_SIZE / MPI_LOCALNRANKS); 0: unknown.
+  int local_ranks = 0;
   // STEPSCOPE_SNAPSHOT_S: seconds between flight-recorder snapshots of the
   // report (0 = off). Why 10 s (docs/benchmarks.md, "Flight recorder"): one
   // snapshot costs the collector thread about 1 ms of CPU for 30 phases and

@@ -647,6 +647,7 @@ void fields(V& v, RunInfo& x) {
   v.integer("pid", x.pid, -(std::int64_t{1} << 53), std::int64_t{1} << 53);
   v.rank("rank", x.rank, /*null_if_none=*/true);
   v.integer("world_size", x.world_size, 0, kMaxRanks);
+  v.integer("local_ranks", x.local_ranks, 0, kMaxRanks);  // 0 in reports that predate it
   v("source", x.source);
   v.strings("build", x.build);
   v.config("config", x.config, x.config_types);

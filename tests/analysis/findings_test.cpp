@@ -42,7 +42,7 @@ Report steady() {
 Report with_cpu_wait(double wait_share, double others_cores) {
   Report r = steady();
   r.system.available = true;
-  r.system.cores_online = 2;
+  r.system.cores_online = r.system.cores_available = 2;
   r.system.runqueue_wait_s = wait_share * r.system.wall_s;
   r.system.cpu_user_s = 0.6 * r.system.wall_s;
   r.system.other_processes_cpu_s = others_cores * r.system.wall_s;
@@ -455,6 +455,14 @@ TEST_CASE("findings: a step that waited for a CPU under another verdict says its
   const Finding* own = finding(own_threads, "cpu_contention");
   REQUIRE(own != nullptr);
   CHECK(own->message.find("keep threads <= cores") != std::string::npos);
+  // The job's other rank on this host among those processes: the remedy is the job's.
+  Report ranks = with_wait(0.30, 1.4);
+  ranks.run.local_ranks = 2;
+  const std::vector<Finding> job = find_issues(ranks);
+  const Finding* mine = finding(job, "cpu_contention");
+  REQUIRE(mine != nullptr);
+  CHECK(mine->message.find("this job's 1 other rank on this host among them") != std::string::npos);
+  CHECK(mine->message.find("at most 1 intra-op thread (") != std::string::npos);
   // Below the tier, nothing.
   CHECK_FALSE(has(find_issues(with_wait(kThresholds.cpu_contention_finding - 0.02, 1.4)), "cpu_contention"));
   // However long the wait for CPUs other processes hold, the verdict stays

@@ -273,3 +273,16 @@ TEST_CASE("STEPSCOPE_START_WAIT_S bounds the wait for a collector still starting
   (void)read({{"STEPSCOPE_START_WAIT_S", "5"}}, none);
   CHECK(none.empty());
 }
+
+TEST_CASE("the job's processes on this host come from the launcher", "[env]") {
+  std::vector<std::string> w;
+  CHECK(read({}, w).local_ranks == 0);
+  CHECK(read({{"LOCAL_WORLD_SIZE", "4"}}, w).local_ranks == 4);
+  CHECK(read({{"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}, w).local_ranks == 2);
+  CHECK(read({{"MPI_LOCALNRANKS", "8"}}, w).local_ranks == 8);
+  CHECK(read({{"LOCAL_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}, w).local_ranks == 3);  // first set wins
+  REQUIRE(w.empty());
+  CHECK(read({{"LOCAL_WORLD_SIZE", "0"}}, w).local_ranks == 0);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].find("LOCAL_WORLD_SIZE='0'") != std::string::npos);
+}
