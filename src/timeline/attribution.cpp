@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "stepscope/phase.hpp"
 #include "stepscope/report.hpp"
 #include "timeline/device_analyses.hpp"
 #include "timeline/interval_set.hpp"
@@ -33,20 +34,25 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-bool is_input_phase(const std::string& lowered_name, const AttributionOptions& options) {
+// A user annotation is an input phase by the kind its name gives
+// (default_phase_kind, the rule of live phases and the report's phases),
+// or by the caller's own markers where it sets them.
+bool is_input_phase(const std::string& name, const AttributionOptions& options) {
+  if (options.input_phase_markers.empty()) return default_phase_kind(name.c_str()) == PhaseKind::input;
+  const std::string lowered = lower(name);
   for (const std::string& marker : options.input_phase_markers)
-    if (!marker.empty() && lowered_name.find(lower(marker)) != std::string::npos) return true;
+    if (!marker.empty() && lowered.find(lower(marker)) != std::string::npos) return true;
   return false;
 }
 
 // Only a range someone named (a user annotation, PyTorch's
-// enumerate(DataLoader)#...) is an input phase by its markers. Operators and
+// enumerate(DataLoader)#...) is an input phase by its name. Operators and
 // Python frames are named by their code: "input" in them is an argument
 // ("modeling_bert.py: get_input_embeddings", "aten::_input_check"), not a
 // data phase; for them only the DataLoader itself counts.
-bool is_input_host_op(HostOpKind kind, const std::string& lowered_name, const AttributionOptions& options) {
-  if (kind == HostOpKind::annotation) return is_input_phase(lowered_name, options);
-  return lowered_name.find("dataloader") != std::string::npos;
+bool is_input_host_op(HostOpKind kind, const std::string& name, const AttributionOptions& options) {
+  if (kind == HostOpKind::annotation) return is_input_phase(name, options);
+  return lower(name).find("dataloader") != std::string::npos;
 }
 
 // Who is responsible for a sync call: the innermost user annotation on the
@@ -204,7 +210,7 @@ std::vector<StepDeviceUsage> usage_per_step(const Timeline& tl, const Attributio
     }
     if (h.kind == HostOpKind::annotation || h.kind == HostOpKind::framework_op || h.kind == HostOpKind::python) {
       unsigned char& is_input = input_name[h.name];
-      if (is_input == 0) is_input = is_input_host_op(h.kind, lower(tl.name_of(h.name)), options) ? 1 : 2;
+      if (is_input == 0) is_input = is_input_host_op(h.kind, tl.name_of(h.name), options) ? 1 : 2;
       if (is_input == 1) input.push_back(iv);
     }
   }

@@ -299,10 +299,10 @@ struct StepDeviceUsage {
 };
 struct AttributionOptions {
   // Case-insensitive substrings that mark an input/data phase in a user
-  // annotation's name. Operators and Python frames count as input only when
-  // their name contains "dataloader" (docs/timeline.md).
-  std::vector<std::string> input_phase_markers = {"dataloader", "data_load",  "data loading", "## data",
-                                                  "input",      "next_batch", "get_batch",    "prefetch"};
+  // annotation's name; empty: the kind its name gives (default_phase_kind,
+  // the rule of the report's phases). Operators and Python frames count as
+  // input only when their name contains "dataloader" (docs/timeline.md).
+  std::vector<std::string> input_phase_markers;
   // A device behind the host: busy at least device_behind_busy of its own
   // span (first to last device op, the device's clock only) while the host's
   // step windows see it idle at least device_behind_window_idle. Its work

@@ -119,6 +119,22 @@ TEST_CASE("idle-time breakdown: host wait, kernel wait, other", "[timeline][idle
   CHECK(idle_time_breakdown(b.tl, us(5))[0].kernel_wait_ns == 0);
 }
 
+TEST_CASE("device idle under a range is input's by the kind its name gives, the rule of every phase",
+          "[timeline][attribution]") {
+  for (const auto& [name, input] :
+       {std::pair{"load_data", true}, std::pair{"Data Loading", true}, std::pair{"## data ##", true},
+        std::pair{"recommend_items", false}, std::pair{"## sparse_data_dist ##", false}}) {
+    Builder b;
+    b.tl.steps.push_back({1, 0, us(100)});
+    b.host(name, 0, 40, HostOpKind::annotation);
+    b.device("gemm_kernel", 40, 100, 7, DeviceOpKind::kernel, 39, 40);
+    const auto usage = per_step_device_usage(b.tl);
+    REQUIRE(usage.size() == 1);
+    INFO(name);
+    CHECK(usage[0].idle_host_input_ns == (input ? us(40) : 0));
+  }
+}
+
 TEST_CASE("a sync's device idle goes to the innermost annotation around it on its thread, else the outermost op",
           "[timeline][attribution]") {
   Builder b;
