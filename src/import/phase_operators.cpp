@@ -66,19 +66,20 @@ class PhaseLookup {
       index_of_name_.emplace(timeline::to_string(static_cast<timeline::FrameworkPhase>(k)), static_cast<PhaseIndex>(k));
     phase_count_ = timeline::kFrameworkPhaseCount;
     user_index_.assign(tl.names.size(), kNoPhase);
+    std::map<std::int64_t, std::vector<const timeline::Phase*>> user_ranges;
     for (const timeline::Phase& p : tl.phases) {
       if (p.on_device || timeline::is_pytorch_range(tl.name_of(p.name))) continue;
-      user_[p.tid].by_start.push_back(&p);
+      user_ranges[p.tid].push_back(&p);
       const auto [it, inserted] = index_of_name_.emplace(tl.name_of(p.name), phase_count_);
       if (inserted) ++phase_count_;
       user_index_[p.name] = it->second;
     }
-    for (auto& [tid, list] : user_) {
-      std::sort(list.by_start.begin(), list.by_start.end(),
+    for (auto& [tid, list] : user_ranges) {
+      std::sort(list.begin(), list.end(),
                 [](const timeline::Phase* a, const timeline::Phase* b) { return a->start_ns < b->start_ns; });
-      list.max_end.reserve(list.by_start.size());
-      for (const timeline::Phase* p : list.by_start)
-        list.max_end.push_back(list.max_end.empty() ? p->end_ns : std::max(list.max_end.back(), p->end_ns));
+      user_.emplace(tid, UserRanges(
+                             std::move(list), [](const timeline::Phase* p) { return p->start_ns; },
+                             [](const timeline::Phase* p) { return p->end_ns; }));
     }
     // What each step's thread holds, looked up once per step instead of once per operator.
     step_threads_.reserve(tl.steps.size());
@@ -117,10 +118,7 @@ class PhaseLookup {
   }
 
  private:
-  struct UserRanges {  // one thread's
-    std::vector<const timeline::Phase*> by_start;
-    std::vector<std::int64_t> max_end;  // the latest end of the ranges up to each
-  };
+  using UserRanges = detail::ByStart<const timeline::Phase*>;  // one thread's
   struct StepThread {
     std::int64_t tid = -1;
     const UserRanges* user = nullptr;  // null: none on that thread
@@ -135,15 +133,13 @@ class PhaseLookup {
   // back stops where no earlier range reaches t (an operator outside every
   // range scanned them all: quadratic in the steps of a trace).
   static const timeline::Phase* innermost_user_range(const UserRanges& list, std::int64_t t) {
-    std::size_t q = static_cast<std::size_t>(
-        std::upper_bound(list.by_start.begin(), list.by_start.end(), t,
-                         [](std::int64_t v, const timeline::Phase* p) { return v < p->start_ns; }) -
-        list.by_start.begin());
-    while (q > 0 && list.max_end[q - 1] > t) {
-      --q;
-      if (list.by_start[q]->end_ns > t) return list.by_start[q];
-    }
-    return nullptr;
+    const timeline::Phase* found = nullptr;
+    list.reach_back(t, t, [&found, t](const timeline::Phase* p) {
+      if (p->end_ns <= t) return true;
+      found = p;
+      return false;
+    });
+    return found;
   }
 
   const Timeline& tl_;

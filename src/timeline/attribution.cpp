@@ -65,43 +65,39 @@ bool is_input_host_op(HostOpKind kind, const std::string& name, const Attributio
 class SyncOwners {
  public:
   explicit SyncOwners(const Timeline& tl) : tl_(tl) {
+    std::map<std::int64_t, std::vector<Candidate>> by_thread;
     for (std::size_t i = 0; i < tl.host_ops.size(); ++i) {
       const HostInterval& h = tl.host_ops[i];
-      if (h.kind == HostOpKind::annotation || h.kind == HostOpKind::framework_op) ops_.push_back({&h, i, 0});
+      if (h.kind == HostOpKind::annotation || h.kind == HostOpKind::framework_op) by_thread[h.tid].push_back({&h, i});
     }
-    std::sort(ops_.begin(), ops_.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.op->tid != b.op->tid) return a.op->tid < b.op->tid;
-      return a.op->start_ns != b.op->start_ns ? a.op->start_ns < b.op->start_ns : a.index < b.index;
-    });
-    for (std::size_t i = 0; i < ops_.size(); ++i) {
-      const bool same_thread = i > 0 && ops_[i - 1].op->tid == ops_[i].op->tid;
-      ops_[i].max_end_ns = same_thread ? std::max(ops_[i - 1].max_end_ns, ops_[i].op->end_ns) : ops_[i].op->end_ns;
+    for (auto& [tid, list] : by_thread) {
+      // By start, then place in the trace (the list is in trace order).
+      std::stable_sort(list.begin(), list.end(),
+                       [](const Candidate& a, const Candidate& b) { return a.op->start_ns < b.op->start_ns; });
+      threads_.emplace(tid, Candidates(
+                                std::move(list), [](const Candidate& c) { return c.op->start_ns; },
+                                [](const Candidate& c) { return c.op->end_ns; }));
     }
   }
 
   std::string operator()(const HostInterval& sync) const {
-    // The first candidate of the call's thread, and the first that starts after it.
-    const auto thread_first = std::lower_bound(ops_.begin(), ops_.end(), sync.tid,
-                                               [](const Candidate& c, std::int64_t tid) { return c.op->tid < tid; });
-    auto it = std::upper_bound(thread_first, ops_.end(), sync, [](const HostInterval& s, const Candidate& c) {
-      return s.tid != c.op->tid || s.start_ns < c.op->start_ns;
-    });
     const Candidate* innermost_annotation = nullptr;
     const Candidate* outermost_op = nullptr;
     const auto before = [](const Candidate& a, const Candidate* b, bool longer) {
       const std::int64_t da = a.op->duration_ns(), db = b->op->duration_ns();
       return (longer ? da > db : da < db) || (da == db && a.index < b->index);
     };
-    while (it != thread_first) {
-      --it;
-      if (it->max_end_ns < sync.end_ns) break;  // nothing this early reaches the call's end
-      if (it->op->end_ns < sync.end_ns) continue;
-      if (it->op->kind == HostOpKind::annotation) {
-        if (innermost_annotation == nullptr || before(*it, innermost_annotation, false)) innermost_annotation = &*it;
-      } else if (outermost_op == nullptr || before(*it, outermost_op, true)) {
-        outermost_op = &*it;
-      }
-    }
+    if (const auto it = threads_.find(sync.tid); it != threads_.end())
+      // What starts at or before the call and may end at or after its end.
+      it->second.reach_back(sync.start_ns, sync.end_ns - 1, [&](const Candidate& c) {
+        if (c.op->end_ns < sync.end_ns) return true;
+        if (c.op->kind == HostOpKind::annotation) {
+          if (innermost_annotation == nullptr || before(c, innermost_annotation, false)) innermost_annotation = &c;
+        } else if (outermost_op == nullptr || before(c, outermost_op, true)) {
+          outermost_op = &c;
+        }
+        return true;
+      });
     if (innermost_annotation != nullptr) return tl_.name_of(innermost_annotation->op->name);
     if (outermost_op != nullptr) return tl_.name_of(outermost_op->op->name);
     return tl_.name_of(sync.name);
@@ -110,11 +106,11 @@ class SyncOwners {
  private:
   struct Candidate {
     const HostInterval* op;
-    std::size_t index;        // its place in the trace: ties go to the first
-    std::int64_t max_end_ns;  // the latest end of its thread's candidates up to it
+    std::size_t index;  // its place in the trace: ties go to the first
   };
+  using Candidates = detail::ByStart<Candidate>;
   const Timeline& tl_;
-  std::vector<Candidate> ops_;
+  std::map<std::int64_t, Candidates> threads_;
 };
 
 struct Windows {
@@ -218,13 +214,12 @@ std::vector<StepDeviceUsage> usage_per_step(const Timeline& tl, const Attributio
   input = normalise(std::move(input));
   host_busy = normalise(std::move(host_busy));
 
-  // Sync calls by start, with the latest end so far: a window visits only
-  // the calls that reach into it.
+  // Sync calls by start: a window visits only the calls that reach into it.
   std::sort(sync_calls.begin(), sync_calls.end(),
             [](const HostInterval* a, const HostInterval* b) { return a->start_ns < b->start_ns; });
-  std::vector<std::int64_t> sync_max_end(sync_calls.size());
-  for (std::size_t i = 0; i < sync_calls.size(); ++i)
-    sync_max_end[i] = std::max(i > 0 ? sync_max_end[i - 1] : sync_calls[i]->end_ns, sync_calls[i]->end_ns);
+  const detail::ByStart<const HostInterval*> syncs(
+      std::move(sync_calls), [](const HostInterval* c) { return c->start_ns; },
+      [](const HostInterval* c) { return c->end_ns; });
 
   // Kernel starts in order, counted per window by binary search.
   std::vector<std::int64_t> kernel_starts;
@@ -261,17 +256,11 @@ std::vector<StepDeviceUsage> usage_per_step(const Timeline& tl, const Attributio
     u.idle_unattributed_ns = u.idle_ns - u.idle_host_sync_ns - u.idle_host_input_ns - u.idle_host_scheduling_ns;
 
     std::map<std::string, std::int64_t> by_phase;
-    std::size_t first = static_cast<std::size_t>(
-        std::lower_bound(sync_calls.begin(), sync_calls.end(), span.start_ns,
-                         [](const HostInterval* c, std::int64_t t) { return c->start_ns < t; }) -
-        sync_calls.begin());
-    while (first > 0 && sync_max_end[first - 1] > span.start_ns) --first;
-    for (std::size_t i = first; i < sync_calls.size() && sync_calls[i]->start_ns < span.end_ns; ++i) {
-      const HostInterval* call = sync_calls[i];
-      if (call->end_ns <= span.start_ns) continue;
+    syncs.reach_back(span.end_ns - 1, span.start_ns, [&](const HostInterval* call) {
       const std::int64_t t = length(clip(idle_sync, call->start_ns, call->end_ns));
       if (t > 0) by_phase[sync_owner(*call)] += t;
-    }
+      return true;
+    });
     for (auto& [phase, t] : by_phase) u.sync_by_phase.push_back({phase, t});
     std::stable_sort(u.sync_by_phase.begin(), u.sync_by_phase.end(),
                      [](const SyncIdle& a, const SyncIdle& b) { return a.idle_ns > b.idle_ns; });

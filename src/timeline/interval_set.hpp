@@ -89,6 +89,38 @@ inline Intervals clip(const Intervals& v, std::int64_t start, std::int64_t end) 
   return out;
 }
 
+// Items sorted by start (the caller sorts them) with the running maximum of
+// their ends, so that a look-back from an instant stops where no earlier item
+// ends after a bound: finding what encloses or overlaps an instant is not a
+// scan of everything before it (three such scans made the import of a trace
+// quadratic in its steps; docs/benchmarks-import.md).
+template <typename T>
+class ByStart {
+ public:
+  ByStart() = default;
+  template <typename StartOf, typename EndOf>
+  ByStart(std::vector<T> items, StartOf start_of, EndOf end_of) : items_(std::move(items)) {
+    starts_.reserve(items_.size());
+    max_end_.reserve(items_.size());
+    for (const T& x : items_) {
+      starts_.push_back(start_of(x));
+      max_end_.push_back(max_end_.empty() ? end_of(x) : std::max(max_end_.back(), end_of(x)));
+    }
+  }
+  // fn(item) for the items that start at or before `at`, latest first, while
+  // an earlier one may still end after `after`; fn returns false to stop.
+  template <typename Fn>
+  void reach_back(std::int64_t at, std::int64_t after, Fn&& fn) const {
+    auto i = static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), at) - starts_.begin());
+    while (i > 0 && max_end_[i - 1] > after)
+      if (!fn(items_[--i])) return;
+  }
+
+ private:
+  std::vector<T> items_;
+  std::vector<std::int64_t> starts_, max_end_;
+};
+
 }  // namespace detail
 }  // namespace v1
 }  // namespace stepscope
