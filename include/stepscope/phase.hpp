@@ -60,7 +60,6 @@ struct OpenStep {
   std::uint64_t start;  // read_ticks() when the step opened
   std::uint32_t step;   // its 1-based number (g_steps_started)
   std::uint8_t depth;   // nesting depth of the step record itself
-  bool in_step;         // opened inside another step on this thread
   bool active;
 };
 
@@ -70,6 +69,8 @@ struct ThreadState {
   ThreadRing* ring;
   std::uint8_t depth;                      // open scopes on this thread
   std::uint8_t step_depth;                 // open step scopes on this thread
+  std::uint8_t outer_steps;                // of those, the outermost ones that hold another step (see enter_step)
+  std::uint32_t last_step;                 // the number of the step opened last on this thread
   bool exited;                             // thread is past its exit handler: records are counted, not kept
   std::uint8_t kind_stack[kMaxDepth + 1];  // kind of each open scope, for the sampler
   OpenStep next_step;                      // the step stepscope::next_step() opened last; closed by the next call,
@@ -118,16 +119,51 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void push_record(ThreadState& ts, const PhaseReco
 
 // Opens a step that started at `start` (ticks) on this thread. The caller
 // checked scope_enabled() and that ts.ring is registered.
+// Steps on one thread do not nest: a step opened inside another (a steps()
+// loop inside another, a step() inside a steps() loop) is the step, and the
+// one around it a loop of steps from then on (kRecordOuterStep): what it
+// records outside the inner steps lies between steps. Cold: tells the
+// collector where that began (a kRecordHoldsSteps mark) and returns the outer
+// step's number for the first step inside it, so that every number is a
+// step's (warm-up is counted in numbers).
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE std::uint32_t mark_outer_step(ThreadState& ts, const PhaseSite* inner) noexcept;
+
+// A step opens on this thread: its 1-based number.
+STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint32_t enter_step(ThreadState& ts, const PhaseSite* site) noexcept {
+  std::uint32_t step;
+  if (STEPSCOPE_DETAIL_LIKELY(ts.step_depth == ts.outer_steps)) {
+    step = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;
+    on_step_opened(step);
+    ts.last_step = step;
+  } else {
+    step = mark_outer_step(ts, site);
+  }
+  ++ts.step_depth;
+  return step;
+}
+
+// The innermost open step closes: its record's flags.
+STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint8_t leave_step(ThreadState& ts) noexcept {
+  std::uint8_t flags = kRecordIsStep | kRecordInStep;
+  if (ts.step_depth == 0) return flags;
+  if (ts.outer_steps >= ts.step_depth) flags |= kRecordOuterStep;
+  --ts.step_depth;
+  if (ts.outer_steps > ts.step_depth) ts.outer_steps = ts.step_depth;
+  return flags;
+}
+
+// Inside a step of this thread (not only in a loop of steps).
+STEPSCOPE_DETAIL_ALWAYS_INLINE bool in_step(const ThreadState& ts) noexcept {
+  return ts.step_depth > ts.outer_steps;
+}
+
 STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, const PhaseSite* site,
                                               std::uint64_t start) noexcept {
   open.site = site;
   open.start = start;
-  open.step = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;
-  on_step_opened(open.step);
   open.depth = ts.depth;
-  open.in_step = ts.step_depth != 0;
   open.active = true;
-  ++ts.step_depth;
+  open.step = enter_step(ts, site);
   if (open.depth < kMaxDepth) {
     ts.depth = static_cast<std::uint8_t>(open.depth + 1);
     ts.kind_stack[open.depth] = kInStepNoPhase;
@@ -140,11 +176,9 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, c
 STEPSCOPE_DETAIL_ALWAYS_INLINE void close_step(ThreadState& ts, OpenStep& open, std::uint64_t end,
                                                std::uint8_t extra_flags = 0) noexcept {
   open.active = false;
-  if (ts.step_depth != 0) --ts.step_depth;
+  const auto flags = static_cast<std::uint8_t>(leave_step(ts) | extra_flags);
   ts.depth = open.depth;
   ts.ring->current_kind.store(open.depth == 0 ? kNoPhase : ts.kind_stack[open.depth - 1], std::memory_order_relaxed);
-  const std::uint8_t flags =
-      static_cast<std::uint8_t>(kRecordIsStep | kRecordInStep | (open.in_step ? kRecordNestedStep : 0) | extra_flags);
   push_record(ts, PhaseRecord{open.site, open.start, end, open.step, 0, open.depth, flags});
 }
 
@@ -182,13 +216,9 @@ class ScopeBase {
     ThreadState& ts = t_thread_state;
     if (STEPSCOPE_DETAIL_UNLIKELY(ts.ring == nullptr) && register_thread(ts) == nullptr) return;
     active_ = true;
-    // A step's in_step_ says whether it is nested in another step (its
-    // record always carries kRecordInStep).
-    in_step_ = ts.step_depth != 0;
+    in_step_ = in_step(ts);  // a step's record carries kRecordInStep whatever this says
     if (site->is_step) {
-      step_ = g_steps_started.fetch_add(1, std::memory_order_relaxed) + 1;  // once per step
-      on_step_opened(step_);
-      ++ts.step_depth;
+      step_ = enter_step(ts, site);
     } else {
       step_ = g_steps_started.load(std::memory_order_relaxed);
     }
@@ -212,11 +242,7 @@ class ScopeBase {
       if (DeviceEndHook hook = g_device_end.load(std::memory_order_relaxed)) hook(device_slot_);
     }
     ThreadState& ts = t_thread_state;
-    std::uint8_t flags = in_step_ ? kRecordInStep : 0;
-    if (site_->is_step) {
-      flags = static_cast<std::uint8_t>(kRecordIsStep | kRecordInStep | (in_step_ ? kRecordNestedStep : 0));
-      --ts.step_depth;
-    }
+    const std::uint8_t flags = site_->is_step ? leave_step(ts) : in_step_ ? kRecordInStep : 0;
     ts.depth = depth_;
     ts.ring->current_kind.store(depth_ == 0 ? kNoPhase : ts.kind_stack[depth_ - 1], std::memory_order_relaxed);
     if (STEPSCOPE_DETAIL_UNLIKELY(

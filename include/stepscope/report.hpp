@@ -217,6 +217,10 @@ struct StepStats {
   // thread's exit: they hold what ran after the loop), left out; their wall.
   std::uint64_t unended_excluded = 0;
   double unended_wall_ms = 0;
+  // Steps that held steps on their thread (a steps() loop around another, a
+  // steps() iteration around a step()): loops of steps, left out; the steps
+  // in them are the steps.
+  std::uint64_t outer_excluded = 0;
   HistogramData histogram;  // of wall_ms
   StepBreakdown breakdown;
   // Set by analyze() (and merge): the breakdown with its carved parts taken

@@ -47,9 +47,12 @@ struct PhaseSite {
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void request_drain() noexcept;
 
 enum RecordFlags : std::uint8_t {
-  kRecordInStep = 1u << 0,      // recorded inside a STEPSCOPE_STEP on the same thread
-  kRecordIsStep = 1u << 1,      // the step scope itself (also carries kRecordInStep)
-  kRecordNestedStep = 1u << 2,  // a step opened inside another step on the same thread
+  kRecordInStep = 1u << 0,  // recorded inside a STEPSCOPE_STEP on the same thread
+  kRecordIsStep = 1u << 1,  // the step scope itself (also carries kRecordInStep)
+  // A step that held another step on the same thread (a steps() loop around
+  // another, a steps() iteration around a step()): a loop of steps, not a
+  // step (see enter_step in phase.hpp).
+  kRecordOuterStep = 1u << 2,
   // A step that is not known to be one whole step, counted and left out of
   // the statistics: a next_step() step that no next call ended (closed by
   // finish() or by its thread's exit, so it holds whatever ran after the
@@ -62,6 +65,10 @@ enum RecordFlags : std::uint8_t {
   // until the thread's next step is between loops (an epoch boundary:
   // evaluation, checkpointing), not a gap inside one. Cold paths only.
   kRecordLoopEnd = 1u << 4,
+  // Not a scope: a step (this record's site and step) opened inside the step
+  // open on this thread, which holds steps from here on; what that one
+  // recorded until now lies between steps. start == end. Cold.
+  kRecordHoldsSteps = 1u << 5,
 };
 
 // What one finished scope leaves behind: exactly 32 bytes, half a cache line.

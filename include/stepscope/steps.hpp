@@ -146,11 +146,11 @@ class StepLoop {
     const std::uint64_t end = read_ticks();
     ThreadState& ts = t_thread_state;
     step_.active = false;  // withdrawn: no record
-    if (ts.step_depth != 0) --ts.step_depth;
+    leave_step(ts);
     ts.depth = step_.depth;
     ts.ring->current_kind.store(ts.depth == 0 ? kNoPhase : ts.kind_stack[ts.depth - 1], std::memory_order_relaxed);
     push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, ts.depth,
-                                static_cast<std::uint8_t>((ts.step_depth != 0 ? kRecordInStep : 0) | kRecordLoopEnd)});
+                                static_cast<std::uint8_t>((in_step(ts) ? kRecordInStep : 0) | kRecordLoopEnd)});
   }
 
   // After the dereference that hands the batch to the body: the data phase

@@ -568,15 +568,25 @@ void steps_coverage(const Report& r, std::vector<Finding>& out) {
   const double between_ms = r.steps.between_steps_ms;
   const double input_ms = r.steps.between_steps_input_ms;
   const double per_step = r.steps.breakdown.between_steps_ms + r.steps.breakdown.between_steps_input_ms;
+  const std::string cause =
+      r.steps.outer_excluded > 0
+          ? fmt::format(
+                "{} step{} held steps of {} own (a steps() loop whose body opens STEPSCOPE_STEP(), or a "
+                "steps() loop inside another): steps do not nest on a thread, so the inner ones are the steps "
+                "and what the outer ones did around them fell between steps. Mark each step once: drop the "
+                "inner STEPSCOPE_STEP() (the steps() loop marks the step and times its fetch), or iterate an "
+                "outer loop of epochs without steps().",
+                r.steps.outer_excluded, r.steps.outer_excluded == 1 ? "" : "s",
+                r.steps.outer_excluded == 1 ? "its" : "their")
+          : "the fetch in the loop header (a range-for's `for (auto& batch : *loader)`) runs between the bodies "
+            "that STEPSCOPE_STEP() times. Iterate `stepscope::steps(*loader)` instead (each fetch becomes its step's "
+            "data phase), or call `stepscope::next_step()` at the top of the body in place of STEPSCOPE_STEP().";
   out.push_back(
       make("steps_coverage", coverage < kThresholds.steps_coverage_critical ? "critical" : "warning",
            fmt::format("Steps cover only {:.0f}% of the step thread's time from its first step to its last: {:.1f} ms "
                        "fell between steps ({:.2f} ms per step, {:.1f} ms of it in input phases), and the "
-                       "per-step numbers leave it out. The likely cause: the fetch in the loop header (a range-for's "
-                       "`for (auto& batch : *loader)`) runs between the bodies that STEPSCOPE_STEP() times. "
-                       "Iterate `stepscope::steps(*loader)` instead (each fetch becomes its step's data phase), or "
-                       "call `stepscope::next_step()` at the top of the body in place of STEPSCOPE_STEP().",
-                       100 * coverage, between_ms, per_step, input_ms),
+                       "per-step numbers leave it out. The likely cause: {}",
+                       100 * coverage, between_ms, per_step, input_ms, cause),
            {{"coverage", coverage},
             {"threshold", kThresholds.steps_coverage_min},
             {"between_steps_ms", between_ms},

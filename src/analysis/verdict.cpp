@@ -648,9 +648,13 @@ void Classifier::decide(const Leader& lead, Verdict& v) const {
   const double sample =
       std::min(1.0, 0.7 + 0.3 * static_cast<double>(report_.steps.count) / static_cast<double>(t.steady_step_count));
   v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample * (1.0 - machine_wait_));
-  // Steps that cover only part of the loop describe only that part.
-  if (report_.steps.coverage && *report_.steps.coverage < t.steps_coverage_min)
-    v.confidence = std::min(v.confidence, clamp01(*report_.steps.coverage));
+  // Steps that cover only part of the loop describe only that part, and the
+  // input phases between them (the breakdown's, as the next step's input).
+  if (const auto& coverage = report_.steps.coverage; coverage && *coverage < t.steps_coverage_min) {
+    const double measured_between =
+        clamp01(safe_div(report_.steps.between_steps_input_ms, report_.steps.between_steps_ms));
+    v.confidence = std::min(v.confidence, clamp01(*coverage + (1.0 - *coverage) * measured_between));
+  }
   v.summary = summary(leader, v.severity);
   recommend(leader, v);
 }

@@ -126,7 +126,6 @@ std::uint32_t Aggregator::site_id_in_group(std::uint32_t group, const PhaseSite*
 
 Aggregator::StepGap Aggregator::gap_before(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall) {
   StepGap gap;
-  if (r.flags & kRecordNestedStep) return gap;  // nested in another step: that one covers it
   covered_ns_ += wall;
   if (t.ended_a_step && r.start_ticks >= t.last_step_end) {
     const std::uint64_t between = clock_->duration_ns(t.last_step_end, r.start_ticks);
@@ -181,7 +180,7 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
   t.step_kind_ns[static_cast<int>(PhaseKind::input)] += gap.input_ns;
   add_kinds(point.kind_ns, t.step_kind_ns, std::make_index_sequence<kKindCount>{});
   const std::uint64_t step_ns = wall + gap.input_ns + gap.other_ns;
-  if (__builtin_expect(step_ns > slow_floor_ns_, 0) && !gap.after_loop && !(r.flags & kRecordNestedStep))
+  if (__builtin_expect(step_ns > slow_floor_ns_, 0) && !gap.after_loop)
     keep_slow_step(t, r.step, step_ns, self, gap.other_ns);
   t.step_kind_ns = {};
   point.rss_mb = rss_mb_;
@@ -247,6 +246,22 @@ void Aggregator::complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std:
   step_unended_wall_.add(wall);
   t.step_kind_ns = {};
   if (r.flags & kRecordLoopEnd) t.loop_ended = true;
+}
+
+// A step that holds steps on its thread is a loop of steps: the steps in it
+// are the steps (kRecordHoldsSteps marks where the first opened, the
+// outer step's record its end). What it recorded before that mark was
+// counted toward the step about to open: it lies before that step, in the
+// gap from the previous one (input there is the next step's, as between
+// any two steps). Its own record is counted and left out.
+void Aggregator::outer_step(ThreadInfo& t, unsigned flags) {
+  if (flags & kRecordOuterStep) {
+    ++outer_steps_;
+    if (flags & kRecordLoopEnd) t.loop_ended = true;  // its steps() loop was left: what follows is between loops
+    return;
+  }
+  if (t.ended_a_step) t.between_input_ns += t.step_kind_ns[static_cast<int>(PhaseKind::input)];
+  t.step_kind_ns = {};
 }
 
 inline void Aggregator::add_step_interval(const PhaseRecord& r) {
@@ -344,7 +359,9 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
         }
         if (!(flags & kRecordInStep)) t.step_kind_ns = {};
       }
-      if (flags & kRecordIsStep) {
+      if (__builtin_expect(flags & (kRecordHoldsSteps | kRecordOuterStep), 0)) {
+        outer_step(t, flags);
+      } else if (flags & kRecordIsStep) {
         if (warm)
           complete_warmup_step(t, *r, wall);
         else if (flags & kRecordUnendedStep)
@@ -538,6 +555,7 @@ void Aggregator::fill_report(Report& report) const {
   s.warmup_wall_ms = step_warmup_wall_.to_distribution_ms();
   s.unended_excluded = step_unended_wall_.moments.count();
   s.unended_wall_ms = step_unended_wall_.to_distribution_ms().total;
+  s.outer_excluded = outer_steps_;
   s.histogram = step_wall_.histogram.to_data();
   if (steps_measured > 0) {
     // Every measured step is in exactly one point (merging points adds them).

@@ -249,6 +249,7 @@ class Aggregator {
   void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   void complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
+  void outer_step(ThreadInfo& t, unsigned flags);
   // The time between this step and the thread's previous one (0 for its
   // first, and for steps nested in another): updates the coverage totals.
   struct StepGap {
@@ -319,6 +320,7 @@ class Aggregator {
 
   // Steps.
   DurationStats step_wall_, step_warmup_wall_, step_unended_wall_;
+  std::uint64_t outer_steps_ = 0;  // steps that held steps (kRecordOuterStep): loops of steps
   std::uint64_t last_step_end_ = 0;
   // The union of the steps' intervals (ticks) as disjoint intervals sorted
   // by start, a circular buffer of options.step_intervals_kept (rounded up

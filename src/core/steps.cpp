@@ -1,5 +1,6 @@
 // Cold paths of <stepscope/steps.hpp>: the sites of each steps() /
-// next_step() call site, and closing the step next_step() left open.
+// next_step() call site, closing the step next_step() left open, and the mark
+// of a step that turned out to hold steps.
 //
 // Call sites live in a fixed pool in static storage: records point at their
 // sites for as long as the collector may read them (after the loop, after the
@@ -71,6 +72,15 @@ void lock_step_sites_for_fork() noexcept {
 }
 void unlock_step_sites_after_fork() noexcept {
   pool().insert_mutex.unlock();
+}
+
+std::uint32_t mark_outer_step(ThreadState& ts, const PhaseSite* inner) noexcept {
+  // The innermost open step (the one opened last: no step opened since is
+  // still open) holds steps now; those around it held it already.
+  ts.outer_steps = ts.step_depth;
+  const std::uint64_t now = read_ticks();
+  push_record(ts, PhaseRecord{inner, now, now, ts.last_step, 0, ts.depth, kRecordHoldsSteps});
+  return ts.last_step;
 }
 
 void close_next_step(ThreadState& ts) noexcept {

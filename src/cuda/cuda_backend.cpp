@@ -231,7 +231,7 @@ class CudaBackend final : public DeviceBackend {
       const std::int64_t start = clock_.to_ns(r.start_ticks), stop = clock_.to_ns(r.end_ticks);
       const Collected where = windows_.classify(start, stop);
       if (r.flags & kRecordIsStep) {
-        if (r.step > warmup_steps_ && !(r.flags & (kRecordNestedStep | kRecordUnendedStep)))
+        if (r.step > warmup_steps_ && !(r.flags & (kRecordOuterStep | kRecordUnendedStep)))
           windows_.add_step(where, stop - start);
         if (where == Collected::yes) cupti_.add_step(r.step, start, stop);
       } else if ((r.flags & kRecordInStep) && r.site != nullptr && where == Collected::yes) {
@@ -252,6 +252,8 @@ class CudaBackend final : public DeviceBackend {
     } else if ((state & kSlotRecordFailed) || !(state & kSlotBeginRecorded) || !(state & kSlotEndRecorded)) {
       ++record_failed_;
       pool_.give_back(r.device_slot);
+    } else if (r.flags & kRecordOuterStep) {
+      pool_.give_back(r.device_slot);  // a loop of steps: the steps in it are the device's steps
     } else {
       pending_.push_back(Pending{r.site, r.step, r.device_slot, (r.flags & kRecordInStep) != 0, r.depth});
       // The devices the steps ran on choose the device the facts describe (C14).

@@ -79,7 +79,7 @@ void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId 
   if (count_capture(cbid, info)) return;
   if (info->callbackSite != CUPTI_API_ENTER) return;
   const ThreadState& ts = t_thread_state;
-  const bool in_step = ts.step_depth != 0;
+  const bool in_step = detail::in_step(ts);
   const bool measured = in_step && g_steps_started.load(std::memory_order_relaxed) >
                                        g_counters.warmup_steps.load(std::memory_order_relaxed);
   switch (cbid) {

@@ -87,6 +87,13 @@ void step_lines(const LineWriter& line, const Report& r) {
                     "an exception) before its body recorded anything, or the last of next_step(), closed by the end "
                     "of the run (what ran after the loop included)",
                     r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
+  if (r.steps.outer_excluded > 0)
+    line(
+        fmt::format("  {} step{} held steps of {} own on {} thread (a steps() loop around another, or a step() "
+                    "inside a steps() loop): counted as loops of steps, not steps; the steps in them are the steps "
+                    "above",
+                    r.steps.outer_excluded, r.steps.outer_excluded == 1 ? "" : "s",
+                    r.steps.outer_excluded == 1 ? "its" : "their", r.steps.outer_excluded == 1 ? "its" : "their"));
 }
 
 // The step breakdown (settled accounting `b`), then the steps' coverage of

@@ -620,7 +620,7 @@ TEST_CASE("coverage: time between steps, and input between steps counted as the 
   CHECK(data->count == 2);
 }
 
-TEST_CASE("coverage: nested steps count once; one step gives no coverage; warm-up steps count",
+TEST_CASE("coverage: a step that holds a step is a loop of steps; one step gives no coverage; warm-up steps count",
           "[aggregator][coverage]") {
   Fixture f;
   AggregatorOptions options;
@@ -631,15 +631,30 @@ TEST_CASE("coverage: nested steps count once; one step gives no coverage; warm-u
   Report one;
   agg.fill_report(one);
   CHECK_FALSE(one.steps.coverage.has_value());
-  // A step nested in another (a STEPSCOPE_STEP inside a steps() loop).
-  agg.consume(t, PhaseRecord{&kStep, 1500, 1800, 3, 1, 1, kRecordInStep | kRecordIsStep | kRecordNestedStep});
-  agg.consume(t, rec(kStep, 1000, 2000, 2, 0, true));
+  // Step 2 (1000-2000) holds step 3 (a step() inside a steps() loop): its
+  // fetch (1000-1200) was recorded before step 3 opened at 1500.
+  agg.consume(t, rec(kData, 1000, 1200, 2, 1, true));
+  agg.consume(t, PhaseRecord{&kStep, 1500, 1500, 3, 0, 1, kRecordHoldsSteps});
+  agg.consume(t, rec(kForward, 1500, 1700, 3, 2, true));
+  agg.consume(t, rec(kStep, 1500, 1800, 3, 1, true));
+  agg.consume(t, PhaseRecord{&kStep, 1000, 2000, 2, 0, 0, kRecordInStep | kRecordIsStep | kRecordOuterStep});
   agg.consume(t, rec(kStep, 3000, 4000, 4, 0, true));
   Report r;
   agg.fill_report(r);
+  CHECK(r.steps.count == 2);  // 3 and 4
+  CHECK(r.steps.outer_excluded == 1);
   REQUIRE(r.steps.coverage.has_value());
-  CHECK(*r.steps.coverage == Approx(3000.0 / 4000.0));
-  CHECK(r.steps.between_steps_ms == Approx(1000 * 1e-6));
+  CHECK(*r.steps.coverage == Approx(2300.0 / 4000.0));
+  // Step 3's gap (1000-1500) holds the fetch: input, the next step's, once.
+  CHECK(r.steps.between_steps_input_ms == Approx(200 * 1e-6));
+  CHECK(r.steps.between_steps_ms == Approx(1700 * 1e-6));  // 1000-1500 and 1800-3000
+  const StepBreakdown& b = r.steps.breakdown;
+  CHECK(b.kind_ms[PhaseKind::input] == Approx(100 * 1e-6));  // 200 ns over the 2 measured steps
+  CHECK(b.kind_ms[PhaseKind::compute] == Approx(100 * 1e-6));
+  CHECK(b.wall_ms == Approx((300 + 500 + 1000 + 1200) * 1e-6 / 2));
+  double parts = b.unattributed_ms + b.between_steps_ms;
+  for (PhaseKind k : kPhaseKinds) parts += b.kind_ms[k];
+  CHECK(parts == Approx(b.wall_ms));
 }
 
 TEST_CASE("per-site rows are capped; the rest share one row and are counted", "[aggregator][sites]") {
@@ -705,10 +720,12 @@ TEST_CASE("the slowest steps are kept, bounded, with where their time went; loop
     agg.consume(t, rec(kStep, at, at + wall, step, 0, true));
     at += wall + 50 * us;
   }
-  // A step nested in another, and the first step of a second steps() loop: both slower than all, and left out.
-  agg.consume(t, PhaseRecord{&kStep, at, at + 5000 * us, 401, 0, 0, kRecordInStep | kRecordIsStep | kRecordLoopEnd});
-  agg.consume(
-      t, PhaseRecord{&kStep, at + 10, at + 4000 * us, 402, 1, 1, kRecordInStep | kRecordIsStep | kRecordNestedStep});
+  // A step that holds a step (a loop of steps, left out; the step in it is
+  // the slowest), and the first step of a second steps() loop (left out).
+  agg.consume(t, PhaseRecord{&kStep, at + 10, at + 10, 402, 0, 1, kRecordHoldsSteps});
+  agg.consume(t, rec(kStep, at + 10, at + 4000 * us, 402, 1, true));
+  agg.consume(t, PhaseRecord{&kStep, at, at + 5000 * us, 401, 0, 0,
+                             kRecordInStep | kRecordIsStep | kRecordOuterStep | kRecordLoopEnd});
   at += 6000 * us;
   agg.consume(t, rec(kStep, at, at + 3000 * us, 403, 0, true));  // opens a loop after the one that ended
   agg.flush_pending();
@@ -717,8 +734,9 @@ TEST_CASE("the slowest steps are kept, bounded, with where their time went; loop
   REQUIRE(r.steps.loop_first_steps == 1);
   const std::vector<SlowStep>& slow = r.steps.slowest;
   REQUIRE(slow.size() == StepStats::kSlowestStepsKept);
-  // Slowest first: step 401 (5 ms), the eight checkpoints (1 ms + the gap), step 77, then 100 us steps.
-  CHECK(slow[0].step == 401);
+  // Slowest first: step 402 (4 ms + the gap), the eight checkpoints (1 ms + the gap), step 77, then 100 us steps.
+  CHECK(slow[0].step == 402);
+  CHECK(slow[0].wall_ms == Approx(4.050));
   for (std::size_t i = 1; i <= 8; ++i) {
     INFO("rank " << i);
     CHECK(slow[i].step % 50 == 0);
@@ -731,7 +749,7 @@ TEST_CASE("the slowest steps are kept, bounded, with where their time went; loop
   CHECK(slow[9].step == 77);
   CHECK(slow[9].kind_ms[PhaseKind::compute] == Approx(0.500));
   for (const SlowStep& s : slow) {
-    CHECK(s.step != 402);
+    CHECK(s.step != 401);
     CHECK(s.step != 403);
     CHECK(s.wall_ms >= slow.back().wall_ms);
   }

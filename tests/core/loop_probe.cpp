@@ -10,6 +10,10 @@
 //   loop_probe next-step STEPS  — a while loop marked with stepscope::next_step()
 //   loop_probe sites STEPS      — two `backward` call sites (generator, discriminator);
 //                                 prints their lines on stdout
+//   loop_probe steps-and-step STEPS — stepscope::steps(loader) and STEPSCOPE_STEP() in the body:
+//                                 each step marked twice
+//   loop_probe epochs STEPS     — stepscope::steps over 3 epochs around stepscope::steps(loader),
+//                                 an `evaluate` phase after each epoch's batches
 #include <stepscope/stepscope.hpp>
 
 #include <chrono>
@@ -83,7 +87,7 @@ constexpr int kForwardUs = 900, kBackwardUs = 400;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: loop_probe naive|steps|healthy|next-step|sites STEPS\n");
+    std::fprintf(stderr, "usage: loop_probe naive|steps|healthy|next-step|sites|steps-and-step|epochs STEPS\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -126,6 +130,19 @@ int main(int argc, char** argv) {
       // clang-format on
     }
     std::printf("%d %d\n", discriminator_line, generator_line);
+  } else if (mode == "steps-and-step") {
+    SlowLoader loader(steps, kSlowFetchUs);
+    for (auto& batch : stepscope::steps(loader)) {
+      STEPSCOPE_STEP();
+      train_step(batch, kForwardUs, kBackwardUs);
+    }
+  } else if (mode == "epochs") {
+    SlowLoader loader(steps / 3, kSlowFetchUs);
+    for (int epoch : stepscope::steps(std::vector<int>{1, 2, 3})) {
+      for (auto& batch : stepscope::steps(loader)) train_step(batch, kForwardUs, kBackwardUs);
+      STEPSCOPE_PHASE("evaluate");
+      sleep_us(20000 * epoch);
+    }
   } else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;

@@ -4,7 +4,9 @@
 //    is slow gives the steps_coverage finding and no compute verdict;
 //  - the same loop over stepscope::steps(loader) is io-bound;
 //  - a healthy loop over stepscope::steps keeps its compute verdict;
-//  - next_step() marks a while loop; a name at two call sites gets site rows.
+//  - next_step() marks a while loop; a name at two call sites gets site rows;
+//  - steps marked twice, and steps() loops inside steps() loops, count the
+//    inner steps once.
 // The probe's slow work sleeps, so these hold on a loaded machine; the checks
 // are on categories, shares with wide margins and counts, never on times.
 #include <stepscope/report.hpp>
@@ -137,6 +139,50 @@ TEST_CASE("a healthy loop over stepscope::steps keeps its compute verdict", "[st
   CHECK(*r.steps.coverage > 0.9);
   CHECK(finding(r, "steps_coverage") == nullptr);
   CHECK(r.steps.breakdown.kind_ms[PhaseKind::input] < 0.2 * r.steps.breakdown.wall_ms);
+}
+
+TEST_CASE("a step marked twice (steps() and STEPSCOPE_STEP() in its body) counts once, its fetch as input",
+          "[steps][scenario]") {
+  const Report r = run_loop("steps-and-step", 60);
+  INFO(describe(r));
+  // The inner scopes are the steps; every number is a step's, so warm-up is
+  // the 3 asked for.
+  CHECK(r.steps.count + r.steps.warmup_excluded == 60);
+  CHECK(r.steps.warmup_excluded == 3);
+  CHECK(r.steps.outer_excluded == 60);
+  // The fetch before each inner step is input, once: the breakdown adds up.
+  const StepBreakdown& b = r.steps.breakdown;
+  CHECK(b.kind_ms[PhaseKind::input] > 0.5 * b.wall_ms);
+  const double parts =
+      std::accumulate(b.kind_ms.begin(), b.kind_ms.end(), 0.0) + b.unattributed_ms + b.between_steps_ms;
+  CHECK(parts == Approx(b.wall_ms).epsilon(0.02));
+  check_verdict(r, "io", "compute");
+  // What falls between the steps was measured (input): the coverage does
+  // not cap the confidence; the finding names the double marking.
+  CHECK(r.bottleneck.confidence > 0.5);
+  const Finding* f = finding(r, "steps_coverage");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("held steps of their own") != std::string::npos);
+  CHECK(f->message.find("loop header") == std::string::npos);
+}
+
+TEST_CASE("an epoch loop of steps() around a batch loop of steps(): the batches are the steps", "[steps][scenario]") {
+  const Report r = run_loop("epochs", 60);
+  INFO(describe(r));
+  CHECK(r.steps.count + r.steps.warmup_excluded == 60);
+  CHECK(r.steps.warmup_excluded == 3);
+  CHECK(r.steps.outer_excluded == 3);
+  CHECK(r.steps.loop_boundaries == 2);  // the evaluations between the epochs' loops
+  const PhaseSummary* evaluate = phase(r, "evaluate", ThreadRole::outside_step);
+  REQUIRE(evaluate != nullptr);
+  CHECK(evaluate->count == 3);
+  CHECK(phase(r, "evaluate", ThreadRole::step) == nullptr);
+  REQUIRE(r.steps.coverage.has_value());
+  CHECK(*r.steps.coverage > 0.9);
+  CHECK(finding(r, "steps_coverage") == nullptr);
+  check_verdict(r, "io", "compute");
+  // No step is an epoch long: the slowest is a batch's.
+  CHECK(r.steps.wall_ms.max < 20.0);
 }
 
 TEST_CASE("next_step() marks a while loop's steps", "[steps][scenario]") {

@@ -59,6 +59,7 @@ Counts delta(const Counts& before) {
 void require_balanced() {
   CHECK(detail::t_thread_state.depth == 0);
   CHECK(detail::t_thread_state.step_depth == 0);
+  CHECK(detail::t_thread_state.outer_steps == 0);
 }
 
 // An input iterator whose work happens in operator* (like a lazy transform):
@@ -362,9 +363,10 @@ TEST_CASE("steps() loops one after another (epochs): the gap between them is a l
     // steps() times each fetch inside a loop: nothing falls between its steps.
     CHECK(after.steps.between_steps_ms == before.steps.between_steps_ms);
   }
-  // A steps() loop nested in an outer step ends inside that step: the gap
-  // between two outer steps stays a gap between steps. (The first outer
-  // step follows the loops above: that gap is a loop boundary, taken first.)
+  // A steps() loop inside an outer step: the outer step is a loop of steps
+  // (counted apart), the loop's steps are the steps, and from the end of one
+  // such loop to the next is a loop boundary. (The first outer step follows
+  // the loops above: that gap is a loop boundary, taken first.)
   { STEPSCOPE_STEP(); }
   const Report before = snapshot();
   for (int outer = 0; outer < 2; ++outer) {
@@ -375,7 +377,10 @@ TEST_CASE("steps() loops one after another (epochs): the gap between them is a l
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const Report after = snapshot();
-  CHECK(after.steps.loop_boundaries == before.steps.loop_boundaries);
+  CHECK(after.steps.outer_excluded - before.steps.outer_excluded == 2);
+  CHECK(after.steps.count + after.steps.warmup_excluded - before.steps.count - before.steps.warmup_excluded == 8);
+  CHECK(after.steps.loop_boundaries - before.steps.loop_boundaries == 1);
+  CHECK(after.steps.between_loops_ms - before.steps.between_loops_ms >= 4.75);
   require_balanced();
 }
 

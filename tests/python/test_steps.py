@@ -149,6 +149,29 @@ def test_phases_in_the_body_belong_to_the_step():
     assert after["steps"]["count"] - before["steps"]["count"] == 5
 
 
+def test_steps_do_not_nest_the_inner_loop_or_scope_is_the_step():
+    # An epoch loop of steps() around a batch loop of steps(), then a
+    # with stepscope.step() inside a steps() loop: the inner ones are the
+    # steps, the outer ones loops of steps, counted apart.
+    before = stepscope.snapshot()["steps"]
+    for _ in stepscope.steps(range(3)):
+        for _ in stepscope.steps(range(4)):
+            with stepscope.phase("nest.body"):
+                pass
+        with stepscope.phase("nest.evaluate"):
+            pass
+    for _ in stepscope.steps(range(5)):
+        with stepscope.step():
+            pass
+    after = stepscope.snapshot()
+    steps = after["steps"]
+    assert steps["count"] + steps["warmup_excluded"] - before["count"] - before["warmup_excluded"] == 12 + 5
+    assert steps["outer_excluded"] - before["outer_excluded"] == 3 + 5
+    roles = {(p["name"], p["thread_role"]): p["count"] for p in after["phases"] if p["name"].startswith("nest.")}
+    assert roles == {("nest.body", "step"): 12, ("nest.evaluate", "outside_step"): 3}
+    assert balanced()
+
+
 def test_torch_steps_over_a_dataloader_records_its_settings():
     import torch
 
