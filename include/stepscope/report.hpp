@@ -221,6 +221,9 @@ struct StepStats {
   // steps() iteration around a step()): loops of steps, left out; the steps
   // in them are the steps.
   std::uint64_t outer_excluded = 0;
+  // next_step() calls made inside a step that steps() or a step scope opened
+  // on the same thread: that one marks the steps, the calls did nothing.
+  std::uint64_t next_step_ignored = 0;
   HistogramData histogram;  // of wall_ms
   StepBreakdown breakdown;
   // Set by analyze() (and merge): the breakdown with its carved parts taken

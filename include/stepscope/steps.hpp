@@ -68,6 +68,11 @@ struct StepCallSite {
 // site whose file is "(other call sites)").
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE const StepCallSite* step_call_site_slow(const char* file, int line) noexcept;
 
+// Cold: counts a next_step() call made inside another step (see next_step).
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void next_step_in_other_step() noexcept;
+// How many there were in the process.
+STEPSCOPE_API std::uint64_t next_steps_ignored() noexcept;
+
 // Per-thread cache in front of it: a call site in a loop finds its sites with
 // one compare. Direct-mapped on the line; trivial, so the thread_local needs
 // no guard.
@@ -305,10 +310,17 @@ StepRange<Range> steps(Range&& range, const char* file = __builtin_FILE(), int l
 }
 
 // Ends the step the previous call opened on this thread (if any) and opens
-// the next. One clock read, one ring push.
+// the next. One clock read, one ring push. Inside a step that steps() or a
+// step scope opened (and did not close) on this thread, that one marks the
+// steps: a step of next_step() would overlap it rather than nest in it, so
+// the call is counted (steps.next_step_ignored) and does nothing else.
 STEPSCOPE_DETAIL_ALWAYS_INLINE void next_step(const char* file = __builtin_FILE(),
                                               int line = __builtin_LINE()) noexcept {
   detail::ThreadState& ts = detail::t_thread_state;
+  if (STEPSCOPE_DETAIL_UNLIKELY(ts.step_depth != (ts.next_step.active ? 1 : 0))) {
+    detail::next_step_in_other_step();
+    return;
+  }
   std::uint64_t now = 0;
   if (ts.next_step.active) {
     now = detail::read_ticks();

@@ -1,6 +1,7 @@
 // Cold paths of <stepscope/steps.hpp>: the sites of each steps() /
-// next_step() call site, closing the step next_step() left open, and the mark
-// of a step that turned out to hold steps.
+// next_step() call site, closing the step next_step() left open, the mark of
+// a step that turned out to hold steps, and next_step() calls inside another
+// step.
 //
 // Call sites live in a fixed pool in static storage: records point at their
 // sites for as long as the collector may read them (after the loop, after the
@@ -81,6 +82,18 @@ std::uint32_t mark_outer_step(ThreadState& ts, const PhaseSite* inner) noexcept 
   const std::uint64_t now = read_ticks();
   push_record(ts, PhaseRecord{inner, now, now, ts.last_step, 0, ts.depth, kRecordHoldsSteps});
   return ts.last_step;
+}
+
+namespace {
+std::atomic<std::uint64_t> g_next_steps_ignored{0};
+}  // namespace
+
+void next_step_in_other_step() noexcept {
+  g_next_steps_ignored.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t next_steps_ignored() noexcept {
+  return g_next_steps_ignored.load(std::memory_order_relaxed);
 }
 
 void close_next_step(ThreadState& ts) noexcept {

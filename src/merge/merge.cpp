@@ -612,6 +612,7 @@ void fill_job_steps(JobMerge& jm) {
     max_unended = std::max(max_unended, r.steps.unended_excluded);
     job.steps.unended_wall_ms = std::max(job.steps.unended_wall_ms, r.steps.unended_wall_ms);
     job.steps.outer_excluded = std::max(job.steps.outer_excluded, r.steps.outer_excluded);
+    job.steps.next_step_ignored = std::max(job.steps.next_step_ignored, r.steps.next_step_ignored);
     b.wall_ms += f.wall;
     for (PhaseKind k : kPhaseKinds) b.kind_ms[k] += f.kind_ms[k];
     b.unattributed_ms += f.unattributed;

@@ -488,7 +488,7 @@ template <class V>
 void fields(V& v, StepStats& x) {
   v.require("count");
   STEPSCOPE_FIELDS(count, warmup_excluded, wall_ms, warmup_wall_ms, unended_excluded, unended_wall_ms, outer_excluded,
-                   breakdown);
+                   next_step_ignored, breakdown);
   if (v.keep(x.settled_breakdown.has_value())) v("settled_breakdown", x.settled_breakdown);
   STEPSCOPE_FIELDS(series, histogram, coverage, between_steps_ms, between_steps_input_ms);
   v("loop_boundaries", x.loop_boundaries);  // 0 in reports that predate it

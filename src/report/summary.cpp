@@ -94,6 +94,11 @@ void step_lines(const LineWriter& line, const Report& r) {
                     "above",
                     r.steps.outer_excluded, r.steps.outer_excluded == 1 ? "" : "s",
                     r.steps.outer_excluded == 1 ? "its" : "their", r.steps.outer_excluded == 1 ? "its" : "their"));
+  if (r.steps.next_step_ignored > 0)
+    line(
+        fmt::format("  {} next_step() call{} inside a step that steps() or a step scope opened did nothing: that "
+                    "one marks the steps (call next_step() only in loops that nothing else marks)",
+                    r.steps.next_step_ignored, r.steps.next_step_ignored == 1 ? "" : "s"));
 }
 
 // The step breakdown (settled accounting `b`), then the steps' coverage of

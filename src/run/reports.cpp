@@ -67,6 +67,7 @@ Report build_stamped_report(bool final_report, const RunStamp& stamp) {
   const std::uint64_t lost = rt.lost_records.load(std::memory_order_relaxed);
   report.dropped_records += lost;
   report.total_records += lost;
+  report.steps.next_step_ignored = detail::next_steps_ignored();
   report.run.library_version = STEPSCOPE_VERSION_STRING;
   report.run.time_utc = utc_now_iso();
   report.run.host = host_name();

@@ -384,6 +384,25 @@ TEST_CASE("steps() loops one after another (epochs): the gap between them is a l
   require_balanced();
 }
 
+TEST_CASE("next_step() inside a steps() loop or a step scope does nothing and is counted", "[steps]") {
+  std::vector<int> v{1, 2, 3, 4};
+  const Report before = snapshot();
+  for (int x : stepscope::steps(v)) {
+    stepscope::next_step();  // the loop marks the steps already
+    (void)x;
+  }
+  {
+    STEPSCOPE_STEP();
+    stepscope::next_step();
+  }
+  const Report after = snapshot();
+  CHECK(after.steps.next_step_ignored - before.steps.next_step_ignored == 5);
+  CHECK(after.steps.count + after.steps.warmup_excluded - before.steps.count - before.steps.warmup_excluded == 5);
+  CHECK(after.steps.outer_excluded == before.steps.outer_excluded);
+  CHECK_FALSE(detail::t_thread_state.next_step.active);
+  require_balanced();
+}
+
 TEST_CASE("the first step of each later steps() loop is counted: an epoch start that restarts the loader", "[steps]") {
   // pytorch/examples' dcgan: `for epoch ...: for data in loader` with
   // workers; each epoch's iter(loader) starts new workers, so the first step

@@ -170,6 +170,13 @@ def test_steps_do_not_nest_the_inner_loop_or_scope_is_the_step():
     roles = {(p["name"], p["thread_role"]): p["count"] for p in after["phases"] if p["name"].startswith("nest.")}
     assert roles == {("nest.body", "step"): 12, ("nest.evaluate", "outside_step"): 3}
     assert balanced()
+    # next_step() inside a steps() loop would overlap its steps: it does nothing, counted.
+    for _ in stepscope.steps(range(4)):
+        stepscope.next_step()
+    again = stepscope.snapshot()["steps"]
+    assert again["next_step_ignored"] - after["steps"]["next_step_ignored"] == 4
+    assert again["count"] + again["warmup_excluded"] - steps["count"] - steps["warmup_excluded"] == 4
+    assert balanced()
 
 
 def test_torch_steps_over_a_dataloader_records_its_settings():
