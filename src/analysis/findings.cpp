@@ -95,6 +95,16 @@ void page_faults(const Report& r, std::vector<Finding>& out) {
                       {"system_ms_per_step", sys_ms}}));
 }
 
+// The run's slow steps that lie on one period (below), from the threshold
+// up: on a busy machine scattered slow steps above 2x the median can hide a
+// period that stands far above them. `period` 0: none.
+struct SlowStepPattern {
+  std::uint64_t period = 0;
+  std::vector<const SlowStep*> steps;
+  bool all_known = false;  // every slow step is in r.steps.slowest
+};
+SlowStepPattern slow_step_pattern(const Report& r);
+
 void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
   const auto& t = kThresholds;
   const Distribution& w = r.steps.wall_ms;
@@ -124,15 +134,22 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
     // for a CPU): said so, and no more than a warning.
     const detail::StepShares shares = detail::step_shares(r);
     const bool others_load = shares.cpu_wait >= t.cpu_contention_finding && detail::cpu_holders(r.system).others_hold;
-    const std::string look =
+    // A slow step every N steps that periodic_slow_steps names and places.
+    const std::uint64_t period = slow_step_pattern(r).period;
+    std::string look =
         others_load ? fmt::format(
                           "The step thread waited for a CPU {:.0f}% of the step while other processes held "
                           "them: their load varies, and the step with it.",
                           100 * shares.cpu_wait)
-                    : std::string(
-                          "Means hide this; look for periodic work (logging, checkpointing, garbage "
-                          "collection) or contention.");
-    out.push_back(make("jitter", cv >= t.jitter_cv_critical && !others_load ? "critical" : "warning",
+        : period != 0 ? fmt::format(
+                            "It comes from one slow step in every {} (the periodic_slow_steps finding says "
+                            "where their time goes).",
+                            period)
+                      : std::string(
+                            "Means hide this; look for periodic work (logging, checkpointing, garbage "
+                            "collection) or contention.");
+    const bool explained = others_load || period != 0;
+    out.push_back(make("jitter", cv >= t.jitter_cv_critical && !explained ? "critical" : "warning",
                        fmt::format("Step time varies a lot: coefficient of variation {:.0f}% (stddev {:.2f} ms over a "
                                    "mean of {:.2f} ms). {}",
                                    100 * cv, w.stddev, w.mean, look),
@@ -280,6 +297,16 @@ std::uint64_t slow_step_period(const StepStats& s, double threshold, std::vector
   return best_period;
 }
 
+SlowStepPattern slow_step_pattern(const Report& r) {
+  const auto& t = kThresholds;
+  SlowStepPattern out;
+  const StepStats& s = r.steps;
+  if (s.wall_ms.p50 <= 0 || s.wall_ms.total <= 0 || s.slowest.empty()) return out;
+  for (double factor = t.periodic_over_p50; out.period == 0 && factor <= 16 * t.periodic_over_p50; factor *= 2)
+    out.period = slow_step_period(s, factor * s.wall_ms.p50, out.steps, out.all_known);
+  return out;
+}
+
 // Work a loop does every N steps without a phase around it (a checkpoint,
 // logging that reads the loss, an evaluation): a few steps far slower than
 // the rest, at step numbers a period apart. The mean and the p99 blur it into
@@ -291,15 +318,11 @@ void periodic_slow_steps(const Report& r, std::vector<Finding>& out) {
   // On a device-paced run the slowest steps are the device's (the host's,
   // blocked where the queue fills, smear one slow step over the queue's depth).
   const double p50 = s.wall_ms.p50;
-  if (p50 <= 0 || s.wall_ms.total <= 0 || s.slowest.empty()) return;
-  // From the threshold up: on a busy machine scattered slow steps above 2x
-  // the median can hide a period that stands far above them.
-  std::vector<const SlowStep*> periodic;
-  bool all_slow_known = false;
-  std::uint64_t best_period = 0;
-  for (double factor = t.periodic_over_p50; best_period == 0 && factor <= 16 * t.periodic_over_p50; factor *= 2)
-    best_period = slow_step_period(s, factor * p50, periodic, all_slow_known);
-  if (best_period == 0) return;
+  const SlowStepPattern pattern = slow_step_pattern(r);
+  if (pattern.period == 0) return;
+  const std::uint64_t best_period = pattern.period;
+  const std::vector<const SlowStep*>& periodic = pattern.steps;
+  const bool all_slow_known = pattern.all_known;
   // Where their time went beyond an ordinary step's (the breakdown's means).
   const StepBreakdown& b = s.breakdown;
   double wall = 0, extra = 0, unattributed = 0, between = 0;
@@ -330,7 +353,16 @@ void periodic_slow_steps(const Report& r, std::vector<Finding>& out) {
     numbers += fmt::format("{}#{}", i == 0 ? "" : ", ", periodic[i]->step);
   if (periodic.size() > 4) numbers += ", ...";
   std::string advice;
-  if (where == "in the steps' input phases")
+  const auto workers = r.run.config.find("num_workers");
+  const long num_workers = workers != r.run.config.end() ? std::atol(workers->second.c_str()) : 0;
+  if (where == "in the steps' input phases" && num_workers >= 2 &&
+      best_period == static_cast<std::uint64_t>(num_workers))
+    advice = fmt::format(
+        "The input stalls once per round of the {} loader workers (num_workers={}): each worker builds a whole "
+        "batch, so their batches come ready together and the step waits once a round. The loader as a whole is "
+        "slower than the step: make each batch cheaper to build, or add workers where cores are free.",
+        num_workers, num_workers);
+  else if (where == "in the steps' input phases")
     advice =
         "The input stalls every {} steps: a shard or file boundary, a cache refilled, or the loader's prefetch "
         "running dry behind a slow batch.";

@@ -511,6 +511,38 @@ SlowStep slow_step(const Report& r, double extra_ms, PhaseKind where, bool unatt
 }
 }  // namespace
 
+TEST_CASE("findings: loader workers that each build a whole batch stall the step once a round; the jitter says so",
+          "[analysis][findings][periodic]") {
+  // A DataLoader with 4 workers, each 4x slower than the step: their batches
+  // come ready together, so every 4th step waits (a 2-worker PyTorch loop
+  // read "critical ... look for periodic work" and "a shard or file
+  // boundary, a cache refilled ...").
+  Report r = steady();
+  r.run.config["num_workers"] = "4";
+  r.steps.wall_ms.stddev = 0.8 * r.steps.wall_ms.mean;
+  std::vector<std::pair<std::uint64_t, SlowStep>> slow;
+  for (std::uint64_t step = 4; step <= 4 * StepStats::kSlowestStepsKept; step += 4)
+    slow.emplace_back(step, slow_step(r, 300 + static_cast<double>(step % 5), PhaseKind::input, false));
+  slowest(r, slow);
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "periodic_slow_steps");
+  REQUIRE(f != nullptr);
+  CHECK(f->values.at("period_steps") == 4);
+  CHECK(f->message.find("once per round of the 4 loader workers (num_workers=4)") != std::string::npos);
+  const Finding* j = finding(all, "jitter");
+  REQUIRE(j != nullptr);
+  CHECK(j->severity == std::string("warning"));
+  CHECK(j->message.find("one slow step in every 4") != std::string::npos);
+  CHECK(j->message.find("look for periodic work") == std::string::npos);
+  // Another worker count: the stalls are not the workers' round.
+  r.run.config["num_workers"] = "3";
+  const std::vector<Finding> three = find_issues(r);
+  f = finding(three, "periodic_slow_steps");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("loader workers") == std::string::npos);
+  CHECK(f->message.find("input stalls every 4 steps") != std::string::npos);
+}
+
 TEST_CASE("findings: one step in every N far slower is named with its period and where the time went",
           "[analysis][findings][periodic]") {
   const auto& t = kThresholds;
