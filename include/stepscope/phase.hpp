@@ -60,6 +60,7 @@ struct OpenStep {
   std::uint64_t start;  // read_ticks() when the step opened
   std::uint32_t step;   // its 1-based number (g_steps_started)
   std::uint8_t depth;   // nesting depth of the step record itself
+  std::uint8_t level;   // steps open on this thread below it when it opened
   bool active;
 };
 
@@ -75,6 +76,8 @@ struct ThreadState {
   std::uint8_t kind_stack[kMaxDepth + 1];  // kind of each open scope, for the sampler
   OpenStep next_step;                      // the step stepscope::next_step() opened last; closed by the next call,
                                            // finish() or the thread's exit (close_next_step below)
+  OpenStep deferred;                       // a steps() loop's step that ended under another loop's open step
+                                           // (zip of two steps() loops): closed when the steps above it are
 };
 
 // One per thread for the whole process (default visibility, so every module
@@ -142,14 +145,21 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint32_t enter_step(ThreadState& ts, const P
   return step;
 }
 
-// The innermost open step closes: its record's flags.
-STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint8_t leave_step(ThreadState& ts) noexcept {
+// The open step with `level` steps below it closes (the innermost, but for a
+// deferred one): its record's flags.
+STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint8_t leave_step(ThreadState& ts, std::uint8_t level) noexcept {
   std::uint8_t flags = kRecordIsStep | kRecordInStep;
   if (ts.step_depth == 0) return flags;
-  if (ts.outer_steps >= ts.step_depth) flags |= kRecordOuterStep;
+  if (level < ts.outer_steps) {
+    flags |= kRecordOuterStep;
+    --ts.outer_steps;
+  }
   --ts.step_depth;
   if (ts.outer_steps > ts.step_depth) ts.outer_steps = ts.step_depth;
   return flags;
+}
+STEPSCOPE_DETAIL_ALWAYS_INLINE std::uint8_t leave_step(ThreadState& ts) noexcept {
+  return leave_step(ts, static_cast<std::uint8_t>(ts.step_depth - 1));
 }
 
 // Inside a step of this thread (not only in a loop of steps).
@@ -162,6 +172,7 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, c
   open.site = site;
   open.start = start;
   open.depth = ts.depth;
+  open.level = ts.step_depth;
   open.active = true;
   open.step = enter_step(ts, site);
   if (open.depth < kMaxDepth) {
@@ -171,20 +182,29 @@ STEPSCOPE_DETAIL_ALWAYS_INLINE void open_step(ThreadState& ts, OpenStep& open, c
   ts.ring->current_kind.store(kInStepNoPhase, std::memory_order_relaxed);
 }
 
+// Cold: `open`, a steps() loop's step with steps still open above it, is
+// closed when they are (ts.deferred; at once if one is deferred already).
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void defer_step(ThreadState& ts, OpenStep& open) noexcept;
+// Cold: closes ts.deferred at `end`, now that the steps above it are closed.
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void close_deferred_step(ThreadState& ts, std::uint64_t end) noexcept;
+
 // Closes it at `end` (ticks) and pushes its record (`extra_flags`:
 // kRecordUnendedStep from close_next_step()).
 STEPSCOPE_DETAIL_ALWAYS_INLINE void close_step(ThreadState& ts, OpenStep& open, std::uint64_t end,
                                                std::uint8_t extra_flags = 0) noexcept {
   open.active = false;
-  const auto flags = static_cast<std::uint8_t>(leave_step(ts) | extra_flags);
+  const auto flags = static_cast<std::uint8_t>(leave_step(ts, open.level) | extra_flags);
   ts.depth = open.depth;
   ts.ring->current_kind.store(open.depth == 0 ? kNoPhase : ts.kind_stack[open.depth - 1], std::memory_order_relaxed);
   push_record(ts, PhaseRecord{open.site, open.start, end, open.step, 0, open.depth, flags});
+  if (STEPSCOPE_DETAIL_UNLIKELY(ts.deferred.active) && ts.step_depth == ts.deferred.level + 1)
+    close_deferred_step(ts, end);
 }
 
 // Cold: closes the step next_step() left open on this thread, now (finish(),
 // thread exit), marked unended (no next_step() call ended it: its end is not
-// the loop's). Does nothing when none is open.
+// the loop's), and a deferred step whose steps above were never closed.
+// Does nothing when none is open.
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void close_next_step(ThreadState& ts) noexcept;
 
 // The scope's fields are written only when it is active and read only then;

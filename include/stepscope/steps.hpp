@@ -110,13 +110,23 @@ class StepLoop {
   // number taken now) with the fetch as its data phase: phases nested in the
   // fetch (a dataset's per-sample transform) are recorded inside that step,
   // under its data phase, not outside every step.
+  //
+  // A step another loop opened after this one's is still open (two steps()
+  // loops zipped): the steps would overlap rather than nest. This loop's
+  // step is left open, holding the other loop's steps, and the loop goes on
+  // timing its fetches as data phases, opening no step (passive_).
   STEPSCOPE_DETAIL_ALWAYS_INLINE void fetch_starts() noexcept {
     end_data(0);
     std::uint64_t now = 0;
     if (step_.active) {
-      now = read_ticks();
-      close_step(t_thread_state, step_, now);
-      closed_a_step_ = true;
+      ThreadState& ts = t_thread_state;
+      if (STEPSCOPE_DETAIL_UNLIKELY(ts.step_depth > step_.level + 1)) {
+        passive_ = true;
+      } else {
+        now = read_ticks();
+        close_step(ts, step_, now);
+        closed_a_step_ = true;
+      }
     }
     fetching_ = false;
     if (!scope_enabled()) return;
@@ -126,11 +136,15 @@ class StepLoop {
     device_slot_ = 0;
     if (DeviceBeginHook hook = g_device_begin.load(std::memory_order_relaxed)) device_slot_ = hook(&sites_->data);
     fetch_start_ = now != 0 && device_slot_ == 0 ? now : read_ticks();
-    open_step(ts, step_, &sites_->step, fetch_start_);
-    const std::uint8_t data = data_depth();
-    if (data < kMaxDepth) {
-      ts.kind_stack[data] = static_cast<std::uint8_t>(PhaseKind::input);
-      ts.depth = static_cast<std::uint8_t>(data + 1);
+    if (STEPSCOPE_DETAIL_LIKELY(!passive_)) {
+      open_step(ts, step_, &sites_->step, fetch_start_);
+      data_depth_ = step_.depth < kMaxDepth ? static_cast<std::uint8_t>(step_.depth + 1) : step_.depth;
+    } else {
+      data_depth_ = ts.depth;
+    }
+    if (data_depth_ < kMaxDepth) {
+      ts.kind_stack[data_depth_] = static_cast<std::uint8_t>(PhaseKind::input);
+      ts.depth = static_cast<std::uint8_t>(data_depth_ + 1);
     }
     ts.ring->current_kind.store(static_cast<std::uint8_t>(PhaseKind::input), std::memory_order_relaxed);
   }
@@ -145,6 +159,11 @@ class StepLoop {
     fetching_ = false;
     if (more) {
       data_pending_ = true;
+      return;
+    }
+    if (passive_) {  // a data phase like the others
+      data_pending_ = true;
+      end_data(0);
       return;
     }
     end_device();
@@ -172,6 +191,10 @@ class StepLoop {
     end_data(now);
     if (!step_.active) return;
     ThreadState& ts = t_thread_state;
+    if (passive_ && ts.step_depth > step_.level + 1) {
+      defer_step(ts, step_);  // under the other loop's open step
+      return;
+    }
     // Nothing recorded since its data phase: left before the body did any
     // instrumented work (see the top of this file).
     const bool empty = closed_a_step_ && ts.ring->offered() == body_start_;
@@ -183,10 +206,6 @@ class StepLoop {
     if (device_slot_ == 0) return;
     if (DeviceEndHook hook = g_device_end.load(std::memory_order_relaxed)) hook(device_slot_);
   }
-  // Depth of the step's data phase (one below the step, clamped as scopes are).
-  std::uint8_t data_depth() const noexcept {
-    return step_.depth < kMaxDepth ? static_cast<std::uint8_t>(step_.depth + 1) : step_.depth;
-  }
   // Pushes the pending data record, ending at `end` (0: now).
   STEPSCOPE_DETAIL_ALWAYS_INLINE void end_data(std::uint64_t end) noexcept {
     if (!data_pending_) return;
@@ -194,10 +213,18 @@ class StepLoop {
     end_device();
     if (end == 0) end = read_ticks();
     ThreadState& ts = t_thread_state;
-    const std::uint8_t depth = data_depth();
-    ts.depth = depth;  // the data phase is closed: the step's own level again
+    ts.depth = data_depth_;  // the data phase is closed: the step's own level again
+    if (STEPSCOPE_DETAIL_UNLIKELY(passive_)) {
+      ts.ring->current_kind.store(data_depth_ == 0 ? kNoPhase : ts.kind_stack[data_depth_ - 1],
+                                  std::memory_order_relaxed);
+      push_record(ts,
+                  PhaseRecord{&sites_->data, fetch_start_, end, g_steps_started.load(std::memory_order_relaxed),
+                              device_slot_, data_depth_, static_cast<std::uint8_t>(in_step(ts) ? kRecordInStep : 0)});
+      return;
+    }
     ts.ring->current_kind.store(kInStepNoPhase, std::memory_order_relaxed);
-    push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, depth, kRecordInStep});
+    push_record(ts,
+                PhaseRecord{&sites_->data, fetch_start_, end, step_.step, device_slot_, data_depth_, kRecordInStep});
     body_start_ = ts.ring->offered();
   }
 
@@ -205,6 +232,8 @@ class StepLoop {
   OpenStep step_{};
   std::uint64_t fetch_start_ = 0;
   std::uint16_t device_slot_ = 0;
+  std::uint8_t data_depth_ = 0;   // depth of the fetch's data phase
+  bool passive_ = false;          // another loop's steps overlap this one's: its fetches open no step
   bool fetching_ = false;         // a fetch started and its outcome is not known yet
   bool data_pending_ = false;     // the fetch fed step_ and its record is not pushed yet
   bool closed_a_step_ = false;    // a fetch closed an earlier step of this loop

@@ -96,9 +96,23 @@ std::uint64_t next_steps_ignored() noexcept {
   return g_next_steps_ignored.load(std::memory_order_relaxed);
 }
 
+void defer_step(ThreadState& ts, OpenStep& open) noexcept {
+  if (ts.deferred.active) {
+    close_step(ts, open, read_ticks());
+    return;
+  }
+  ts.deferred = open;
+  open.active = false;
+}
+
+void close_deferred_step(ThreadState& ts, std::uint64_t end) noexcept {
+  close_step(ts, ts.deferred, end);
+}
+
 void close_next_step(ThreadState& ts) noexcept {
-  if (!ts.next_step.active || ts.ring == nullptr) return;
-  close_step(ts, ts.next_step, read_ticks(), kRecordUnendedStep);
+  if (ts.ring == nullptr) return;
+  if (ts.next_step.active) close_step(ts, ts.next_step, read_ticks(), kRecordUnendedStep);
+  if (ts.deferred.active) close_step(ts, ts.deferred, read_ticks());  // the steps above it were never closed
 }
 
 }  // namespace detail

@@ -409,7 +409,7 @@ bool initialise_runtime() noexcept {
     // the child's scopes do not nest in them. Without a ring the parent's
     // copy stays: the open scopes' ends go there, drained by nobody.
     ts->depth = ts->step_depth = ts->outer_steps = 0;
-    ts->next_step.active = false;
+    ts->next_step.active = ts->deferred.active = false;
     if (ThreadRing* ring = rt.registry->add(static_cast<std::int64_t>(::getpid()), own_sched_times())) ts->ring = ring;
   }
   return true;

@@ -384,6 +384,43 @@ TEST_CASE("steps() loops one after another (epochs): the gap between them is a l
   require_balanced();
 }
 
+TEST_CASE("two steps() loops in lockstep (a zip): the second's steps are the steps, both fetches data", "[steps]") {
+  std::vector<int> a{1, 2, 3, 4, 5}, b{10, 20, 30, 40};
+  for (const bool first_ends_first : {false, true}) {
+    INFO((first_ends_first ? "the first range is shorter" : "the second range is shorter"));
+    const Counts before = counts();
+    const Report before_report = snapshot();
+    {
+      std::vector<int> first = first_ends_first ? b : a, second = first_ends_first ? a : b;
+      auto ra = stepscope::steps(first);
+      auto rb = stepscope::steps(second);
+      auto ia = ra.begin();
+      auto ib = rb.begin();
+      int pairs = 0;
+      while (ia != ra.end() && ib != rb.end()) {
+        (void)*ia;
+        (void)*ib;
+        {
+          STEPSCOPE_PHASE("forward");
+          ++pairs;
+        }
+        ++ia;
+        ++ib;
+      }
+      CHECK(pairs == 4);
+    }
+    const Counts d = delta(before);
+    const Report after = snapshot();
+    CHECK(d.steps == 4);  // one a pair
+    CHECK(after.steps.outer_excluded - before_report.steps.outer_excluded == 1);
+    // Every fetch of both loops is a data phase: 5 each (the loop's ++ of
+    // both before the comparison that ends it).
+    CHECK(d.data_in_step + d.data_outside == 10);
+    CHECK_FALSE(detail::t_thread_state.deferred.active);
+    require_balanced();
+  }
+}
+
 TEST_CASE("next_step() inside a steps() loop or a step scope does nothing and is counted", "[steps]") {
   std::vector<int> v{1, 2, 3, 4};
   const Report before = snapshot();

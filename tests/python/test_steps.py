@@ -177,6 +177,15 @@ def test_steps_do_not_nest_the_inner_loop_or_scope_is_the_step():
     assert again["next_step_ignored"] - after["steps"]["next_step_ignored"] == 4
     assert again["count"] + again["warmup_excluded"] - steps["count"] - steps["warmup_excluded"] == 4
     assert balanced()
+    # Two steps() loops zipped: one step a pair (the second loop's), both fetches data.
+    before_zip = counts()
+    for _ in zip(stepscope.steps(range(5)), stepscope.steps(range(5))):
+        pass
+    steps_made, data_in, data_out = delta(before_zip)
+    assert steps_made == 5
+    assert data_in + data_out == 11
+    assert stepscope.snapshot()["steps"]["outer_excluded"] - again["outer_excluded"] == 1
+    assert balanced()
 
 
 def test_torch_steps_over_a_dataloader_records_its_settings():
