@@ -55,6 +55,10 @@ TraceEvent TraceRecorder::convert(std::int64_t tid, const PhaseRecord& r) const 
   e.name = r.site->name ? r.site->name : "";
   e.kind = r.site->kind;
   e.is_step = (r.flags & kRecordIsStep) != 0;
+  if (r.flags & kRecordOuterStep) {  // held the steps within it: not one of them
+    e.is_step = false;
+    e.name = "loop of steps";
+  }
   e.thread = tid;
   e.start_ns = clock_->to_ns(r.start_ticks);
   e.end_ns = clock_->to_ns(r.end_ticks);
@@ -76,6 +80,7 @@ void TraceRecorder::add_device_event(TraceEvent event) {
 }
 
 void TraceRecorder::on_record(std::int64_t tid, bool step_thread, const PhaseRecord& r, double median_step_ms) {
+  if (r.flags & kRecordHoldsSteps) return;  // a mark, not a scope
   const bool is_step = (r.flags & kRecordIsStep) != 0;
   bool& known_step_thread = step_threads_[tid];
   if (is_step || step_thread) known_step_thread = true;

@@ -1,6 +1,8 @@
 // Aggregator: self vs inclusive time, the step breakdown, background phases
-// off the critical path, warm-up exclusion, bounded series.
+// off the critical path, warm-up exclusion, bounded series; and how the trace
+// recorder draws a loop of steps.
 #include "core/aggregator.hpp"
+#include "core/trace_recorder.hpp"
 
 #include <stepscope/phase.hpp>
 
@@ -796,4 +798,22 @@ TEST_CASE("steps that differ between steps() loops and not inside them: the spre
   REQUIRE(report_from_json(report_to_json(r), back, error));
   REQUIRE(back.steps.within_loop_stddev_ms);
   CHECK(*back.steps.within_loop_stddev_ms == Approx(*r.steps.within_loop_stddev_ms));
+}
+
+TEST_CASE("the trace draws a step that held steps as a loop of steps, and not the mark", "[aggregator][trace]") {
+  Fixture f;
+  TraceWindow window;
+  REQUIRE(parse_trace_window("1-5", window));
+  TraceRecorder trace(window, 100, &f.clock);
+  // Step 1 (an epoch of a steps() loop) holds steps 1 and 2 (its first inner step takes its number).
+  trace.on_record(7, true, PhaseRecord{&kStep, 100, 100, 1, 0, 1, kRecordHoldsSteps}, 0);
+  trace.on_record(7, true, rec(kStep, 100, 200, 1, 1, true), 0);
+  trace.on_record(7, true, rec(kStep, 200, 300, 2, 1, true), 0);
+  trace.on_record(7, true, PhaseRecord{&kStep, 50, 400, 1, 0, 0, kRecordInStep | kRecordIsStep | kRecordOuterStep},
+                  0);
+  const TraceCapture capture = trace.take();
+  REQUIRE(capture.events.size() == 3);
+  std::vector<std::string> names;
+  for (const TraceEvent& e : capture.events) names.push_back(e.is_step ? "step" : e.name);
+  CHECK(names == std::vector<std::string>{"loop of steps", "step", "step"});  // by start
 }
