@@ -809,8 +809,7 @@ TEST_CASE("the trace draws a step that held steps as a loop of steps, and not th
   trace.on_record(7, true, PhaseRecord{&kStep, 100, 100, 1, 0, 1, kRecordHoldsSteps}, 0);
   trace.on_record(7, true, rec(kStep, 100, 200, 1, 1, true), 0);
   trace.on_record(7, true, rec(kStep, 200, 300, 2, 1, true), 0);
-  trace.on_record(7, true, PhaseRecord{&kStep, 50, 400, 1, 0, 0, kRecordInStep | kRecordIsStep | kRecordOuterStep},
-                  0);
+  trace.on_record(7, true, PhaseRecord{&kStep, 50, 400, 1, 0, 0, kRecordInStep | kRecordIsStep | kRecordOuterStep}, 0);
   const TraceCapture capture = trace.take();
   REQUIRE(capture.events.size() == 3);
   std::vector<std::string> names;
