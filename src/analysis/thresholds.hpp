@@ -165,7 +165,7 @@ struct Thresholds {
   // this multiple of the median step: something restarts with each loop
   // (a DataLoader's workers). Their extra time at or above
   // loop_restart_warning_share of the measured steps' time: a warning.
-  double loop_restart_over_p50 = 2.0;
+  double loop_restart_over_rest = 2.0;
   double loop_restart_warning_share = 0.01;
   // Periodic slow steps: of the slowest steps kept (StepStats::slowest),
   // those at or above periodic_over_p50 x the median; at least

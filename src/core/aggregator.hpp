@@ -159,7 +159,8 @@ class Aggregator {
     // A steps() loop ended on this thread since its last step
     // (kRecordLoopEnd): the gap to its next step is between loops.
     bool loop_ended = false;
-    RunningStats loop_steps;  // the measured steps of its current steps() loop
+    RunningStats loop_steps;          // the measured steps of its current steps() loop
+    std::uint64_t loop_first_ns = 0;  // that loop's first step, when it opened after another loop
     // [phase id][0: in step, 1: not in step]
     std::vector<std::array<PhaseAggregate, 2>> phases;
     // Cache from (call site, in step) to the aggregate it feeds, so a record
@@ -346,15 +347,25 @@ class Aggregator {
   // that ended: their squared deviations from their own loop's mean, the
   // degrees of freedom, the loops. Steps of different loops (a training and
   // an evaluation loop, stages of different sizes) differ by design.
+  // Also, of the loops that opened after another and had more steps than
+  // their first: the first steps' total, and the total of the mean of the
+  // rest of each one's own loop (a loop's first step is judged against its
+  // own loop's steps: an evaluation loop's steps are not a training loop's).
   struct WithinLoops {
     double scatter_ns2 = 0;
     std::uint64_t dof = 0, loops = 0;
-    void add(const RunningStats& loop) {
+    std::uint64_t compared = 0;
+    double compared_first_ns = 0, compared_rest_ns = 0;
+    void add(const RunningStats& loop, std::uint64_t first_ns) {
       if (loop.count() == 0) return;
       const double sd = loop.stddev_ns();
       scatter_ns2 += sd * sd * static_cast<double>(loop.count() - 1);
       dof += loop.count() - 1;
       ++loops;
+      if (first_ns == 0 || loop.count() < 2) return;
+      ++compared;
+      compared_first_ns += static_cast<double>(first_ns);
+      compared_rest_ns += static_cast<double>(loop.total_ns() - first_ns) / static_cast<double>(loop.count() - 1);
     }
   };
   WithinLoops within_loops_;

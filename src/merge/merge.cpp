@@ -184,6 +184,9 @@ void merge_between_steps(const std::vector<RankFacts>& ranks, StepStats& job) {
     job.loop_first_steps += s.loop_first_steps;
     job.loop_first_ms += s.loop_first_ms;
     job.loop_first_max_ms = std::max(job.loop_first_max_ms, s.loop_first_max_ms);
+    job.loop_first_compared += s.loop_first_compared;
+    job.loop_first_compared_ms += s.loop_first_compared_ms;
+    job.loop_first_rest_ms += s.loop_first_rest_ms;
     if (s.coverage) job.coverage = job.coverage ? std::min(*job.coverage, *s.coverage) : *s.coverage;
   }
 }

@@ -494,7 +494,8 @@ void fields(V& v, StepStats& x) {
   v("loop_boundaries", x.loop_boundaries);  // 0 in reports that predate it
   v("between_loops_ms", x.between_loops_ms);
   v("loop_first_steps", x.loop_first_steps);  // 0 in reports that predate them
-  STEPSCOPE_FIELDS(loop_first_ms, loop_first_max_ms, slowest);
+  STEPSCOPE_FIELDS(loop_first_ms, loop_first_max_ms, loop_first_compared, loop_first_compared_ms, loop_first_rest_ms,
+                   slowest);
   if (v.keep(x.within_loop_stddev_ms.has_value())) v("within_loop_stddev_ms", x.within_loop_stddev_ms);
   v("clock", x.clock);  // "host" in reports that predate it
   if constexpr (V::reading) {

@@ -793,11 +793,25 @@ TEST_CASE("steps that differ between steps() loops and not inside them: the spre
   CHECK(r.steps.wall_ms.stddev > 0.2);  // ms: the loops' means differ by 0.5 ms
   REQUIRE(r.steps.within_loop_stddev_ms);
   CHECK(*r.steps.within_loop_stddev_ms == Approx(0.010).epsilon(0.05));  // the +-10 us inside each
+  // The second loop's first step (510 us) is judged against the rest of its
+  // own loop (mean 500 +- 10 us over 19 steps), not against the first loop.
+  CHECK(r.steps.loop_first_steps == 1);
+  CHECK(r.steps.loop_first_compared == 1);
+  CHECK(r.steps.loop_first_compared_ms == Approx(0.510));
+  CHECK(r.steps.loop_first_rest_ms == Approx((500.0 * 19 - 10) / 19 / 1000));
   Report back;
   std::string error;
   REQUIRE(report_from_json(report_to_json(r), back, error));
   REQUIRE(back.steps.within_loop_stddev_ms);
   CHECK(*back.steps.within_loop_stddev_ms == Approx(*r.steps.within_loop_stddev_ms));
+  CHECK(back.steps.loop_first_rest_ms == Approx(r.steps.loop_first_rest_ms));
+  // A third loop of one step: counted as a later loop's first, not compared.
+  agg.consume(t, rec(kStep, at, at + 3000 * us, ++step, 0, true));
+  agg.flush_pending();
+  Report three;
+  agg.fill_report(three);
+  CHECK(three.steps.loop_first_steps == 2);
+  CHECK(three.steps.loop_first_compared == 1);
 }
 
 TEST_CASE("the trace draws a step that held steps as a loop of steps, and not the mark", "[aggregator][trace]") {
