@@ -244,15 +244,17 @@ struct StepStats {
   double between_loops_ms = 0;
   // Of the measured steps, those that opened a steps() loop after another
   // (the first step of each later epoch: a DataLoader restarts its workers
-  // there), their total and slowest wall time (in wall_ms too).
+  // there) and their total wall time (in wall_ms too).
   std::uint64_t loop_first_steps = 0;
   double loop_first_ms = 0;
-  double loop_first_max_ms = 0;
   // Of those, the ones whose loop had more steps (a loop's first step is
-  // judged against its own loop, not against another loop's steps): their
-  // count, total, and the total of the mean of the rest of each one's loop.
+  // judged against its own loop, not against another loop's steps; a loop of
+  // one step, an evaluation pass over one batch, is no epoch start): their
+  // count, total, slowest, and the total of the mean of the rest of each
+  // one's loop.
   std::uint64_t loop_first_compared = 0;
   double loop_first_compared_ms = 0;
+  double loop_first_max_ms = 0;
   double loop_first_rest_ms = 0;
   // The standard deviation of the measured steps about their own steps()
   // loop's mean, pooled over the loops: beside wall_ms.stddev it says whether

@@ -162,7 +162,6 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
   if (__builtin_expect(gap.after_loop, 0)) {
     ++loop_first_steps_;
     loop_first_ns_ += wall;
-    loop_first_max_ns_ = std::max(loop_first_max_ns_, wall);
     within_loops_.add(t.loop_steps, t.loop_first_ns);
     t.loop_steps = RunningStats{};
     t.loop_first_ns = wall;
@@ -587,12 +586,12 @@ void Aggregator::fill_report(Report& report) const {
   s.between_loops_ms = static_cast<double>(loop_gap_ns_) * kNsToMs;
   s.loop_first_steps = loop_first_steps_;
   s.loop_first_ms = static_cast<double>(loop_first_ns_) * kNsToMs;
-  s.loop_first_max_ms = static_cast<double>(loop_first_max_ns_) * kNsToMs;
   WithinLoops within = within_loops_;
   for (const ThreadInfo& t : threads_) within.add(t.loop_steps, t.loop_first_ns);  // the loops still open
   s.loop_first_compared = within.compared;
   s.loop_first_compared_ms = within.compared_first_ns * kNsToMs;
   s.loop_first_rest_ms = within.compared_rest_ns * kNsToMs;
+  s.loop_first_max_ms = static_cast<double>(within.compared_first_max_ns) * kNsToMs;
   s.within_loop_stddev_ms.reset();
   if (within.loops >= 2 && within.dof > 0)
     s.within_loop_stddev_ms = std::sqrt(within.scatter_ns2 / static_cast<double>(within.dof)) * kNsToMs;

@@ -342,7 +342,7 @@ class Aggregator {
   std::uint64_t loop_gap_ns_ = 0, loop_gaps_ = 0;
   // Measured steps that opened a steps() loop after another loop (the first
   // step of epoch 2, 3, ...): count, total and slowest wall time.
-  std::uint64_t loop_first_steps_ = 0, loop_first_ns_ = 0, loop_first_max_ns_ = 0;
+  std::uint64_t loop_first_steps_ = 0, loop_first_ns_ = 0;
   // The spread of step times inside each steps() loop, pooled over the loops
   // that ended: their squared deviations from their own loop's mean, the
   // degrees of freedom, the loops. Steps of different loops (a training and
@@ -354,7 +354,7 @@ class Aggregator {
   struct WithinLoops {
     double scatter_ns2 = 0;
     std::uint64_t dof = 0, loops = 0;
-    std::uint64_t compared = 0;
+    std::uint64_t compared = 0, compared_first_max_ns = 0;
     double compared_first_ns = 0, compared_rest_ns = 0;
     void add(const RunningStats& loop, std::uint64_t first_ns) {
       if (loop.count() == 0) return;
@@ -364,6 +364,7 @@ class Aggregator {
       ++loops;
       if (first_ns == 0 || loop.count() < 2) return;
       ++compared;
+      compared_first_max_ns = std::max(compared_first_max_ns, first_ns);
       compared_first_ns += static_cast<double>(first_ns);
       compared_rest_ns += static_cast<double>(loop.total_ns() - first_ns) / static_cast<double>(loop.count() - 1);
     }
