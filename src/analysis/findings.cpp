@@ -166,21 +166,21 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
     // its one-batch test loop, 8.5x the training step, read "Slow steps ...
     // The slowest is the first step of a steps() loop (an epoch start)").
     const std::string where =
-        between_loops ? fmt::format(" Within their own steps() loops the steps vary by {:.0f}%: the slow steps are "
-                                    "loops that run other work (an evaluation pass over larger batches), and the "
-                                    "percentiles mix the loops.",
-                                    100 * *within / w.mean)
+        between_loops ? fmt::format(
+                            " Within their own steps() loops the steps vary by {:.0f}%: the slow steps are "
+                            "loops that run other work (an evaluation pass over larger batches), and the "
+                            "percentiles mix the loops.",
+                            100 * *within / w.mean)
         : slowest_opened_a_loop ? " The slowest is the first step of a steps() loop (an epoch start)."
                                 : "";
-    out.push_back(make(
-        "step_outliers", p99_ratio >= t.outlier_p99_over_p50 && !between_loops ? "warning" : "info",
-        fmt::format("Slow steps: p99 is {:.1f}x and the slowest step {:.1f}x the median ({:.2f} ms).{}", p99_ratio,
-                    max_ratio, w.p50, where),
-        {{"p50_ms", w.p50},
-         {"p99_ms", w.p99},
-         {"max_ms", w.max},
-         {"p99_over_p50", p99_ratio},
-         {"max_over_p50", max_ratio}}));
+    out.push_back(make("step_outliers", p99_ratio >= t.outlier_p99_over_p50 && !between_loops ? "warning" : "info",
+                       fmt::format("Slow steps: p99 is {:.1f}x and the slowest step {:.1f}x the median ({:.2f} ms).{}",
+                                   p99_ratio, max_ratio, w.p50, where),
+                       {{"p50_ms", w.p50},
+                        {"p99_ms", w.p99},
+                        {"max_ms", w.max},
+                        {"p99_over_p50", p99_ratio},
+                        {"max_over_p50", max_ratio}}));
   }
 }
 
