@@ -74,6 +74,33 @@ std::string exception_text(const Report::UncaughtException& e) {
   return printable_exception(e.type, e.message);
 }
 
+std::vector<std::string> steps_left_out_notes(const StepStats& s) noexcept {
+  std::vector<std::string> notes;
+  try {
+    if (s.unended_excluded > 0)
+      notes.push_back(
+          fmt::format("{} step{} left out of the statistics ({:.1f} ms): left by its steps() loop (break, return, "
+                      "an exception) before its body recorded anything, or the last of next_step(), closed by the end "
+                      "of the run (what ran after the loop included)",
+                      s.unended_excluded, s.unended_excluded == 1 ? "" : "s", s.unended_wall_ms));
+    if (s.outer_excluded > 0)
+      notes.push_back(
+          fmt::format("{} step{} held steps of {} own on {} thread (a steps() loop around another, or a step() "
+                      "inside a steps() loop): counted as loops of steps, not steps; the steps in them are the "
+                      "measured steps",
+                      s.outer_excluded, s.outer_excluded == 1 ? "" : "s", s.outer_excluded == 1 ? "its" : "their",
+                      s.outer_excluded == 1 ? "its" : "their"));
+    if (s.next_step_ignored > 0)
+      notes.push_back(
+          fmt::format("{} next_step() call{} inside a step that steps() or a step scope opened did nothing: that "
+                      "one marks the steps (call next_step() only in loops that nothing else marks)",
+                      s.next_step_ignored, s.next_step_ignored == 1 ? "" : "s"));
+  } catch (...) {
+    // Out of memory: the notes written so far.
+  }
+  return notes;
+}
+
 }  // namespace detail
 }  // namespace v1
 }  // namespace stepscope

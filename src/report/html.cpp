@@ -583,6 +583,7 @@ void warnings_section(std::string& o, const Report& r) {
     o += fmt::format("<p>{} warm-up step{} left out of the statistics (source: {}).</p>", r.steps.warmup_excluded,
                      r.steps.warmup_excluded == 1 ? "" : "s",
                      esc(r.run.warmup_source.empty() ? "?" : r.run.warmup_source));
+  for (const std::string& note : detail::steps_left_out_notes(r.steps)) o += "<p>" + esc(note) + ".</p>";
   if (!r.warnings.empty()) {
     o += "<ul class=\"warnings\">";
     for (const auto& w : r.warnings) o += "<li>" + esc(w) + "</li>";

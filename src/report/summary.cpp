@@ -81,24 +81,7 @@ void step_lines(const LineWriter& line, const Report& r) {
         fmt::format("  host clock: {:.3f} ms/step (p50 {:.3f}, p90 {:.3f}, p99 {:.3f}): where the host ran ahead "
                     "of the GPU and waited",
                     h->mean, h->p50, h->p90, h->p99));
-  if (r.steps.unended_excluded > 0)
-    line(
-        fmt::format("  {} step{} left out of the statistics ({:.1f} ms): left by its steps() loop (break, return, "
-                    "an exception) before its body recorded anything, or the last of next_step(), closed by the end "
-                    "of the run (what ran after the loop included)",
-                    r.steps.unended_excluded, r.steps.unended_excluded == 1 ? "" : "s", r.steps.unended_wall_ms));
-  if (r.steps.outer_excluded > 0)
-    line(
-        fmt::format("  {} step{} held steps of {} own on {} thread (a steps() loop around another, or a step() "
-                    "inside a steps() loop): counted as loops of steps, not steps; the steps in them are the steps "
-                    "above",
-                    r.steps.outer_excluded, r.steps.outer_excluded == 1 ? "" : "s",
-                    r.steps.outer_excluded == 1 ? "its" : "their", r.steps.outer_excluded == 1 ? "its" : "their"));
-  if (r.steps.next_step_ignored > 0)
-    line(
-        fmt::format("  {} next_step() call{} inside a step that steps() or a step scope opened did nothing: that "
-                    "one marks the steps (call next_step() only in loops that nothing else marks)",
-                    r.steps.next_step_ignored, r.steps.next_step_ignored == 1 ? "" : "s"));
+  for (const std::string& note : detail::steps_left_out_notes(r.steps)) line("  " + note);
 }
 
 // The step breakdown (settled accounting `b`), then the steps' coverage of

@@ -1,5 +1,7 @@
 // The summary's phase table (src/report/summary.cpp): rows per role, most
-// expensive first, the rest counted in one line.
+// expensive first, the rest counted in one line; the steps left out, said
+// alike in the summary and the HTML page.
+#include <stepscope/html.hpp>
 #include <stepscope/report.hpp>
 
 #include <catch2/catch.hpp>
@@ -36,4 +38,28 @@ TEST_CASE("the phase table shows each role's most expensive phases and counts th
   // A table that fits is shown whole, with no such line.
   r.phases.resize(20);
   CHECK(format_summary(r).find("more step phases") == std::string::npos);
+}
+
+TEST_CASE("the steps left out of the statistics are named alike in the summary and the HTML page", "[report]") {
+  Report r;
+  r.steps.count = 55;
+  r.steps.wall_ms.mean = r.steps.wall_ms.p50 = 10;
+  r.steps.unended_excluded = 1;
+  r.steps.unended_wall_ms = 12.5;
+  r.steps.outer_excluded = 3;
+  r.steps.next_step_ignored = 60;
+  const std::string text = format_summary(r);
+  const std::string page = html_report(r);
+  INFO(text);
+  for (const char* said : {"1 step left out of the statistics (12.5 ms)", "3 steps held steps of their own",
+                           "60 next_step() calls inside a step"}) {
+    CHECK(text.find(said) != std::string::npos);
+    CHECK(page.find(said) != std::string::npos);
+  }
+  // None left out: no such lines.
+  const Report none;
+  for (const char* said : {"left out of the statistics (", "held steps of", "next_step() call"}) {
+    CHECK(format_summary(none).find(said) == std::string::npos);
+    CHECK(html_report(none).find(said) == std::string::npos);
+  }
 }
