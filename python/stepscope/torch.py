@@ -22,7 +22,11 @@ instrument(model, optimizer): phases from the model's own hooks, as a
 hand-instrumented loop would have them:
   forward    each call of the model's forward (wrapped, not hooked: in
              torch 1.13 an exception in forward skips the forward hook and
-             would leave the phase open); ``submodules=True`` adds one phase
+             would leave the phase open); with gradients off
+             (``torch.no_grad()``, ``torch.inference_mode()``: an
+             evaluation pass) it is the phase forward_no_grad, so that an
+             evaluation inside the step is not read as the training
+             forward; ``submodules=True`` adds one phase
              per named submodule, "forward.<name>" (kind compute), nested in
              it. The wrapper sits on the module's class and times only the
              instrumented instances: nothing is added to the model itself, so
@@ -254,6 +258,10 @@ def instrument(model, optimizer=None, submodules=False):
     _stepscope._record_process_group()  # a DDP model: init_process_group ran before it was wrapped
     handle = _Instrumentation()
     forward = _stepscope.phase("forward")
+    # A forward with gradients off (torch.no_grad, inference_mode): an
+    # evaluation pass, not the training step's forward (pytorch/examples' gat
+    # evaluates twice inside every step: two of its three forwards).
+    forward_no_grad = _stepscope.phase("forward_no_grad", "compute")
     backward = _stepscope.phase("backward")
     bind_stream = _cuda_stream_binder(model)
 
@@ -262,12 +270,15 @@ def instrument(model, optimizer=None, submodules=False):
     def timed_model(original, module, args, kwargs):
         if bind_stream is not None:
             bind_stream()
-        forward.__enter__()
+        grad = _torch.is_grad_enabled()
+        timer = forward if grad else forward_no_grad
+        timer.__enter__()
         try:
             return original(module, *args, **kwargs)
         finally:
-            forward.__exit__(None, None, None)
-            _local.forward_seen = True
+            timer.__exit__(None, None, None)
+            if grad:
+                _local.forward_seen = True
 
     _time_forward(model, timed_model, handle)
 

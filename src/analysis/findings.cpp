@@ -184,6 +184,32 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
   }
 }
 
+// The model run with gradients off inside every training step: an
+// evaluation (metrics on the training and validation nodes) each step
+// (pytorch/examples' gat: two of three forwards, 39% of the step, read as
+// "compute, mostly in 'forward'"). Steps of an evaluation loop of their own
+// run it less often than the training steps run backward, and are not named.
+void evaluation_in_step(const Report& r, std::vector<Finding>& out) {
+  const PhaseSummary* eval = nullptr;
+  const PhaseSummary* backward = nullptr;
+  for (const PhaseSummary& p : r.phases) {
+    if (p.thread_role != ThreadRole::step) continue;
+    if (p.name == "forward_no_grad") eval = &p;
+    if (p.name == "backward") backward = &p;
+  }
+  if (eval == nullptr || backward == nullptr || backward->count == 0 || eval->count < backward->count ||
+      eval->share_of_step < kThresholds.evaluation_in_step_share || r.steps.count == 0)
+    return;
+  const double per_step = static_cast<double>(eval->count) / static_cast<double>(r.steps.count);
+  out.push_back(make(
+      "evaluation_in_step", "warning",
+      fmt::format("The model ran with gradients off (forward_no_grad: an evaluation) {:.1f} times per training step, "
+                  "{:.0f}% of the step: every step pays for it. Evaluate every N steps or once per epoch, outside "
+                  "the steps, or take the training metrics from the training forward's output.",
+                  per_step, 100 * eval->share_of_step),
+      {{"calls_per_step", per_step}, {"share_of_step", eval->share_of_step}}));
+}
+
 // The first step of each later steps() loop (epoch 2, 3, ...) pays again for
 // what the first epoch's warm-up paid once: a DataLoader with workers starts
 // new worker processes on every iter(loader) (pytorch/examples' dcgan at 2
@@ -670,6 +696,7 @@ std::vector<Finding> find_issues(const Report& facts) {
   page_faults(facts, out);
   jitter_and_outliers(facts, out);
   loop_restart(facts, out);
+  evaluation_in_step(facts, out);
   periodic_slow_steps(facts, out);
   warmup(facts, out);
   host_device(facts, out);

@@ -167,6 +167,10 @@ struct Thresholds {
   // loop_restart_warning_share of the measured steps' time: a warning.
   double loop_restart_over_rest = 2.0;
   double loop_restart_warning_share = 0.01;
+  // The model run with gradients off (the Python instrument's
+  // forward_no_grad) at least once per training step (as often as backward)
+  // for at least this share of the step: an evaluation inside every step.
+  double evaluation_in_step_share = 0.10;
   // Periodic slow steps: of the slowest steps kept (StepStats::slowest),
   // those at or above periodic_over_p50 x the median; at least
   // periodic_min_steps of them, periodic_fit of them on one period and

@@ -351,6 +351,36 @@ TEST_CASE("findings: the first steps of later steps() loops (epoch starts) far s
   CHECK(outliers->message.find("first step of a steps() loop") != std::string::npos);
 }
 
+TEST_CASE("findings: an evaluation inside every training step is named; an evaluation loop's steps are not",
+          "[analysis][findings]") {
+  // pytorch/examples' gat: each step evaluates on the training and the
+  // validation nodes, two forwards with gradients off, 39% of the step.
+  const double k = kThresholds.evaluation_in_step_share;
+  for (double share : {k - 0.01, k, 0.39}) {
+    Report r = steady();
+    add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.3, 30);
+    PhaseSummary& eval = add_phase(r, "forward_no_grad", PhaseKind::compute, ThreadRole::step, share, 20);
+    eval.count = 2 * r.steps.count;
+    const std::vector<Finding> all = find_issues(r);
+    const Finding* f = finding(all, "evaluation_in_step");
+    INFO("share " << share);
+    REQUIRE((f != nullptr) == (share >= k));
+    if (f == nullptr) continue;
+    CHECK(f->values.at("calls_per_step") == Approx(2));
+    CHECK(f->message.find("2.0 times per training step") != std::string::npos);
+  }
+  // An evaluation loop of its own (mnist's test loop wrapped in steps()):
+  // fewer no-grad forwards than training backwards; and a loop with no
+  // backward at all (inference): neither is named.
+  Report loops = steady();
+  add_phase(loops, "backward", PhaseKind::compute, ThreadRole::step, 0.3, 30);
+  add_phase(loops, "forward_no_grad", PhaseKind::compute, ThreadRole::step, 0.2, 20).count = 3;
+  CHECK_FALSE(has(find_issues(loops), "evaluation_in_step"));
+  Report inference = steady();
+  add_phase(inference, "forward_no_grad", PhaseKind::compute, ThreadRole::step, 0.9, 90);
+  CHECK_FALSE(has(find_issues(inference), "evaluation_in_step"));
+}
+
 TEST_CASE("findings: warm-up far slower than steady state", "[analysis][findings]") {
   const double k = kThresholds.warmup_over_steady;
   for (double ratio : {k - 0.01, k, k + 0.01}) {

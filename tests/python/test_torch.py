@@ -155,6 +155,31 @@ def test_instrument_in_process_counts_submodules_and_remove_restores():
     assert stepscope._core.thread_depth() == 0
 
 
+def test_a_forward_with_gradients_off_is_its_own_phase():
+    # pytorch/examples' gat evaluates twice inside every training step: as
+    # 'forward' the evaluation read as the training forward.
+    model, x = _small_model(), torch.randn(4, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = _counts()
+    handle = stepscope.torch.instrument(model, optimizer)
+    try:
+        with stepscope.step():
+            model(x).sum().backward()
+            optimizer.step()
+            with torch.no_grad():
+                model(x)
+            with torch.inference_mode():
+                model(x)
+    finally:
+        handle.remove()
+    after = _counts()
+    names = ("forward", "forward_no_grad", "backward")
+    grown = {name: after.get((name, "step"), 0) - before.get((name, "step"), 0) for name in names}
+    assert grown == {"forward": 1, "forward_no_grad": 2, "backward": 1}, grown
+    kinds = {p["name"]: p["kind"] for p in stepscope.snapshot()["phases"]}
+    assert kinds["forward_no_grad"] == "compute"
+
+
 def test_an_exception_in_forward_closes_the_forward_phase():
     class Fails(torch.nn.Module):
         def __init__(self):
