@@ -247,7 +247,8 @@ def _replace_attribute(obj, name, replacement, handle):
 
 def instrument(model, optimizer=None, submodules=False):
     """Times the model's forward, the backward pass and optimizer.step() as
-    the phases forward, backward and optimizer. See the module's help."""
+    the phases forward (forward_no_grad with gradients off), backward and
+    optimizer. See the module's help."""
     if not isinstance(model, _torch.nn.Module):
         raise TypeError("stepscope.torch.instrument: model must be a torch.nn.Module, got " + type(model).__name__)
     if optimizer is not None and not callable(getattr(optimizer, "step", None)):
