@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 namespace stepscope {
@@ -259,6 +260,16 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
     break;
   }
   return s;
+}
+
+int local_ranks_from_rendezvous(int world_size, const std::string& host, GetEnv getenv_fn) noexcept {
+  if (getenv_fn == nullptr) getenv_fn = system_getenv;
+  const char* a = getenv_fn("MASTER_ADDR");
+  if (world_size < 2 || a == nullptr) return 0;
+  const std::string_view addr(a);
+  const bool here =
+      addr == "localhost" || addr == "::1" || addr.substr(0, 4) == "127." || (!host.empty() && addr == host);
+  return here ? world_size : 0;
 }
 
 std::string resolve_report_path(const std::string& out, int rank) {

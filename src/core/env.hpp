@@ -79,6 +79,12 @@ struct Settings {
 using GetEnv = const char* (*)(const char*);
 Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn = nullptr);
 
+// A job whose launcher names no local size (torch.multiprocessing.spawn, a
+// hand-rolled launcher) but whose rendezvous address, MASTER_ADDR as the
+// program left it by the end of the run, is this host (localhost, 127.x,
+// ::1, or `host`): all of its `world_size` ranks are here. 0: unknown.
+int local_ranks_from_rendezvous(int world_size, const std::string& host, GetEnv getenv_fn = nullptr) noexcept;
+
 // The part of the settings that the first record needs, read without
 // allocating anything: it runs on the user's thread inside its first scope.
 // read_settings() reads the same values and words the warnings.

@@ -74,7 +74,9 @@ Report build_stamped_report(bool final_report, const RunStamp& stamp) {
   report.run.pid = static_cast<std::int64_t>(::getpid());
   report.run.rank = stamp.rank;
   report.run.world_size = stamp.world_size;
-  report.run.local_ranks = rt.settings.local_ranks;
+  report.run.local_ranks = rt.settings.local_ranks > 0
+                               ? rt.settings.local_ranks
+                               : detail::local_ranks_from_rendezvous(stamp.world_size, report.run.host);
   report.run.source = "live";
   report.run.config = stamp.config;
   report.run.config_types = stamp.config_types;

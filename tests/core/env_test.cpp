@@ -286,3 +286,20 @@ TEST_CASE("the job's processes on this host come from the launcher", "[env]") {
   REQUIRE(w.size() == 1);
   CHECK(w[0].find("LOCAL_WORLD_SIZE='0'") != std::string::npos);
 }
+
+TEST_CASE("a job whose launcher names no local size is on this host when its rendezvous address is", "[env]") {
+  // torch.multiprocessing.spawn: the program sets MASTER_ADDR=localhost and
+  // passes the rank to init_process_group; no LOCAL_WORLD_SIZE.
+  const auto local = [](std::map<std::string, std::string> env, int world_size) {
+    g_env = &env;
+    return local_ranks_from_rendezvous(world_size, "node7", fake_getenv);
+  };
+  CHECK(local({{"MASTER_ADDR", "localhost"}}, 4) == 4);
+  CHECK(local({{"MASTER_ADDR", "127.0.0.1"}}, 2) == 2);
+  CHECK(local({{"MASTER_ADDR", "::1"}}, 2) == 2);
+  CHECK(local({{"MASTER_ADDR", "node7"}}, 3) == 3);  // this host by name
+  CHECK(local({{"MASTER_ADDR", "node8"}}, 3) == 0);  // another host: unknown
+  CHECK(local({{"MASTER_ADDR", "10.0.0.7"}}, 3) == 0);
+  CHECK(local({}, 4) == 0);
+  CHECK(local({{"MASTER_ADDR", "localhost"}}, 1) == 0);  // a job of one rank has no others
+}

@@ -19,6 +19,7 @@ JSON line of their own observations on stdout.
 """
 
 import json
+import os
 import sys
 import time
 import warnings
@@ -215,7 +216,11 @@ def _ddp_worker(rank, world_size, port):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world_size)
+    # As PyTorch's DDP tutorial does: the rendezvous in the environment, the
+    # rank an argument.
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
     model = torch.nn.parallel.DistributedDataParallel(mlp(32, 64))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     stepscope.torch.instrument(model, optimizer)

@@ -280,6 +280,7 @@ def test_ranks_only_torch_distributed_knows_write_a_report_each(tmp_path):
         report = json.loads((tmp_path / ("ddp.rank%d.json" % rank)).read_text())
         assert report["run"]["rank"] == rank
         assert report["run"]["world_size"] == 2
+        assert report["run"]["local_ranks"] == 2  # MASTER_ADDR=localhost: both ranks on this host
         assert report["complete"]
         # 640 samples / 16 per batch / 2 ranks = 20 batches each.
         assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 20
