@@ -170,6 +170,11 @@ class StepLoop {
     const std::uint64_t end = read_ticks();
     ThreadState& ts = t_thread_state;
     step_.active = false;  // withdrawn: no record
+    // Its number too, unless another thread opened a step since: each epoch
+    // would otherwise skip one, and slow steps every N by the program's own
+    // count would drift off their period across epochs.
+    std::uint32_t taken = step_.step;
+    g_steps_started.compare_exchange_strong(taken, taken - 1, std::memory_order_relaxed);
     leave_step(ts);
     ts.depth = step_.depth;
     ts.ring->current_kind.store(ts.depth == 0 ? kNoPhase : ts.kind_stack[ts.depth - 1], std::memory_order_relaxed);

@@ -440,6 +440,19 @@ TEST_CASE("next_step() inside a steps() loop or a step scope does nothing and is
   require_balanced();
 }
 
+TEST_CASE("a fetch that finds the end gives its step number back: steps are numbered without gaps across epochs",
+          "[steps]") {
+  // A checkpoint every 4 steps by the program's own count across 3 epochs of
+  // 4 steps: the slow steps' numbers must stay 4 apart.
+  std::vector<int> v{1, 2, 3, 4}, none;
+  const std::uint32_t before = detail::g_steps_started.load();
+  for (int epoch = 0; epoch < 3; ++epoch)
+    for (int x : stepscope::steps(v)) (void)x;
+  for (int x : stepscope::steps(none)) (void)x;  // an empty range opens no step either
+  CHECK(detail::g_steps_started.load() - before == 12);
+  require_balanced();
+}
+
 TEST_CASE("the first step of each later steps() loop is counted: an epoch start that restarts the loader", "[steps]") {
   // pytorch/examples' dcgan: `for epoch ...: for data in loader` with
   // workers; each epoch's iter(loader) starts new workers, so the first step
