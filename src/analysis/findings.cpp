@@ -137,6 +137,23 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
     const bool others_load = shares.cpu_wait >= t.cpu_contention_finding && detail::cpu_holders(r.system).others_hold;
     // A slow step every N steps that periodic_slow_steps names and places.
     const std::uint64_t period = slow_step_pattern(r).period;
+    // The step phase that carries most of the spread (its self time's
+    // per-step variance, calls taken as independent): where to look first.
+    // PyTorch's DDP tutorial on 2 cores read only "CV 78% ... look for
+    // periodic work or contention"; the spread was the all-reduce's.
+    const PhaseSummary* spread = nullptr;
+    double spread_sd = 0;
+    for (const PhaseSummary& p : r.phases) {
+      if (p.thread_role != ThreadRole::step || p.count == 0 || r.steps.clock != "host") continue;
+      const double sd = p.self_ms.stddev * std::sqrt(static_cast<double>(p.count) / static_cast<double>(w.count));
+      if (sd > spread_sd) spread = &p, spread_sd = sd;
+    }
+    const std::string in_phase =
+        spread != nullptr && spread_sd >= t.jitter_phase_share * w.stddev
+            ? fmt::format(" Most of the spread is in '{}' ({}: stddev {:.2f} ms per step about a mean of {:.2f} ms).",
+                          spread->name, phase_kind_name(spread->kind), spread_sd,
+                          spread->self_ms.mean * static_cast<double>(spread->count) / static_cast<double>(w.count))
+            : std::string();
     std::string look =
         others_load ? fmt::format(
                           "The step thread waited for a CPU {:.0f}% of the step while other processes held "
@@ -152,8 +169,8 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
     const bool explained = others_load || period != 0;
     out.push_back(make("jitter", cv >= t.jitter_cv_critical && !explained ? "critical" : "warning",
                        fmt::format("Step time varies a lot: coefficient of variation {:.0f}% (stddev {:.2f} ms over a "
-                                   "mean of {:.2f} ms). {}",
-                                   100 * cv, w.stddev, w.mean, look),
+                                   "mean of {:.2f} ms).{} {}",
+                                   100 * cv, w.stddev, w.mean, in_phase, look),
                        {{"cv", cv}, {"stddev_ms", w.stddev}, {"mean_ms", w.mean}}));
   }
   if (w.p50 <= 0) return;
@@ -552,7 +569,13 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
   // The job's other ranks on this host hold CPUs too (mpirun -np 2 of
   // PyTorch's C++ dist-mnist on 2 cores beside two busy loops read "other
   // processes kept 1.5 of the 2 CPUs busy"): their share is the job's to fix.
-  if (h.others_hold && local_ranks > 1) {
+  // Where they hold a quarter of the machine the wait is theirs too, before
+  // the machine counts as full (PyTorch's DDP tutorial, 2 ranks on 2 cores:
+  // the other rank 0.5 of them, this one 0.7, read "its own threads
+  // outnumber the cores").
+  const bool ranks_hold =
+      local_ranks > 1 && (h.others_hold || others >= kThresholds.other_processes_filling * r.system.cores_online);
+  if (ranks_hold) {
     const int online = r.system.cores_online;
     const int threads = std::max(1, std::min(cores, online / local_ranks));
     whose = fmt::format(

@@ -158,6 +158,9 @@ struct Thresholds {
   // Step-time coefficient of variation (stddev / mean): warning, critical.
   double jitter_cv = 0.10;
   double jitter_cv_critical = 0.25;
+  // The jitter finding names the step phase whose per-step spread is at
+  // least this fraction of the step's.
+  double jitter_phase_share = 0.5;
   // Step-time outliers: p99 / p50 and max / p50.
   double outlier_p99_over_p50 = 2.0;
   double outlier_max_over_p50 = 5.0;

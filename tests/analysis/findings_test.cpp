@@ -198,6 +198,28 @@ TEST_CASE("findings: steps that vary between steps() loops and not inside them s
   CHECK(g->message.find("periodic work") != std::string::npos);
 }
 
+TEST_CASE("findings: jitter names the step phase that carries the spread", "[analysis][findings]") {
+  // PyTorch's DDP tutorial on 2 cores: CV 78%, the all-reduce p50 0.67 and
+  // p99 6.5 ms; the finding read only "look for periodic work or contention".
+  Report r = steady();  // 1000 steps of 100 ms
+  r.steps.wall_ms.stddev = 30;
+  add_phase(r, "ddp.allreduce", PhaseKind::communication, ThreadRole::step, 0.3, 30).self_ms.stddev = 28;
+  PhaseSummary& fwd = add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.3, 30);
+  fwd.self_ms.stddev = 2;
+  fwd.count *= 4;  // four calls a step: 4 ms of spread per step
+  PhaseSummary& comm = r.phases[r.phases.size() - 2];
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "jitter");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("Most of the spread is in 'ddp.allreduce' (communication: stddev 28.00 ms per step") !=
+        std::string::npos);
+  // No phase carries half of it: none named.
+  comm.self_ms.stddev = 10;
+  const std::vector<Finding> scattered = find_issues(r);
+  REQUIRE(finding(scattered, "jitter") != nullptr);
+  CHECK(finding(scattered, "jitter")->message.find("Most of the spread") == std::string::npos);
+}
+
 TEST_CASE("findings: slow steps that are another steps() loop's steps say so, as info", "[analysis][findings]") {
   // pytorch/examples' mnist with both loaders wrapped: 3 one-batch test loops
   // of 2000 ms among 145 training steps of 236 ms read "Slow steps: p99 is
@@ -553,6 +575,20 @@ TEST_CASE("findings: a step that waited for a CPU under another verdict says its
   REQUIRE(mine != nullptr);
   CHECK(mine->message.find("this job's 1 other rank on this host among them") != std::string::npos);
   CHECK(mine->message.find("at most 1 intra-op thread (") != std::string::npos);
+  // The other rank takes a quarter of the machine or more, the machine not
+  // full (PyTorch's DDP tutorial, 2 ranks on 2 cores: this rank 0.6 of them,
+  // the other 0.54): still the job's ranks, not "its own threads".
+  Report partly = with_wait(0.30, 0.54);
+  partly.run.local_ranks = 2;
+  const std::vector<Finding> bursts = find_issues(partly);
+  const Finding* shared = finding(bursts, "cpu_contention");
+  REQUIRE(shared != nullptr);
+  CHECK(shared->message.find("this job's 1 other rank on this host among them") != std::string::npos);
+  CHECK(shared->message.find("keep threads <= cores") == std::string::npos);
+  partly.run.local_ranks = 0;  // unknown ranks: the process's own threads, as before
+  const std::vector<Finding> unknown = find_issues(partly);
+  REQUIRE(finding(unknown, "cpu_contention") != nullptr);
+  CHECK(finding(unknown, "cpu_contention")->message.find("keep threads <= cores") != std::string::npos);
   // Below the tier, nothing.
   CHECK_FALSE(has(find_issues(with_wait(kThresholds.cpu_contention_finding - 0.02, 1.4)), "cpu_contention"));
   // However long the wait for CPUs other processes hold, the verdict stays
