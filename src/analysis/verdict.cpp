@@ -459,7 +459,7 @@ std::string Classifier::summary(Bottleneck category, const std::string& severity
       }
       break;
   }
-  if (machine_wait_ > 0)
+  if (pct(machine_wait_) >= 0.5)  // said where it shows in a whole percent ("without the 0%" read as noise)
     where += fmt::format(" (shares of the step without the {:.0f}% it waited for CPUs other processes held)",
                          pct(machine_wait_));
   return fmt::format("The step is {} {}-bound: {}.", severity, bottleneck_name(category), where);

@@ -1323,6 +1323,25 @@ TEST_CASE("classify: on a machine the neighbours filled, their CPU wait does not
   CHECK(evidence(own, "machine_cpu_wait_share") == nullptr);
 }
 
+TEST_CASE("classify: the verdict says the machine's CPU wait is left out of its shares where it shows",
+          "[analysis][classify]") {
+  // PyTorch's mnist_hogwild, two training processes on 2 cores: "(shares of
+  // the step without the 0% it waited for CPUs other processes held)".
+  Shares s;
+  s.compute = 0.9, s.input = 0.05, s.unattributed = 0.05;
+  Report r = host_report(s, 400, 12);
+  r.system.cores_online = r.system.cores_available = 2;
+  r.system.cpu_user_s = 0.9 * r.system.wall_s;
+  r.system.other_processes_cpu_s = 1.0 * r.system.wall_s;
+  for (const double wait : {0.003, 0.2}) {
+    r.system.runqueue_wait_s = wait * r.system.wall_s;
+    const Verdict v = classify(r);
+    INFO(v.summary);
+    CHECK(v.category == "compute");
+    CHECK((v.summary.find("shares of the step without the") != std::string::npos) == (wait > 0.1));
+  }
+}
+
 TEST_CASE("classify: the verdict and its ranking name the categories of one table", "[analysis][classify]") {
   // Bottleneck / kBottleneckNames: the ranking holds every category once,
   // under the names bottleneck_named() reads back; "unknown" is none.
