@@ -236,8 +236,19 @@ TEST_CASE("findings: slow steps that are another steps() loop's steps say so, as
   const Finding* f = finding(loops, "step_outliers");
   REQUIRE(f != nullptr);
   CHECK(f->severity == "info");
-  CHECK(f->message.find("vary by 7%: the slow steps are loops that run other work") != std::string::npos);
+  CHECK(f->message.find("vary by 7% (99% of the variance is between loops): the slow steps are loops that run other "
+                        "work") != std::string::npos);
   CHECK(f->message.find("epoch start") == std::string::npos);
+  // The same beside two busy loops: 17.5% within a loop (over the jitter
+  // tier) against 107% over all steps, 97% of the variance between loops.
+  Report busy = r;
+  busy.steps.wall_ms.stddev = 1.07 * busy.steps.wall_ms.mean;
+  busy.steps.within_loop_stddev_ms = 0.175 * busy.steps.wall_ms.mean;
+  const std::vector<Finding> loaded = find_issues(busy);
+  const Finding* b = finding(loaded, "step_outliers");
+  REQUIRE(b != nullptr);
+  CHECK(b->severity == "info");
+  CHECK(b->message.find("vary by 18% (97% of the variance is between loops)") != std::string::npos);
   // The same slow steps inside the training loop: a warning, and no epoch
   // start named, for the slowest is no loop's first step.
   r.steps.within_loop_stddev_ms = 0.8 * r.steps.wall_ms.mean;
