@@ -164,10 +164,11 @@ struct Thresholds {
   // Step-time outliers: p99 / p50 and max / p50.
   double outlier_p99_over_p50 = 2.0;
   double outlier_max_over_p50 = 5.0;
-  // Slow steps read as another steps() loop's where at least this share of
-  // the steps' variance lies between loops (or the jitter finding's test
-  // holds: within-loop CV under jitter_cv).
-  double outliers_between_loops_variance = 0.90;
+  // Steps() loops of different work: at least this share of the steps'
+  // variance lies between loops (or a loop's own CV is under jitter_cv).
+  // jitter then judges each loop's own spread, and slow steps are read as
+  // another loop's.
+  double loops_apart_variance = 0.90;
   // The first steps of later steps() loops (epoch starts) averaging at least
   // this multiple of the median step: something restarts with each loop
   // (a DataLoader's workers). Their extra time at or above

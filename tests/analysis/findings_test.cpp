@@ -189,6 +189,19 @@ TEST_CASE("findings: steps that vary between steps() loops and not inside them s
   CHECK(f->severity == "info");
   CHECK(f->message.find("between steps() loops, not within them") != std::string::npos);
   CHECK(f->values.at("within_loop_cv") == Approx(0.03));
+  // Loops of different work whose own steps vary too (mnist with its test
+  // loop wrapped, beside two busy loops: 88% over all steps, 12% within a
+  // loop): the loop's own spread is judged, and said apart.
+  Report mixed = r;
+  mixed.steps.wall_ms.stddev = 0.88 * mixed.steps.wall_ms.mean;
+  mixed.steps.within_loop_stddev_ms = 0.12 * mixed.steps.wall_ms.mean;
+  const std::vector<Finding> both = find_issues(mixed);
+  const Finding* m = finding(both, "jitter");
+  REQUIRE(m != nullptr);
+  CHECK(m->severity == "warning");  // 12%: the warning tier, not the critical one the 88% would reach
+  CHECK(m->message.find("varies within its steps() loops, and more between them") != std::string::npos);
+  CHECK(m->message.find("88% over all steps, 12% about each loop's own mean (98% of the variance is between loops)") !=
+        std::string::npos);
   // Steps that vary inside their loops too: the finding as before.
   r.steps.within_loop_stddev_ms = 0.20 * r.steps.wall_ms.mean;
   const std::vector<Finding> inside = find_issues(r);
