@@ -1141,10 +1141,7 @@ TEST_CASE("classify: a busy machine changes the confidence, never the category",
   sleeping.compute = 0.17, sleeping.unattributed = 0.83;
   for (const Row& row : {Row{"io", io}, Row{"compute", compute}, Row{"memory", memory}, Row{"sleep", sleeping}}) {
     Report quiet = host_report(row.shares, 100, 120);
-    quiet.system.cores_online = quiet.system.cores_available = 2;
-    quiet.system.cpu_user_s = 0.4 * quiet.system.wall_s;
-    quiet.system.other_processes_cpu_s = 0.1 * quiet.system.wall_s;
-    quiet.system.runqueue_wait_s = 0.01 * quiet.system.wall_s;
+    on_two_cores(quiet, 0.4, 0.1, 0.01);
     const Verdict calm = classify(quiet);
     for (double wait : {0.15, 0.30, 0.50}) {
       Report busy = quiet;  // the same step, 2 CPU hogs beside it: load 4 on 2 cores
@@ -1304,9 +1301,7 @@ TEST_CASE("classify: on a machine the neighbours filled, their CPU wait does not
   Shares s;
   s.unattributed = 0.40, s.compute = 0.37, s.input = 0.23;
   Report quiet = host_report(s, 400, 0.126);
-  quiet.system.cores_online = quiet.system.cores_available = 2;
-  quiet.system.cpu_user_s = 1.0 * quiet.system.wall_s;
-  quiet.system.other_processes_cpu_s = 0.05 * quiet.system.wall_s;
+  on_two_cores(quiet, 1.0, 0.05);
   const Verdict calm = classify(quiet);
   REQUIRE(calm.category == "unknown");
   Report busy = quiet;
@@ -1330,11 +1325,8 @@ TEST_CASE("classify: the verdict says the machine's CPU wait is left out of its 
   Shares s;
   s.compute = 0.9, s.input = 0.05, s.unattributed = 0.05;
   Report r = host_report(s, 400, 12);
-  r.system.cores_online = r.system.cores_available = 2;
-  r.system.cpu_user_s = 0.9 * r.system.wall_s;
-  r.system.other_processes_cpu_s = 1.0 * r.system.wall_s;
   for (const double wait : {0.003, 0.2}) {
-    r.system.runqueue_wait_s = wait * r.system.wall_s;
+    on_two_cores(r, 0.9, 1.0, wait);
     const Verdict v = classify(r);
     INFO(v.summary);
     CHECK(v.category == "compute");

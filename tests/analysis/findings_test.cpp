@@ -38,6 +38,14 @@ void later_loops_compared(Report& r, std::uint64_t n, double first_ms, double re
   r.steps.loop_first_rest_ms = static_cast<double>(n) * rest_ms;
 }
 
+// `r` with its steps' coefficient of variation `cv` over all steps and
+// `within_cv` about each steps() loop's own mean.
+Report with_spread(Report r, double cv, double within_cv) {
+  r.steps.wall_ms.stddev = cv * r.steps.wall_ms.mean;
+  r.steps.within_loop_stddev_ms = within_cv * r.steps.wall_ms.mean;
+  return r;
+}
+
 Report steady() {
   Shares s;
   s.compute = 0.9;
@@ -50,11 +58,7 @@ Report steady() {
 // of the time, this process using 0.6 of a core and others `others_cores`.
 Report with_cpu_wait(double wait_share, double others_cores) {
   Report r = steady();
-  r.system.available = true;
-  r.system.cores_online = r.system.cores_available = 2;
-  r.system.runqueue_wait_s = wait_share * r.system.wall_s;
-  r.system.cpu_user_s = 0.6 * r.system.wall_s;
-  r.system.other_processes_cpu_s = others_cores * r.system.wall_s;
+  on_two_cores(r, 0.6, others_cores, wait_share);
   r.bottleneck = classify(r);
   return r;
 }
@@ -192,10 +196,7 @@ TEST_CASE("findings: steps that vary between steps() loops and not inside them s
   // Loops of different work whose own steps vary too (mnist with its test
   // loop wrapped, beside two busy loops: 88% over all steps, 12% within a
   // loop): the loop's own spread is judged, and said apart.
-  Report mixed = r;
-  mixed.steps.wall_ms.stddev = 0.88 * mixed.steps.wall_ms.mean;
-  mixed.steps.within_loop_stddev_ms = 0.12 * mixed.steps.wall_ms.mean;
-  const std::vector<Finding> both = find_issues(mixed);
+  const std::vector<Finding> both = find_issues(with_spread(r, 0.88, 0.12));
   const Finding* m = finding(both, "jitter");
   REQUIRE(m != nullptr);
   CHECK(m->severity == "warning");  // 12%: the warning tier, not the critical one the 88% would reach
@@ -254,10 +255,7 @@ TEST_CASE("findings: slow steps that are another steps() loop's steps say so, as
   CHECK(f->message.find("epoch start") == std::string::npos);
   // The same beside two busy loops: 17.5% within a loop (over the jitter
   // tier) against 107% over all steps, 97% of the variance between loops.
-  Report busy = r;
-  busy.steps.wall_ms.stddev = 1.07 * busy.steps.wall_ms.mean;
-  busy.steps.within_loop_stddev_ms = 0.175 * busy.steps.wall_ms.mean;
-  const std::vector<Finding> loaded = find_issues(busy);
+  const std::vector<Finding> loaded = find_issues(with_spread(r, 1.07, 0.175));
   const Finding* b = finding(loaded, "step_outliers");
   REQUIRE(b != nullptr);
   CHECK(b->severity == "info");

@@ -52,6 +52,16 @@ inline Report host_report(const Shares& s, std::uint64_t steps = 100, double wal
   return r;
 }
 
+// `r` on a machine of 2 cores where this process used `own_cores`, other
+// processes `other_cores`, and the step thread waited for a CPU `wait_share`
+// of the run.
+inline void on_two_cores(Report& r, double own_cores, double other_cores, double wait_share = 0) {
+  r.system.cores_online = r.system.cores_available = 2;
+  r.system.cpu_user_s = own_cores * r.system.wall_s;
+  r.system.other_processes_cpu_s = other_cores * r.system.wall_s;
+  r.system.runqueue_wait_s = wait_share * r.system.wall_s;
+}
+
 inline PhaseSummary& add_phase(Report& r, const std::string& name, PhaseKind kind, ThreadRole role,
                                double share_of_step, double mean_ms) {
   PhaseSummary p;
