@@ -208,6 +208,17 @@ struct SlowStep {
   double between_steps_ms = 0;  // of wall_ms: the gap before it, in no input phase
 };
 
+// The phase occurrences each measured step ran on its thread, and how much of
+// the step time's variance their number explains: steps that do different
+// amounts of work (an RL episode per step, a model called once per token)
+// vary by design, not by noise.
+struct CallsPerStep {
+  double min = 0, max = 0, mean = 0;  // occurrences per step
+  double explained_variance = 0;      // squared correlation of that number with the step's time
+  std::string phase;                  // the phase whose occurrences per step vary most ("": none varies)
+  double phase_mean = 0, phase_stddev = 0;
+};
+
 struct StepStats {
   std::uint64_t count = 0;            // measured steps
   std::uint64_t warmup_excluded = 0;  // steps left out as warm-up
@@ -261,7 +272,8 @@ struct StepStats {
   // steps vary inside a loop or between loops that run different work.
   // Absent with fewer than two loops, in imports and in older reports.
   std::optional<double> within_loop_stddev_ms;
-  double between_steps_input_ms = 0;  // of it, in input phases on the step thread
+  std::optional<CallsPerStep> calls_per_step;  // absent in imports and in reports that predate it
+  double between_steps_input_ms = 0;           // of it, in input phases on the step thread
   // The slowest outermost measured steps, slowest first (at most
   // kSlowestStepsKept), where a period in their numbers shows work a loop
   // does every N steps (finding periodic_slow_steps). Left out: the steps

@@ -125,6 +125,25 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
   const double within_cv = have_loops ? *within / w.mean : cv;
   const double between_variance = have_loops ? std::max(0.0, 1 - (within_cv * within_cv) / (cv * cv)) : 0;
   const bool loops_apart = have_loops && (within_cv < t.jitter_cv || between_variance >= t.loops_apart_variance);
+  // Steps that run different amounts of work (pytorch/examples' reinforce,
+  // an episode per step: 12 to 503 phases, 'forward' once per action, read
+  // "CV 95% ... look for periodic work"): the spread is the work's where the
+  // number of phases a step ran explains nearly all of its variance.
+  const std::optional<CallsPerStep>& calls = r.steps.calls_per_step;
+  const bool work_varies = !loops_apart && calls && r.steps.clock == "host" && cv >= t.jitter_cv &&
+                           calls->max > calls->min && calls->explained_variance >= t.work_explains_variance;
+  const double work_cv = work_varies ? cv * std::sqrt(std::max(0.0, 1 - calls->explained_variance)) : cv;
+  const std::string work_said =
+      work_varies
+          ? fmt::format(
+                "its steps ran {:.0f} to {:.0f} phases{}, and that number explains {:.0f}% of the step time's "
+                "variance (coefficient of variation {:.0f}% over all steps, {:.0f}% about what the work predicts)",
+                calls->min, calls->max,
+                calls->phase.empty() ? std::string()
+                                     : fmt::format(" ('{}' {:.1f} times per step, stddev {:.1f})", calls->phase,
+                                                   calls->phase_mean, calls->phase_stddev),
+                100 * calls->explained_variance, 100 * cv, 100 * work_cv)
+          : std::string();
   const std::string loops_said =
       loops_apart ? fmt::format(
                         "coefficient of variation {:.0f}% over all steps, {:.0f}% about each loop's own mean "
@@ -139,6 +158,17 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
                                    "loop, or mark only the training steps.",
                                    loops_said),
                        {{"cv", cv}, {"within_loop_cv", within_cv}, {"stddev_ms", w.stddev}, {"mean_ms", w.mean}}));
+  } else if (work_varies) {
+    out.push_back(make("jitter", "info",
+                       fmt::format("Step time varies with the work each step does: {}. The spread is the work's "
+                                   "(episodes, sequences or inner loops of different lengths), not noise: compare "
+                                   "time per occurrence (the phase table) or steps of equal work.",
+                                   work_said),
+                       {{"cv", cv},
+                        {"work_cv", work_cv},
+                        {"explained_variance", calls->explained_variance},
+                        {"stddev_ms", w.stddev},
+                        {"mean_ms", w.mean}}));
   } else if (cv >= t.jitter_cv) {
     // Where the loops differ, the spread judged is each loop's own.
     const double judged = loops_apart ? within_cv : cv;
@@ -209,9 +239,14 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
                           "between loops): the slow steps are loops that run other work (an evaluation pass over "
                           "larger batches), and the percentiles mix the loops.",
                           100 * within_cv, 100 * between_variance)
+        : work_varies ? fmt::format(
+                            " The slow steps are those that did the most work: the number of phases a step ran "
+                            "({:.0f} to {:.0f}) explains {:.0f}% of the step time's variance.",
+                            calls->min, calls->max, 100 * calls->explained_variance)
         : slowest_opened_a_loop ? " The slowest is the first step of a steps() loop (an epoch start)."
                                 : "";
-    out.push_back(make("step_outliers", p99_ratio >= t.outlier_p99_over_p50 && !loops_apart ? "warning" : "info",
+    out.push_back(make("step_outliers",
+                       p99_ratio >= t.outlier_p99_over_p50 && !loops_apart && !work_varies ? "warning" : "info",
                        fmt::format("Slow steps: p99 is {:.1f}x and the slowest step {:.1f}x the median ({:.2f} ms).{}",
                                    p99_ratio, max_ratio, w.p50, where),
                        {{"p50_ms", w.p50},
@@ -607,16 +642,23 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
         local_ranks - 1, local_ranks == 2 ? "" : "s", others, online, own, local_ranks,
         cores < online ? fmt::format(" (this rank is bound to {} of them)", cores) : std::string(), threads,
         threads == 1 ? "" : "s");
-  } else if (h.others_hold)
+  } else if (h.others_hold) {
+    // Workers that used under a twentieth of a core are neither shown nor
+    // advised against (imagenet's 4 FakeData workers beside a resnet step:
+    // "its worker processes 0.0 ... fewer workers").
+    const bool workers_busy = !workers_apart || h.children_cores >= 0.05;
     whose = fmt::format(
         "Other processes{} kept {:.1f} of the machine's {} CPUs busy, this process {:.1f}{}: measure again where the "
         "job has its cores to itself ({}no other jobs, taskset or the batch system's exclusive allocation).",
         no_workers || workers == r.run.config.end() || workers_apart ? ""
                                                                      : " (this run's DataLoader workers among them)",
         others, r.system.cores_online, own,
-        h.children_cores > 0 ? fmt::format(" and its worker processes {:.1f}", h.children_cores) : std::string(),
-        no_workers ? "" : "fewer workers or intra-op threads, ");
-  else if (const detail::SharedCores shared = detail::shared_cores(r, settled_breakdown(r)); shared.active)
+        workers_apart && workers_busy ? fmt::format(" and its worker processes {:.1f}", h.children_cores)
+                                      : std::string(),
+        no_workers     ? ""
+        : workers_busy ? "fewer workers or intra-op threads, "
+                       : "fewer intra-op threads, ");
+  } else if (const detail::SharedCores shared = detail::shared_cores(r, settled_breakdown(r)); shared.active)
     whose = fmt::format(
         "This process{} used {:.1f} of its {} CPUs, its {} {:.2f} ms of CPU per batch beside the step's own "
         "{:.2f} ms: the wait is the loader's doing (the advice and the what-if for the loader say what making it "

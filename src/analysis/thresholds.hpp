@@ -169,6 +169,11 @@ struct Thresholds {
   // jitter then judges each loop's own spread, and slow steps are read as
   // another loop's.
   double loops_apart_variance = 0.90;
+  // Steps of different amounts of work: the number of phase occurrences a
+  // step ran explains at least this share of the step time's variance
+  // (steps.calls_per_step). jitter and slow steps are then info and read as
+  // the work's.
+  double work_explains_variance = 0.75;
   // The first steps of later steps() loops (epoch starts) averaging at least
   // this multiple of the median step: something restarts with each loop
   // (a DataLoader's workers). Their extra time at or above

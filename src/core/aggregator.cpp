@@ -167,6 +167,7 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
     t.loop_first_ns = wall;
   }
   t.loop_steps.add(wall);
+  calls_and_wall_.add(t.step_calls, wall);
   // The step totals of the breakdown are the sums of the series points
   // (fill_report adds them up), so each step is added in one place only.
   StepPoint& point = open_point_;
@@ -361,6 +362,7 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
       }
       if (__builtin_expect(flags & (kRecordHoldsSteps | kRecordOuterStep), 0)) {
         outer_step(t, flags);
+        t.step_calls = 0;
       } else if (flags & kRecordIsStep) {
         if (warm)
           complete_warmup_step(t, *r, wall);
@@ -368,6 +370,7 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
           complete_unended_step(t, *r, wall);
         else
           complete_step(t, *r, wall, self);
+        t.step_calls = 0;
       } else {
         consume_other(t, thread, *r, wall, children, self, warm);
       }
@@ -383,6 +386,8 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
     }
     previous = const_cast<ThreadInfo::SlotCacheEntry*>(slot);  // always one of t.slot_cache
     t.step_kind_ns[slot->kind_slot] += self;
+    ++t.step_calls;
+    slot->aggregate->call_in(r->step);
     slot->aggregate->add(wall, children, self);
   }
 }
@@ -596,6 +601,7 @@ void Aggregator::fill_report(Report& report) const {
   if (within.loops >= 2 && within.dof > 0)
     s.within_loop_stddev_ms = std::sqrt(within.scatter_ns2 / static_cast<double>(within.dof)) * kNsToMs;
   s.between_steps_input_ms = static_cast<double>(gap_input_ns_) * kNsToMs;
+  s.calls_per_step = calls_per_step();
   s.slowest = slowest_of(slow_steps_);
   StepSeries& series = s.series;
   series = StepSeries{};
@@ -621,6 +627,38 @@ void Aggregator::fill_report(Report& report) const {
   s.host_breakdown.reset();
   fill_device_clock(report);
   report.total_records = records_;
+}
+
+std::optional<CallsPerStep> Aggregator::calls_per_step() const {
+  const CallsAndWall& c = calls_and_wall_;
+  if (c.n < 2) return std::nullopt;
+  CallsPerStep out;
+  out.min = static_cast<double>(c.min_calls);
+  out.max = static_cast<double>(c.max_calls);
+  out.mean = c.mean_calls;
+  if (c.m2_calls > 0 && c.m2_wall > 0) out.explained_variance = std::min(1.0, c.co * c.co / (c.m2_calls * c.m2_wall));
+  // The phase whose occurrences per step vary most, over the measured steps
+  // (one call site on one thread: sites of a phase are counted apart).
+  double widest = 0.01;  // a stddev of a tenth of an occurrence per step: rounding, not a phase that varies
+  for (std::size_t id = 0; id < phase_info_.size(); ++id) {
+    double calls = 0, squared = 0;
+    auto add = [&](const PhaseAggregate& a) {
+      calls += static_cast<double>(a.count());
+      squared += a.calls_squared_total();
+    };
+    for (const ThreadInfo& t : threads_)
+      if (t.live && id < t.phases.size()) add(t.phases[id][0]);
+    if (id < retired_[0].size()) add(retired_[0][id][0]);  // threads that ran steps and ended
+    const double mean = calls / c.n;
+    const double variance = squared / c.n - mean * mean;
+    if (calls > 0 && variance > widest) {
+      widest = variance;
+      out.phase = phase_info_[id].name;
+      out.phase_mean = mean;
+      out.phase_stddev = std::sqrt(variance);
+    }
+  }
+  return out;
 }
 
 void Aggregator::fill_phases(Report& report, double step_total_ms) const {

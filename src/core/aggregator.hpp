@@ -76,7 +76,24 @@ struct PhaseAggregate {
     return m;
   }
   std::uint64_t count() const noexcept { return leaf.count() + parent.count(); }
+  // Occurrences per measured step (an in-step aggregate, one thread's): the
+  // step being counted, its count so far, and the sum of the squares of the
+  // counts of the steps before it.
+  std::uint64_t calls_step = ~std::uint64_t{0}, calls = 0;
+  double calls_squared = 0;
+  void call_in(std::uint64_t step) noexcept {
+    if (__builtin_expect(step != calls_step, 0)) {
+      calls_squared += static_cast<double>(calls) * static_cast<double>(calls);
+      calls = 0;
+      calls_step = step;
+    }
+    ++calls;
+  }
+  double calls_squared_total() const noexcept {
+    return calls_squared + static_cast<double>(calls) * static_cast<double>(calls);
+  }
   void merge(const PhaseAggregate& other) {
+    calls_squared += other.calls_squared_total();  // other threads' steps, or the same thread's other sites
     leaf.merge(other.leaf);
     parent.merge(other.parent);
     parent_self.merge(other.parent_self);
@@ -160,6 +177,7 @@ class Aggregator {
     // (kRecordLoopEnd): the gap to its next step is between loops.
     bool loop_ended = false;
     RunningStats loop_steps;          // the measured steps of its current steps() loop
+    std::uint64_t step_calls = 0;     // phase occurrences in the measured step in progress
     std::uint64_t loop_first_ns = 0;  // that loop's first step, when it opened after another loop
     // [phase id][0: in step, 1: not in step]
     std::vector<std::array<PhaseAggregate, 2>> phases;
@@ -377,6 +395,26 @@ class Aggregator {
   // kept * ln(steps) times in all.
   std::vector<SlowStepEntry> slow_steps_;
   std::uint64_t slow_floor_ns_ = 0;
+  // Phase occurrences per measured step against the step's wall time: their
+  // moments and co-moment (Welford), and the fewest and most.
+  struct CallsAndWall {
+    double n = 0, mean_calls = 0, mean_wall = 0, m2_calls = 0, m2_wall = 0, co = 0;
+    std::uint64_t min_calls = ~std::uint64_t{0}, max_calls = 0;
+    void add(std::uint64_t calls, std::uint64_t wall_ns) noexcept {
+      const double x = static_cast<double>(calls), y = static_cast<double>(wall_ns);
+      n += 1;
+      const double dx = x - mean_calls, dy = y - mean_wall;
+      mean_calls += dx / n;
+      mean_wall += dy / n;
+      m2_calls += dx * (x - mean_calls);
+      m2_wall += dy * (y - mean_wall);
+      co += dx * (y - mean_wall);
+      min_calls = std::min(min_calls, calls);
+      max_calls = std::max(max_calls, calls);
+    }
+  };
+  CallsAndWall calls_and_wall_;
+  std::optional<CallsPerStep> calls_per_step() const;
 
   // Series: closed points + the point being filled.
   std::vector<StepPoint> series_;

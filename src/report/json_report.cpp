@@ -485,6 +485,13 @@ void fields(V& v, StepSeries& x) {
 }
 
 template <class V>
+void fields(V& v, CallsPerStep& x) {
+  STEPSCOPE_FIELDS(min, max, mean);
+  v.fraction("explained_variance", x.explained_variance);
+  STEPSCOPE_FIELDS(phase, phase_mean, phase_stddev);
+}
+
+template <class V>
 void fields(V& v, StepStats& x) {
   v.require("count");
   STEPSCOPE_FIELDS(count, warmup_excluded, wall_ms, warmup_wall_ms, unended_excluded, unended_wall_ms, outer_excluded,
@@ -497,6 +504,7 @@ void fields(V& v, StepStats& x) {
   STEPSCOPE_FIELDS(loop_first_ms, loop_first_max_ms, loop_first_compared, loop_first_compared_ms, loop_first_rest_ms,
                    slowest);
   if (v.keep(x.within_loop_stddev_ms.has_value())) v("within_loop_stddev_ms", x.within_loop_stddev_ms);
+  if (v.keep(x.calls_per_step.has_value())) v("calls_per_step", x.calls_per_step);
   v("clock", x.clock);  // "host" in reports that predate it
   if constexpr (V::reading) {
     if (x.slowest.size() > StepStats::kSlowestStepsKept) x.slowest.resize(StepStats::kSlowestStepsKept);

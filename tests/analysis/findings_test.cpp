@@ -212,6 +212,54 @@ TEST_CASE("findings: steps that vary between steps() loops and not inside them s
   CHECK(g->message.find("periodic work") != std::string::npos);
 }
 
+TEST_CASE("findings: steps whose work varies vary by design: jitter and slow steps say so, as info",
+          "[analysis][findings]") {
+  // pytorch/examples' reinforce, an episode per step: 12 to 503 phases
+  // ('forward' once per action), CV 96%: read "critical ... look for
+  // periodic work" and "Slow steps" as a warning.
+  Report r = steady();
+  r.steps.wall_ms.stddev = 0.96 * r.steps.wall_ms.mean;
+  r.steps.wall_ms.p99 = 6.8 * r.steps.wall_ms.p50;
+  r.steps.wall_ms.max = 7.4 * r.steps.wall_ms.p50;
+  CallsPerStep calls;
+  calls.min = 12;
+  calls.max = 503;
+  calls.mean = 180;
+  calls.explained_variance = 0.89;
+  calls.phase = "forward";
+  calls.phase_mean = 177;
+  calls.phase_stddev = 158.1;
+  r.steps.calls_per_step = calls;
+  const std::vector<Finding> work = find_issues(r);
+  const Finding* j = finding(work, "jitter");
+  REQUIRE(j != nullptr);
+  CHECK(j->severity == "info");
+  CHECK(j->message.find("varies with the work each step does: its steps ran 12 to 503 phases ('forward' 177.0 times "
+                        "per step, stddev 158.1), and that number explains 89% of the step time's variance") !=
+        std::string::npos);
+  CHECK(j->values.at("work_cv") == Approx(0.96 * std::sqrt(0.11)));
+  const Finding* o = finding(work, "step_outliers");
+  REQUIRE(o != nullptr);
+  CHECK(o->severity == "info");
+  CHECK(o->message.find("The slow steps are those that did the most work") != std::string::npos);
+  // Below the tier the work does not account for the spread: as before.
+  r.steps.calls_per_step->explained_variance = kThresholds.work_explains_variance - 0.05;
+  const std::vector<Finding> noise = find_issues(r);
+  j = finding(noise, "jitter");
+  REQUIRE(j != nullptr);
+  CHECK(j->severity == "critical");
+  CHECK(j->message.find("periodic work") != std::string::npos);
+  o = finding(noise, "step_outliers");
+  REQUIRE(o != nullptr);
+  CHECK(o->severity == "warning");
+  // The same number of phases every step explains nothing, whatever the fit says.
+  r.steps.calls_per_step->explained_variance = 0.99;
+  r.steps.calls_per_step->min = r.steps.calls_per_step->max = 180;
+  const std::vector<Finding> same = find_issues(r);
+  REQUIRE(finding(same, "jitter") != nullptr);
+  CHECK(finding(same, "jitter")->severity == "critical");
+}
+
 TEST_CASE("findings: jitter names the step phase that carries the spread", "[analysis][findings]") {
   // PyTorch's DDP tutorial on 2 cores: CV 78%, the all-reduce p50 0.67 and
   // p99 6.5 ms; the finding read only "look for periodic work or contention".
@@ -912,4 +960,19 @@ TEST_CASE("findings: the CPU-wait finding names DataLoader workers only where th
   f = finding(four, "cpu_contention");
   REQUIRE(f != nullptr);
   CHECK(f->message.find("this run's DataLoader workers among them") != std::string::npos);
+  // Workers counted apart that used a whole tenth of a core are named, and
+  // fewer of them is advice; idle ones are neither (imagenet's 4 FakeData
+  // workers beside a resnet step, busy: "its worker processes 0.0").
+  r.system.children_cpu_s = 0.1 * r.system.wall_s;
+  const std::vector<Finding> busy_workers = find_issues(r);
+  f = finding(busy_workers, "cpu_contention");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("and its worker processes 0.1") != std::string::npos);
+  CHECK(f->message.find("fewer workers or intra-op threads") != std::string::npos);
+  r.system.children_cpu_s = 0.01 * r.system.wall_s;
+  const std::vector<Finding> idle_workers = find_issues(r);
+  f = finding(idle_workers, "cpu_contention");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.find("worker") == std::string::npos);
+  CHECK(f->message.find("fewer intra-op threads") != std::string::npos);
 }

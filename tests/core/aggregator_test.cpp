@@ -758,6 +758,63 @@ TEST_CASE("the slowest steps are kept, bounded, with where their time went; loop
   for (std::size_t i = 1; i < slow.size(); ++i) CHECK(slow[i - 1].wall_ms >= slow[i].wall_ms);
 }
 
+TEST_CASE("steps that run different numbers of phases: how much of the step time's variance that number explains",
+          "[aggregator][calls]") {
+  Fixture f;
+  AggregatorOptions options;
+  options.warmup_steps = 0;
+  Aggregator agg(options, &f.clock);
+  const std::uint64_t us = 1000;
+  {
+    // The same phases every step: nothing varies, no phase is named.
+    const auto steady = agg.add_thread(1);
+    for (std::uint32_t i = 0; i < 10; ++i) push_step(agg, steady, i * 100 * us, i + 1);
+    agg.flush_pending();
+    Report r;
+    agg.fill_report(r);
+    REQUIRE(r.steps.calls_per_step);
+    CHECK(r.steps.calls_per_step->min == 3);  // forward, its matmul, data
+    CHECK(r.steps.calls_per_step->max == 3);
+    CHECK(r.steps.calls_per_step->explained_variance == 0);
+    CHECK(r.steps.calls_per_step->phase.empty());
+  }
+  // An episode per step (pytorch/examples' reinforce): 1, 11, 21, 31 or 41
+  // policy calls of 10 us, one 5 us fetch, 20 us of the step's own.
+  Aggregator episodes(options, &f.clock);
+  const auto t = episodes.add_thread(2);
+  std::uint64_t at = 0;
+  for (std::uint32_t i = 0; i < 50; ++i) {
+    const std::uint64_t start = at;
+    episodes.consume(t, rec(kData, at, at + 5 * us, i + 1, 1, true));
+    at += 5 * us;
+    for (std::uint32_t call = 0; call < 1 + (i % 5) * 10; ++call, at += 10 * us)
+      episodes.consume(t, rec(kForward, at, at + 10 * us, i + 1, 1, true));
+    at += 20 * us;
+    episodes.consume(t, rec(kStep, start, at, i + 1, 0, true));
+  }
+  episodes.retire_thread(t);  // a step thread that ended keeps its counts
+  episodes.flush_pending();
+  Report r;
+  episodes.fill_report(r);
+  REQUIRE(r.steps.count == 50);
+  REQUIRE(r.steps.calls_per_step);
+  const CallsPerStep& c = *r.steps.calls_per_step;
+  CHECK(c.min == 2);
+  CHECK(c.max == 42);
+  CHECK(c.mean == Approx(22));
+  CHECK(c.explained_variance == Approx(1).epsilon(1e-6));  // step time is linear in the calls
+  CHECK(c.phase == "forward");
+  CHECK(c.phase_mean == Approx(21));
+  CHECK(c.phase_stddev == Approx(std::sqrt(200.0)));  // of 1, 11, 21, 31, 41
+  Report back;
+  std::string error;
+  REQUIRE(report_from_json(report_to_json(r), back, error));
+  REQUIRE(back.steps.calls_per_step);
+  CHECK(back.steps.calls_per_step->phase == "forward");
+  CHECK(back.steps.calls_per_step->explained_variance == Approx(c.explained_variance));
+  CHECK(back.steps.calls_per_step->max == 42);
+}
+
 TEST_CASE("steps that differ between steps() loops and not inside them: the spread about each loop's mean",
           "[aggregator][loops]") {
   Fixture f;
