@@ -215,8 +215,8 @@ struct SlowStep {
 struct CallsPerStep {
   double min = 0, max = 0, mean = 0;  // occurrences per step
   double explained_variance = 0;      // squared correlation of that number with the step's time
-  std::string phase;                  // the phase whose occurrences per step vary most ("": none varies)
-  double phase_mean = 0, phase_stddev = 0;
+  std::string phase;                  // the phase that ran most often per step, where more than once ("": none)
+  double phase_mean = 0;              // its occurrences per step
 };
 
 struct StepStats {

@@ -139,9 +139,9 @@ void jitter_and_outliers(const Report& r, std::vector<Finding>& out) {
                 "its steps ran {:.0f} to {:.0f} phases{}, and that number explains {:.0f}% of the step time's "
                 "variance (coefficient of variation {:.0f}% over all steps, {:.0f}% about what the work predicts)",
                 calls->min, calls->max,
-                calls->phase.empty() ? std::string()
-                                     : fmt::format(" ('{}' {:.1f} times per step, stddev {:.1f})", calls->phase,
-                                                   calls->phase_mean, calls->phase_stddev),
+                calls->phase.empty()
+                    ? std::string()
+                    : fmt::format(", most of them '{}' ({:.1f} per step on average)", calls->phase, calls->phase_mean),
                 100 * calls->explained_variance, 100 * cv, 100 * work_cv)
           : std::string();
   const std::string loops_said =

@@ -155,7 +155,8 @@ Aggregator::StepGap Aggregator::gap_before(ThreadInfo& t, const PhaseRecord& r, 
 // A measured step: inline in consume()'s loop (one record in five in a
 // typical step); the rarer work is out of line.
 __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo& t, const PhaseRecord& r,
-                                                                     std::uint64_t wall, std::uint64_t self) {
+                                                                     std::uint64_t wall, std::uint64_t self,
+                                                                     std::uint64_t calls) {
   t.ran_steps = true;
   step_wall_.add(wall);
   const StepGap gap = gap_before(t, r, wall);
@@ -167,7 +168,7 @@ __attribute__((always_inline)) inline void Aggregator::complete_step(ThreadInfo&
     t.loop_first_ns = wall;
   }
   t.loop_steps.add(wall);
-  calls_and_wall_.add(t.step_calls, wall);
+  calls_and_wall_.add(calls, wall);
   // The step totals of the breakdown are the sums of the series points
   // (fill_report adds them up), so each step is added in one place only.
   StepPoint& point = open_point_;
@@ -330,6 +331,8 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
                                                   options_.warmup_steps, std::numeric_limits<std::int64_t>::max()));
   // The cache entry of the previous in-step record, whose guess is checked first.
   ThreadInfo::SlotCacheEntry* previous = &t.slot_cache[0];
+  // t.step_calls in a register: stores through the aggregates may alias t.
+  std::uint64_t step_calls = t.step_calls;
   for (const PhaseRecord *r = records, *end = records + count; r != end; ++r) {
     const std::uint64_t wall =
         scale.to_ns<kTickParts>(r->end_ticks > r->start_ticks ? r->end_ticks - r->start_ticks : 0);
@@ -362,15 +365,15 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
       }
       if (__builtin_expect(flags & (kRecordHoldsSteps | kRecordOuterStep), 0)) {
         outer_step(t, flags);
-        t.step_calls = 0;
+        step_calls = 0;
       } else if (flags & kRecordIsStep) {
         if (warm)
           complete_warmup_step(t, *r, wall);
         else if (flags & kRecordUnendedStep)
           complete_unended_step(t, *r, wall);
         else
-          complete_step(t, *r, wall, self);
-        t.step_calls = 0;
+          complete_step(t, *r, wall, self, step_calls);
+        step_calls = 0;
       } else {
         consume_other(t, thread, *r, wall, children, self, warm);
       }
@@ -386,10 +389,10 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
     }
     previous = const_cast<ThreadInfo::SlotCacheEntry*>(slot);  // always one of t.slot_cache
     t.step_kind_ns[slot->kind_slot] += self;
-    ++t.step_calls;
-    slot->aggregate->call_in(r->step);
+    ++step_calls;
     slot->aggregate->add(wall, children, self);
   }
+  t.step_calls = step_calls;
 }
 
 // The other phase records: warm-up ones, and those outside any step on their
@@ -635,27 +638,29 @@ std::optional<CallsPerStep> Aggregator::calls_per_step() const {
   CallsPerStep out;
   out.min = static_cast<double>(c.min_calls);
   out.max = static_cast<double>(c.max_calls);
-  out.mean = c.mean_calls;
-  if (c.m2_calls > 0 && c.m2_wall > 0) out.explained_variance = std::min(1.0, c.co * c.co / (c.m2_calls * c.m2_wall));
-  // The phase whose occurrences per step vary most, over the measured steps
-  // (one call site on one thread: sites of a phase are counted apart).
-  double widest = 0.01;  // a stddev of a tenth of an occurrence per step: rounding, not a phase that varies
+  const double n = static_cast<double>(c.n);
+  out.mean = static_cast<double>(c.sx) / n;
+  // n² times the variances and the covariance, exact in integers (signed:
+  // the covariance may be negative), then as doubles.
+  __extension__ using Signed = __int128;
+  const auto scaled = [&](Wide sum_ab, Wide sum_a, Wide sum_b) {
+    return static_cast<double>(static_cast<Signed>(c.n * sum_ab) - static_cast<Signed>(sum_a * sum_b));
+  };
+  const double m2_calls = scaled(c.sxx, c.sx, c.sx), m2_wall = scaled(c.syy, c.sy, c.sy);
+  const double co = scaled(c.sxy, c.sx, c.sy);
+  if (m2_calls > 0 && m2_wall > 0) out.explained_variance = std::clamp(co * co / (m2_calls * m2_wall), 0.0, 1.0);
+  // The phase that ran most often in the steps (per call site), where it
+  // ran more than once a step: where the steps' number of phases comes from.
+  double most = 1;
   for (std::size_t id = 0; id < phase_info_.size(); ++id) {
-    double calls = 0, squared = 0;
-    auto add = [&](const PhaseAggregate& a) {
-      calls += static_cast<double>(a.count());
-      squared += a.calls_squared_total();
-    };
+    double calls = 0;
     for (const ThreadInfo& t : threads_)
-      if (t.live && id < t.phases.size()) add(t.phases[id][0]);
-    if (id < retired_[0].size()) add(retired_[0][id][0]);  // threads that ran steps and ended
-    const double mean = calls / c.n;
-    const double variance = squared / c.n - mean * mean;
-    if (calls > 0 && variance > widest) {
-      widest = variance;
+      if (t.live && id < t.phases.size()) calls += static_cast<double>(t.phases[id][0].count());
+    if (id < retired_[0].size()) calls += static_cast<double>(retired_[0][id][0].count());  // ended step threads
+    if (calls / n > most) {
+      most = calls / n;
       out.phase = phase_info_[id].name;
-      out.phase_mean = mean;
-      out.phase_stddev = std::sqrt(variance);
+      out.phase_mean = most;
     }
   }
   return out;

@@ -76,24 +76,7 @@ struct PhaseAggregate {
     return m;
   }
   std::uint64_t count() const noexcept { return leaf.count() + parent.count(); }
-  // Occurrences per measured step (an in-step aggregate, one thread's): the
-  // step being counted, its count so far, and the sum of the squares of the
-  // counts of the steps before it.
-  std::uint64_t calls_step = ~std::uint64_t{0}, calls = 0;
-  double calls_squared = 0;
-  void call_in(std::uint64_t step) noexcept {
-    if (__builtin_expect(step != calls_step, 0)) {
-      calls_squared += static_cast<double>(calls) * static_cast<double>(calls);
-      calls = 0;
-      calls_step = step;
-    }
-    ++calls;
-  }
-  double calls_squared_total() const noexcept {
-    return calls_squared + static_cast<double>(calls) * static_cast<double>(calls);
-  }
   void merge(const PhaseAggregate& other) {
-    calls_squared += other.calls_squared_total();  // other threads' steps, or the same thread's other sites
     leaf.merge(other.leaf);
     parent.merge(other.parent);
     parent_self.merge(other.parent_self);
@@ -265,7 +248,8 @@ class Aggregator {
   void consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* records, std::size_t count);
   void consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord& r, std::uint64_t wall_ns,
                      std::uint64_t child_ns, std::uint64_t self_ns, bool warm);
-  void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns);
+  void complete_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns, std::uint64_t self_ns,
+                     std::uint64_t calls);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   void complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   void outer_step(ThreadInfo& t, unsigned flags);
@@ -395,20 +379,23 @@ class Aggregator {
   // kept * ln(steps) times in all.
   std::vector<SlowStepEntry> slow_steps_;
   std::uint64_t slow_floor_ns_ = 0;
-  // Phase occurrences per measured step against the step's wall time: their
-  // moments and co-moment (Welford), and the fewest and most.
+  // Phase occurrences per measured step against the step's wall time: exact
+  // integer sums of both, their squares and their product (128 bits where a
+  // product of nanoseconds needs them), so the path of every step has no
+  // conversion or division and the variance no cancellation; and the fewest
+  // and most occurrences.
+  __extension__ using Wide = unsigned __int128;
   struct CallsAndWall {
-    double n = 0, mean_calls = 0, mean_wall = 0, m2_calls = 0, m2_wall = 0, co = 0;
+    std::uint64_t n = 0, sx = 0, sy = 0, sxx = 0;
+    Wide syy = 0, sxy = 0;
     std::uint64_t min_calls = ~std::uint64_t{0}, max_calls = 0;
     void add(std::uint64_t calls, std::uint64_t wall_ns) noexcept {
-      const double x = static_cast<double>(calls), y = static_cast<double>(wall_ns);
-      n += 1;
-      const double dx = x - mean_calls, dy = y - mean_wall;
-      mean_calls += dx / n;
-      mean_wall += dy / n;
-      m2_calls += dx * (x - mean_calls);
-      m2_wall += dy * (y - mean_wall);
-      co += dx * (y - mean_wall);
+      ++n;
+      sx += calls;
+      sy += wall_ns;
+      sxx += calls * calls;
+      syy += static_cast<Wide>(wall_ns) * wall_ns;
+      sxy += static_cast<Wide>(calls) * wall_ns;
       min_calls = std::min(min_calls, calls);
       max_calls = std::max(max_calls, calls);
     }

@@ -488,7 +488,7 @@ template <class V>
 void fields(V& v, CallsPerStep& x) {
   STEPSCOPE_FIELDS(min, max, mean);
   v.fraction("explained_variance", x.explained_variance);
-  STEPSCOPE_FIELDS(phase, phase_mean, phase_stddev);
+  STEPSCOPE_FIELDS(phase, phase_mean);
 }
 
 template <class V>

@@ -766,7 +766,7 @@ TEST_CASE("steps that run different numbers of phases: how much of the step time
   Aggregator agg(options, &f.clock);
   const std::uint64_t us = 1000;
   {
-    // The same phases every step: nothing varies, no phase is named.
+    // The same phases every step, each once: nothing varies, no phase is named.
     const auto steady = agg.add_thread(1);
     for (std::uint32_t i = 0; i < 10; ++i) push_step(agg, steady, i * 100 * us, i + 1);
     agg.flush_pending();
@@ -804,8 +804,7 @@ TEST_CASE("steps that run different numbers of phases: how much of the step time
   CHECK(c.mean == Approx(22));
   CHECK(c.explained_variance == Approx(1).epsilon(1e-6));  // step time is linear in the calls
   CHECK(c.phase == "forward");
-  CHECK(c.phase_mean == Approx(21));
-  CHECK(c.phase_stddev == Approx(std::sqrt(200.0)));  // of 1, 11, 21, 31, 41
+  CHECK(c.phase_mean == Approx(21));  // 1, 11, 21, 31, 41
   Report back;
   std::string error;
   REQUIRE(report_from_json(report_to_json(r), back, error));
