@@ -340,6 +340,11 @@ struct SystemSignals {
   // (the job's own workers are not another job). <0: not measured.
   double children_cpu_s = -1;
   int child_processes = 0;  // live descendants seen at the last reading
+  // Of other_processes_cpu_s, the CPU time of this process's siblings: its
+  // parent's other children running the same program (mp.Process trainers,
+  // a launcher's ranks), the job's own. <0: not measured (no such parent).
+  double siblings_cpu_s = -1;
+  int sibling_processes = 0;  // live siblings seen at a reading
   // Per-step figures come from the steps they are per. The counters above
   // (wall_s to other_processes_cpu_s, runqueue_wait_s included) cover the
   // measured steps: read at the collector's first tick after the warm-up

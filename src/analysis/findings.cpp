@@ -621,7 +621,11 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
   std::string whose;
   // Reports before children_cpu_s counted worker processes as other processes.
   const bool workers_apart = r.system.children_cpu_s >= 0;
-  const int local_ranks = r.run.local_ranks;
+  // Processes of the same program its parent started beside it
+  // (pytorch/examples' mnist_hogwild: mp.Process trainers with no rank) are
+  // the job's as its ranks are.
+  const bool by_rank = r.run.local_ranks > 1;
+  const int local_ranks = by_rank ? r.run.local_ranks : r.system.sibling_processes + 1;
   // The job's other ranks on this host hold CPUs too (mpirun -np 2 of
   // PyTorch's C++ dist-mnist on 2 cores beside two busy loops read "other
   // processes kept 1.5 of the 2 CPUs busy"): their share is the job's to fix.
@@ -634,14 +638,22 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
   if (ranks_hold) {
     const int online = r.system.cores_online;
     const int threads = std::max(1, std::min(cores, online / local_ranks));
+    const char* unit = by_rank ? "rank" : "process";
+    const char* units = by_rank ? "ranks" : "processes";
     whose = fmt::format(
-        "Other processes, this job's {} other rank{} on this host among them, kept {:.1f} of the machine's {} CPUs "
-        "busy, this process {:.1f}: the job's {} ranks here share them{}. Give each rank at most {} intra-op "
-        "thread{} (torch.set_num_threads, OMP_NUM_THREADS) or run fewer ranks per host, and measure where no other "
+        "Other processes, this job's {} other {}{} on this host among them, kept {:.1f} of the machine's {} CPUs "
+        "busy{}, this process {:.1f}: the job's {} {} here share them{}. Give each {} at most {} intra-op "
+        "thread{} (torch.set_num_threads, OMP_NUM_THREADS) or run fewer {} per host, and measure where no other "
         "job shares the host.",
-        local_ranks - 1, local_ranks == 2 ? "" : "s", others, online, own, local_ranks,
-        cores < online ? fmt::format(" (this rank is bound to {} of them)", cores) : std::string(), threads,
-        threads == 1 ? "" : "s");
+        local_ranks - 1, local_ranks == 2 ? unit : units,
+        by_rank ? "" : " (the same program, started by the same parent)", others, online,
+        !by_rank && r.system.siblings_cpu_s >= 0 && r.system.wall_s > 0
+            ? fmt::format(" ({} {:.1f} of them)", local_ranks == 2 ? "that process" : "those processes",
+                          r.system.siblings_cpu_s / r.system.wall_s)
+            : std::string(),
+        own, local_ranks, units,
+        cores < online ? fmt::format(" (this {} is bound to {} of them)", unit, cores) : std::string(), unit, threads,
+        threads == 1 ? "" : "s", units);
   } else if (h.others_hold) {
     // Workers that used under a twentieth of a core are neither shown nor
     // advised against (imagenet's 4 FakeData workers beside a resnet step:

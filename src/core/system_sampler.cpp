@@ -56,11 +56,12 @@ bool stat_field(const char* buf, int n, unsigned long long& out) {
 }  // namespace
 
 SystemSampler::~SystemSampler() {
-  for (int fd : {statm_fd_, io_fd_, stat_fd_, loadavg_fd_, proc_stat_fd_, main_children_fd_})
+  for (int fd : {statm_fd_, io_fd_, stat_fd_, loadavg_fd_, proc_stat_fd_, main_children_fd_, parent_children_fd_})
     if (fd >= 0) ::close(fd);
-  for (const ChildFiles& c : children_)
-    for (int fd : {c.stat_fd, c.children_fd})
-      if (fd >= 0) ::close(fd);
+  for (const auto* list : {&children_, &siblings_})
+    for (const ChildFiles& c : *list)
+      for (int fd : {c.stat_fd, c.children_fd})
+        if (fd >= 0) ::close(fd);
   for (auto& t : threads_) {
     if (t.stat_fd >= 0) ::close(t.stat_fd);
     if (t.schedstat_fd >= 0) ::close(t.schedstat_fd);
@@ -96,7 +97,65 @@ SystemSampler::Totals SystemSampler::read_totals() const {
     t.blkio_s = static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
   read_machine(t);
   read_children(t);
+  read_siblings(t);
   return t;
+}
+
+// The parent's other children that run this program: the job's own
+// processes where no rank says so (pytorch/examples' mnist_hogwild: two
+// mp.Process trainers, each counted the other as "other processes"). Found
+// through the parent's main thread's children file at every reading (they
+// may start after this one); a program is told by /proc/<pid>/exe, read once
+// per pid. Bounded as the descendants.
+void SystemSampler::read_siblings(Totals& t) const {
+  if (parent_children_fd_ < 0) return;
+  char buf[1024];
+  const std::size_t n = read_fd(parent_children_fd_, buf, sizeof buf);
+  for (ChildFiles& c : siblings_) c.seen = false;
+  const long self = static_cast<long>(::getpid());
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (char* p = buf; n > 0;) {
+    char* end = nullptr;
+    const long pid = std::strtol(p, &end, 10);
+    if (end == p) break;
+    p = end;
+    if (pid == self || std::find(not_siblings_.begin(), not_siblings_.end(), pid) != not_siblings_.end()) continue;
+    auto it = std::find_if(siblings_.begin(), siblings_.end(), [pid](const ChildFiles& c) { return c.pid == pid; });
+    if (it == siblings_.end()) {
+      if (siblings_.size() >= siblings_.capacity() || not_siblings_.size() >= not_siblings_.capacity()) continue;
+      char path[64], target[512];
+      std::snprintf(path, sizeof path, "/proc/%ld/exe", pid);
+      const ssize_t len = ::readlink(path, target, sizeof target);
+      if (len <= 0 || static_cast<std::size_t>(len) != exe_.size() || exe_.compare(0, exe_.size(), target, len) != 0) {
+        not_siblings_.push_back(pid);
+        continue;
+      }
+      const int fd = open_proc("/proc/%ld/stat", pid);
+      if (fd < 0) continue;
+      siblings_.push_back(ChildFiles{pid, fd, -1, false, ~0ull, 0});
+      it = siblings_.end() - 1;
+    }
+    unsigned long long user = 0, system = 0;
+    char stat[1024];  // buf still holds the pids left to parse
+    if (read_fd(it->stat_fd, stat, sizeof stat) == 0 || !stat_field(stat, 14, user) || !stat_field(stat, 15, system))
+      continue;
+    it->seen = true;
+    if (it->first_ticks == ~0ull) it->first_ticks = user + system;
+    it->last_ticks = user + system;
+    t.siblings_s += static_cast<double>(user + system) / tick;
+    // A multiprocessing resource tracker, a launcher's idle helper: the same
+    // program, no work. Counted once it has used CPU while watched.
+    if (it->last_ticks > it->first_ticks) ++t.siblings;
+  }
+  for (std::size_t i = 0; i < siblings_.size();) {  // the ones gone since
+    if (siblings_[i].seen) {
+      ++i;
+      continue;
+    }
+    ::close(siblings_[i].stat_fd);
+    siblings_[i] = siblings_.back();
+    siblings_.pop_back();
+  }
 }
 
 // The descendants' CPU: the waited-for ones from RUSAGE_CHILDREN, the live
@@ -241,7 +300,16 @@ void SystemSampler::start(std::int64_t now_ns) {
   proc_stat_fd_ = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
   try {
     children_.reserve(kMaxChildren);
-  } catch (...) {  // out of memory: descendants' live CPU unread (RUSAGE_CHILDREN still)
+    siblings_.reserve(kMaxChildren);
+    not_siblings_.reserve(4 * kMaxChildren);
+    char exe[512];
+    const ssize_t len = ::readlink("/proc/self/exe", exe, sizeof exe);
+    const long parent = static_cast<long>(::getppid());  // none where that is init (pid 1): no launcher
+    if (len > 0 && static_cast<std::size_t>(len) < sizeof exe && parent > 1) {
+      exe_.assign(exe, static_cast<std::size_t>(len));
+      parent_children_fd_ = open_proc("/proc/%ld/task/%ld/children", parent);
+    }
+  } catch (...) {  // out of memory: descendants' live CPU unread (RUSAGE_CHILDREN still), siblings unread
   }
   start_ = read_totals();
   statm_fd_ = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
@@ -386,6 +454,13 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_
   if (a.machine_busy_s >= 0 && b.machine_busy_s >= a.machine_busy_s)
     out.other_processes_cpu_s = std::max(
         0.0, (b.machine_busy_s - a.machine_busy_s) * scale - (out.cpu_user_s + out.cpu_system_s) - out.children_cpu_s);
+  // A sibling first seen after the window opened counts from its start; one
+  // gone before the end is lost (a bound); never more than the others used.
+  if (parent_children_fd_ >= 0) {
+    out.siblings_cpu_s = std::max(0.0, b.siblings_s - a.siblings_s) * scale;
+    if (out.other_processes_cpu_s >= 0) out.siblings_cpu_s = std::min(out.siblings_cpu_s, out.other_processes_cpu_s);
+    out.sibling_processes = std::max(a.siblings, b.siblings);
+  }
   // Time on a CPU is measured when every step thread's schedstat could be read.
   const bool all_read = !threads_.empty() && std::all_of(threads_.begin(), threads_.end(),
                                                          [](const ThreadFile& t) { return t.schedstat_fd >= 0; });

@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace stepscope {
@@ -81,6 +82,10 @@ class SystemSampler {
     // This process's descendants: CPU time (live and waited-for) and how many live.
     double children_s = 0;
     int children = 0;
+    // Its siblings: the parent's other children running the same program
+    // (mp.Process / mp.spawn workers, a launcher's ranks): CPU time, how many.
+    double siblings_s = 0;
+    int siblings = 0;  // of them, those that used CPU since first seen (not an idle helper)
   };
   // A thread's schedstat: time on a CPU and time runnable but waiting for one (ns).
   struct Sched {
@@ -103,12 +108,14 @@ class SystemSampler {
   Totals read_totals() const;
   void read_machine(Totals& t) const;
   void read_children(Totals& t) const;
+  void read_siblings(Totals& t) const;
   // A live descendant's /proc files, open while it lives.
   struct ChildFiles {
     long pid;
     int stat_fd;
     int children_fd;
     bool seen;
+    unsigned long long first_ticks = 0, last_ticks = 0;  // CPU at the first and the last reading (siblings)
   };
   static constexpr std::size_t kMaxChildren = 64;
   static int open_proc(const char* format, long pid);
@@ -138,6 +145,12 @@ class SystemSampler {
   // The descendants' files (read_children, from read_totals() const): -2 not opened yet.
   mutable int main_children_fd_ = -2;
   mutable std::vector<ChildFiles> children_;
+  // The siblings' files as the descendants', and the parent's children that
+  // run another program (not read again).
+  std::string exe_;
+  mutable int parent_children_fd_ = -1;
+  mutable std::vector<ChildFiles> siblings_;
+  mutable std::vector<long> not_siblings_;
   std::uint64_t cost_ns_ = 0;
   double runqueue_wait_s_ = 0;
 };

@@ -533,6 +533,8 @@ void fields(V& v, SystemSignals& x) {
   v.fraction("other_processes_cpu_s", x.other_processes_cpu_s);
   v.fraction("children_cpu_s", x.children_cpu_s);
   v.integer("child_processes", x.child_processes, 0, 1 << 20);
+  v.fraction("siblings_cpu_s", x.siblings_cpu_s);
+  v.integer("sibling_processes", x.sibling_processes, 0, 1 << 20);
   STEPSCOPE_FIELDS(window_steps, run_wall_s, before_steps_wall_s, before_steps_cpu_system_s, before_steps_minor_faults);
   v.fraction("page_fault_us", x.page_fault_us);
 }

@@ -644,6 +644,18 @@ TEST_CASE("findings: a step that waited for a CPU under another verdict says its
   REQUIRE(mine != nullptr);
   CHECK(mine->message.find("this job's 1 other rank on this host among them") != std::string::npos);
   CHECK(mine->message.find("at most 1 intra-op thread (") != std::string::npos);
+  // No rank, but a process of the same program its parent started beside it
+  // (pytorch/examples' mnist_hogwild): the job's too.
+  Report siblings = with_wait(0.30, 1.4);
+  siblings.system.sibling_processes = 1;
+  siblings.system.siblings_cpu_s = 0.9 * siblings.system.wall_s;
+  const std::vector<Finding> hogwild = find_issues(siblings);
+  const Finding* sib = finding(hogwild, "cpu_contention");
+  REQUIRE(sib != nullptr);
+  CHECK(sib->message.find("this job's 1 other process (the same program, started by the same parent) on this host "
+                          "among them, kept 1.4 of the machine's 2 CPUs busy (that process 0.9 of them)") !=
+        std::string::npos);
+  CHECK(sib->message.find("Give each process at most 1 intra-op thread") != std::string::npos);
   // The other rank takes a quarter of the machine or more, the machine not
   // full (PyTorch's DDP tutorial, 2 ranks on 2 cores: this rank 0.6 of them,
   // the other 0.54): still the job's ranks, not "its own threads".

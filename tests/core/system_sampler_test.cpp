@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -320,4 +322,71 @@ TEST_CASE("system sampler: worker processes' CPU is the job's own, not another p
   CHECK(out.children_cpu_s < 1.0);
   CHECK(out.child_processes >= 2);  // the live one and its worker
   CHECK(out.cpu_user_s < 0.39);     // not this process's
+}
+
+TEST_CASE("system sampler: siblings that run the same program are told apart from other processes", "[core][system]") {
+  // pytorch/examples' mnist_hogwild: two mp.Process trainers, children of one
+  // parent, each read the other as "other processes". A forked parent here
+  // starts a sibling that spins 200 ms (the same program: forked), one that
+  // runs another (sleep), and the sampling process.
+  int ready[2], gate[2], result[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(gate) == 0);
+  REQUIRE(::pipe(result) == 0);
+  const pid_t parent = ::fork();
+  REQUIRE(parent >= 0);
+  if (parent == 0) {
+    ::close(gate[1]);  // the test's copy stays open until it has the figures
+    const pid_t same = ::fork();
+    if (same == 0) {
+      spin_cpu(200);
+      const char c = 1;
+      (void)!::write(ready[1], &c, 1);
+      wait_for_close(gate[0]);
+      ::_exit(0);
+    }
+    int exec_done[2];  // closed by the exec (O_CLOEXEC): until then the child is still this program
+    if (::pipe2(exec_done, O_CLOEXEC) != 0) ::_exit(1);
+    const pid_t other = ::fork();
+    if (other == 0) {
+      ::execl("/bin/sleep", "sleep", "5", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(exec_done[1]);
+    char byte = 0;
+    (void)!::read(exec_done[0], &byte, 1);
+    const pid_t sampling = ::fork();
+    if (sampling == 0) {
+      const std::vector<SystemSampler::ThreadSample> none;
+      SystemSampler s;
+      s.start(now_ns());
+      s.sample(none, {true, 0});  // the window opens
+      char c = 0;
+      (void)!::read(ready[0], &c, 1);  // the sibling has spun its 200 ms
+      s.sample(none, {true, 5});
+      s.end_window();
+      const stepscope::SystemSignals out = s.finish(now_ns(), 5);
+      const double figures[] = {static_cast<double>(out.sibling_processes), out.siblings_cpu_s,
+                                out.other_processes_cpu_s};
+      (void)!::write(result[1], figures, sizeof figures);
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(sampling, &status, 0);
+    ::kill(other, SIGKILL);
+    ::waitpid(same, &status, 0);
+    ::waitpid(other, &status, 0);
+    ::_exit(0);
+  }
+  ::close(result[1]);
+  double figures[3] = {-1, -1, -1};
+  const ssize_t got = ::read(result[0], figures, sizeof figures);
+  ::close(gate[1]);  // the sibling may end
+  int status = 0;
+  REQUIRE(::waitpid(parent, &status, 0) == parent);
+  REQUIRE(got == static_cast<ssize_t>(sizeof figures));
+  CHECK(figures[0] == 1);    // the spinning sibling; sleep is another program
+  CHECK(figures[1] >= 0.1);  // most of its 200 ms: it started spinning before the sampling did
+  CHECK(figures[1] < 1.0);
+  CHECK(figures[1] <= figures[2]);  // of the other processes' CPU
 }
