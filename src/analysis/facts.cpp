@@ -42,6 +42,26 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   return h;
 }
 
+InterpreterLock interpreter_lock(const Report& report) {
+  InterpreterLock lock;
+  const SystemSignals& s = report.system;
+  const auto frontend = report.run.build.find("frontend");
+  if (report.run.source != "live" || frontend == report.run.build.end() || frontend->second != "python" ||
+      !s.available || s.wall_s <= 0 || s.step_threads_on_cpu_s < 0 || report.steps.clock != "host")
+    return lock;
+  for (const PhaseSummary& p : report.phases)
+    if (p.thread_role == ThreadRole::step) lock.threads = std::max(lock.threads, static_cast<int>(p.threads));
+  const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
+  if (lock.threads < 2 || cores < 2) return lock;
+  const StepShares shares = step_shares(report);
+  const auto& t = kThresholds;
+  lock.on_cpu_cores = s.step_threads_on_cpu_s / s.wall_s;
+  lock.compute_cores = lock.threads * shares.kind[PhaseKind::compute];
+  lock.active = shares.cpu_wait < t.cpu_contention_finding && lock.on_cpu_cores <= t.interpreter_lock_cores &&
+                lock.compute_cores >= t.interpreter_lock_excess * lock.on_cpu_cores;
+  return lock;
+}
+
 double loader_phase_ms(const PhaseSummary& p, const Report& report) {
   if (p.thread_role != ThreadRole::background || p.kind != PhaseKind::input || p.count == 0) return 0;
   const double steps = static_cast<double>(std::max<std::uint64_t>(report.steps.count, 1));

@@ -89,6 +89,18 @@ struct CpuHolders {
   bool others_hold = false;
 };
 CpuHolders cpu_holders(const SystemSignals& s);
+// Python threads that each run steps take turns on the interpreter lock (the
+// GIL): together they ran on about one core while their compute phases held
+// more time than that and no CPU was lacking, so each one's wait for the lock
+// lands in whatever phase it waited in (two threads each training on its own
+// loader: a 2-3 ms sleep read as 6.6 ms of 'data', the run "io-bound").
+struct InterpreterLock {
+  bool active = false;
+  int threads = 0;           // step threads (the most threads a step phase ran on)
+  double on_cpu_cores = 0;   // the step threads together, time on a CPU over wall time
+  double compute_cores = 0;  // the time their compute phases held, in cores (threads x share of the step)
+};
+InterpreterLock interpreter_lock(const Report& report);
 // A background input phase's time per batch (one batch per step): its self
 // time, times occurrences per step, over the threads that ran it. 0 for any
 // other phase.

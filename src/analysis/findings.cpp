@@ -691,6 +691,25 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
                       {"cores", static_cast<double>(cores)}}));
 }
 
+// Python step threads taking turns on the interpreter lock (facts.hpp,
+// InterpreterLock): every number beside the verdict carries the wait.
+void interpreter_lock(const Report& r, std::vector<Finding>& out) {
+  const detail::InterpreterLock lock = detail::interpreter_lock(r);
+  if (!lock.active) return;
+  out.push_back(make(
+      "interpreter_lock", "warning",
+      fmt::format("{} Python threads ran steps side by side, together on {:.2f} CPUs while their compute phases held "
+                  "{:.2f} CPUs' worth of time and the machine had CPUs free: they take turns on the interpreter lock "
+                  "(the GIL), and each one's wait for it lands in whatever phase it waited in, so the phase times "
+                  "and the verdict carry it (its confidence is lowered to match). Run each loop in a process of its "
+                  "own (torch.multiprocessing), or keep the threads' work in code that releases the lock (torch "
+                  "operators do; Python loops do not).",
+                  lock.threads, lock.on_cpu_cores, lock.compute_cores),
+      {{"threads", static_cast<double>(lock.threads)},
+       {"on_cpu_cores", lock.on_cpu_cores},
+       {"compute_cores", lock.compute_cores}}));
+}
+
 // What the process paid before its measured steps (start-up, the warm-up
 // steps, lazy initialisation in the first step), reported as such: it is in
 // no per-step figure (system counters cover the measured steps only). Said
@@ -801,6 +820,7 @@ std::vector<Finding> find_issues(const Report& facts) {
   host_waits_for_device(facts, out);
   device_behind_host(facts, out);
   cpu_contention(facts, out);
+  interpreter_lock(facts, out);
   startup_cost(facts, out);
   unattributed(facts, out);
   return out;

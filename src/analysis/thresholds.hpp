@@ -147,6 +147,13 @@ struct Thresholds {
   // (PyTorch TensorBoard plugin flags GPU utilization below 50% as low.)
   double device_mostly_idle = 0.50;
 
+  // Python step threads taking turns on the interpreter lock: together on at
+  // most this many cores, while their compute phases held at least
+  // interpreter_lock_excess times the CPU time they got (and the step waited
+  // for a CPU under cpu_contention_finding: the cores were free).
+  double interpreter_lock_cores = 1.15;
+  double interpreter_lock_excess = 1.2;
+
   // ---- findings ----------------------------------------------------------
   // Memory growth: least-squares fit of RSS vs step over at least this many
   // points, with at least this R², and total growth over the run at least

@@ -648,6 +648,10 @@ void Classifier::decide(const Leader& lead, Verdict& v) const {
   const double sample =
       std::min(1.0, 0.7 + 0.3 * static_cast<double>(report_.steps.count) / static_cast<double>(t.steady_step_count));
   v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample * (1.0 - machine_wait_));
+  // Python step threads taking turns on the interpreter lock: of the time
+  // their compute phases held, only the CPU time they got was their work.
+  if (const detail::InterpreterLock lock = detail::interpreter_lock(report_); lock.active)
+    v.confidence *= clamp01(safe_div(lock.on_cpu_cores, lock.compute_cores));
   // Steps that cover only part of the loop describe only that part, and the
   // input phases between them (the breakdown's, as the next step's input).
   if (const auto& coverage = report_.steps.coverage; coverage && *coverage < t.steps_coverage_min) {

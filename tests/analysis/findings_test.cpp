@@ -987,3 +987,53 @@ TEST_CASE("findings: the CPU-wait finding names DataLoader workers only where th
   CHECK(f->message.find("worker") == std::string::npos);
   CHECK(f->message.find("fewer intra-op threads") != std::string::npos);
 }
+
+TEST_CASE(
+    "findings: Python step threads that take turns on the interpreter lock say so, and the verdict's "
+    "confidence falls",
+    "[analysis][findings]") {
+  // Two Python threads each training on their own loader (a 2-3 ms sleep,
+  // 10 ms of Python compute a step): together on 0.89 of 2 CPUs, their
+  // compute phases holding 1.27 CPUs' worth of time; 'data' read 6.6 ms and
+  // the run "highly io-bound (0.60)".
+  Shares s;
+  s.input = 0.36;
+  s.compute = 0.636;
+  s.unattributed = 0.004;
+  Report r = host_report(s, 115, 18.4);
+  on_two_cores(r, 0.95, 0.02);
+  r.run.source = "live";
+  r.run.build["frontend"] = "python";
+  r.system.step_threads_on_cpu_s = 0.89 * r.system.wall_s;
+  add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.36, 6.6).threads = 2;
+  add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.42, 7.7).threads = 2;
+  const Verdict unlocked = classify(r);
+  r.bottleneck = unlocked;
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "interpreter_lock");
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == "warning");
+  CHECK(f->message.find("2 Python threads ran steps side by side, together on 0.89 CPUs while their compute phases "
+                        "held 1.27 CPUs' worth of time") != std::string::npos);
+  CHECK(f->values.at("compute_cores") == Approx(2 * 0.636));
+  // The verdict keeps its answer with the confidence scaled by the CPU the
+  // compute phases got: the same report without the lock has the unscaled one.
+  Report cpp = r;
+  cpp.run.build.erase("frontend");  // C++ threads have no interpreter lock
+  const Verdict plain = classify(cpp);
+  CHECK_FALSE(has(find_issues(cpp), "interpreter_lock"));
+  CHECK(unlocked.category == plain.category);
+  CHECK(unlocked.confidence == Approx(plain.confidence * 0.89 / (2 * 0.636)));
+  // Threads whose work releases the lock (torch operators) ran on 1.7 CPUs: nothing to say.
+  Report released = r;
+  released.system.step_threads_on_cpu_s = 1.7 * released.system.wall_s;
+  CHECK_FALSE(has(find_issues(released), "interpreter_lock"));
+  // One step thread: no other Python thread of a step to take turns with.
+  Report one = r;
+  for (PhaseSummary& p : one.phases) p.threads = 1;
+  CHECK_FALSE(has(find_issues(one), "interpreter_lock"));
+  // A busy machine: the wait for a CPU is the machine's to explain (cpu_contention).
+  Report busy = r;
+  busy.system.runqueue_wait_s = 0.3 * busy.system.wall_s;
+  CHECK_FALSE(has(find_issues(busy), "interpreter_lock"));
+}
