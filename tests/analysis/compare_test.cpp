@@ -473,6 +473,18 @@ TEST_CASE("compare: a phase change too small to move the step is within noise (e
   CHECK_FALSE(tiny->significant);
   CHECK(std::string(delta_verdict(*tiny)) == "within_noise");
   CHECK(moved->significant);
+  // The same 0.005 ms a call, called 500 times a step (a policy once per
+  // action of an episode, pytorch/examples' reinforce): 2.5 ms a step.
+  for (Report* r : {&a, &b}) {
+    PhaseSummary& many = add_phase(*r, "many", PhaseKind::compute, ThreadRole::step, 0.1, r == &a ? 0.02 : 0.025);
+    many.count = 500 * r->steps.count;
+    many.host_ms = many.self_ms = dist(many.host_ms.mean, 0.05 * many.host_ms.mean, many.count);
+  }
+  const Comparison calls = compare_reports(a, b);
+  const Delta* many = phase(calls, "many");
+  REQUIRE(many != nullptr);
+  CHECK(many->significant);
+  CHECK(std::string(delta_verdict(*many)) == "slower");
 }
 
 TEST_CASE("compare: a run that did not end by itself is named, on either side", "[analysis][compare]") {
