@@ -757,11 +757,12 @@ std::string format_comparison(const Comparison& c) {
     out +=
         fmt::format("(step noise: {}", c.step.noise_method == "batch_means" ? "batch means over each run's step series"
                                                                             : "standard error of the step times");
-    out += fmt::format("; one run each: a step change below {:.1f}% of the base is within noise{})\n",
-                       100.0 * std::max(kThresholds.min_relative_change, c.step.drift),
-                       c.step.drift > kThresholds.min_relative_change
-                           ? fmt::format(", a run's own halves differ by {:.1f}%", 100.0 * c.step.drift)
-                           : std::string());
+    out += fmt::format(
+        "; one run each: a step change below {:.1f}% of the base or {:.2f} x its noise is within noise{})\n",
+        100.0 * std::max(kThresholds.min_relative_change, c.step.drift), c.step.noise_factor,
+        c.step.drift > kThresholds.min_relative_change
+            ? fmt::format(", a run's own halves differ by {:.1f}%", 100.0 * c.step.drift)
+            : std::string());
   }
   out += "\n";
   out += c.verdict_changed ? fmt::format("bottleneck: {} -> {}\n", c.base_verdict, c.new_verdict)
