@@ -101,7 +101,8 @@ SystemSampler::Totals SystemSampler::read_totals() const {
   return t;
 }
 
-// The parent's other children that run this program: the job's own
+// The parent's other children that run this program, in this process's
+// group: the job's own
 // processes where no rank says so (pytorch/examples' mnist_hogwild: two
 // mp.Process trainers, each counted the other as "other processes"). Found
 // through the parent's main thread's children file at every reading (they
@@ -109,6 +110,7 @@ SystemSampler::Totals SystemSampler::read_totals() const {
 // per pid. Bounded as the descendants.
 void SystemSampler::read_siblings(Totals& t) const {
   if (parent_children_fd_ < 0) return;
+  t.siblings_s = gone_siblings_s_;
   char buf[1024];
   const std::size_t n = read_fd(parent_children_fd_, buf, sizeof buf);
   for (ChildFiles& c : siblings_) c.seen = false;
@@ -130,7 +132,18 @@ void SystemSampler::read_siblings(Totals& t) const {
         not_siblings_.push_back(pid);
         continue;
       }
+      // And in this process's group: a launcher's workers and multiprocessing's
+      // children stay in it; a shell's separate jobs and a notebook server's
+      // kernels (each started in a session of its own) do not.
       const int fd = open_proc("/proc/%ld/stat", pid);
+      char stat[1024];
+      unsigned long long group = 0;
+      if (fd >= 0 && (read_fd(fd, stat, sizeof stat) == 0 || !stat_field(stat, 5, group) ||
+                      group != static_cast<unsigned long long>(::getpgrp()))) {
+        ::close(fd);
+        not_siblings_.push_back(pid);
+        continue;
+      }
       if (fd < 0) continue;
       siblings_.push_back(ChildFiles{pid, fd, -1, false, ~0ull, 0});
       it = siblings_.end() - 1;
@@ -147,11 +160,13 @@ void SystemSampler::read_siblings(Totals& t) const {
     // program, no work. Counted once it has used CPU while watched.
     if (it->last_ticks > it->first_ticks) ++t.siblings;
   }
-  for (std::size_t i = 0; i < siblings_.size();) {  // the ones gone since
+  for (std::size_t i = 0; i < siblings_.size();) {  // the ones gone since: their CPU as last read
     if (siblings_[i].seen) {
       ++i;
       continue;
     }
+    gone_siblings_s_ += static_cast<double>(siblings_[i].last_ticks) / tick;
+    t.siblings_s += static_cast<double>(siblings_[i].last_ticks) / tick;
     ::close(siblings_[i].stat_fd);
     siblings_[i] = siblings_.back();
     siblings_.pop_back();
@@ -455,7 +470,8 @@ SystemSignals SystemSampler::finish(std::int64_t now_ns, std::uint64_t measured_
     out.other_processes_cpu_s = std::max(
         0.0, (b.machine_busy_s - a.machine_busy_s) * scale - (out.cpu_user_s + out.cpu_system_s) - out.children_cpu_s);
   // A sibling first seen after the window opened counts from its start; one
-  // gone before the end is lost (a bound); never more than the others used.
+  // gone before the end, up to the last reading it was in (its time after
+  // that is lost: a bound); never more than the others used.
   if (parent_children_fd_ >= 0) {
     out.siblings_cpu_s = std::max(0.0, b.siblings_s - a.siblings_s) * scale;
     if (out.other_processes_cpu_s >= 0) out.siblings_cpu_s = std::min(out.siblings_cpu_s, out.other_processes_cpu_s);

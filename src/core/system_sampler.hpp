@@ -150,6 +150,7 @@ class SystemSampler {
   std::string exe_;
   mutable int parent_children_fd_ = -1;
   mutable std::vector<ChildFiles> siblings_;
+  mutable double gone_siblings_s_ = 0;  // the CPU of those gone, as last read
   mutable std::vector<long> not_siblings_;
   std::uint64_t cost_ns_ = 0;
   double runqueue_wait_s_ = 0;

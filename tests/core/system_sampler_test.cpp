@@ -4,6 +4,7 @@
 // step" and a page_fault_storm).
 #include "core/system_sampler.hpp"
 
+#include <algorithm>
 #include <stepscope/clock.hpp>
 #include <stepscope/ring.hpp>
 
@@ -327,10 +328,12 @@ TEST_CASE("system sampler: worker processes' CPU is the job's own, not another p
 TEST_CASE("system sampler: siblings that run the same program are told apart from other processes", "[core][system]") {
   // pytorch/examples' mnist_hogwild: two mp.Process trainers, children of one
   // parent, each read the other as "other processes". A forked parent here
-  // starts a sibling that spins 200 ms (the same program: forked), one that
-  // runs another (sleep), and the sampling process.
-  int ready[2], gate[2], result[2];
+  // starts two siblings that spin 200 ms (the same program: forked; one ends
+  // before the run does), one that runs another program (sleep), one in a
+  // session of its own, and the sampling process.
+  int ready[2], gate[2], result[2], leave[2];
   REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe2(leave, O_CLOEXEC) == 0);  // only the sampling process keeps its write end
   REQUIRE(::pipe(gate) == 0);
   REQUIRE(::pipe(result) == 0);
   const pid_t parent = ::fork();
@@ -339,7 +342,30 @@ TEST_CASE("system sampler: siblings that run the same program are told apart fro
     ::close(gate[1]);  // the test's copy stays open until it has the figures
     const pid_t same = ::fork();
     if (same == 0) {
+      ::close(leave[1]);
       spin_cpu(200);
+      const char c = 1;
+      (void)!::write(ready[1], &c, 1);
+      wait_for_close(gate[0]);
+      ::_exit(0);
+    }
+    const pid_t gone = ::fork();
+    if (gone == 0) {
+      ::close(leave[1]);
+      spin_cpu(200);
+      const char c = 1;
+      (void)!::write(ready[1], &c, 1);
+      wait_for_close(leave[0]);  // ends once the sampling has read it, before the run does
+      ::_exit(0);
+    }
+    ::close(leave[0]);
+    // The same program in a session of its own (a shell's separate job, a
+    // notebook server's kernel): not the job's.
+    const pid_t apart = ::fork();
+    if (apart == 0) {
+      ::close(leave[1]);
+      ::setsid();
+      spin_cpu(400);
       const char c = 1;
       (void)!::write(ready[1], &c, 1);
       wait_for_close(gate[0]);
@@ -361,32 +387,42 @@ TEST_CASE("system sampler: siblings that run the same program are told apart fro
       SystemSampler s;
       s.start(now_ns());
       s.sample(none, {true, 0});  // the window opens
-      char c = 0;
-      (void)!::read(ready[0], &c, 1);  // the sibling has spun its 200 ms
+      char c[3] = {};
+      for (ssize_t got = 0; got < 3;) got += std::max<ssize_t>(0, ::read(ready[0], c, 3 - got));  // all have spun
       s.sample(none, {true, 5});
+      ::close(leave[1]);
+      while (::kill(gone, 0) == 0) ::usleep(1000);  // ended and reaped by the parent
+      s.sample(none, {true, 6});
       s.end_window();
-      const stepscope::SystemSignals out = s.finish(now_ns(), 5);
+      const stepscope::SystemSignals out = s.finish(now_ns(), 6);
       const double figures[] = {static_cast<double>(out.sibling_processes), out.siblings_cpu_s,
                                 out.other_processes_cpu_s};
       (void)!::write(result[1], figures, sizeof figures);
       ::_exit(0);
     }
+    ::close(leave[1]);
     int status = 0;
+    ::waitpid(gone, &status, 0);
     ::waitpid(sampling, &status, 0);
     ::kill(other, SIGKILL);
     ::waitpid(same, &status, 0);
+    ::waitpid(apart, &status, 0);
     ::waitpid(other, &status, 0);
     ::_exit(0);
   }
   ::close(result[1]);
+  ::close(leave[0]);
+  ::close(leave[1]);
   double figures[3] = {-1, -1, -1};
   const ssize_t got = ::read(result[0], figures, sizeof figures);
   ::close(gate[1]);  // the sibling may end
   int status = 0;
   REQUIRE(::waitpid(parent, &status, 0) == parent);
   REQUIRE(got == static_cast<ssize_t>(sizeof figures));
-  CHECK(figures[0] == 1);    // the spinning sibling; sleep is another program
-  CHECK(figures[1] >= 0.1);  // most of its 200 ms: it started spinning before the sampling did
-  CHECK(figures[1] < 1.0);
+  // The two spinning siblings: sleep is another program, the one in another session not the job's.
+  CHECK(figures[0] >= 1);
+  CHECK(figures[0] <= 2);
+  CHECK(figures[1] >= 0.25);        // most of their 2 x 200 ms (they started before the sampling), the ended one's kept
+  CHECK(figures[1] < 0.55);         // not the other session's 400 ms too
   CHECK(figures[1] <= figures[2]);  // of the other processes' CPU
 }
