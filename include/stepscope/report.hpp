@@ -344,7 +344,7 @@ struct SystemSignals {
   // parent's other children running the same program (mp.Process trainers,
   // a launcher's ranks), the job's own. <0: not measured (no such parent).
   double siblings_cpu_s = -1;
-  int sibling_processes = 0;  // live siblings seen at a reading
+  int sibling_processes = 0;  // the most siblings seen using CPU at a reading (an idle helper is not one)
   // Per-step figures come from the steps they are per. The counters above
   // (wall_s to other_processes_cpu_s, runqueue_wait_s included) cover the
   // measured steps: read at the collector's first tick after the warm-up

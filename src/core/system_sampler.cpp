@@ -53,6 +53,28 @@ bool stat_field(const char* buf, int n, unsigned long long& out) {
   return end != p;
 }
 
+// Appends the pids of a children file's text (read_fd's) to pids, up to max.
+std::size_t parse_pids(char* buf, std::size_t n, long* pids, std::size_t found, std::size_t max) {
+  for (char* p = buf; n > 0 && found < max;) {
+    char* end = nullptr;
+    const long pid = std::strtol(p, &end, 10);
+    if (end == p) break;
+    pids[found++] = pid;
+    p = end;
+  }
+  return found;
+}
+
+// A process's user + system CPU time in clock ticks, from its open stat file.
+bool cpu_ticks(int stat_fd, unsigned long long& ticks) {
+  char buf[1024];
+  unsigned long long user = 0, system = 0;
+  if (read_fd(stat_fd, buf, sizeof buf) == 0 || !stat_field(buf, 14, user) || !stat_field(buf, 15, system))
+    return false;
+  ticks = user + system;
+  return true;
+}
+
 }  // namespace
 
 SystemSampler::~SystemSampler() {
@@ -112,15 +134,13 @@ void SystemSampler::read_siblings(Totals& t) const {
   if (parent_children_fd_ < 0) return;
   t.siblings_s = gone_siblings_s_;
   char buf[1024];
-  const std::size_t n = read_fd(parent_children_fd_, buf, sizeof buf);
+  long pids[kMaxChildren];
+  const std::size_t found = parse_pids(buf, read_fd(parent_children_fd_, buf, sizeof buf), pids, 0, kMaxChildren);
   for (ChildFiles& c : siblings_) c.seen = false;
   const long self = static_cast<long>(::getpid());
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  for (char* p = buf; n > 0;) {
-    char* end = nullptr;
-    const long pid = std::strtol(p, &end, 10);
-    if (end == p) break;
-    p = end;
+  for (std::size_t i = 0; i < found; ++i) {
+    const long pid = pids[i];
     if (pid == self || std::find(not_siblings_.begin(), not_siblings_.end(), pid) != not_siblings_.end()) continue;
     auto it = std::find_if(siblings_.begin(), siblings_.end(), [pid](const ChildFiles& c) { return c.pid == pid; });
     if (it == siblings_.end()) {
@@ -128,49 +148,37 @@ void SystemSampler::read_siblings(Totals& t) const {
       char path[64], target[512];
       std::snprintf(path, sizeof path, "/proc/%ld/exe", pid);
       const ssize_t len = ::readlink(path, target, sizeof target);
-      if (len <= 0 || static_cast<std::size_t>(len) != exe_.size() || exe_.compare(0, exe_.size(), target, len) != 0) {
-        not_siblings_.push_back(pid);
-        continue;
-      }
       // And in this process's group: a launcher's workers and multiprocessing's
       // children stay in it; a shell's separate jobs and a notebook server's
       // kernels (each started in a session of its own) do not.
       const int fd = open_proc("/proc/%ld/stat", pid);
-      char stat[1024];
       unsigned long long group = 0;
-      if (fd >= 0 && (read_fd(fd, stat, sizeof stat) == 0 || !stat_field(stat, 5, group) ||
-                      group != static_cast<unsigned long long>(::getpgrp()))) {
-        ::close(fd);
+      const bool same = len > 0 && static_cast<std::size_t>(len) == exe_.size() &&
+                        exe_.compare(0, exe_.size(), target, static_cast<std::size_t>(len)) == 0 &&
+                        read_fd(fd, buf, sizeof buf) > 0 && stat_field(buf, 5, group) &&
+                        group == static_cast<unsigned long long>(::getpgrp());
+      if (!same) {
+        if (fd >= 0) ::close(fd);
         not_siblings_.push_back(pid);
         continue;
       }
-      if (fd < 0) continue;
       siblings_.push_back(ChildFiles{pid, fd, -1, false, ~0ull, 0});
       it = siblings_.end() - 1;
     }
-    unsigned long long user = 0, system = 0;
-    char stat[1024];  // buf still holds the pids left to parse
-    if (read_fd(it->stat_fd, stat, sizeof stat) == 0 || !stat_field(stat, 14, user) || !stat_field(stat, 15, system))
-      continue;
+    unsigned long long ticks = 0;
+    if (!cpu_ticks(it->stat_fd, ticks)) continue;
     it->seen = true;
-    if (it->first_ticks == ~0ull) it->first_ticks = user + system;
-    it->last_ticks = user + system;
-    t.siblings_s += static_cast<double>(user + system) / tick;
+    if (it->first_ticks == ~0ull) it->first_ticks = ticks;
+    it->last_ticks = ticks;
+    t.siblings_s += static_cast<double>(ticks) / tick;
     // A multiprocessing resource tracker, a launcher's idle helper: the same
     // program, no work. Counted once it has used CPU while watched.
     if (it->last_ticks > it->first_ticks) ++t.siblings;
   }
-  for (std::size_t i = 0; i < siblings_.size();) {  // the ones gone since: their CPU as last read
-    if (siblings_[i].seen) {
-      ++i;
-      continue;
-    }
-    gone_siblings_s_ += static_cast<double>(siblings_[i].last_ticks) / tick;
-    t.siblings_s += static_cast<double>(siblings_[i].last_ticks) / tick;
-    ::close(siblings_[i].stat_fd);
-    siblings_[i] = siblings_.back();
-    siblings_.pop_back();
-  }
+  drop_unseen(siblings_, [&](const ChildFiles& gone) {  // its CPU as last read stays counted
+    gone_siblings_s_ += static_cast<double>(gone.last_ticks) / tick;
+    t.siblings_s += static_cast<double>(gone.last_ticks) / tick;
+  });
 }
 
 // The descendants' CPU: the waited-for ones from RUSAGE_CHILDREN, the live
@@ -189,15 +197,7 @@ void SystemSampler::read_children(Totals& t) const {
   long pids[kMaxChildren];
   std::size_t found = 0;
   char buf[1024];
-  const auto parse = [&](std::size_t n) {
-    for (char* p = buf; n > 0 && found < kMaxChildren;) {
-      char* end = nullptr;
-      const long child = std::strtol(p, &end, 10);
-      if (end == p) break;
-      pids[found++] = child;
-      p = end;
-    }
-  };
+  const auto parse = [&](std::size_t n) { found = parse_pids(buf, n, pids, found, kMaxChildren); };
   const long self = static_cast<long>(::getpid());
   if (main_children_fd_ == -2) main_children_fd_ = open_proc("/proc/%ld/task/%ld/children", self);
   parse(read_fd(main_children_fd_, buf, sizeof buf));
@@ -217,25 +217,31 @@ void SystemSampler::read_children(Totals& t) const {
     for (; next < level_end; ++next) {
       ChildFiles* c = child_files(pids[next]);
       if (c == nullptr) continue;
-      unsigned long long user = 0, system = 0;
-      if (read_fd(c->stat_fd, buf, sizeof buf) == 0 || !stat_field(buf, 14, user) || !stat_field(buf, 15, system))
-        continue;
+      unsigned long long ticks = 0;
+      if (!cpu_ticks(c->stat_fd, ticks)) continue;
       c->seen = true;
-      t.children_s += static_cast<double>(user + system) / tick;
+      t.children_s += static_cast<double>(ticks) / tick;
       ++t.children;
       parse(read_fd(c->children_fd, buf, sizeof buf));
     }
   }
-  // The ones gone since (waited for: in RUSAGE_CHILDREN from now on).
-  for (std::size_t i = 0; i < children_.size();) {
-    if (children_[i].seen) {
+  drop_unseen(children_, [](const ChildFiles&) {});  // waited for: in RUSAGE_CHILDREN from now on
+}
+
+// Closes the files of the processes the last reading did not see (gone) and
+// forgets them, after `gone` had its look.
+template <class Gone>
+void SystemSampler::drop_unseen(std::vector<ChildFiles>& list, Gone&& gone) {
+  for (std::size_t i = 0; i < list.size();) {
+    if (list[i].seen) {
       ++i;
       continue;
     }
-    for (int fd : {children_[i].stat_fd, children_[i].children_fd})
+    gone(list[i]);
+    for (int fd : {list[i].stat_fd, list[i].children_fd})
       if (fd >= 0) ::close(fd);
-    children_[i] = children_.back();
-    children_.pop_back();
+    list[i] = list.back();
+    list.pop_back();
   }
 }
 

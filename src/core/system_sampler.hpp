@@ -120,6 +120,8 @@ class SystemSampler {
   static constexpr std::size_t kMaxChildren = 64;
   static int open_proc(const char* format, long pid);
   ChildFiles* child_files(long pid) const;
+  template <class Gone>
+  static void drop_unseen(std::vector<ChildFiles>& list, Gone&& gone);
   // Now, never below the last reading (the last reading when unreadable: the thread exited).
   Sched sched(const ThreadFile& t) const;
   void mark_window(Mark& mark, std::int64_t now_ns, std::uint64_t measured, bool opening);

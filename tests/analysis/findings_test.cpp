@@ -46,6 +46,13 @@ Report with_spread(Report r, double cv, double within_cv) {
   return r;
 }
 
+// The message of `kind` in r's findings; "" where there is none.
+std::string message_of(const Report& r, const std::string& kind) {
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, kind);
+  return f != nullptr ? f->message : std::string();
+}
+
 Report steady() {
   Shares s;
   s.compute = 0.9;
@@ -632,44 +639,32 @@ TEST_CASE("findings: a step that waited for a CPU under another verdict says its
   CHECK(f->message.find("the compute verdict stands") != std::string::npos);
   CHECK(f->message.find("Other processes") != std::string::npos);
   // Its own threads: the other advice.
-  const std::vector<Finding> own_threads = find_issues(with_wait(0.30, 0.2));
-  const Finding* own = finding(own_threads, "cpu_contention");
-  REQUIRE(own != nullptr);
-  CHECK(own->message.find("keep threads <= cores") != std::string::npos);
+  CHECK(message_of(with_wait(0.30, 0.2), "cpu_contention").find("keep threads <= cores") != std::string::npos);
   // The job's other rank on this host among those processes: the remedy is the job's.
   Report ranks = with_wait(0.30, 1.4);
   ranks.run.local_ranks = 2;
-  const std::vector<Finding> job = find_issues(ranks);
-  const Finding* mine = finding(job, "cpu_contention");
-  REQUIRE(mine != nullptr);
-  CHECK(mine->message.find("this job's 1 other rank on this host among them") != std::string::npos);
-  CHECK(mine->message.find("at most 1 intra-op thread (") != std::string::npos);
+  const std::string mine = message_of(ranks, "cpu_contention");
+  CHECK(mine.find("this job's 1 other rank on this host among them") != std::string::npos);
+  CHECK(mine.find("at most 1 intra-op thread (") != std::string::npos);
   // No rank, but a process of the same program its parent started beside it
   // (pytorch/examples' mnist_hogwild): the job's too.
   Report siblings = with_wait(0.30, 1.4);
   siblings.system.sibling_processes = 1;
   siblings.system.siblings_cpu_s = 0.9 * siblings.system.wall_s;
-  const std::vector<Finding> hogwild = find_issues(siblings);
-  const Finding* sib = finding(hogwild, "cpu_contention");
-  REQUIRE(sib != nullptr);
-  CHECK(sib->message.find("this job's 1 other process (the same program, started by the same parent) on this host "
-                          "among them, kept 1.4 of the machine's 2 CPUs busy (that process 0.9 of them)") !=
-        std::string::npos);
-  CHECK(sib->message.find("Give each process at most 1 intra-op thread") != std::string::npos);
+  const std::string sib = message_of(siblings, "cpu_contention");
+  CHECK(sib.find("this job's 1 other process (the same program, started by the same parent) on this host among "
+                 "them, kept 1.4 of the machine's 2 CPUs busy (that process 0.9 of them)") != std::string::npos);
+  CHECK(sib.find("Give each process at most 1 intra-op thread") != std::string::npos);
   // The other rank takes a quarter of the machine or more, the machine not
   // full (PyTorch's DDP tutorial, 2 ranks on 2 cores: this rank 0.6 of them,
   // the other 0.54): still the job's ranks, not "its own threads".
   Report partly = with_wait(0.30, 0.54);
   partly.run.local_ranks = 2;
-  const std::vector<Finding> bursts = find_issues(partly);
-  const Finding* shared = finding(bursts, "cpu_contention");
-  REQUIRE(shared != nullptr);
-  CHECK(shared->message.find("this job's 1 other rank on this host among them") != std::string::npos);
-  CHECK(shared->message.find("keep threads <= cores") == std::string::npos);
+  const std::string shared = message_of(partly, "cpu_contention");
+  CHECK(shared.find("this job's 1 other rank on this host among them") != std::string::npos);
+  CHECK(shared.find("keep threads <= cores") == std::string::npos);
   partly.run.local_ranks = 0;  // unknown ranks: the process's own threads, as before
-  const std::vector<Finding> unknown = find_issues(partly);
-  REQUIRE(finding(unknown, "cpu_contention") != nullptr);
-  CHECK(finding(unknown, "cpu_contention")->message.find("keep threads <= cores") != std::string::npos);
+  CHECK(message_of(partly, "cpu_contention").find("keep threads <= cores") != std::string::npos);
   // Below the tier, nothing.
   CHECK_FALSE(has(find_issues(with_wait(kThresholds.cpu_contention_finding - 0.02, 1.4)), "cpu_contention"));
   // However long the wait for CPUs other processes hold, the verdict stays
@@ -975,17 +970,14 @@ TEST_CASE("findings: the CPU-wait finding names DataLoader workers only where th
   // fewer of them is advice; idle ones are neither (imagenet's 4 FakeData
   // workers beside a resnet step, busy: "its worker processes 0.0").
   r.system.children_cpu_s = 0.1 * r.system.wall_s;
-  const std::vector<Finding> busy_workers = find_issues(r);
-  f = finding(busy_workers, "cpu_contention");
-  REQUIRE(f != nullptr);
-  CHECK(f->message.find("and its worker processes 0.1") != std::string::npos);
-  CHECK(f->message.find("fewer workers or intra-op threads") != std::string::npos);
+  const std::string busy_workers = message_of(r, "cpu_contention");
+  CHECK(busy_workers.find("and its worker processes 0.1") != std::string::npos);
+  CHECK(busy_workers.find("fewer workers or intra-op threads") != std::string::npos);
   r.system.children_cpu_s = 0.01 * r.system.wall_s;
-  const std::vector<Finding> idle_workers = find_issues(r);
-  f = finding(idle_workers, "cpu_contention");
-  REQUIRE(f != nullptr);
-  CHECK(f->message.find("worker") == std::string::npos);
-  CHECK(f->message.find("fewer intra-op threads") != std::string::npos);
+  const std::string idle_workers = message_of(r, "cpu_contention");
+  REQUIRE_FALSE(idle_workers.empty());
+  CHECK(idle_workers.find("worker") == std::string::npos);
+  CHECK(idle_workers.find("fewer intra-op threads") != std::string::npos);
 }
 
 TEST_CASE(

@@ -340,37 +340,24 @@ TEST_CASE("system sampler: siblings that run the same program are told apart fro
   REQUIRE(parent >= 0);
   if (parent == 0) {
     ::close(gate[1]);  // the test's copy stays open until it has the figures
-    const pid_t same = ::fork();
-    if (same == 0) {
+    // A child that spins, says so, and ends once `until` is closed.
+    const auto spinner = [&](int ms, bool own_session, int until) {
+      const pid_t pid = ::fork();
+      if (pid != 0) return pid;
       ::close(leave[1]);
-      spin_cpu(200);
+      if (own_session) ::setsid();
+      spin_cpu(ms);
       const char c = 1;
       (void)!::write(ready[1], &c, 1);
-      wait_for_close(gate[0]);
+      wait_for_close(until);
       ::_exit(0);
-    }
-    const pid_t gone = ::fork();
-    if (gone == 0) {
-      ::close(leave[1]);
-      spin_cpu(200);
-      const char c = 1;
-      (void)!::write(ready[1], &c, 1);
-      wait_for_close(leave[0]);  // ends once the sampling has read it, before the run does
-      ::_exit(0);
-    }
+    };
+    const pid_t same = spinner(200, false, gate[0]);
+    const pid_t gone = spinner(200, false, leave[0]);  // ends once the sampling has read it, before the run does
     ::close(leave[0]);
     // The same program in a session of its own (a shell's separate job, a
     // notebook server's kernel): not the job's.
-    const pid_t apart = ::fork();
-    if (apart == 0) {
-      ::close(leave[1]);
-      ::setsid();
-      spin_cpu(400);
-      const char c = 1;
-      (void)!::write(ready[1], &c, 1);
-      wait_for_close(gate[0]);
-      ::_exit(0);
-    }
+    const pid_t apart = spinner(400, true, gate[0]);
     int exec_done[2];  // closed by the exec (O_CLOEXEC): until then the child is still this program
     if (::pipe2(exec_done, O_CLOEXEC) != 0) ::_exit(1);
     const pid_t other = ::fork();
