@@ -176,6 +176,9 @@ struct Thresholds {
   // jitter then judges each loop's own spread, and slow steps are read as
   // another loop's.
   double loops_apart_variance = 0.90;
+  // jitter alone judges a loop's own spread from this share on (more of the
+  // variance between loops than within them).
+  double loops_differ_variance = 0.50;
   // Steps of different amounts of work: the number of phase occurrences a
   // step ran explains at least this share of the step time's variance
   // (steps.calls_per_step). jitter and slow steps are then info and read as

@@ -210,6 +210,22 @@ TEST_CASE("findings: steps that vary between steps() loops and not inside them s
   CHECK(m->message.find("varies within its steps() loops, and more between them") != std::string::npos);
   CHECK(m->message.find("88% over all steps, 12% about each loop's own mean (98% of the variance is between loops)") !=
         std::string::npos);
+  // More of the variance between loops than within, the loops' own spread
+  // over the jitter tier (minGPT-ddp's trainer with its test loader through
+  // the same steps() loop, 2 ranks on 2 cores: 23% over all steps, 14%
+  // within a loop): the loop's own spread is judged and said apart.
+  const std::vector<Finding> ddp = find_issues(with_spread(r, 0.23, 0.14));
+  const Finding* d = finding(ddp, "jitter");
+  REQUIRE(d != nullptr);
+  CHECK(d->severity == "warning");
+  CHECK(d->message.find("23% over all steps, 14% about each loop's own mean (63% of the variance is between loops)") !=
+        std::string::npos);
+  // The same at 30% within a loop: critical on the loop's own spread.
+  const std::vector<Finding> wide = find_issues(with_spread(r, 0.46, 0.30));
+  const Finding* c = finding(wide, "jitter");
+  REQUIRE(c != nullptr);
+  CHECK(c->severity == "critical");
+  CHECK(c->message.find("30% about each loop's own mean") != std::string::npos);
   // Steps that vary inside their loops too: the finding as before.
   r.steps.within_loop_stddev_ms = 0.20 * r.steps.wall_ms.mean;
   const std::vector<Finding> inside = find_issues(r);
