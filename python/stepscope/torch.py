@@ -104,9 +104,16 @@ def _record_loader_config(loader):
     _stepscope.set_config("prefetch_factor", int(prefetch) if prefetch is not None else 2)
 
 
+def _record_threads():
+    # torch's intra-op threads: a knob `stepscope diff` names, and what the
+    # cpu_contention finding weighs against the cores (ranks x threads).
+    _stepscope.set_config("intra_op_threads", int(_torch.get_num_threads()))
+
+
 def steps(loader):
     """``for batch in stepscope.torch.steps(loader):`` — see the module's help."""
     _record_loader_config(loader)
+    _record_threads()
     _stepscope._record_process_group()
     _gather_at_group_end()
     return _core.StepIterator(loader)
@@ -257,6 +264,7 @@ def instrument(model, optimizer=None, submodules=False):
             + type(optimizer).__name__
         )
     _stepscope._record_process_group()  # a DDP model: init_process_group ran before it was wrapped
+    _record_threads()
     handle = _Instrumentation()
     forward = _stepscope.phase("forward")
     # A forward with gradients off (torch.no_grad, inference_mode): an

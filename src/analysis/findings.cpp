@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <string>
@@ -646,20 +647,40 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
     const int threads = std::max(1, std::min(cores, online / local_ranks));
     const char* unit = by_rank ? "rank" : "process";
     const char* units = by_rank ? "ranks" : "processes";
+    // The other ranks' own CPU, where they are this process's siblings
+    // (torchrun's agent, mpirun and mp.spawn start them all).
+    const bool siblings_known = r.system.sibling_processes > 0 && r.system.siblings_cpu_s >= 0 && r.system.wall_s > 0;
+    // Ranks whose intra-op threads together fit the host
+    // (stepscope.torch records torch.get_num_threads()): the wait is the other
+    // processes' load, not the job's (pytorch/examples' minGPT-ddp, 2 ranks
+    // of 1 thread on 2 cores beside two busy loops, read "Give each rank at
+    // most 1 intra-op thread" of ranks that had one each).
+    const auto intra = r.run.config.find("intra_op_threads");
+    const double intra_threads = intra != r.run.config.end() ? std::atof(intra->second.c_str()) : 0;
+    const bool job_fits = intra_threads >= 1 && local_ranks * intra_threads <= online;
+    const std::string remedy =
+        job_fits ? fmt::format(
+                       ": the job's {} {} of {:.0f} intra-op thread{} each fit its {} CPUs, so the wait is the other "
+                       "processes' load. Measure where no other job shares the host.",
+                       local_ranks, units, intra_threads, intra_threads == 1 ? "" : "s", online)
+                 : fmt::format(
+                       ": the job's {} {} here share them{}. Give each {} at most {} intra-op thread{} "
+                       "(torch.set_num_threads, OMP_NUM_THREADS) or run fewer {} per host, and measure where no "
+                       "other job shares the host.",
+                       local_ranks, units,
+                       cores < online ? fmt::format(" (this {} is bound to {} of them)", unit, cores) : std::string(),
+                       unit, threads, threads == 1 ? "" : "s", units);
     whose = fmt::format(
         "Other processes, this job's {} other {}{} on this host among them, kept {:.1f} of the machine's {} CPUs "
-        "busy{}, this process {:.1f}: the job's {} {} here share them{}. Give each {} at most {} intra-op "
-        "thread{} (torch.set_num_threads, OMP_NUM_THREADS) or run fewer {} per host, and measure where no other "
-        "job shares the host.",
+        "busy{}, this process {:.1f}{}",
         local_ranks - 1, local_ranks == 2 ? unit : units,
         by_rank ? "" : " (the same program, started by the same parent)", others, online,
-        !by_rank && r.system.siblings_cpu_s >= 0 && r.system.wall_s > 0
-            ? fmt::format(" ({} {:.1f} of them)", local_ranks == 2 ? "that process" : "those processes",
-                          r.system.siblings_cpu_s / r.system.wall_s)
-            : std::string(),
-        own, local_ranks, units,
-        cores < online ? fmt::format(" (this {} is bound to {} of them)", unit, cores) : std::string(), unit, threads,
-        threads == 1 ? "" : "s", units);
+        siblings_known ? fmt::format(" ({} {:.1f} of them)",
+                                     local_ranks == 2 ? (by_rank ? "that rank" : "that process")
+                                                      : (by_rank ? "those ranks" : "those processes"),
+                                     r.system.siblings_cpu_s / r.system.wall_s)
+                       : std::string(),
+        own, remedy);
   } else if (h.others_hold) {
     // Workers that used under a twentieth of a core are neither shown nor
     // advised against (imagenet's 4 FakeData workers beside a resnet step:

@@ -671,6 +671,22 @@ TEST_CASE("findings: a step that waited for a CPU under another verdict says its
   CHECK(sib.find("this job's 1 other process (the same program, started by the same parent) on this host among "
                  "them, kept 1.4 of the machine's 2 CPUs busy (that process 0.9 of them)") != std::string::npos);
   CHECK(sib.find("Give each process at most 1 intra-op thread") != std::string::npos);
+  // Ranks whose intra-op threads fit the host (minGPT-ddp: 2 ranks of 1
+  // thread on 2 cores, beside two busy loops): the wait is the others' load,
+  // and no thread advice the ranks already follow.
+  Report fit = with_wait(0.53, 1.5);
+  fit.run.local_ranks = 2;
+  fit.system.sibling_processes = 1;
+  fit.system.siblings_cpu_s = 0.45 * fit.system.wall_s;
+  fit.run.config["intra_op_threads"] = "1";
+  const std::string fits = message_of(fit, "cpu_contention");
+  CHECK(fits.find("this job's 1 other rank on this host among them, kept 1.5 of the machine's 2 CPUs busy (that "
+                  "rank 0.5 of them)") != std::string::npos);
+  CHECK(fits.find("the job's 2 ranks of 1 intra-op thread each fit its 2 CPUs, so the wait is the other processes' "
+                  "load") != std::string::npos);
+  CHECK(fits.find("Give each rank") == std::string::npos);
+  fit.run.config["intra_op_threads"] = "2";  // 4 threads on 2 cores: the job's to fix
+  CHECK(message_of(fit, "cpu_contention").find("Give each rank at most 1 intra-op thread") != std::string::npos);
   // The other rank takes a quarter of the machine or more, the machine not
   // full (PyTorch's DDP tutorial, 2 ranks on 2 cores: this rank 0.6 of them,
   // the other 0.54): still the job's ranks, not "its own threads".

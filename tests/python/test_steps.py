@@ -199,6 +199,7 @@ def test_torch_steps_over_a_dataloader_records_its_settings():
     assert delta(before) == (5, 5, 1)
     config = stepscope.snapshot()["run"]["config"]
     assert config["num_workers"] == 0 and config["batch_size"] == 4
+    assert config["intra_op_threads"] == torch.get_num_threads()
 
 
 def test_a_loop_on_another_thread_has_its_own_steps():
