@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 namespace stepscope {
 inline namespace v1 {
@@ -75,6 +76,24 @@ bool cpu_ticks(int stat_fd, unsigned long long& ticks) {
   return true;
 }
 
+// A process's first argument after its program name (argv[1]: the script an
+// interpreter runs), read from /proc/<pid>/cmdline into buf (no allocation);
+// "" where it has none. pid 0: this process.
+std::string_view first_argument(long pid, char (&buf)[1024]) {
+  char path[64];
+  if (pid == 0)
+    std::snprintf(path, sizeof path, "/proc/self/cmdline");
+  else
+    std::snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  const std::size_t n = read_fd(fd, buf, sizeof buf);
+  if (fd >= 0) ::close(fd);
+  const char* end = buf + n;
+  const char* arg = static_cast<const char*>(std::memchr(buf, '\0', n));
+  if (arg == nullptr || ++arg >= end) return {};
+  return std::string_view(arg, std::strlen(arg));  // read_fd ends the text with a NUL
+}
+
 }  // namespace
 
 SystemSampler::~SystemSampler() {
@@ -129,7 +148,7 @@ SystemSampler::Totals SystemSampler::read_totals() const {
 // mp.Process trainers, each counted the other as "other processes"). Found
 // through the parent's main thread's children file at every reading (they
 // may start after this one); a program is told by /proc/<pid>/exe, read once
-// per pid. Bounded as the descendants.
+// per pid with its first argument. Bounded as the descendants.
 void SystemSampler::read_siblings(Totals& t) const {
   if (parent_children_fd_ < 0) return;
   t.siblings_s = gone_siblings_s_;
@@ -153,10 +172,12 @@ void SystemSampler::read_siblings(Totals& t) const {
       // kernels (each started in a session of its own) do not.
       const int fd = open_proc("/proc/%ld/stat", pid);
       unsigned long long group = 0;
+      // And with the same first argument: the script an interpreter runs (a
+      // shell script's `tensorboard &` beside `python train.py` is python too).
       const bool same = len > 0 && static_cast<std::size_t>(len) == exe_.size() &&
                         exe_.compare(0, exe_.size(), target, static_cast<std::size_t>(len)) == 0 &&
                         read_fd(fd, buf, sizeof buf) > 0 && stat_field(buf, 5, group) &&
-                        group == static_cast<unsigned long long>(::getpgrp());
+                        group == static_cast<unsigned long long>(::getpgrp()) && first_argument(pid, buf) == argument_;
       if (!same) {
         if (fd >= 0) ::close(fd);
         not_siblings_.push_back(pid);
@@ -328,6 +349,8 @@ void SystemSampler::start(std::int64_t now_ns) {
     const long parent = static_cast<long>(::getppid());  // none where that is init (pid 1): no launcher
     if (len > 0 && static_cast<std::size_t>(len) < sizeof exe && parent > 1) {
       exe_.assign(exe, static_cast<std::size_t>(len));
+      char own[1024];
+      argument_ = first_argument(0, own);
       parent_children_fd_ = open_proc("/proc/%ld/task/%ld/children", parent);
     }
   } catch (...) {  // out of memory: descendants' live CPU unread (RUSAGE_CHILDREN still), siblings unread

@@ -149,7 +149,7 @@ class SystemSampler {
   mutable std::vector<ChildFiles> children_;
   // The siblings' files as the descendants', and the parent's children that
   // run another program (not read again).
-  std::string exe_;
+  std::string exe_, argument_;  // this program, and its first argument (first_argument)
   mutable int parent_children_fd_ = -1;
   mutable std::vector<ChildFiles> siblings_;
   mutable double gone_siblings_s_ = 0;  // the CPU of those gone, as last read

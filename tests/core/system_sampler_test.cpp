@@ -325,12 +325,24 @@ TEST_CASE("system sampler: worker processes' CPU is the job's own, not another p
   CHECK(out.cpu_user_s < 0.39);     // not this process's
 }
 
+// Run by the test below, exec'd with another first argument: spins 400 ms,
+// says so, and waits to be killed.
+TEST_CASE("system sampler: a process of this program with another first argument", "[.][sibling_spinner]") {
+  const char* fd = std::getenv("STEPSCOPE_TEST_SPIN_READY_FD");
+  if (fd == nullptr) return;
+  spin_cpu(400);
+  const char c = 1;
+  (void)!::write(std::atoi(fd), &c, 1);
+  for (;;) ::pause();
+}
+
 TEST_CASE("system sampler: siblings that run the same program are told apart from other processes", "[core][system]") {
   // pytorch/examples' mnist_hogwild: two mp.Process trainers, children of one
   // parent, each read the other as "other processes". A forked parent here
   // starts two siblings that spin 200 ms (the same program: forked; one ends
   // before the run does), one that runs another program (sleep), one in a
-  // session of its own, and the sampling process.
+  // session of its own, this program with another first argument, and the
+  // sampling process.
   int ready[2], gate[2], result[2], leave[2];
   REQUIRE(::pipe(ready) == 0);
   REQUIRE(::pipe2(leave, O_CLOEXEC) == 0);  // only the sampling process keeps its write end
@@ -368,14 +380,29 @@ TEST_CASE("system sampler: siblings that run the same program are told apart fro
     ::close(exec_done[1]);
     char byte = 0;
     (void)!::read(exec_done[0], &byte, 1);
+    // This program with another first argument (python running another
+    // script: a shell script's `tensorboard &`): not the job's.
+    int script_done[2];
+    if (::pipe2(script_done, O_CLOEXEC) != 0) ::_exit(1);
+    const pid_t other_script = ::fork();
+    if (other_script == 0) {
+      ::close(leave[1]);
+      char fd[16];
+      std::snprintf(fd, sizeof fd, "%d", ready[1]);
+      ::setenv("STEPSCOPE_TEST_SPIN_READY_FD", fd, 1);
+      ::execl("/proc/self/exe", "core_test", "[sibling_spinner]", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(script_done[1]);
+    (void)!::read(script_done[0], &byte, 1);
     const pid_t sampling = ::fork();
     if (sampling == 0) {
       const std::vector<SystemSampler::ThreadSample> none;
       SystemSampler s;
       s.start(now_ns());
       s.sample(none, {true, 0});  // the window opens
-      char c[3] = {};
-      for (ssize_t got = 0; got < 3;) got += std::max<ssize_t>(0, ::read(ready[0], c, 3 - got));  // all have spun
+      char c[4] = {};
+      for (ssize_t got = 0; got < 4;) got += std::max<ssize_t>(0, ::read(ready[0], c, 4 - got));  // all have spun
       s.sample(none, {true, 5});
       ::close(leave[1]);
       while (::kill(gone, 0) == 0) ::usleep(1000);  // ended and reaped by the parent
@@ -392,6 +419,8 @@ TEST_CASE("system sampler: siblings that run the same program are told apart fro
     ::waitpid(gone, &status, 0);
     ::waitpid(sampling, &status, 0);
     ::kill(other, SIGKILL);
+    ::kill(other_script, SIGKILL);
+    ::waitpid(other_script, &status, 0);
     ::waitpid(same, &status, 0);
     ::waitpid(apart, &status, 0);
     ::waitpid(other, &status, 0);
@@ -410,6 +439,6 @@ TEST_CASE("system sampler: siblings that run the same program are told apart fro
   CHECK(figures[0] >= 1);
   CHECK(figures[0] <= 2);
   CHECK(figures[1] >= 0.25);        // most of their 2 x 200 ms (they started before the sampling), the ended one's kept
-  CHECK(figures[1] < 0.55);         // not the other session's 400 ms too
+  CHECK(figures[1] < 0.55);         // not the other session's 400 ms too, nor the other script's 400 ms
   CHECK(figures[1] <= figures[2]);  // of the other processes' CPU
 }
