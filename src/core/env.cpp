@@ -129,6 +129,25 @@ std::string shown_value(const char* value) {
 
 }  // namespace
 
+namespace {
+// The environment's performance knobs (Settings::knobs), by run.config key.
+void read_knobs(GetEnv getenv_fn, std::map<std::string, std::string>& knobs) {
+  static constexpr const char* kOwnKey[] = {"OMP_NUM_THREADS",      "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                            "OMP_PROC_BIND",        "LD_PRELOAD",      "PYTORCH_CUDA_ALLOC_CONF",
+                                            "CUDA_LAUNCH_BLOCKING", "NCCL_ALGO",       "NCCL_PROTO",
+                                            "NCCL_P2P_DISABLE",     "NCCL_IB_DISABLE"};
+  static constexpr const char* kGlibcMalloc[] = {"MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_",       "MALLOC_MMAP_THRESHOLD_",
+                                                 "MALLOC_TOP_PAD_",  "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"};
+  for (const char* name : kOwnKey)
+    if (const char* v = getenv_fn(name); v != nullptr && *v != '\0') knobs[std::string("env:") + name] = shown_value(v);
+  std::string malloc_settings;
+  for (const char* name : kGlibcMalloc)
+    if (const char* v = getenv_fn(name); v != nullptr && *v != '\0')
+      malloc_settings += (malloc_settings.empty() ? "" : " ") + std::string(name) + "=" + shown_value(v);
+  if (!malloc_settings.empty()) knobs["env:glibc_malloc"] = malloc_settings;
+}
+}  // namespace
+
 Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
   if (getenv_fn == nullptr) getenv_fn = system_getenv;
   Settings s;
@@ -259,6 +278,7 @@ Settings read_settings(std::vector<std::string>& warnings, GetEnv getenv_fn) {
       bad(name, v, "a number of processes from 1 to 65536", "unknown");
     break;
   }
+  read_knobs(getenv_fn, s.knobs);
   return s;
 }
 

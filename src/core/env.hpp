@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,11 @@ struct Settings {
   bool children = false;   // STEPSCOPE_CHILDREN=1: forked children write their own reports
   std::string merged_out;  // STEPSCOPE_MERGED_OUT: stepscope::mpi's merged report ("" = its default name)
   DeviceSwitches device;   // STEPSCOPE_CUDA, STEPSCOPE_NVTX, STEPSCOPE_CUPTI
+  // The performance knobs the environment set (threads, allocator, CUDA,
+  // NCCL): run.config's "env:" keys, so `stepscope diff` names a change of
+  // them. glibc's malloc settings are one key (the allocator advice sets
+  // three together: one change).
+  std::map<std::string, std::string> knobs;
 };
 
 // getenv_fn lets tests supply their own environment.

@@ -80,6 +80,13 @@ Report build_stamped_report(bool final_report, const RunStamp& stamp) {
   report.run.source = "live";
   report.run.config = stamp.config;
   report.run.config_types = stamp.config_types;
+  for (const auto& [key, value] : rt.settings.knobs) {
+    // What torch made of OMP_NUM_THREADS, where stepscope.torch recorded it,
+    // is the one setting: a thread change is one change in `stepscope diff`.
+    if (stamp.config.count("intra_op_threads") > 0 && (key == "env:OMP_NUM_THREADS" || key == "env:MKL_NUM_THREADS"))
+      continue;
+    if (report.run.config.emplace(key, value).second) report.run.config_types[key] = "string";
+  }
   report.run.build = build_options();
   if (!stamp.frontend.empty()) report.run.build["frontend"] = stamp.frontend;
   report.run.warmup_steps = rt.settings.warmup_steps;

@@ -201,7 +201,9 @@ def test_exit_without_enter_is_harmless():
 
 
 def test_finish_returns_the_report_path_and_the_cli_reads_it(tmp_path):
-    report, stdout, _ = run_loop(tmp_path, "contract", "contract", env={"STEPSCOPE_WARMUP": "0"})
+    report, stdout, _ = run_loop(
+        tmp_path, "contract", "contract", env={"STEPSCOPE_WARMUP": "0", "MALLOC_TOP_PAD_": "33554432"}
+    )
     import json
 
     seen = json.loads(stdout)
@@ -221,6 +223,8 @@ def test_finish_returns_the_report_path_and_the_cli_reads_it(tmp_path):
     assert counts_by_name[("h2d", "step")] == 12
     assert counts_by_name[("data", "step")] == 12
     assert report["run"]["config"]["precision"] == "fp32"
+    # The environment's allocator settings, as `stepscope diff` names them.
+    assert report["run"]["config"]["env:glibc_malloc"] == "MALLOC_TOP_PAD_=33554432"
     shown = subprocess.run([cli(), "show", seen["finish"]], capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     assert "forward" in shown.stdout and "h2d" in shown.stdout
