@@ -94,11 +94,18 @@ CpuHolders cpu_holders(const SystemSignals& s);
 // more time than that and no CPU was lacking, so each one's wait for the lock
 // lands in whatever phase it waited in (two threads each training on its own
 // loader: a 2-3 ms sleep read as 6.6 ms of 'data', the run "io-bound").
+// Or one step thread and other threads of the process that run Python (a
+// metrics or augmentation thread): the step thread's compute phases mostly
+// off-CPU while those threads kept a CPU busy (a pure-Python thread beside
+// a 4.8 ms torch step made it 480 ms, read "highly compute-bound (0.78)").
 struct InterpreterLock {
   bool active = false;
-  int threads = 0;           // step threads (the most threads a step phase ran on)
-  double on_cpu_cores = 0;   // the step threads together, time on a CPU over wall time
-  double compute_cores = 0;  // the time their compute phases held, in cores (threads x share of the step)
+  bool background = false;         // the lock's holder is a thread that runs no steps
+  int threads = 0;                 // step threads (the most threads a step phase ran on)
+  double on_cpu_cores = 0;         // the step threads together, time on a CPU over wall time
+  double compute_cores = 0;        // the time their compute phases held, in cores (threads x share of the step)
+  double other_threads_cores = 0;  // the process's threads that run no steps (stepscope's own left out)
+  double compute_on_cpu = -1;      // share of the compute phases' samples the step thread was on a CPU
 };
 InterpreterLock interpreter_lock(const Report& report);
 // A background input phase's time per batch (one batch per step): its self

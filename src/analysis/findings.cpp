@@ -709,9 +709,13 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
         "This process used {:.1f} of its {} CPUs: its own threads ({}) outnumber the cores; keep threads <= cores.",
         own, cores, no_workers ? "intra-op threads" : "intra-op threads, loader threads");
   out.push_back(make("cpu_contention", "warning",
-                     fmt::format("The step thread waited for a CPU {:.1f}% of the step ({:.2f} ms): the {} verdict "
-                                 "stands, but its times include the machine's load. {}",
-                                 100 * shares.cpu_wait, shares.cpu_wait * shares.wall_ms, r.bottleneck.category, whose),
+                     fmt::format("The step thread waited for a CPU {:.1f}% of the step ({:.2f} ms): {}its times "
+                                 "include the machine's load. {}",
+                                 100 * shares.cpu_wait, shares.cpu_wait * shares.wall_ms,
+                                 r.bottleneck.category == "unknown"
+                                     ? std::string()
+                                     : fmt::format("the {} verdict stands, but ", r.bottleneck.category),
+                                 whose),
                      {{"cpu_wait_share", shares.cpu_wait},
                       {"own_cores", own},
                       {"other_processes_cores", others},
@@ -723,6 +727,22 @@ void cpu_contention(const Report& r, std::vector<Finding>& out) {
 void interpreter_lock(const Report& r, std::vector<Finding>& out) {
   const detail::InterpreterLock lock = detail::interpreter_lock(r);
   if (!lock.active) return;
+  if (lock.background) {
+    out.push_back(make(
+        "interpreter_lock", "critical",
+        fmt::format("The step thread was on a CPU in {:.0f}% of its compute phases' samples ({:.2f} CPUs over the "
+                    "run) while this process's threads that run no steps kept {:.2f} CPUs busy: those threads run "
+                    "Python and hold the interpreter lock (the GIL), and the step "
+                    "thread waits for it at every turn, inside whatever phase it is in. Move their work to another "
+                    "process (multiprocessing, DataLoader workers) or into code that releases the lock (torch and "
+                    "numpy operators); sys.setswitchinterval() shortens each turn they take.",
+                    100 * lock.compute_on_cpu, lock.on_cpu_cores, lock.other_threads_cores),
+        {{"threads", static_cast<double>(lock.threads)},
+         {"on_cpu_cores", lock.on_cpu_cores},
+         {"compute_cores", lock.compute_cores},
+         {"other_threads_cores", lock.other_threads_cores}}));
+    return;
+  }
   out.push_back(make(
       "interpreter_lock", "warning",
       fmt::format("{} Python threads ran steps side by side, together on {:.2f} CPUs while their compute phases held "

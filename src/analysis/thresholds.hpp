@@ -153,6 +153,9 @@ struct Thresholds {
   // for a CPU under cpu_contention_finding: the cores were free).
   double interpreter_lock_cores = 1.15;
   double interpreter_lock_excess = 1.2;
+  // One step thread: the process's other threads used at least this many
+  // cores while its compute phases were mostly off-CPU.
+  double interpreter_lock_other_threads = 0.5;
 
   // ---- findings ----------------------------------------------------------
   // Memory growth: least-squares fit of RSS vs step over at least this many

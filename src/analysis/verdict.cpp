@@ -476,6 +476,7 @@ Verdict Classifier::run() {
   // Each check adds its evidence row; the first that fails says why there is no verdict.
   if (std::optional<Unknown> unknown = too_few_steps()) return finish_unknown(std::move(*unknown), v);
   if (std::optional<Unknown> unknown = unexplained_step()) return finish_unknown(std::move(*unknown), v);
+  if (std::optional<Unknown> unknown = waiting_for_interpreter()) return finish_unknown(std::move(*unknown), v);
   const Leader lead = choose_leader(order);
   if (std::optional<Unknown> unknown = conflicting(lead)) return finish_unknown(std::move(*unknown), v);
   decide(lead, v);
@@ -570,6 +571,22 @@ std::optional<Classifier::Unknown> Classifier::unexplained_step() {
   return std::nullopt;
 }
 
+// A Python step thread whose compute phases mostly waited for the
+// interpreter lock other threads of the process held (facts.hpp,
+// InterpreterLock): the phase times say how long it waited, not what it
+// computed, and no category fits them.
+std::optional<Classifier::Unknown> Classifier::waiting_for_interpreter() const {
+  const detail::InterpreterLock lock = detail::interpreter_lock(report_);
+  if (!lock.active || !lock.background) return std::nullopt;
+  return Unknown{
+      fmt::format("Unknown: the step thread was on a CPU in {:.0f}% of its compute phases' samples while this "
+                  "process's other threads kept {:.1f} CPUs busy: it waited for the interpreter lock (the GIL) they "
+                  "held, so its phase times measure that wait, not its work.",
+                  pct(lock.compute_on_cpu), lock.other_threads_cores),
+      "Move the other threads' Python work out of this process (multiprocessing, DataLoader workers) or into code "
+      "that releases the lock (torch and numpy operators); then measure again."};
+}
+
 // 3. The leader; a mostly idle GPU is never compute-bound.
 Classifier::Leader Classifier::choose_leader(const std::array<Bottleneck, kBottleneckCount>& order) {
   const auto& t = kThresholds;
@@ -650,7 +667,7 @@ void Classifier::decide(const Leader& lead, Verdict& v) const {
   v.confidence = clamp01((0.3 + 0.4 * dominance + 0.3 * agree) * sample * (1.0 - machine_wait_));
   // Python step threads taking turns on the interpreter lock: of the time
   // their compute phases held, only the CPU time they got was their work.
-  if (const detail::InterpreterLock lock = detail::interpreter_lock(report_); lock.active)
+  if (const detail::InterpreterLock lock = detail::interpreter_lock(report_); lock.active && !lock.background)
     v.confidence *= clamp01(safe_div(lock.on_cpu_cores, lock.compute_cores));
   // Steps that cover only part of the loop describe only that part, and the
   // input phases between them (the breakdown's, as the next step's input).

@@ -1061,3 +1061,63 @@ TEST_CASE(
   busy.system.runqueue_wait_s = 0.3 * busy.system.wall_s;
   CHECK_FALSE(has(find_issues(busy), "interpreter_lock"));
 }
+
+TEST_CASE(
+    "findings: a Python step thread waiting for the interpreter lock a background thread holds: critical, and "
+    "no verdict",
+    "[analysis][findings]") {
+  // A torch step of 4.8 ms beside a pure-Python background thread took 480
+  // ms: the step thread on a CPU in 1-5% of its compute phases' samples
+  // (0.05 CPUs), the process's other thread 0.98 CPUs; it read "highly
+  // compute-bound (0.78) ... mostly in 'optimizer'".
+  Shares s;
+  s.compute = 0.85;
+  s.unattributed = 0.15;
+  Report r = host_report(s, 315, 480);
+  on_two_cores(r, 1.04, 0.02);
+  r.run.source = "live";
+  r.run.build["frontend"] = "python";
+  r.system.step_threads_on_cpu_s = 0.05 * r.system.wall_s;
+  r.system.collector_cpu_ms = 0.0004 * r.system.wall_s * 1e3;
+  r.system.compute_on_cpu_fraction = 0.05;
+  add_phase(r, "optimizer", PhaseKind::compute, ThreadRole::step, 0.37, 180);
+  add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.30, 144);
+  const Verdict v = classify(r);
+  CHECK(v.category == "unknown");
+  CHECK(v.summary.find("on a CPU in 5% of its compute phases' samples while this process's other threads kept 1.0 "
+                       "CPUs busy: it waited for the interpreter lock") != std::string::npos);
+  r.bottleneck = v;
+  const std::vector<Finding> all = find_issues(r);
+  const Finding* f = finding(all, "interpreter_lock");
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == "critical");
+  CHECK(f->values.at("other_threads_cores") == Approx(0.99).margin(0.01));
+  // A C++ step thread waiting for a pool of its own threads: no interpreter lock.
+  Report cpp = r;
+  cpp.run.build.erase("frontend");
+  CHECK(classify(cpp).category == "compute");
+  CHECK_FALSE(has(find_issues(cpp), "interpreter_lock"));
+  // The step thread computing (torch operators release the lock): nothing to say.
+  Report working = r;
+  working.system.compute_on_cpu_fraction = 0.95;
+  CHECK(classify(working).category == "compute");
+  CHECK_FALSE(has(find_issues(working), "interpreter_lock"));
+  // No other thread busy (the step's compute phases wait for something else): not the lock.
+  Report alone = r;
+  alone.system.cpu_user_s = 0.1 * alone.system.wall_s;
+  CHECK_FALSE(has(find_issues(alone), "interpreter_lock"));
+  CHECK(classify(alone).category == "compute");
+  // Beside two busy loops (24% of the step waiting for a CPU; the loop on a
+  // CPU in 44% of its compute phases' samples, its other thread 0.56 CPUs):
+  // the same answer, for the samples count a wait for a CPU as on one.
+  Report busy = r;
+  on_two_cores(busy, 0.80, 1.2, 0.24);
+  busy.system.step_threads_on_cpu_s = 0.24 * busy.system.wall_s;
+  busy.system.compute_on_cpu_fraction = 0.44;
+  CHECK(classify(busy).category == "unknown");
+  CHECK(has(find_issues(busy), "interpreter_lock"));
+  // A GPU run: compute phases off-CPU wait for the device.
+  Report gpu = r;
+  gpu.device.facts.device_busy_fraction = 0.9;
+  CHECK_FALSE(has(find_issues(gpu), "interpreter_lock"));
+}
