@@ -794,10 +794,23 @@ void unattributed(const Report& r, std::vector<Finding>& out) {
   if (r.steps.count == 0) return;
   const detail::StepShares s = detail::step_shares(r);
   if (s.wall_ms <= 0 || s.unattributed < kThresholds.unattributed_finding) return;
+  // A PyTorch step timed by stepscope.torch.instrument(): the models it was
+  // not given run outside its phases (pytorch/examples' fast_neural_style:
+  // its VGG loss network, 43% of the step).
+  const auto frontend = r.run.build.find("frontend");
+  const bool instrumented =
+      frontend != r.run.build.end() && frontend->second == "python" &&
+      std::any_of(r.phases.begin(), r.phases.end(), [](const PhaseSummary& p) {
+        return p.thread_role == ThreadRole::step && (p.name == "forward" || p.name == "forward_no_grad");
+      });
   out.push_back(make("unattributed_time", "warning",
                      fmt::format("{:.0f}% of the step ({:.2f} ms) is in no phase: framework overhead, "
-                                 "synchronisation or uninstrumented work. Wrap it in STEPSCOPE_PHASE scopes.",
-                                 100 * s.unattributed, s.unattributed * s.wall_ms),
+                                 "synchronisation or uninstrumented work{}. Wrap it in STEPSCOPE_PHASE scopes.",
+                                 100 * s.unattributed, s.unattributed * s.wall_ms,
+                                 instrumented ? " (a model the step calls that stepscope.torch.instrument() was not "
+                                                "given, such as a loss network, a teacher or a target network, runs "
+                                                "there: instrument it too)"
+                                              : ""),
                      {{"share", s.unattributed}, {"ms_per_step", s.unattributed * s.wall_ms}}));
 }
 

@@ -619,6 +619,20 @@ TEST_CASE("findings: large unattributed time and too few steps", "[analysis][fin
     INFO("unattributed " << share);
     CHECK(has(find_issues(r), "unattributed_time") == (share >= k));
   }
+  {
+    // A PyTorch step timed by instrument() (fast_neural_style: its VGG loss
+    // network, not given to instrument(), was 43% of the step): named as a cause.
+    Shares loss_net;
+    loss_net.unattributed = 0.43;
+    loss_net.compute = 0.57;
+    Report r = host_report(loss_net);
+    add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.09, 78);
+    CHECK(message_of(r, "unattributed_time").find("instrument()") == std::string::npos);  // C++: no such call
+    r.run.build["frontend"] = "python";
+    CHECK(message_of(r, "unattributed_time")
+              .find("a model the step calls that stepscope.torch.instrument() was not "
+                    "given") != std::string::npos);
+  }
   Shares s;
   s.compute = 1;
   CHECK(has(find_issues(host_report(s, kThresholds.min_measured_steps - 1)), "few_steps"));
