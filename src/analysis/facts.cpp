@@ -63,7 +63,8 @@ InterpreterLock interpreter_lock(const Report& report) {
   const bool held = lock.compute_cores >= t.interpreter_lock_excess * lock.on_cpu_cores;
   if (lock.threads >= 2) {
     lock.active = held && shares.cpu_wait < t.cpu_contention_finding && lock.on_cpu_cores <= t.interpreter_lock_cores;
-  } else if (!device_facts(report).present) {
+  } else if (!device_facts(report).present && !report.device.enabled && report.device.name.empty()) {
+    // No GPU seen: compute phases off the CPU do not wait for a device.
     // Asleep in its compute phases (the samples count a thread waiting for
     // a CPU as on one, so a busy machine does not explain it: the same loop
     // beside two busy loops, 24% of its step waiting for a CPU, was on a CPU
