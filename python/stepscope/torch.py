@@ -252,10 +252,12 @@ def _replace_attribute(obj, name, replacement, handle):
     handle._restore.append(restore)
 
 
-def instrument(model, optimizer=None, submodules=False):
+def instrument(model, optimizer=None, submodules=False, name=None):
     """Times the model's forward, the backward pass and optimizer.step() as
     the phases forward (forward_no_grad with gradients off), backward and
-    optimizer. See the module's help."""
+    optimizer; with ``name``, its forward and optimizer phases are
+    ``<name>.forward`` and ``<name>.optimizer`` (a second model: a loss
+    network, a GAN's discriminator). See the module's help."""
     if not isinstance(model, _torch.nn.Module):
         raise TypeError("stepscope.torch.instrument: model must be a torch.nn.Module, got " + type(model).__name__)
     if optimizer is not None and not callable(getattr(optimizer, "step", None)):
@@ -263,14 +265,17 @@ def instrument(model, optimizer=None, submodules=False):
             "stepscope.torch.instrument: optimizer must have a step() method (a torch.optim.Optimizer), got "
             + type(optimizer).__name__
         )
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError("stepscope.torch.instrument: name must be a non-empty str, got " + repr(name))
     _stepscope._record_process_group()  # a DDP model: init_process_group ran before it was wrapped
     _record_threads()
     handle = _Instrumentation()
-    forward = _stepscope.phase("forward")
+    prefix = name + "." if name else ""
+    forward = _stepscope.phase(prefix + "forward", "compute")
     # A forward with gradients off (torch.no_grad, inference_mode): an
     # evaluation pass, not the training step's forward (pytorch/examples' gat
     # evaluates twice inside every step: two of its three forwards).
-    forward_no_grad = _stepscope.phase("forward_no_grad", "compute")
+    forward_no_grad = _stepscope.phase(prefix + "forward_no_grad", "compute")
     backward = _stepscope.phase("backward")
     bind_stream = _cuda_stream_binder(model)
 
@@ -292,10 +297,12 @@ def instrument(model, optimizer=None, submodules=False):
     _time_forward(model, timed_model, handle)
 
     if submodules:
-        for name, child in model.named_modules():
-            if child is model or not name:
+        for child_name, child in model.named_modules():
+            if child is model or not child_name:
                 continue
-            _time_forward(child, _timed_submodule(_stepscope.phase("forward." + name, "compute")), handle)
+            _time_forward(
+                child, _timed_submodule(_stepscope.phase(prefix + "forward." + child_name, "compute")), handle
+            )
 
     # The backward pass: torch.Tensor.backward calls torch.autograd.backward,
     # so wrapping that one function times loss.backward() whole, on the
@@ -326,7 +333,7 @@ def instrument(model, optimizer=None, submodules=False):
     _gather_at_group_end()
 
     if optimizer is not None:
-        optimizer_phase = _stepscope.phase("optimizer")
+        optimizer_phase = _stepscope.phase(prefix + "optimizer", "compute")
         original_step = optimizer.step
         # The run's configuration: `stepscope diff` names an optimizer change,
         # and the advice knows a full-batch one (LBFGS) from a mini-batch one.

@@ -809,7 +809,7 @@ void unattributed(const Report& r, std::vector<Finding>& out) {
                                  100 * s.unattributed, s.unattributed * s.wall_ms,
                                  instrumented ? " (a model the step calls that stepscope.torch.instrument() was not "
                                                 "given, such as a loss network, a teacher or a target network, runs "
-                                                "there: instrument it too)"
+                                                "there: instrument it too, with name= for phases of its own)"
                                               : ""),
                      {{"share", s.unattributed}, {"ms_per_step", s.unattributed * s.wall_ms}}));
 }

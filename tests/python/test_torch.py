@@ -180,6 +180,40 @@ def test_a_forward_with_gradients_off_is_its_own_phase():
     assert kinds["forward_no_grad"] == "compute"
 
 
+def test_a_second_model_instrumented_with_a_name_has_phases_of_its_own():
+    # pytorch/examples' fast_neural_style trains a transformer through a
+    # fixed VGG loss network: instrumented too, its forward merged into the
+    # transformer's 'forward' (and not instrumented, 43% of the step in no phase).
+    model, loss_net, x = _small_model(), _small_model(), torch.randn(4, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = _counts()
+    handles = [stepscope.torch.instrument(model, optimizer), stepscope.torch.instrument(loss_net, name="loss_net")]
+    try:
+        with stepscope.step():
+            y = model(x)
+            (y.sum() + loss_net(x * y.mean()).sum()).backward()
+            optimizer.step()
+            with torch.no_grad():
+                loss_net(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    after = _counts()
+    names = ("forward", "loss_net.forward", "loss_net.forward_no_grad", "backward", "optimizer")
+    grown = {name: after.get((name, "step"), 0) - before.get((name, "step"), 0) for name in names}
+    assert grown == {
+        "forward": 1,
+        "loss_net.forward": 1,
+        "loss_net.forward_no_grad": 1,
+        "backward": 1,
+        "optimizer": 1,
+    }, grown
+    kinds = {p["name"]: p["kind"] for p in stepscope.snapshot()["phases"]}
+    assert kinds["loss_net.forward"] == "compute"
+    with pytest.raises(TypeError):
+        stepscope.torch.instrument(loss_net, name="")
+
+
 def test_an_exception_in_forward_closes_the_forward_phase():
     class Fails(torch.nn.Module):
         def __init__(self):
