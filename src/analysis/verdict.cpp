@@ -579,12 +579,14 @@ std::optional<Classifier::Unknown> Classifier::waiting_for_interpreter() const {
   const detail::InterpreterLock lock = detail::interpreter_lock(report_);
   if (!lock.active || !lock.background) return std::nullopt;
   return Unknown{
-      fmt::format("Unknown: the step thread was on a CPU in {:.0f}% of its compute phases' samples while this "
-                  "process's other threads kept {:.1f} CPUs busy: it waited for the interpreter lock (the GIL) they "
-                  "held, so its phase times measure that wait, not its work.",
+      fmt::format("Unknown: the step thread was on a CPU in {:.0f}% of its compute phases' samples: they mostly "
+                  "waited rather than computed, while this process's other threads kept {:.1f} CPUs busy. In Python "
+                  "that is most often the interpreter lock (the GIL) those threads hold; a wait for work done "
+                  "elsewhere (an RPC to a parameter server, a queue) looks the same from here.",
                   pct(lock.compute_on_cpu), lock.other_threads_cores),
-      "Move the other threads' Python work out of this process (multiprocessing, DataLoader workers) or into code "
-      "that releases the lock (torch and numpy operators); then measure again."};
+      "If those threads run Python, move their work out of this process (multiprocessing, DataLoader workers) or "
+      "into code that releases the lock (torch and numpy operators); if the phase waits for remote work, time that "
+      "wait as its own phase of kind communication; then measure again."};
 }
 
 // 3. The leader; a mostly idle GPU is never compute-bound.
