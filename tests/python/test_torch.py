@@ -214,6 +214,30 @@ def test_a_second_model_instrumented_with_a_name_has_phases_of_its_own():
         stepscope.torch.instrument(loss_net, name="")
 
 
+def test_a_distributed_autograd_backward_is_the_backward_phase(monkeypatch):
+    # pytorch/examples' rpc/parameter_server: dist_autograd.backward(cid,
+    # [loss]) is not torch.autograd.backward; its time read as time in no
+    # phase. A stand-in for it (an RPC context needs init_rpc) records its calls.
+    import torch.distributed.autograd as dist_autograd
+
+    calls = []
+    monkeypatch.setattr(dist_autograd, "backward", lambda cid, roots: calls.append(cid), raising=False)
+    model, x = _small_model(), torch.randn(4, 8)
+    before = _counts()
+    handle = stepscope.torch.instrument(model)
+    try:
+        with stepscope.step():
+            model(x).sum()
+            dist_autograd.backward(7, [])
+    finally:
+        handle.remove()
+    after = _counts()
+    assert calls == [7]
+    assert after.get(("backward", "step"), 0) - before.get(("backward", "step"), 0) == 1
+    dist_autograd.backward(8, [])  # restored: no phase
+    assert _counts().get(("backward", "step"), 0) == after.get(("backward", "step"), 0)
+
+
 def test_an_exception_in_forward_closes_the_forward_phase():
     class Fails(torch.nn.Module):
         def __init__(self):
