@@ -3,7 +3,7 @@
 // a run driven by the Python package gets the package's.
 // Here, not in src/import, because analyze() calls it last (so a re-analysed
 // report keeps the wording) and the analyzer includes nothing above it.
-#include "analysis/facts.hpp"  // detail::reword_advice_for_python
+#include "analysis/facts.hpp"  // detail::reword_advice_for_python, detail::python_run
 
 #include <stepscope/analysis.hpp>
 
@@ -37,12 +37,10 @@ void rewrite_all(Report& r, const std::pair<const char*, const char*> (&phrases)
 
 namespace detail {
 
-// A live run the Python package drove (run.build["frontend"], set through
-// stepscope::set_frontend() when the package loads): the C++ spellings of
-// the same calls would send a Python user looking for macros.
+// A live run the Python package drove: the C++ spellings of the same calls
+// would send a Python user looking for macros.
 void reword_advice_for_python(Report& r) {
-  const auto frontend = r.run.build.find("frontend");
-  if (r.run.source != "live" || frontend == r.run.build.end() || frontend->second != "python") return;
+  if (!python_run(r)) return;
   static const std::pair<const char*, const char*> kPhrases[] = {
       {"STEPSCOPE_PHASE scopes with a kind (input, compute, memory, communication)",
        "`with stepscope.phase(\"...\", kind=...)` blocks (kind input, compute, memory, communication)"},

@@ -42,12 +42,16 @@ CpuHolders cpu_holders(const SystemSignals& s) {
   return h;
 }
 
+bool python_run(const Report& report) {
+  const auto frontend = report.run.build.find("frontend");
+  return report.run.source == "live" && frontend != report.run.build.end() && frontend->second == "python";
+}
+
 InterpreterLock interpreter_lock(const Report& report) {
   InterpreterLock lock;
   const SystemSignals& s = report.system;
-  const auto frontend = report.run.build.find("frontend");
-  if (report.run.source != "live" || frontend == report.run.build.end() || frontend->second != "python" ||
-      !s.available || s.wall_s <= 0 || s.step_threads_on_cpu_s < 0 || report.steps.clock != "host")
+  if (!python_run(report) || !s.available || s.wall_s <= 0 || s.step_threads_on_cpu_s < 0 ||
+      report.steps.clock != "host")
     return lock;
   for (const PhaseSummary& p : report.phases)
     if (p.thread_role == ThreadRole::step) lock.threads = std::max(lock.threads, static_cast<int>(p.threads));

@@ -89,6 +89,9 @@ struct CpuHolders {
   bool others_hold = false;
 };
 CpuHolders cpu_holders(const SystemSignals& s);
+// A live run the Python package drove (run.build["frontend"], set through
+// stepscope::set_frontend() when the package loads).
+bool python_run(const Report& report);
 // Python threads that each run steps take turns on the interpreter lock (the
 // GIL): together they ran on about one core while their compute phases held
 // more time than that and no CPU was lacking, so each one's wait for the lock

@@ -802,10 +802,8 @@ void unattributed(const Report& r, std::vector<Finding>& out) {
   // A PyTorch step timed by stepscope.torch.instrument(): the models it was
   // not given run outside its phases (pytorch/examples' fast_neural_style:
   // its VGG loss network, 43% of the step).
-  const auto frontend = r.run.build.find("frontend");
   const bool instrumented =
-      frontend != r.run.build.end() && frontend->second == "python" &&
-      std::any_of(r.phases.begin(), r.phases.end(), [](const PhaseSummary& p) {
+      detail::python_run(r) && std::any_of(r.phases.begin(), r.phases.end(), [](const PhaseSummary& p) {
         return p.thread_role == ThreadRole::step && (p.name == "forward" || p.name == "forward_no_grad");
       });
   out.push_back(make("unattributed_time", "warning",

@@ -384,23 +384,23 @@ TEST_CASE("classify: CPU compute advice leaves out a larger batch for a full-bat
   // fast_neural_style: its VGG loss network, 43% of the step, read
   // "amortises the fixed per-step overhead (43% ...)"): the advice says what
   // it assumes.
-  s.compute = 0.57;
-  s.unattributed = 0.43;
-  Report loss_net = host_report(s);
-  loss_net.run.config["optimizer"] = "Adam";
-  v = classify(loss_net);
-  REQUIRE(v.category == "compute");
+  // An Adam step of `compute` in its phases and the rest in none, classified.
+  const auto adam_step = [](double compute) {
+    Shares in_phases;
+    in_phases.compute = compute;
+    in_phases.unattributed = 1 - compute;
+    Report step = host_report(in_phases);
+    step.run.config["optimizer"] = "Adam";
+    const Verdict out = classify(step);
+    REQUIRE(out.category == "compute");
+    return out;
+  };
+  v = adam_step(0.57);
   CHECK(any_contains(v.recommendations, "if that is what the 43% of the step in no phase is: wrap it in phases first"));
   CHECK_FALSE(any_contains(v.recommendations, "fixed per-step overhead"));
   // Nor where the step has no fixed part to amortise (PyTorch's C++ dcgan:
   // 98% of a 1.1 s step in its phases, 0.1% outside them).
-  s.compute = 0.99;
-  s.unattributed = 0.01;
-  Report whole = host_report(s);
-  whole.run.config["optimizer"] = "Adam";
-  v = classify(whole);
-  REQUIRE(v.category == "compute");
-  CHECK_FALSE(any_contains(v.recommendations, "larger batch"));
+  CHECK_FALSE(any_contains(adam_step(0.99).recommendations, "larger batch"));
 }
 
 TEST_CASE("classify: io sub-cases pick their recommendations", "[analysis][classify]") {

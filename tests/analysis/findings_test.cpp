@@ -203,29 +203,30 @@ TEST_CASE("findings: steps that vary between steps() loops and not inside them s
   // Loops of different work whose own steps vary too (mnist with its test
   // loop wrapped, beside two busy loops: 88% over all steps, 12% within a
   // loop): the loop's own spread is judged, and said apart.
-  const std::vector<Finding> both = find_issues(with_spread(r, 0.88, 0.12));
-  const Finding* m = finding(both, "jitter");
-  REQUIRE(m != nullptr);
-  CHECK(m->severity == "warning");  // 12%: the warning tier, not the critical one the 88% would reach
-  CHECK(m->message.find("varies within its steps() loops, and more between them") != std::string::npos);
-  CHECK(m->message.find("88% over all steps, 12% about each loop's own mean (98% of the variance is between loops)") !=
+  // The jitter finding of `r` with the given spread, over all steps and within a loop.
+  const auto jitter_with = [&r](double cv, double within_cv) {
+    const std::vector<Finding> all = find_issues(with_spread(r, cv, within_cv));
+    const Finding* f = finding(all, "jitter");
+    REQUIRE(f != nullptr);
+    return *f;
+  };
+  const Finding m = jitter_with(0.88, 0.12);
+  CHECK(m.severity == "warning");  // 12%: the warning tier, not the critical one the 88% would reach
+  CHECK(m.message.find("varies within its steps() loops, and more between them") != std::string::npos);
+  CHECK(m.message.find("88% over all steps, 12% about each loop's own mean (98% of the variance is between loops)") !=
         std::string::npos);
   // More of the variance between loops than within, the loops' own spread
   // over the jitter tier (minGPT-ddp's trainer with its test loader through
   // the same steps() loop, 2 ranks on 2 cores: 23% over all steps, 14%
   // within a loop): the loop's own spread is judged and said apart.
-  const std::vector<Finding> ddp = find_issues(with_spread(r, 0.23, 0.14));
-  const Finding* d = finding(ddp, "jitter");
-  REQUIRE(d != nullptr);
-  CHECK(d->severity == "warning");
-  CHECK(d->message.find("23% over all steps, 14% about each loop's own mean (63% of the variance is between loops)") !=
+  const Finding d = jitter_with(0.23, 0.14);
+  CHECK(d.severity == "warning");
+  CHECK(d.message.find("23% over all steps, 14% about each loop's own mean (63% of the variance is between loops)") !=
         std::string::npos);
   // The same at 30% within a loop: critical on the loop's own spread.
-  const std::vector<Finding> wide = find_issues(with_spread(r, 0.46, 0.30));
-  const Finding* c = finding(wide, "jitter");
-  REQUIRE(c != nullptr);
-  CHECK(c->severity == "critical");
-  CHECK(c->message.find("30% about each loop's own mean") != std::string::npos);
+  const Finding c = jitter_with(0.46, 0.30);
+  CHECK(c.severity == "critical");
+  CHECK(c.message.find("30% about each loop's own mean") != std::string::npos);
   // Steps that vary inside their loops too: the finding as before.
   r.steps.within_loop_stddev_ms = 0.20 * r.steps.wall_ms.mean;
   const std::vector<Finding> inside = find_issues(r);
@@ -628,7 +629,7 @@ TEST_CASE("findings: large unattributed time and too few steps", "[analysis][fin
     Report r = host_report(loss_net);
     add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.09, 78);
     CHECK(message_of(r, "unattributed_time").find("instrument()") == std::string::npos);  // C++: no such call
-    r.run.build["frontend"] = "python";
+    from_python(r);
     CHECK(message_of(r, "unattributed_time")
               .find("a model the step calls that stepscope.torch.instrument() was not "
                     "given") != std::string::npos);
@@ -1040,8 +1041,7 @@ TEST_CASE(
   s.unattributed = 0.004;
   Report r = host_report(s, 115, 18.4);
   on_two_cores(r, 0.95, 0.02);
-  r.run.source = "live";
-  r.run.build["frontend"] = "python";
+  from_python(r);
   r.system.step_threads_on_cpu_s = 0.89 * r.system.wall_s;
   add_phase(r, "data", PhaseKind::input, ThreadRole::step, 0.36, 6.6).threads = 2;
   add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.42, 7.7).threads = 2;
@@ -1089,8 +1089,7 @@ TEST_CASE(
   s.unattributed = 0.15;
   Report r = host_report(s, 315, 480);
   on_two_cores(r, 1.04, 0.02);
-  r.run.source = "live";
-  r.run.build["frontend"] = "python";
+  from_python(r);
   r.system.step_threads_on_cpu_s = 0.05 * r.system.wall_s;
   r.system.collector_cpu_ms = 0.0004 * r.system.wall_s * 1e3;
   r.system.compute_on_cpu_fraction = 0.05;

@@ -62,6 +62,12 @@ inline void on_two_cores(Report& r, double own_cores, double other_cores, double
   r.system.runqueue_wait_s = wait_share * r.system.wall_s;
 }
 
+// `r` as a live run the Python package drove.
+inline void from_python(Report& r) {
+  r.run.source = "live";
+  r.run.build["frontend"] = "python";
+}
+
 inline PhaseSummary& add_phase(Report& r, const std::string& name, PhaseKind kind, ThreadRole role,
                                double share_of_step, double mean_ms) {
   PhaseSummary p;
