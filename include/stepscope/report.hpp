@@ -232,6 +232,11 @@ struct StepStats {
   // steps() iteration around a step()): loops of steps, left out; the steps
   // in them are the steps.
   std::uint64_t outer_excluded = 0;
+  // steps() loops whose steps evaluated a model instead of training it (the
+  // Python package's instrument() saw a forward with gradients off and no
+  // backward or optimizer step, on a thread that trained before): not
+  // steps; their time is in between_loops_ms.
+  std::uint64_t evaluation_loops = 0;
   // next_step() calls made inside a step that steps() or a step scope opened
   // on the same thread: that one marks the steps, the calls did nothing.
   std::uint64_t next_step_ignored = 0;

@@ -69,6 +69,10 @@ enum RecordFlags : std::uint8_t {
   // open on this thread, which holds steps from here on; what that one
   // recorded until now lies between steps. start == end. Cold.
   kRecordHoldsSteps = 1u << 5,
+  // A steps() step that evaluated (its loop is an evaluation loop, see
+  // StepLoop::evaluation): counted and left out of the step statistics; the
+  // time until the thread's next step is between loops. Cold.
+  kRecordEvaluationStep = 1u << 6,
 };
 
 // What one finished scope leaves behind: exactly 32 bytes, half a cache line.

@@ -124,8 +124,9 @@ class StepLoop {
         passive_ = true;
       } else {
         now = read_ticks();
-        close_step(ts, step_, now);
+        close_step(ts, step_, now, static_cast<std::uint8_t>(evaluation_ ? kRecordEvaluationStep : 0));
         closed_a_step_ = true;
+        if (STEPSCOPE_DETAIL_UNLIKELY(evaluation_)) passive_ = true;
       }
     }
     fetching_ = false;
@@ -188,6 +189,17 @@ class StepLoop {
     if (STEPSCOPE_DETAIL_LIKELY(data_pending_)) end_data(read_ticks());
   }
 
+  // The step in progress evaluated a model rather than trained it (the
+  // Python package's instrument() saw a forward with gradients off and no
+  // backward or optimizer step, on a thread that trained before): it ends
+  // as an evaluation step, left out of the step statistics, and the loop's
+  // later fetches open no step (as passive_): an evaluation loop is time
+  // between the training loops, as it is when it runs outside steps().
+  // Only a loop's outermost step: one nested in another step is that one's.
+  void evaluation() noexcept {
+    if (step_.active && step_.level == 0) evaluation_ = true;
+  }
+
   // The loop is over (normally, by break/return, or by an exception).
   void end_loop() noexcept {
     if (!fetching_ && !data_pending_ && !step_.active) return;
@@ -203,7 +215,9 @@ class StepLoop {
     // Nothing recorded since its data phase: left before the body did any
     // instrumented work (see the top of this file).
     const bool empty = closed_a_step_ && ts.ring->offered() == body_start_;
-    close_step(ts, step_, now, static_cast<std::uint8_t>(kRecordLoopEnd | (empty ? kRecordUnendedStep : 0)));
+    close_step(ts, step_, now,
+               static_cast<std::uint8_t>(kRecordLoopEnd | (empty ? kRecordUnendedStep : 0) |
+                                         (evaluation_ ? kRecordEvaluationStep : 0)));
   }
 
  private:
@@ -242,6 +256,7 @@ class StepLoop {
   bool fetching_ = false;         // a fetch started and its outcome is not known yet
   bool data_pending_ = false;     // the fetch fed step_ and its record is not pushed yet
   bool closed_a_step_ = false;    // a fetch closed an earlier step of this loop
+  bool evaluation_ = false;       // an evaluation loop (see evaluation())
   std::uint64_t body_start_ = 0;  // the ring's offered() after step_'s data record
 };
 

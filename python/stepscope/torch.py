@@ -293,6 +293,8 @@ def instrument(model, optimizer=None, submodules=False, name=None):
             timer.__exit__(None, None, None)
             if grad:
                 _local.forward_seen = True
+            else:
+                _core.note_evaluation()
 
     _time_forward(model, timed_model, handle)
 
@@ -313,6 +315,7 @@ def instrument(model, optimizer=None, submodules=False, name=None):
         if handle.removed or not getattr(_local, "forward_seen", False):
             return original_backward(*args, **kwargs)
         _local.forward_seen = False
+        _core.note_training()
         _backward_thread[0] = _threading.get_ident()
         with backward:
             try:
@@ -347,6 +350,7 @@ def instrument(model, optimizer=None, submodules=False, name=None):
         def timed_step(self, *args, **kwargs):
             if handle.removed:  # replaced again since (an LR scheduler): a plain call
                 return original_step(*args, **kwargs)
+            _core.note_training()
             with optimizer_phase:
                 return original_step(*args, **kwargs)
 
@@ -375,6 +379,7 @@ def _time_distributed_backward(backward, handle):
         if handle.removed or not getattr(_local, "forward_seen", False):
             return original(*args, **kwargs)
         _local.forward_seen = False
+        _core.note_training()
         with backward:
             return original(*args, **kwargs)
 

@@ -250,6 +250,18 @@ void Aggregator::complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std:
   if (r.flags & kRecordLoopEnd) t.loop_ended = true;
 }
 
+// The step an evaluation loop opened before it was known to be one
+// (kRecordEvaluationStep; StepLoop::evaluation): left out like the rest of
+// that loop, whose later iterations are no steps. Its time and theirs lie
+// between the thread's last training step and its next, which reads them
+// as a gap between loops. Its phases stay in the phase table.
+void Aggregator::complete_evaluation_step(ThreadInfo& t) {
+  t.ran_steps = true;
+  ++evaluation_loops_;
+  t.step_kind_ns = {};
+  t.loop_ended = true;
+}
+
 // A step that holds steps on its thread is a loop of steps: the steps in it
 // are the steps (kRecordHoldsSteps marks where the first opened, the
 // outer step's record its end). What it recorded before that mark was
@@ -367,7 +379,9 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
         outer_step(t, flags);
         step_calls = 0;
       } else if (flags & kRecordIsStep) {
-        if (warm)
+        if (__builtin_expect(flags & kRecordEvaluationStep, 0))
+          complete_evaluation_step(t);
+        else if (warm)
           complete_warmup_step(t, *r, wall);
         else if (flags & kRecordUnendedStep)
           complete_unended_step(t, *r, wall);
@@ -564,6 +578,7 @@ void Aggregator::fill_report(Report& report) const {
   s.unended_excluded = step_unended_wall_.moments.count();
   s.unended_wall_ms = step_unended_wall_.to_distribution_ms().total;
   s.outer_excluded = outer_steps_;
+  s.evaluation_loops = evaluation_loops_;
   s.histogram = step_wall_.histogram.to_data();
   if (steps_measured > 0) {
     // Every measured step is in exactly one point (merging points adds them).

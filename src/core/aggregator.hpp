@@ -252,6 +252,7 @@ class Aggregator {
                      std::uint64_t calls);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   void complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
+  void complete_evaluation_step(ThreadInfo& t);
   void outer_step(ThreadInfo& t, unsigned flags);
   // The time between this step and the thread's previous one (0 for its
   // first, and for steps nested in another): updates the coverage totals.
@@ -323,7 +324,8 @@ class Aggregator {
 
   // Steps.
   DurationStats step_wall_, step_warmup_wall_, step_unended_wall_;
-  std::uint64_t outer_steps_ = 0;  // steps that held steps (kRecordOuterStep): loops of steps
+  std::uint64_t outer_steps_ = 0;       // steps that held steps (kRecordOuterStep): loops of steps
+  std::uint64_t evaluation_loops_ = 0;  // steps() loops that evaluated (kRecordEvaluationStep)
   std::uint64_t last_step_end_ = 0;
   // The union of the steps' intervals (ticks) as disjoint intervals sorted
   // by start, a circular buffer of options.step_intervals_kept (rounded up

@@ -231,7 +231,7 @@ class CudaBackend final : public DeviceBackend {
       const std::int64_t start = clock_.to_ns(r.start_ticks), stop = clock_.to_ns(r.end_ticks);
       const Collected where = windows_.classify(start, stop);
       if (r.flags & kRecordIsStep) {
-        if (r.step > warmup_steps_ && !(r.flags & (kRecordOuterStep | kRecordUnendedStep)))
+        if (r.step > warmup_steps_ && !(r.flags & (kRecordOuterStep | kRecordUnendedStep | kRecordEvaluationStep)))
           windows_.add_step(where, stop - start);
         if (where == Collected::yes) cupti_.add_step(r.step, start, stop);
       } else if ((r.flags & kRecordInStep) && r.site != nullptr && where == Collected::yes) {

@@ -181,6 +181,7 @@ void merge_between_steps(const std::vector<RankFacts>& ranks, StepStats& job) {
     job.between_steps_input_ms += s.between_steps_input_ms;
     job.loop_boundaries += s.loop_boundaries;
     job.between_loops_ms += s.between_loops_ms;
+    job.evaluation_loops += s.evaluation_loops;
     job.loop_first_steps += s.loop_first_steps;
     job.loop_first_ms += s.loop_first_ms;
     job.loop_first_max_ms = std::max(job.loop_first_max_ms, s.loop_first_max_ms);

@@ -500,6 +500,7 @@ void fields(V& v, StepStats& x) {
   STEPSCOPE_FIELDS(series, histogram, coverage, between_steps_ms, between_steps_input_ms);
   v("loop_boundaries", x.loop_boundaries);  // 0 in reports that predate it
   v("between_loops_ms", x.between_loops_ms);
+  v("evaluation_loops", x.evaluation_loops);  // 0 in reports that predate it
   v("loop_first_steps", x.loop_first_steps);  // 0 in reports that predate them
   STEPSCOPE_FIELDS(loop_first_ms, loop_first_max_ms, loop_first_compared, loop_first_compared_ms, loop_first_rest_ms,
                    slowest);

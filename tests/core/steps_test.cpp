@@ -477,6 +477,54 @@ TEST_CASE("the first step of each later steps() loop is counted: an epoch start 
   require_balanced();
 }
 
+TEST_CASE("an evaluation loop's steps are not steps: its time is between the training loops", "[steps]") {
+  // pytorch/examples' minGPT-ddp runs its test loader through the same
+  // steps() loop as its training data: 619 training steps of ~730 ms and 70
+  // evaluation steps of 313 ms read as 687 ms per step. The Python package
+  // calls StepLoop::evaluation() when the step that just ran evaluated; this
+  // drives a StepLoop the way its steps() iterator does.
+  std::vector<int> v{1, 2, 3, 4};
+  for (int x : stepscope::steps(v)) (void)x;  // training, then the boundary below is taken from here
+  const Report before = snapshot();
+  {
+    detail::StepLoop loop(detail::step_call_site(__FILE__, __LINE__));
+    for (int i = 0;; ++i) {
+      if (i > 0) loop.evaluation();  // the step before evaluated (a no-op once no step is open)
+      loop.fetch_starts();
+      if (i == 3) {
+        loop.fetched(false);
+        break;
+      }
+      loop.fetched(true);
+      loop.dereferenced();
+      STEPSCOPE_PHASE_KIND("forward_no_grad", PhaseKind::compute);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    loop.end_loop();
+  }
+  for (int x : stepscope::steps(v)) (void)x;
+  const Report after = snapshot();
+  CHECK(after.steps.count + after.steps.warmup_excluded - before.steps.count - before.steps.warmup_excluded == 4);
+  CHECK(after.steps.evaluation_loops - before.steps.evaluation_loops == 1);
+  CHECK(after.steps.unended_excluded == before.steps.unended_excluded);
+  // One gap between the two training loops, holding the whole evaluation
+  // (>= its sleeps, less 5% for the tick clock's calibration).
+  CHECK(after.steps.loop_boundaries - before.steps.loop_boundaries == 1);
+  CHECK(after.steps.between_loops_ms - before.steps.between_loops_ms >= 28.5);
+  CHECK(after.steps.between_steps_ms == before.steps.between_steps_ms);
+  // The first evaluation step's phase was in a step; the rest in none, with the loop's fetches.
+  const auto grown = [&](const char* name, ThreadRole role) {
+    const PhaseSummary* a = phase_of(after, name, role);
+    const PhaseSummary* b = phase_of(before, name, role);
+    return (a ? a->count : 0) - (b ? b->count : 0);
+  };
+  CHECK(grown("forward_no_grad", ThreadRole::step) == 1);
+  CHECK(grown("forward_no_grad", ThreadRole::outside_step) == 2);
+  CHECK(grown("data", ThreadRole::outside_step) ==
+        4);  // the evaluation loop's after its first, the training loop's end
+  require_balanced();
+}
+
 TEST_CASE("steps() call sites are told apart by file:line and reused", "[steps]") {
   const detail::StepCallSite* a = detail::step_call_site(__FILE__, 1001);
   const detail::StepCallSite* b = detail::step_call_site(__FILE__, 1002);

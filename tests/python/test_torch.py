@@ -10,6 +10,7 @@ starved of CPU is retried, then skipped with the reason (conftest.py)."""
 import json
 import math
 import subprocess
+import threading
 
 import pytest
 
@@ -178,6 +179,54 @@ def test_a_forward_with_gradients_off_is_its_own_phase():
     assert grown == {"forward": 1, "forward_no_grad": 2, "backward": 1}, grown
     kinds = {p["name"]: p["kind"] for p in stepscope.snapshot()["phases"]}
     assert kinds["forward_no_grad"] == "compute"
+
+
+def _steps_and_evaluation_loops():
+    steps = stepscope.snapshot()["steps"]
+    return steps["count"] + steps["warmup_excluded"], steps["evaluation_loops"]
+
+
+def test_an_evaluation_loop_through_steps_is_not_steps_after_training():
+    # pytorch/examples' minGPT-ddp runs its test loader through the same
+    # steps() loop as its training data (set_grad_enabled(train) in the
+    # step): 619 training steps of ~730 ms and 70 evaluation steps of 313 ms
+    # read as 687 ms per step.
+    model, x = _small_model(), torch.randn(4, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def run_epoch(batches, train):
+        for _ in stepscope.torch.steps(range(batches)):
+            with torch.set_grad_enabled(train):
+                loss = model(x).sum()
+            if train:
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+    handle = stepscope.torch.instrument(model, optimizer)
+    try:
+        run_epoch(3, True)
+        before = _steps_and_evaluation_loops()
+        run_epoch(4, False)
+        run_epoch(3, True)
+        after = _steps_and_evaluation_loops()
+        # A thread that never trained (an inference run) keeps its steps.
+        inference = {}
+
+        def infer():
+            start = _steps_and_evaluation_loops()
+            with torch.no_grad():
+                for _ in stepscope.torch.steps(range(4)):
+                    model(x)
+            inference["grown"] = tuple(b - a for a, b in zip(start, _steps_and_evaluation_loops()))
+
+        thread = threading.Thread(target=infer)
+        thread.start()
+        thread.join()
+    finally:
+        handle.remove()
+    assert (after[0] - before[0], after[1] - before[1]) == (3, 1)
+    assert inference["grown"] == (4, 0)
 
 
 def test_a_second_model_instrumented_with_a_name_has_phases_of_its_own():

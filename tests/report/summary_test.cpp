@@ -48,17 +48,19 @@ TEST_CASE("the steps left out of the statistics are named alike in the summary a
   r.steps.unended_wall_ms = 12.5;
   r.steps.outer_excluded = 3;
   r.steps.next_step_ignored = 60;
+  r.steps.evaluation_loops = 2;
   const std::string text = format_summary(r);
   const std::string page = html_report(r);
   INFO(text);
   for (const char* said : {"1 step left out of the statistics (12.5 ms)", "3 steps held steps of their own",
-                           "60 next_step() calls inside a step"}) {
+                           "60 next_step() calls inside a step", "2 steps() loops evaluated the model"}) {
     CHECK(text.find(said) != std::string::npos);
     CHECK(page.find(said) != std::string::npos);
   }
   // None left out: no such lines.
   const Report none;
-  for (const char* said : {"left out of the statistics (", "held steps of", "next_step() call"}) {
+  for (const char* said :
+       {"left out of the statistics (", "held steps of", "next_step() call", "evaluated the model"}) {
     CHECK(format_summary(none).find(said) == std::string::npos);
     CHECK(html_report(none).find(said) == std::string::npos);
   }
