@@ -70,8 +70,10 @@ enum RecordFlags : std::uint8_t {
   // recorded until now lies between steps. start == end. Cold.
   kRecordHoldsSteps = 1u << 5,
   // A steps() step that evaluated (its loop is an evaluation loop, see
-  // StepLoop::evaluation): counted and left out of the step statistics; the
-  // time until the thread's next step is between loops. Cold.
+  // StepLoop::evaluation), or the first fetch of a loop that evaluates from
+  // its start and opens no step: an evaluation loop, counted; the step is
+  // left out of the step statistics; the time until the thread's next step
+  // is between loops. Cold.
   kRecordEvaluationStep = 1u << 6,
 };
 

@@ -199,6 +199,13 @@ class StepLoop {
   void evaluation() noexcept {
     if (step_.active && step_.level == 0) evaluation_ = true;
   }
+  // Before the loop's first fetch: it is an evaluation loop from the start
+  // (gradients off there, on a thread that trained): it opens no step at
+  // all, and its first fetch's record says so (kRecordEvaluationStep).
+  void evaluation_loop() noexcept {
+    if (step_.active || closed_a_step_ || passive_ || t_thread_state.step_depth != 0) return;
+    passive_ = evaluation_ = announce_evaluation_ = true;
+  }
 
   // The loop is over (normally, by break/return, or by an exception).
   void end_loop() noexcept {
@@ -236,9 +243,11 @@ class StepLoop {
     if (STEPSCOPE_DETAIL_UNLIKELY(passive_)) {
       ts.ring->current_kind.store(data_depth_ == 0 ? kNoPhase : ts.kind_stack[data_depth_ - 1],
                                   std::memory_order_relaxed);
-      push_record(ts,
-                  PhaseRecord{&sites_->data, fetch_start_, end, g_steps_started.load(std::memory_order_relaxed),
-                              device_slot_, data_depth_, static_cast<std::uint8_t>(in_step(ts) ? kRecordInStep : 0)});
+      const unsigned flags =
+          (in_step(ts) ? unsigned{kRecordInStep} : 0u) | (announce_evaluation_ ? unsigned{kRecordEvaluationStep} : 0u);
+      announce_evaluation_ = false;
+      push_record(ts, PhaseRecord{&sites_->data, fetch_start_, end, g_steps_started.load(std::memory_order_relaxed),
+                                  device_slot_, data_depth_, static_cast<std::uint8_t>(flags)});
       return;
     }
     ts.ring->current_kind.store(kInStepNoPhase, std::memory_order_relaxed);
@@ -251,13 +260,14 @@ class StepLoop {
   OpenStep step_{};
   std::uint64_t fetch_start_ = 0;
   std::uint16_t device_slot_ = 0;
-  std::uint8_t data_depth_ = 0;   // depth of the fetch's data phase
-  bool passive_ = false;          // another loop's steps overlap this one's: its fetches open no step
-  bool fetching_ = false;         // a fetch started and its outcome is not known yet
-  bool data_pending_ = false;     // the fetch fed step_ and its record is not pushed yet
-  bool closed_a_step_ = false;    // a fetch closed an earlier step of this loop
-  bool evaluation_ = false;       // an evaluation loop (see evaluation())
-  std::uint64_t body_start_ = 0;  // the ring's offered() after step_'s data record
+  std::uint8_t data_depth_ = 0;       // depth of the fetch's data phase
+  bool passive_ = false;              // another loop's steps overlap this one's: its fetches open no step
+  bool fetching_ = false;             // a fetch started and its outcome is not known yet
+  bool data_pending_ = false;         // the fetch fed step_ and its record is not pushed yet
+  bool closed_a_step_ = false;        // a fetch closed an earlier step of this loop
+  bool evaluation_ = false;           // an evaluation loop (see evaluation())
+  bool announce_evaluation_ = false;  // evaluation_loop(): the next data record carries the mark
+  std::uint64_t body_start_ = 0;      // the ring's offered() after step_'s data record
 };
 
 using std::begin;

@@ -420,6 +420,10 @@ void Aggregator::consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord
   if (slot->key != key) slot = &slot_entry_miss(t, r.site, in_step);
   PhaseAggregate& agg = *slot->aggregate;
   if (in_step) t.step_kind_ns[slot->kind_slot] += self;
+  if (__builtin_expect(r.flags & kRecordEvaluationStep, 0)) {  // the first fetch of an evaluation loop
+    ++evaluation_loops_;
+    t.loop_ended = true;
+  }
   // The fetch that found a steps() loop's end. Inside an outer step (a loop
   // nested in a step) the gap before that step's successor is not between
   // loops: the outer step's own gap_before() decides.

@@ -520,8 +520,38 @@ TEST_CASE("an evaluation loop's steps are not steps: its time is between the tra
   };
   CHECK(grown("forward_no_grad", ThreadRole::step) == 1);
   CHECK(grown("forward_no_grad", ThreadRole::outside_step) == 2);
-  CHECK(grown("data", ThreadRole::outside_step) ==
-        4);  // the evaluation loop's after its first, the training loop's end
+  // The evaluation loop's fetches after its first, and the training loop's end.
+  CHECK(grown("data", ThreadRole::outside_step) == 4);
+  require_balanced();
+
+  // Known before its first fetch (pytorch/examples' mnist: `with
+  // torch.no_grad(): for ... in steps(test_loader)`): no step at all.
+  {
+    detail::StepLoop loop(detail::step_call_site(__FILE__, __LINE__));
+    loop.evaluation_loop();
+    for (int i = 0;; ++i) {
+      loop.fetch_starts();
+      if (i == 2) {
+        loop.fetched(false);
+        break;
+      }
+      loop.fetched(true);
+      loop.dereferenced();
+      STEPSCOPE_PHASE_KIND("forward_no_grad", PhaseKind::compute);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    loop.end_loop();
+  }
+  for (int x : stepscope::steps(v)) (void)x;
+  const Report last = snapshot();
+  CHECK(last.steps.count + last.steps.warmup_excluded - after.steps.count - after.steps.warmup_excluded == 4);
+  CHECK(last.steps.evaluation_loops - after.steps.evaluation_loops == 1);
+  CHECK(last.steps.loop_boundaries - after.steps.loop_boundaries == 1);
+  CHECK(last.steps.between_loops_ms - after.steps.between_loops_ms >= 19.0);
+  const PhaseSummary* in_steps = phase_of(last, "forward_no_grad", ThreadRole::step);
+  CHECK((in_steps ? in_steps->count : 0) == 1);  // as before: none of this loop's
+  const PhaseSummary* outside = phase_of(last, "forward_no_grad", ThreadRole::outside_step);
+  CHECK((outside ? outside->count : 0) == 4);
   require_balanced();
 }
 

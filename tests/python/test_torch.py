@@ -210,6 +210,15 @@ def test_an_evaluation_loop_through_steps_is_not_steps_after_training():
         run_epoch(4, False)
         run_epoch(3, True)
         after = _steps_and_evaluation_loops()
+        # pytorch/examples' mnist: gradients off around the loop, known at its
+        # first fetch: none of its forwards is in a step.
+        in_steps = _counts().get(("forward_no_grad", "step"), 0)
+        with torch.no_grad():
+            for _ in stepscope.torch.steps(range(4)):
+                model(x)
+        run_epoch(3, True)
+        last = _steps_and_evaluation_loops()
+        assert _counts().get(("forward_no_grad", "step"), 0) == in_steps
         # A thread that never trained (an inference run) keeps its steps.
         inference = {}
 
@@ -226,6 +235,7 @@ def test_an_evaluation_loop_through_steps_is_not_steps_after_training():
     finally:
         handle.remove()
     assert (after[0] - before[0], after[1] - before[1]) == (3, 1)
+    assert (last[0] - after[0], last[1] - after[1]) == (3, 1)
     assert inference["grown"] == (4, 0)
 
 
