@@ -481,17 +481,17 @@ TEST_CASE("an evaluation loop's steps are not steps: its time is between the tra
   // pytorch/examples' minGPT-ddp runs its test loader through the same
   // steps() loop as its training data: 619 training steps of ~730 ms and 70
   // evaluation steps of 313 ms read as 687 ms per step. The Python package
-  // calls StepLoop::evaluation() when the step that just ran evaluated; this
-  // drives a StepLoop the way its steps() iterator does.
-  std::vector<int> v{1, 2, 3, 4};
-  for (int x : stepscope::steps(v)) (void)x;  // training, then the boundary below is taken from here
-  const Report before = snapshot();
-  {
+  // calls StepLoop::evaluation() when the step that just ran evaluated, or
+  // evaluation_loop() before the first fetch when gradients are off there;
+  // this drives a StepLoop the way its steps() iterator does: `batches`
+  // iterations of a 10 ms forward_no_grad.
+  const auto evaluate = [](int batches, bool known_at_start) {
     detail::StepLoop loop(detail::step_call_site(__FILE__, __LINE__));
+    if (known_at_start) loop.evaluation_loop();
     for (int i = 0;; ++i) {
       if (i > 0) loop.evaluation();  // the step before evaluated (a no-op once no step is open)
       loop.fetch_starts();
-      if (i == 3) {
+      if (i == batches) {
         loop.fetched(false);
         break;
       }
@@ -501,7 +501,15 @@ TEST_CASE("an evaluation loop's steps are not steps: its time is between the tra
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     loop.end_loop();
-  }
+  };
+  const auto forward_no_grad = [](const Report& r, ThreadRole role) {
+    const PhaseSummary* p = phase_of(r, "forward_no_grad", role);
+    return p ? p->count : 0;
+  };
+  std::vector<int> v{1, 2, 3, 4};
+  for (int x : stepscope::steps(v)) (void)x;  // training, then the boundary below is taken from here
+  const Report before = snapshot();
+  evaluate(3, false);
   for (int x : stepscope::steps(v)) (void)x;
   const Report after = snapshot();
   CHECK(after.steps.count + after.steps.warmup_excluded - before.steps.count - before.steps.warmup_excluded == 4);
@@ -513,45 +521,25 @@ TEST_CASE("an evaluation loop's steps are not steps: its time is between the tra
   CHECK(after.steps.between_loops_ms - before.steps.between_loops_ms >= 28.5);
   CHECK(after.steps.between_steps_ms == before.steps.between_steps_ms);
   // The first evaluation step's phase was in a step; the rest in none, with the loop's fetches.
-  const auto grown = [&](const char* name, ThreadRole role) {
-    const PhaseSummary* a = phase_of(after, name, role);
-    const PhaseSummary* b = phase_of(before, name, role);
-    return (a ? a->count : 0) - (b ? b->count : 0);
-  };
-  CHECK(grown("forward_no_grad", ThreadRole::step) == 1);
-  CHECK(grown("forward_no_grad", ThreadRole::outside_step) == 2);
+  CHECK(forward_no_grad(after, ThreadRole::step) - forward_no_grad(before, ThreadRole::step) == 1);
+  CHECK(forward_no_grad(after, ThreadRole::outside_step) - forward_no_grad(before, ThreadRole::outside_step) == 2);
   // The evaluation loop's fetches after its first, and the training loop's end.
-  CHECK(grown("data", ThreadRole::outside_step) == 4);
+  const PhaseSummary* data_after = phase_of(after, "data", ThreadRole::outside_step);
+  const PhaseSummary* data_before = phase_of(before, "data", ThreadRole::outside_step);
+  CHECK((data_after ? data_after->count : 0) - (data_before ? data_before->count : 0) == 4);
   require_balanced();
 
   // Known before its first fetch (pytorch/examples' mnist: `with
   // torch.no_grad(): for ... in steps(test_loader)`): no step at all.
-  {
-    detail::StepLoop loop(detail::step_call_site(__FILE__, __LINE__));
-    loop.evaluation_loop();
-    for (int i = 0;; ++i) {
-      loop.fetch_starts();
-      if (i == 2) {
-        loop.fetched(false);
-        break;
-      }
-      loop.fetched(true);
-      loop.dereferenced();
-      STEPSCOPE_PHASE_KIND("forward_no_grad", PhaseKind::compute);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    loop.end_loop();
-  }
+  evaluate(2, true);
   for (int x : stepscope::steps(v)) (void)x;
   const Report last = snapshot();
   CHECK(last.steps.count + last.steps.warmup_excluded - after.steps.count - after.steps.warmup_excluded == 4);
   CHECK(last.steps.evaluation_loops - after.steps.evaluation_loops == 1);
   CHECK(last.steps.loop_boundaries - after.steps.loop_boundaries == 1);
   CHECK(last.steps.between_loops_ms - after.steps.between_loops_ms >= 19.0);
-  const PhaseSummary* in_steps = phase_of(last, "forward_no_grad", ThreadRole::step);
-  CHECK((in_steps ? in_steps->count : 0) == 1);  // as before: none of this loop's
-  const PhaseSummary* outside = phase_of(last, "forward_no_grad", ThreadRole::outside_step);
-  CHECK((outside ? outside->count : 0) == 4);
+  CHECK(forward_no_grad(last, ThreadRole::step) == forward_no_grad(after, ThreadRole::step));
+  CHECK(forward_no_grad(last, ThreadRole::outside_step) - forward_no_grad(after, ThreadRole::outside_step) == 2);
   require_balanced();
 }
 
