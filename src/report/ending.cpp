@@ -97,8 +97,8 @@ std::vector<std::string> steps_left_out_notes(const StepStats& s) noexcept {
                       s.next_step_ignored, s.next_step_ignored == 1 ? "" : "s"));
     if (s.evaluation_loops > 0)
       notes.push_back(fmt::format(
-          "{} steps() loop{} evaluated the model rather than trained it (a forward with gradients off and no backward "
-          "or optimizer step, after training steps): {} not steps; {} time is between loops",
+          "{} steps() loop{} evaluated the model rather than trained it (gradients off, no backward or optimizer step, "
+          "after training steps): {} not steps; {} time is between loops",
           s.evaluation_loops, s.evaluation_loops == 1 ? "" : "s",
           s.evaluation_loops == 1 ? "its iterations are" : "their iterations are",
           s.evaluation_loops == 1 ? "its" : "their"));
