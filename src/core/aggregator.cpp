@@ -250,16 +250,18 @@ void Aggregator::complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std:
   if (r.flags & kRecordLoopEnd) t.loop_ended = true;
 }
 
-// The step an evaluation loop opened before it was known to be one
-// (kRecordEvaluationStep; StepLoop::evaluation): left out like the rest of
-// that loop, whose later iterations are no steps. Its time and theirs lie
-// between the thread's last training step and its next, which reads them
-// as a gap between loops. Its phases stay in the phase table.
-void Aggregator::complete_evaluation_step(ThreadInfo& t) {
-  t.ran_steps = true;
+// A steps() loop that evaluated (kRecordEvaluationStep): on the step it
+// opened before it was known to be one (StepLoop::evaluation), left out
+// like the rest of the loop, whose later iterations are no steps; or on the
+// first fetch of a loop known from its start (StepLoop::evaluation_loop).
+// Its time lies between the thread's last training step and its next, which
+// reads it as a gap between loops. Its phases stay in the phase table.
+void Aggregator::evaluation_loop(ThreadInfo& t, bool step) {
   ++evaluation_loops_;
-  t.step_kind_ns = {};
   t.loop_ended = true;
+  if (!step) return;
+  t.ran_steps = true;
+  t.step_kind_ns = {};
 }
 
 // A step that holds steps on its thread is a loop of steps: the steps in it
@@ -380,7 +382,7 @@ void Aggregator::consume_run(ThreadInfo& t, ThreadId thread, const PhaseRecord* 
         step_calls = 0;
       } else if (flags & kRecordIsStep) {
         if (__builtin_expect(flags & kRecordEvaluationStep, 0))
-          complete_evaluation_step(t);
+          evaluation_loop(t, true);
         else if (warm)
           complete_warmup_step(t, *r, wall);
         else if (flags & kRecordUnendedStep)
@@ -420,10 +422,7 @@ void Aggregator::consume_other(ThreadInfo& t, ThreadId thread, const PhaseRecord
   if (slot->key != key) slot = &slot_entry_miss(t, r.site, in_step);
   PhaseAggregate& agg = *slot->aggregate;
   if (in_step) t.step_kind_ns[slot->kind_slot] += self;
-  if (__builtin_expect(r.flags & kRecordEvaluationStep, 0)) {  // the first fetch of an evaluation loop
-    ++evaluation_loops_;
-    t.loop_ended = true;
-  }
+  if (__builtin_expect(r.flags & kRecordEvaluationStep, 0)) evaluation_loop(t, false);
   // The fetch that found a steps() loop's end. Inside an outer step (a loop
   // nested in a step) the gap before that step's successor is not between
   // loops: the outer step's own gap_before() decides.

@@ -252,7 +252,7 @@ class Aggregator {
                      std::uint64_t calls);
   void complete_warmup_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
   void complete_unended_step(ThreadInfo& t, const PhaseRecord& r, std::uint64_t wall_ns);
-  void complete_evaluation_step(ThreadInfo& t);
+  void evaluation_loop(ThreadInfo& t, bool step);
   void outer_step(ThreadInfo& t, unsigned flags);
   // The time between this step and the thread's previous one (0 for its
   // first, and for steps nested in another): updates the coverage totals.
