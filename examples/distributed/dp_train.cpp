@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
       MPI_Request request;
       MPI_Iallreduce(MPI_IN_PLACE, model.grads.data(), static_cast<int>(model.grads.size()), MPI_FLOAT, MPI_SUM,
                      MPI_COMM_WORLD, &request);
+      stepscope::note_collectives(1, model.grads.size() * sizeof(float));  // tells latency from volume
       int done = 0;
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       while (!done) {

@@ -433,6 +433,7 @@ int scenario_communication(const Options& o) {
       STEPSCOPE_PHASE("allreduce");  // 400 KB of gradients each way over a Unix socket
       std::vector<float>& g = model.gradients();
       if (!exchange(fds[0], g.data(), remote.data(), g.size())) throw std::runtime_error("peer hung up");
+      stepscope::note_collectives(1, g.size() * sizeof(float));
       for (std::size_t i = 0; i < g.size(); ++i) g[i] = 0.5f * (g[i] + remote[i]);
     }
     {

@@ -811,6 +811,16 @@ struct Overhead {
   double run_cost_pct = 0;
 };
 
+// Collectives noted by stepscope::note_collectives (stepscope.torch: a DDP
+// model's gradient buckets), over the steps that noted any (JSON
+// "communication"). All 0: none noted (the advice then cannot tell latency
+// from volume).
+struct CommunicationVolume {
+  std::uint64_t collectives = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t steps = 0;
+};
+
 struct Report {
   int schema_version = kReportSchemaVersion;
   RunInfo run;
@@ -871,6 +881,7 @@ struct Report {
     std::uint64_t truncated = 0;
   } runtime_sites;
   Overhead overhead;
+  CommunicationVolume communication;
 };
 
 // Serialisation (src/report/json_report.cpp). Never throw.

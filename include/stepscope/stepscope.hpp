@@ -33,6 +33,7 @@
 #include <stepscope/report.hpp>
 #include <stepscope/version.hpp>
 
+#include <cstdint>
 #include <string>
 
 #ifndef STEPSCOPE_ENABLE
@@ -69,6 +70,14 @@ inline void set_config(const std::string& key, unsigned value) noexcept {
 inline void set_config(const std::string& key, unsigned long value) noexcept {
   set_config(key, static_cast<double>(value));
 }
+
+// Collectives a step ran (all-reduces, broadcasts...) and the bytes they
+// moved, noted once per step or per backward pass: the communication advice
+// tells a collective too small for bandwidth to matter (its latency is the
+// cost: all-reduce less often) from one whose volume is (fp16 gradients,
+// compression). stepscope.torch notes a DDP model's gradient buckets itself.
+// Thread-safe, lock-free.
+STEPSCOPE_API void note_collectives(std::uint64_t count, std::uint64_t bytes) noexcept;
 
 // For a language binding that drives the run (the Python package calls
 // set_frontend("python") when it loads): recorded as run.build["frontend"],

@@ -384,6 +384,7 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &StepIterator::close, "Ends the loop's open step now");
 
   // stepscope.torch.instrument()'s wrappers: what the step in progress did.
+  m.def("note_collectives", &stepscope::note_collectives, py::arg("count"), py::arg("bytes"));
   m.def("note_evaluation", [] { t_step_work.evaluated = true; });
   m.def("note_training", [] { t_step_work.trained = true; });
   m.def("set_grad_probe", [](const py::object& probe) {

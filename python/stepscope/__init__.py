@@ -45,6 +45,7 @@ __all__ = [
     "next_step",
     "steps",
     "set_config",
+    "note_collectives",
     "set_rank",
     "finish",
     "snapshot",
@@ -168,6 +169,13 @@ def set_config(key, value):
     if not isinstance(key, str):
         raise TypeError("stepscope.set_config: the key must be a str, got " + type(key).__name__)
     _core.set_config(key, value)
+
+
+def note_collectives(count, bytes):
+    """Collectives the step ran (all-reduces, broadcasts...) and the bytes they moved: the communication
+    advice tells a collective too small for bandwidth to matter (its latency is the cost) from one whose
+    volume is. stepscope.torch.instrument() notes a DDP model's gradient buckets itself."""
+    _core.note_collectives(int(count), int(bytes))
 
 
 def finish():

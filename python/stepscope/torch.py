@@ -423,6 +423,7 @@ class _CommunicationTimer:
 
         self.inner = (model.process_group, default_hooks.allreduce_hook)  # DDP's default all-reduce
         self.pending = []  # this backward's bucket futures
+        self.buckets = self.bytes = 0  # this backward's buckets so far (note_collectives)
         self.active = True
         self.phase = _stepscope.phase(_COMM_PHASE, "communication")
 
@@ -430,20 +431,27 @@ class _CommunicationTimer:
         inner_state, inner = self.inner
         opened = False
         try:
-            if (
-                self.active
-                and bucket.buffer().device.type == "cpu"
-                and _threading.get_ident() == _backward_thread[0]
-                and _stepscope.enabled()
-            ):
-                if not self.pending:
-                    _torch.autograd.Variable._execution_engine.queue_callback(self._wait)
-                self.pending.append(None)  # its future, below
-                if bucket.is_last():
-                    # The local gradients are done: from here the step waits.
-                    self.phase.__enter__()
-                    _open_communication[0] = self
-                    opened = True
+            if self.active:
+                # Every bucket, CPU or GPU: what each all-reduce moves decides the advice.
+                buffer, last = bucket.buffer(), bucket.is_last()
+                self.buckets += 1
+                self.bytes += buffer.numel() * buffer.element_size()
+                if last:
+                    _core.note_collectives(self.buckets, self.bytes)
+                    self.buckets = self.bytes = 0
+                if (
+                    buffer.device.type == "cpu"
+                    and _threading.get_ident() == _backward_thread[0]
+                    and _stepscope.enabled()
+                ):
+                    if not self.pending:
+                        _torch.autograd.Variable._execution_engine.queue_callback(self._wait)
+                    self.pending.append(None)  # its future, below
+                    if last:
+                        # The local gradients are done: from here the step waits.
+                        self.phase.__enter__()
+                        _open_communication[0] = self
+                        opened = True
         except Exception:  # outside a backward pass (no graph task to queue on): untimed
             self.pending.clear()
         try:

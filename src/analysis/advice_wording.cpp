@@ -49,6 +49,7 @@ void reword_advice_for_python(Report& r) {
       {"Iterate stepscope::steps(loader)", "Iterate stepscope.torch.steps(loader)"},
       {"stepscope::steps(loader)", "stepscope.torch.steps(loader)"},
       {"stepscope::next_step()", "stepscope.next_step()"},
+      {"stepscope::note_collectives", "stepscope.note_collectives"},
       {"STEPSCOPE_STEP()", "`with stepscope.step():`"},
       {"intra-op threads x loader workers", "torch.set_num_threads() x DataLoader num_workers"},
       {"set intra-op threads to the physical cores", "torch.set_num_threads() to the physical cores"},

@@ -142,6 +142,7 @@ class Classifier {
   void recommend_io(std::vector<std::string>& out) const;
   void recommend_io_storage(std::vector<std::string>& out) const;
   void recommend_compute(std::vector<std::string>& out) const;
+  void recommend_communication(std::vector<std::string>& out) const;
   void recommend_memory(std::vector<std::string>& out) const;
   void recommend_scheduling(std::vector<std::string>& out) const;
   std::string cpu_contention_advice() const;

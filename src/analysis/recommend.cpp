@@ -13,21 +13,6 @@
 namespace stepscope {
 inline namespace v1 {
 namespace detail {
-namespace {
-
-void recommend_communication(std::vector<std::string>& out) {
-  out.push_back(
-      "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
-      "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
-  out.push_back(
-      "Reduce the volume: bf16/fp16 gradients, gradient compression, fewer synchronisation "
-      "points per step.");
-  out.push_back(
-      "Check for stragglers: a rank waiting in a collective waits for the slowest rank; merge the "
-      "ranks' reports and compare their step times.");
-}
-
-}  // namespace
 
 void Classifier::recommend(Bottleneck category, Verdict& v) const {
   auto& out = v.recommendations;
@@ -121,6 +106,75 @@ void Classifier::recommend_io_storage(std::vector<std::string>& out) const {
     out.push_back(
         "The GPU idles while the host fetches input: overlap loading of batch N+1 with the GPU "
         "work of batch N (prefetch to the device, non_blocking copies from pinned memory).");
+}
+
+namespace {
+
+// "1.2 KiB", "25.0 MiB": a collective's size as the advice names it.
+std::string byte_size(double bytes) {
+  if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
+  if (bytes < 1024.0 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024);
+  return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
+}
+
+}  // namespace
+
+// Which lever moves a communication-bound step depends on what each
+// collective moves: below the latency bound fewer bytes buy nothing; one
+// large collective per step cannot overlap backward. Without notes
+// (note_collectives) the advice says both and how to tell.
+void Classifier::recommend_communication(std::vector<std::string>& out) const {
+  const auto& t = kThresholds;
+  const CommunicationVolume& c = report_.communication;
+  static constexpr const char* kStragglers =
+      "Check for stragglers: a rank waiting in a collective waits for the slowest rank; merge the ranks' reports and "
+      "compare their step times.";
+  if (c.collectives == 0 || c.steps == 0) {
+    out.push_back(
+        "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
+        "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
+    out.push_back(fmt::format(
+        "Reduce the volume (bf16/fp16 gradients, gradient compression) where each collective moves megabytes; "
+        "where it moves kilobytes (a small model) its latency is the cost: all-reduce less often (gradient "
+        "accumulation under DDP's no_sync(), a larger batch per step).{}",
+        report_.run.source == "kineto-import"
+            ? ""
+            : " This run noted no collective sizes (stepscope::note_collectives) to tell which."));
+    out.push_back(kStragglers);
+    return;
+  }
+  const double per_step = static_cast<double>(c.collectives) / static_cast<double>(c.steps);
+  const double each = static_cast<double>(c.bytes) / static_cast<double>(c.collectives);
+  const double comm_ms = shares_.kind[PhaseKind::communication] * step_ms_;
+  const std::string moved =
+      fmt::format("{:.3g} collective{} of {} per step", per_step, per_step == 1 ? "" : "s", byte_size(each));
+  const std::string rate = comm_ms > 0 ? fmt::format(" ({:.3g} MB/s over the {:.3f} ms the step waits for them)",
+                                                     each * per_step / (comm_ms * 1e3), comm_ms)
+                                       : std::string();
+  if (each <= t.latency_bound_collective_bytes) {
+    out.push_back(fmt::format(
+        "The step runs {}{}: too little data for bandwidth to matter, so each collective costs its latency "
+        "and the rendezvous with the other ranks, and fewer bytes (fp16 gradients, compression) would buy "
+        "nothing. All-reduce less often: accumulate gradients over several micro-batches under DDP's no_sync() "
+        "and all-reduce once, or take a larger batch per step{}.",
+        moved, rate, per_step >= 2 ? "; and fewer, larger buckets (a larger bucket_cap_mb)" : ""));
+    out.push_back(kStragglers);
+    return;
+  }
+  if (per_step < 1.5 && each >= t.one_collective_split_bytes)
+    out.push_back(fmt::format(
+        "All of a step's gradients go in one collective ({}), which can start only when backward ends: split them "
+        "(a smaller DDP bucket_cap_mb) so all-reduce overlaps the rest of backward.",
+        byte_size(each)));
+  else
+    out.push_back(
+        "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
+        "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
+  out.push_back(fmt::format(
+      "Reduce the volume ({}{}): bf16/fp16 gradients (DDP's fp16_compress_hook), gradient compression, fewer "
+      "synchronisation points per step.",
+      moved, rate));
+  out.push_back(kStragglers);
 }
 
 void Classifier::recommend_compute(std::vector<std::string>& out) const {

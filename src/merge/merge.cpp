@@ -567,6 +567,12 @@ void fill_job_run(JobMerge& jm) {
   job.run.clock_error_ppm = ranks.front().report->run.clock_error_ppm;
   job.run.warmup_steps = ranks.front().report->run.warmup_steps;
   job.run.warmup_source = ranks.front().report->run.warmup_source;
+  for (const RankFacts& f : ranks) {  // the advice reads ratios: sums over the ranks keep them
+    const CommunicationVolume& c = f.report->communication;
+    job.communication.collectives += c.collectives;
+    job.communication.bytes += c.bytes;
+    job.communication.steps += c.steps;
+  }
   {
     // Settings every rank agrees on; the others are named in a warning.
     const RunInfo& first = ranks.front().report->run;

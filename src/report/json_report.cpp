@@ -691,12 +691,13 @@ void fields(V& v, Report::RuntimeSites& x) {
   STEPSCOPE_FIELDS(sites, overflow, truncated);
 }
 
+STEPSCOPE_PLAIN_FIELDS(CommunicationVolume, collectives, bytes, steps)
 STEPSCOPE_PLAIN_FIELDS(Overhead, scope_ns, tsc_scope_ns, collector_core_fraction, device_mode, window_steps,
                        window_period, instrumented_steps, uninstrumented_steps, instrumented_step_ms,
                        uninstrumented_step_ms, measured, window_cost_pct, run_cost_pct)
 
 // Absent sections of older reports read as their defaults (runtime_sites,
-// overhead, interrupted, exception; `complete`: those reports were final).
+// overhead, communication, interrupted, exception; `complete`: those reports were final).
 template <class V>
 void fields(V& v, Report& x) {
   for (const char* key : {"run", "steps", "phases", "bottleneck"}) v.require(key);
@@ -708,7 +709,7 @@ void fields(V& v, Report& x) {
   v.nullable("ended_by", x.ended_by);
   STEPSCOPE_FIELDS(interrupted, exception);
   v.nullable("snapshot_time_utc", x.snapshot_time_utc);
-  STEPSCOPE_FIELDS(runtime_sites, overhead);
+  STEPSCOPE_FIELDS(runtime_sites, overhead, communication);
 }
 
 #undef STEPSCOPE_PLAIN_FIELDS

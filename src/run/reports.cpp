@@ -104,6 +104,9 @@ Report build_stamped_report(bool final_report, const RunStamp& stamp) {
         at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
   }
   add_runtime_site_counts(report);
+  report.communication = CommunicationVolume{rt.collectives.load(std::memory_order_relaxed),
+                                             rt.collective_bytes.load(std::memory_order_relaxed),
+                                             rt.collective_steps.load(std::memory_order_relaxed)};
   if (report.device.status.empty()) {
     report.device.status = "unknown";
     report.device.reason = "no device backend reported";

@@ -456,6 +456,16 @@ void set_config(const std::string& key, const std::string& value) noexcept {
   }
 }
 
+void note_collectives(std::uint64_t count, std::uint64_t bytes) noexcept {
+  if (count == 0) return;
+  auto& rt = detail::runtime();
+  rt.collectives.fetch_add(count, std::memory_order_relaxed);
+  rt.collective_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  const std::uint32_t step = detail::g_steps_started.load(std::memory_order_relaxed);
+  if (rt.collective_last_step.exchange(step, std::memory_order_relaxed) != step)
+    rt.collective_steps.fetch_add(1, std::memory_order_relaxed);
+}
+
 void set_frontend(const char* name) noexcept {
   try {
     auto& rt = detail::runtime();

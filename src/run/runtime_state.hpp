@@ -115,6 +115,11 @@ struct Runtime {
   // Records that could not be kept: thread past its exit handler, or no ring
   // (allocation failed). Counted as dropped in the report. Any thread, atomic.
   std::atomic<std::uint64_t> lost_records{0};
+  // note_collectives (any thread): collectives and bytes, and the steps that
+  // noted any (a step noting again after another thread's note counts twice:
+  // rare, and the advice reads ratios).
+  std::atomic<std::uint64_t> collectives{0}, collective_bytes{0}, collective_steps{0};
+  std::atomic<std::uint32_t> collective_last_step{UINT32_MAX};
   // Flight recorder: off after the first failed snapshot or when the report
   // goes to a FIFO or device. Collector thread only (no lock).
   bool snapshots_off = false;

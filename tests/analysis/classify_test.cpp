@@ -458,10 +458,43 @@ TEST_CASE("classify: memory, communication and scheduling recommendations", "[an
     s.communication = 0.55;
     s.compute = 0.40;
     s.unattributed = 0.05;
-    const Verdict v = classify(host_report(s));
-    CHECK(v.category == "communication");
-    CHECK(any_contains(v.recommendations, "Overlap communication"));
-    CHECK(any_contains(v.recommendations, "stragglers"));
+    Report r = host_report(s);
+    SECTION("no collective sizes noted: both levers, and how to tell them apart") {
+      const Verdict v = classify(r);
+      CHECK(v.category == "communication");
+      CHECK(any_contains(v.recommendations, "Overlap communication"));
+      CHECK(any_contains(v.recommendations, "its latency is the cost"));
+      CHECK(any_contains(v.recommendations, "note_collectives"));
+      CHECK(any_contains(v.recommendations, "stragglers"));
+    }
+    // pytorch/examples' DDP tutorial (a Linear(20, 1)): one 84-byte bucket a
+    // step, 1.2 ms waiting for it; fp16 gradients would buy nothing.
+    SECTION("collectives of a few bytes cost their latency: all-reduce less often, not fewer bytes") {
+      r.communication = CommunicationVolume{320, 320 * 84, 320};
+      const Verdict v = classify(r);
+      CHECK(v.category == "communication");
+      CHECK(any_contains(v.recommendations, "1 collective of 84 B per step"));
+      CHECK(any_contains(v.recommendations, "no_sync()"));
+      CHECK_FALSE(any_contains(v.recommendations, "Reduce the volume"));
+      CHECK_FALSE(any_contains(v.recommendations, "Overlap communication"));
+      CHECK_FALSE(any_contains(v.recommendations, "bucket_cap_mb"));  // one bucket: nothing to merge
+      r.communication = CommunicationVolume{960, 960 * 2048, 320};    // three small buckets a step
+      CHECK(any_contains(classify(r).recommendations, "a larger bucket_cap_mb"));
+    }
+    SECTION("one large collective a step: split it so it overlaps backward; volume matters") {
+      r.communication = CommunicationVolume{100, 100 * (64ull << 20), 100};
+      const Verdict v = classify(r);
+      CHECK(any_contains(v.recommendations, "one collective (64.0 MiB)"));
+      CHECK(any_contains(v.recommendations, "Reduce the volume (1 collective of 64.0 MiB per step"));
+      CHECK_FALSE(any_contains(v.recommendations, "no_sync()"));
+    }
+    SECTION("just above the latency bound the volume advice stands") {
+      r.communication = CommunicationVolume{
+          200, 200 * (static_cast<std::uint64_t>(kThresholds.latency_bound_collective_bytes) + 1), 100};
+      const Verdict v = classify(r);
+      CHECK(any_contains(v.recommendations, "Overlap communication"));
+      CHECK(any_contains(v.recommendations, "Reduce the volume (2 collectives of 64.0 KiB per step"));
+    }
   }
   SECTION("runqueue wait moves cost from the phases to scheduling") {
     Shares s;

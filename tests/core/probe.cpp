@@ -106,7 +106,8 @@ void one_step() {
     STEPSCOPE_PHASE("optimizer");
     spin_us(100);
   }
-  spin_us(100);  // in the step, in no phase: unattributed
+  stepscope::note_collectives(2, 2 * 4096);  // as a DDP model's two gradient buckets of 4 KiB
+  spin_us(100);                              // in the step, in no phase: unattributed
 }
 
 int workload(int steps) {

@@ -272,6 +272,13 @@ def test_balanced_ranks_have_no_straggler(tmp_path, world):
             assert all(row["waits_for"] == [] for row in job["ranks"]["ranks"])
         # DDP's all-reduce is there, as communication, on every rank.
         assert all(row["communication_ms"] > 0 for row in job["ranks"]["ranks"])
+        # And what it moves: one bucket a step (the model is under DDP's first bucket's 1 MiB), its gradients.
+        grads = 4 * sum(p.numel() for p in _Model().parameters())
+        for r in range(world):
+            volume = json.loads((run_dir / ("r%d.json" % r)).read_text())["communication"]
+            assert volume == {"collectives": STEPS, "bytes": STEPS * grads, "steps": STEPS}, volume
+        assert job["communication"] == {"collectives": world * STEPS, "bytes": world * STEPS * grads,
+                                        "steps": world * STEPS}
 
     until_not_starved(tmp_path, check)
 

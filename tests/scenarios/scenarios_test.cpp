@@ -264,6 +264,18 @@ TEST_CASE("communication: the step waits for a straggling peer in all-reduce", "
   const PhaseSummary* allreduce = phase(r, "allreduce", ThreadRole::step);
   REQUIRE(allreduce != nullptr);
   CHECK(allreduce->kind == PhaseKind::communication);
+  // The example notes its exchange (note_collectives): one collective of
+  // ~400 KB a step, above the latency bound: the volume advice names it.
+  CHECK(r.communication.collectives == r.communication.steps);
+  CHECK(r.communication.steps >= 150);
+  const auto names = [&r](const char* text) {
+    for (const std::string& advice : r.bottleneck.recommendations)
+      if (advice.find(text) != std::string::npos) return true;
+    return false;
+  };
+  CHECK(names("Reduce the volume (1 collective of "));
+  CHECK(names("stragglers"));
+  CHECK_FALSE(names("no_sync()"));
 }
 
 TEST_CASE("scheduling: an oversubscribed spinning pool cannot keep the step fed", "[scenarios][scheduling]") {
