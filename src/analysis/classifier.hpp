@@ -130,7 +130,7 @@ class Classifier {
   std::array<Bottleneck, kBottleneckCount> rank(Verdict& v) const;
   std::optional<Unknown> too_few_steps();
   std::optional<Unknown> unexplained_step();
-  std::optional<Unknown> waiting_for_interpreter() const;
+  std::optional<Unknown> waiting_in_compute() const;
   Leader choose_leader(const std::array<Bottleneck, kBottleneckCount>& order);
   std::optional<Unknown> conflicting(const Leader& lead);
   void decide(const Leader& lead, Verdict& v) const;

@@ -47,14 +47,45 @@ bool python_run(const Report& report) {
   return report.run.source == "live" && frontend != report.run.build.end() && frontend->second == "python";
 }
 
+namespace {
+
+// The most threads a step phase ran on.
+int step_threads(const Report& report) {
+  int threads = 0;
+  for (const PhaseSummary& p : report.phases)
+    if (p.thread_role == ThreadRole::step) threads = std::max(threads, static_cast<int>(p.threads));
+  return threads;
+}
+
+}  // namespace
+
+std::string ComputeOnCpu::phrase() const {
+  return bound ? fmt::format("at most {:.0f}% of its compute phases' time (its run time over theirs: too few samples)",
+                             100 * fraction)
+               : fmt::format("in {:.0f}% of its compute phases' samples", 100 * fraction);
+}
+
+ComputeOnCpu compute_on_cpu(const Report& report) {
+  const SystemSignals& s = report.system;
+  if (!s.available) return {};
+  if (s.compute_on_cpu_fraction >= 0) return {s.compute_on_cpu_fraction, false};
+  if (s.step_threads_on_cpu_s < 0 || report.steps.clock != "host" || step_threads(report) != 1) return {};
+  // The compute phases' time as measured (a wait for a CPU in them included).
+  const double compute_s =
+      report.steps.breakdown.kind_ms[PhaseKind::compute] * static_cast<double>(report.steps.count) * 1e-3;
+  if (compute_s <= 0) return {};
+  const double bound = (s.step_threads_on_cpu_s + s.runqueue_wait_s) / compute_s;
+  if (bound >= kThresholds.compute_on_cpu_working) return {};
+  return {bound, true};
+}
+
 InterpreterLock interpreter_lock(const Report& report) {
   InterpreterLock lock;
   const SystemSignals& s = report.system;
   if (!python_run(report) || !s.available || s.wall_s <= 0 || s.step_threads_on_cpu_s < 0 ||
       report.steps.clock != "host")
     return lock;
-  for (const PhaseSummary& p : report.phases)
-    if (p.thread_role == ThreadRole::step) lock.threads = std::max(lock.threads, static_cast<int>(p.threads));
+  lock.threads = step_threads(report);
   const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
   if (lock.threads < 1 || cores < 2) return lock;
   const StepShares shares = step_shares(report);
@@ -63,7 +94,7 @@ InterpreterLock interpreter_lock(const Report& report) {
   lock.compute_cores = lock.threads * shares.kind[PhaseKind::compute];
   lock.other_threads_cores =
       std::max(0.0, (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s - s.collector_cpu_ms * 1e-3) / s.wall_s);
-  lock.compute_on_cpu = s.compute_on_cpu_fraction;
+  lock.compute_on_cpu = compute_on_cpu(report);
   const bool held = lock.compute_cores >= t.interpreter_lock_excess * lock.on_cpu_cores;
   if (lock.threads >= 2) {
     lock.active = held && shares.cpu_wait < t.cpu_contention_finding && lock.on_cpu_cores <= t.interpreter_lock_cores;
@@ -74,7 +105,8 @@ InterpreterLock interpreter_lock(const Report& report) {
     // beside two busy loops, 24% of its step waiting for a CPU, was on a CPU
     // in 44% of them, its other thread 0.56 CPUs).
     lock.background = true;
-    lock.active = held && s.compute_on_cpu_fraction >= 0 && s.compute_on_cpu_fraction < t.compute_on_cpu_working &&
+    lock.active = held && lock.compute_on_cpu.fraction >= 0 &&
+                  lock.compute_on_cpu.fraction < t.compute_on_cpu_working &&
                   lock.other_threads_cores >= t.interpreter_lock_other_threads;
   }
   return lock;

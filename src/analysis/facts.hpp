@@ -92,6 +92,23 @@ CpuHolders cpu_holders(const SystemSignals& s);
 // A live run the Python package drove (run.build["frontend"], set through
 // stepscope::set_frontend() when the package loads).
 bool python_run(const Report& report);
+// How much of its compute phases' time one step thread was on a CPU (or
+// waiting for one): the sampler's share where it took enough samples; else,
+// from the thread's exact run and run-queue times (schedstat), an upper bound
+// -- it cannot have run in its compute phases longer than it ran at all --
+// kept only below compute_on_cpu_working, where it says "mostly waited" (a
+// run of a second or two has too few samples: pytorch/examples' ddp_rpc
+// trainer, its forward, backward and optimizer RPCs to a parameter server,
+// read "highly compute-bound (0.94)" with the thread on a CPU 13% of the
+// time). fraction -1: unknown.
+struct ComputeOnCpu {
+  double fraction = -1;
+  bool bound = false;  // an upper bound from run times, not samples
+  // "in 17% of its compute phases' samples", "at most 17% of its compute phases' time (...)"
+  std::string phrase() const;
+};
+ComputeOnCpu compute_on_cpu(const Report& report);
+
 // Python threads that each run steps take turns on the interpreter lock (the
 // GIL): together they ran on about one core while their compute phases held
 // more time than that and no CPU was lacking, so each one's wait for the lock
@@ -108,7 +125,7 @@ struct InterpreterLock {
   double on_cpu_cores = 0;         // the step threads together, time on a CPU over wall time
   double compute_cores = 0;        // the time their compute phases held, in cores (threads x share of the step)
   double other_threads_cores = 0;  // the process's threads that run no steps (stepscope's own left out)
-  double compute_on_cpu = -1;      // share of the compute phases' samples the step thread was on a CPU
+  ComputeOnCpu compute_on_cpu;     // the step thread in its compute phases
 };
 InterpreterLock interpreter_lock(const Report& report);
 // A background input phase's time per batch (one batch per step): its self

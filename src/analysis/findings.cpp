@@ -740,14 +740,14 @@ void interpreter_lock(const Report& r, std::vector<Finding>& out) {
     // CPU, those threads 0.52 CPUs): both look alike here, and both are said.
     out.push_back(make(
         "interpreter_lock", "warning",
-        fmt::format("The step thread was on a CPU in {:.0f}% of its compute phases' samples ({:.2f} CPUs over the "
+        fmt::format("The step thread was on a CPU {} ({:.2f} CPUs over the "
                     "run) while this process's threads that run no steps kept {:.2f} CPUs busy. If those threads run "
                     "Python, they hold the interpreter lock (the GIL) and the step thread waits for it at every "
                     "turn, inside whatever phase it is in: move their work to another process (multiprocessing, "
                     "DataLoader workers) or into code that releases the lock (torch and numpy operators). If the "
                     "compute phases wait for work done elsewhere (an RPC, a queue), time that wait as a phase of "
                     "kind communication.",
-                    100 * lock.compute_on_cpu, lock.on_cpu_cores, lock.other_threads_cores),
+                    lock.compute_on_cpu.phrase(), lock.on_cpu_cores, lock.other_threads_cores),
         {{"threads", static_cast<double>(lock.threads)},
          {"on_cpu_cores", lock.on_cpu_cores},
          {"compute_cores", lock.compute_cores},

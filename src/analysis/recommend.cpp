@@ -179,7 +179,6 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
 
 void Classifier::recommend_compute(std::vector<std::string>& out) const {
   const auto& t = kThresholds;
-  const SystemSignals& s = report_.system;
   if (device_.present) {
     out.push_back(
         "The GPU is the bottleneck, as it should be in a well-fed loop: use mixed precision "
@@ -215,7 +214,8 @@ void Classifier::recommend_compute(std::vector<std::string>& out) const {
                     "A larger batch per step amortises the fixed per-step overhead ({:.0f}% of the step outside "
                     "the phases that grow with the batch).",
                     pct(fixed)));
-    if (s.available && s.compute_on_cpu_fraction >= 0 && s.compute_on_cpu_fraction < t.compute_on_cpu_working)
+    if (const double on_cpu = detail::compute_on_cpu(report_).fraction;
+        on_cpu >= 0 && on_cpu < t.compute_on_cpu_working)
       out.push_back(
           "Compute phases are mostly off-CPU: they wait (device synchronisation, locks) rather "
           "than compute; look for hidden synchronisation (.item(), .cpu(), blocking copies).");

@@ -167,6 +167,11 @@ struct Thresholds {
   // One step thread: the process's other threads used at least this many
   // cores while its compute phases were mostly off-CPU.
   double interpreter_lock_other_threads = 0.5;
+  // Compute phases mostly off-CPU with no GPU: the process's other threads
+  // busy at least this fraction of the phases' time off the CPU did the work
+  // for the step thread (a pool it waits for: compute); less, and the wait is
+  // for something outside the process (unknown, not compute).
+  double compute_pool_covers = 0.75;
 
   // ---- findings ----------------------------------------------------------
   // Memory growth: least-squares fit of RSS vs step over at least this many

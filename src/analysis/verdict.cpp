@@ -112,16 +112,15 @@ void Classifier::collect_system() {
                           "it did the input work itself (on-CPU).",
                           pct(s.input_on_cpu_fraction)));
   }
-  if (s.compute_on_cpu_fraction >= 0) {
+  if (const detail::ComputeOnCpu on_cpu = detail::compute_on_cpu(report_); on_cpu.fraction >= 0) {
     const bool gpu = device_.present;
     add(gpu ? kNoCategory : Bottleneck::compute, gpu ? Weight::info : Weight::primary, "compute_on_cpu_fraction",
-        s.compute_on_cpu_fraction, t.compute_on_cpu_working, ">=",
-        fmt::format("In compute phases the step thread was running or runnable (state R, which includes "
-                    "waiting for a CPU) {:.0f}% of the samples{}.",
-                    pct(s.compute_on_cpu_fraction),
-                    s.compute_on_cpu_fraction >= t.compute_on_cpu_working
+        on_cpu.fraction, t.compute_on_cpu_working, ">=",
+        fmt::format("The step thread was running or runnable (state R, which includes waiting for a CPU) {}{}.",
+                    on_cpu.phrase(),
+                    on_cpu.fraction >= t.compute_on_cpu_working
                         ? " (working, not blocked)"
-                        : " (mostly blocked: synchronisation, locks or the device)"));
+                        : " (mostly blocked: synchronisation, locks, remote work or the device)"));
   }
   add(Bottleneck::io, Weight::secondary, "major_faults_per_step", static_cast<double>(s.major_faults) / steps,
       t.major_faults_per_step, ">=",
@@ -476,7 +475,7 @@ Verdict Classifier::run() {
   // Each check adds its evidence row; the first that fails says why there is no verdict.
   if (std::optional<Unknown> unknown = too_few_steps()) return finish_unknown(std::move(*unknown), v);
   if (std::optional<Unknown> unknown = unexplained_step()) return finish_unknown(std::move(*unknown), v);
-  if (std::optional<Unknown> unknown = waiting_for_interpreter()) return finish_unknown(std::move(*unknown), v);
+  if (std::optional<Unknown> unknown = waiting_in_compute()) return finish_unknown(std::move(*unknown), v);
   const Leader lead = choose_leader(order);
   if (std::optional<Unknown> unknown = conflicting(lead)) return finish_unknown(std::move(*unknown), v);
   decide(lead, v);
@@ -571,22 +570,48 @@ std::optional<Classifier::Unknown> Classifier::unexplained_step() {
   return std::nullopt;
 }
 
-// A Python step thread whose compute phases mostly waited for the
-// interpreter lock other threads of the process held (facts.hpp,
-// InterpreterLock): the phase times say how long it waited, not what it
-// computed, and no category fits them.
-std::optional<Classifier::Unknown> Classifier::waiting_for_interpreter() const {
+// A step whose compute phases mostly waited rather than computed, in a run
+// with no GPU to wait for: the phase times say how long it waited, not what
+// it computed, and no category fits them. Python threads holding the
+// interpreter lock (facts.hpp, InterpreterLock) are one cause; work outside
+// the process (an RPC to a parameter server, another process, a lock, a
+// sleep) the other, where this process's other threads were too idle to have
+// done the compute for it (a pool that did is compute: the step thread waits
+// for its own workers).
+std::optional<Classifier::Unknown> Classifier::waiting_in_compute() const {
+  const auto& t = kThresholds;
   const detail::InterpreterLock lock = detail::interpreter_lock(report_);
-  if (!lock.active || !lock.background) return std::nullopt;
+  if (lock.active && lock.background)
+    return Unknown{
+        fmt::format("Unknown: the step thread was on a CPU {}: they mostly waited rather than computed, while this "
+                    "process's other threads kept {:.1f} CPUs busy. In Python that is most often the interpreter lock "
+                    "(the GIL) those threads hold; a wait for work done elsewhere (an RPC to a parameter server, a "
+                    "queue) looks the same from here.",
+                    lock.compute_on_cpu.phrase(), lock.other_threads_cores),
+        "If those threads run Python, move their work out of this process (multiprocessing, DataLoader workers) or "
+        "into code that releases the lock (torch and numpy operators); if the phase waits for remote work, time that "
+        "wait as its own phase of kind communication; then measure again."};
+  if (device_.present || report_.device.enabled || !report_.device.name.empty()) return std::nullopt;
+  const detail::ComputeOnCpu on_cpu = detail::compute_on_cpu(report_);
+  const SystemSignals& s = report_.system;
+  if (on_cpu.fraction < 0 || on_cpu.fraction >= t.compute_on_cpu_working || s.step_threads_on_cpu_s < 0 ||
+      s.wall_s <= 0)
+    return std::nullopt;
+  for (Bottleneck c : kBottlenecks)
+    if (cost_[c] > cost_[Bottleneck::compute]) return std::nullopt;
+  const double compute = shares_.kind[PhaseKind::compute];
+  const double others =
+      std::max(0.0, (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s - s.collector_cpu_ms * 1e-3) / s.wall_s);
+  if (others >= t.compute_pool_covers * compute * (1.0 - on_cpu.fraction)) return std::nullopt;
   return Unknown{
-      fmt::format("Unknown: the step thread was on a CPU in {:.0f}% of its compute phases' samples: they mostly "
-                  "waited rather than computed, while this process's other threads kept {:.1f} CPUs busy. In Python "
-                  "that is most often the interpreter lock (the GIL) those threads hold; a wait for work done "
-                  "elsewhere (an RPC to a parameter server, a queue) looks the same from here.",
-                  pct(lock.compute_on_cpu), lock.other_threads_cores),
-      "If those threads run Python, move their work out of this process (multiprocessing, DataLoader workers) or "
-      "into code that releases the lock (torch and numpy operators); if the phase waits for remote work, time that "
-      "wait as its own phase of kind communication; then measure again."};
+      fmt::format("Unknown: compute phases hold {:.0f}% of the step, but the step thread was on a CPU {} and no GPU "
+                  "was seen: they mostly waited rather than computed, and this process's other threads ({:.2f} CPUs) "
+                  "were too idle to have done that work for it. The wait is for something outside the process: a "
+                  "remote call (an RPC to a parameter server, a distributed backward or optimizer step), another "
+                  "process, a lock or a sleep.",
+                  pct(compute), on_cpu.phrase(), others),
+      "Time that wait as a phase of its own (kind communication for a remote call) so that it is counted as what it "
+      "is, then measure again: a faster CPU or BLAS would not shorten it."};
 }
 
 // 3. The leader; a mostly idle GPU is never compute-bound.

@@ -381,6 +381,17 @@ void judge_job(JobMerge& jm) {
         if (q.name == p.name && q.kind == p.kind && q.thread_role == p.thread_role) p.share_of_step = q.share_of_step;
     }
     job.bottleneck = classify(facts);
+    // The job's OS signals are unknown (per host), so what only the rank's
+    // own could show -- its compute phases waited rather than computed (an
+    // RPC, the interpreter lock) -- would be lost: the job's verdict is no
+    // surer than the typical rank's own.
+    if (job.bottleneck.category != "unknown") {
+      Verdict own = classify(t);
+      if (own.category == "unknown") {
+        own.summary = fmt::format("Rank {} (the typical rank): {}", ranks[typical].rank, own.summary);
+        job.bottleneck = std::move(own);
+      }
+    }
   }
   job.findings = find_issues(job);
   job.what_if = project_what_if(job);

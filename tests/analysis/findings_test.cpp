@@ -1125,11 +1125,14 @@ TEST_CASE(
   working.system.compute_on_cpu_fraction = 0.95;
   CHECK(classify(working).category == "compute");
   CHECK_FALSE(has(find_issues(working), "interpreter_lock"));
-  // No other thread busy (the step's compute phases wait for something else): not the lock.
+  // No other thread busy (the step's compute phases wait for something
+  // outside the process): not the lock, and no compute verdict either.
   Report alone = r;
   alone.system.cpu_user_s = 0.1 * alone.system.wall_s;
   CHECK_FALSE(has(find_issues(alone), "interpreter_lock"));
-  CHECK(classify(alone).category == "compute");
+  const Verdict waits = classify(alone);
+  CHECK(waits.category == "unknown");
+  CHECK(waits.summary.find("The wait is for something outside the process") != std::string::npos);
   // Beside two busy loops (24% of the step waiting for a CPU; the loop on a
   // CPU in 44% of its compute phases' samples, its other thread 0.56 CPUs):
   // the same answer, for the samples count a wait for a CPU as on one.
@@ -1146,4 +1149,61 @@ TEST_CASE(
   Report untimed = r;  // a GPU the run saw, its timing not in the report
   untimed.device.name = "NVIDIA H200";
   CHECK_FALSE(has(find_issues(untimed), "interpreter_lock"));
+}
+
+TEST_CASE("compute phases that mostly waited, no GPU, the process idle: unknown, even without samples",
+          "[analysis][classify]") {
+  // pytorch/examples' distributed/rpc/ddp_rpc trainer: its forward, backward
+  // and optimizer are RPCs to a parameter server. 295 steps of 4.5 ms in
+  // 1.35 s, 11 samples (no sampled fraction); the step thread on a CPU 0.17 s
+  // and waiting for one 0.045 s, the process's other threads (the RPC agent)
+  // 0.47 CPUs. It read "highly compute-bound (0.94)".
+  Shares s;
+  s.compute = 0.93;
+  s.input = 0.01;
+  s.unattributed = 0.06;
+  Report r = host_report(s, 295, 4.5);
+  on_two_cores(r, 0.60, 1.4, 0.034);
+  from_python(r);
+  r.system.step_threads_on_cpu_s = 0.126 * r.system.wall_s;
+  r.system.collector_cpu_ms = 3.6;
+  add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.50, 2.26);
+  add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.29, 1.32);
+  REQUIRE(r.system.compute_on_cpu_fraction < 0);
+  const Verdict v = classify(r);
+  CHECK(v.category == "unknown");
+  CHECK(v.summary.find("the step thread was on a CPU at most 17% of its compute phases' time (its run time over "
+                       "theirs: too few samples) and no GPU was seen") != std::string::npos);
+  CHECK(v.summary.find("other threads (0.47 CPUs)") != std::string::npos);
+  CHECK(v.summary.find("a remote call (an RPC to a parameter server") != std::string::npos);
+  CHECK_FALSE(has(find_issues(r), "interpreter_lock"));  // 0.47 CPUs: under the lock's 0.5
+  // The bound is the evidence row's value: it disagrees with compute.
+  const Evidence* e = evidence(v, "compute_on_cpu_fraction");
+  REQUIRE(e != nullptr);
+  CHECK(e->value == Approx(0.172).margin(0.002));
+  CHECK_FALSE(e->crossed);
+  // Sampled enough to say it: the same answer.
+  Report sampled = r;
+  sampled.system.compute_on_cpu_fraction = 0.15;
+  CHECK(classify(sampled).category == "unknown");
+  // A step thread that ran through its compute phases gives no bound: compute.
+  Report ran = r;
+  ran.system.step_threads_on_cpu_s = 0.9 * ran.system.wall_s;
+  ran.system.cpu_user_s = 1.4 * ran.system.wall_s;
+  CHECK(classify(ran).category == "compute");
+  // A C++ step thread that waits for a pool of its own threads doing the
+  // work (1.0 CPUs besides it): compute.
+  Report pool = r;
+  pool.run.build.erase("frontend");
+  pool.system.cpu_user_s = (0.126 + 1.0) * pool.system.wall_s;
+  CHECK(classify(pool).category == "compute");
+  // A run that saw a GPU: compute phases off the CPU wait for the device.
+  Report gpu = r;
+  gpu.device.name = "NVIDIA H200";
+  CHECK(classify(gpu).category == "compute");
+  // Compute not the largest cost: nothing to say here.
+  Report io = r;
+  io.steps.breakdown.kind_ms[PhaseKind::compute] = 0.30 * 4.5;
+  io.steps.breakdown.kind_ms[PhaseKind::input] = 0.64 * 4.5;
+  CHECK(classify(io).category != "unknown");
 }

@@ -4,6 +4,7 @@
 // the collective itself runs. Cases: a chronic straggler, a one-off stall,
 // ranks that differ only by noise (no straggler, many seeds), two ranks,
 // imbalance arithmetic, the waiting/collective split, bad input, JSON.
+#include <stepscope/analysis.hpp>
 #include <stepscope/html.hpp>
 #include <stepscope/merge.hpp>
 
@@ -770,4 +771,28 @@ TEST_CASE("the ranks' JSON texts merge as their reports do; a rank that sent not
                     [](const std::string& w) { return w.find("rank 3 sent an unreadable report") == 0; }));
   CHECK(format_job_written(job, "job.json").find("merged job report written to job.json") != std::string::npos);
   CHECK_FALSE(merge_report_texts({"", ""}, error).ranks);
+}
+
+TEST_CASE("ranks whose compute phases waited rather than computed leave the job without a verdict too", "[merge]") {
+  // pytorch/examples' rpc/ddp_rpc: each trainer's forward, backward and
+  // optimizer wait for a parameter server; each rank's own report said
+  // unknown, the job's "highly compute-bound" (its OS signals are per host).
+  JobSpec spec;
+  spec.ranks = 2;
+  std::vector<Report> ranks = make_job(spec);
+  for (Report& r : ranks) {
+    SystemSignals& s = r.system;
+    s.available = true;
+    s.cores_online = s.cores_available = 2;
+    s.wall_s = static_cast<double>(r.steps.count) * r.steps.breakdown.wall_ms * 1e-3;
+    s.step_threads_on_cpu_s = 0.10 * s.wall_s;
+    s.cpu_user_s = 0.15 * s.wall_s;
+    REQUIRE(classify(r).category == "unknown");
+  }
+  const Report job = merge_ok(ranks);
+  CHECK(job.bottleneck.category == "unknown");
+  CHECK(job.bottleneck.summary.find("(the typical rank): Unknown: compute phases hold") != std::string::npos);
+  // Ranks that computed: the job's verdict as before.
+  for (Report& r : ranks) r.system.step_threads_on_cpu_s = 0.95 * r.system.wall_s;
+  CHECK(merge_ok(ranks).bottleneck.category == "compute");
 }
