@@ -30,6 +30,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -178,7 +179,8 @@ verdict of each trace and writes the same JSON report a live run writes.
 options:
   -o, --out FILE   the report file (one trace; with --merge: the merged report).
                    Default: <trace without .json/.gz>.stepscope.json
-  --out-dir DIR    write the per-trace reports into DIR (default: beside each trace)
+  --out-dir DIR    write the per-trace reports into DIR, made if missing (default: beside
+                   each trace)
   --merge          several traces of one job's ranks: also merge their reports
                    (default output stepscope-merged.json)
   --html FILE      also write the HTML page (one trace, or the merged report)
@@ -363,6 +365,15 @@ int cmd_analyze(const Options& o) {
     return kFailure;
   }
 #endif
+  if (!o.out_dir.empty()) {  // as tensorboard_trace_handler makes its log directory
+    std::error_code ec;
+    std::filesystem::create_directories(o.out_dir, ec);
+    if (ec && !std::filesystem::is_directory(o.out_dir)) {
+      error(fmt::format("cannot create the output directory '{}': {}", stepscope::detail::printable(o.out_dir),
+                        ec.message()));
+      return kFailure;
+    }
+  }
   std::vector<stepscope::Report> reports(traces.size());
   for (std::size_t i = 0; i < traces.size(); ++i) {
     std::string why;

@@ -87,7 +87,11 @@ void describe_run(const Timeline& tl, const std::string& source, RunInfo& run) {
   run.library_version = STEPSCOPE_VERSION_STRING;
   run.source = "kineto-import";
   run.host = source;
-  run.rank = tl.rank;
+  // A trace without distributedInfo (torch without Kineto writes none, nor does
+  // a job that never initialised torch.distributed) has no rank: -1, so that
+  // `analyze --merge` of several such traces ranks them by their position
+  // (and says so) rather than merging one and calling the rest duplicates.
+  run.rank = tl.has_distributed_info ? tl.rank : -1;
   run.world_size = tl.world_size;
   run.config["trace"] = source;
   run.config_types["trace"] = "string";

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <stepscope/merge.hpp>
+
 #include "import/trace_import.hpp"
 
 namespace {
@@ -19,26 +21,26 @@ struct Expected {
   const char* file;
   const char* category;
   std::uint64_t steps;
-  int rank, world_size;
+  int rank, world_size;  // rank -1: the trace has no distributedInfo
 };
 
 constexpr Expected kCorpus[] = {
     {"a100_2rank_ddp_rank0.json.gz", "scheduling", 2, 0, 2},
     {"a100_16rank_torchrec_rank0.json.gz", "communication", 4, 0, 16},
-    {"a100_triton_one_step.json.gz", "scheduling", 1, 0, 1},
+    {"a100_triton_one_step.json.gz", "scheduling", 1, -1, 1},
     {"cpu_only_gloo_rank34.json.gz", "unknown", 1, 34, 300},
     // PyTorch 2.x traces from TraceLens (AMD, MIT), with python_function events:
-    {"h100_bert_small_forward.json.gz", "scheduling", 1, 0, 1},
-    {"mi300x_bert_small_forward.json.gz", "scheduling", 1, 0, 1},
-    {"h100_vit_image_classifier_forward.json.gz", "scheduling", 1, 0, 1},
+    {"h100_bert_small_forward.json.gz", "scheduling", 1, -1, 1},
+    {"mi300x_bert_small_forward.json.gz", "scheduling", 1, -1, 1},
+    {"h100_vit_image_classifier_forward.json.gz", "scheduling", 1, -1, 1},
     {"mi300x_8rank_ddp_resnet_checkpointing_rank0.json.gz", "communication", 2, 0, 8},
     {"b200_8rank_eager_inference_rank0.json.gz", "scheduling", 1, 0, 8},
     {"mi300x_sglang_qwen3_decode.json.gz", "scheduling", 1, 0, 1},
     // Training with a data loader (Kineto's TensorBoard-plugin samples, BSD;
     // PARAM's ResNet trace, MIT):
-    {"v100_resnet50_training_0_workers.json.gz", "io", 5, 0, 1},
-    {"v100_resnet50_training_4_workers.json.gz", "compute", 5, 0, 1},
-    {"rtx2080ti_resnet_training_slow_loader.json.gz", "io", 28, 0, 1},
+    {"v100_resnet50_training_0_workers.json.gz", "io", 5, -1, 1},
+    {"v100_resnet50_training_4_workers.json.gz", "compute", 5, -1, 1},
+    {"rtx2080ti_resnet_training_slow_loader.json.gz", "io", 28, -1, 1},
 };
 
 stepscope::Report corpus_report(const std::string& file) {
@@ -338,4 +340,23 @@ TEST_CASE("advice on imported traces speaks PyTorch, not stepscope's C++ API", "
       CHECK(launch_fix);
     }
   }
+}
+
+TEST_CASE("traces without distributedInfo have no rank: merged, they are ranked by position, not duplicates",
+          "[import][corpus][merge]") {
+  // Debian's torch 1.13 (no Kineto) writes no distributedInfo, even for a
+  // DDP job's ranks: `analyze --merge` of two ranks' traces merged the first
+  // and dropped the second as a "duplicate report for rank 0".
+  const stepscope::Report a = corpus_report("v100_resnet50_training_0_workers.json.gz");
+  const stepscope::Report b = corpus_report("v100_resnet50_training_4_workers.json.gz");
+  CHECK(a.run.rank == -1);
+  CHECK(corpus_report("a100_2rank_ddp_rank0.json.gz").run.rank == 0);  // distributedInfo: its rank
+  std::string error;
+  const stepscope::Report job = stepscope::merge_reports({a, b}, error);
+  INFO(error);
+  REQUIRE(job.ranks.has_value());
+  CHECK(job.ranks->ranks.size() == 2);
+  bool said = false;
+  for (const std::string& w : job.warnings) said = said || w.find("their position in the input") != std::string::npos;
+  CHECK(said);
 }
