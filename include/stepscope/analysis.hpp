@@ -125,10 +125,11 @@ STEPSCOPE_API std::string format_comparison(const Comparison& comparison);
 // per-run signals}, verdicts, config changes and warnings. Never throws.
 STEPSCOPE_API std::string comparison_to_json(const Comparison& comparison);
 
-// For a report of an imported trace (run.source "kineto-import"): the
-// analyzer's advice in the trace's language.
-// analyze() calls it last. No-op for other sources.
-STEPSCOPE_API void reword_advice_for_trace(Report& report);
+// The analyzer's advice in the language of the report's source: an imported
+// trace's (torch.profiler.record_function, not STEPSCOPE_PHASE), a run the
+// Python package drove (stepscope.phase), a merged job's as its ranks'.
+// analyze() and merge_reports() call it last. No-op for a C++ run.
+STEPSCOPE_API void reword_advice(Report& report);
 
 }  // namespace v1
 }  // namespace stepscope

@@ -3,8 +3,6 @@
 // a run driven by the Python package gets the package's.
 // Here, not in src/import, because analyze() calls it last (so a re-analysed
 // report keeps the wording) and the analyzer includes nothing above it.
-#include "analysis/facts.hpp"  // detail::reword_advice_for_python, detail::python_run
-
 #include <stepscope/analysis.hpp>
 
 #include <cstring>
@@ -33,14 +31,8 @@ void rewrite_all(Report& r, const std::pair<const char*, const char*> (&phrases)
   for (auto& w : r.warnings) rewrite(w);
 }
 
-}  // namespace
-
-namespace detail {
-
-// A live run the Python package drove: the C++ spellings of the same calls
-// would send a Python user looking for macros.
-void reword_advice_for_python(Report& r) {
-  if (!python_run(r)) return;
+// Python's spellings of the C++ calls the advice names.
+void reword_for_python(Report& r) {
   static const std::pair<const char*, const char*> kPhrases[] = {
       {"STEPSCOPE_PHASE scopes with a kind (input, compute, memory, communication)",
        "`with stepscope.phase(\"...\", kind=...)` blocks (kind input, compute, memory, communication)"},
@@ -57,13 +49,9 @@ void reword_advice_for_python(Report& r) {
   rewrite_all(r, kPhrases);
 }
 
-}  // namespace detail
-
-// (Declared in <stepscope/analysis.hpp>.) The analyzer words its advice for code that links
-// stepscope (STEPSCOPE_PHASE); an imported trace came from a Python training loop, where the same advice is a
+// An imported trace came from a Python training loop, where the advice is a
 // torch.profiler.record_function range.
-void reword_advice_for_trace(Report& r) {
-  if (r.run.source != "kineto-import") return;
+void reword_for_trace(Report& r) {
   static const std::pair<const char*, const char*> kPhrases[] = {
       {"STEPSCOPE_PHASE scopes with a kind (input, compute, memory, communication)",
        "torch.profiler.record_function(\"...\") ranges named after what they do (data, forward, backward, "
@@ -74,6 +62,22 @@ void reword_advice_for_trace(Report& r) {
        "Profile more steps (torch.profiler.schedule(wait=1, warmup=1, active=N) and prof.step() every iteration)"},
   };
   rewrite_all(r, kPhrases);
+}
+
+}  // namespace
+
+// (Declared in <stepscope/analysis.hpp>.) The analyzer words its advice for
+// code that links stepscope (STEPSCOPE_PHASE). A merged job reads as its
+// ranks: imported traces (the trace clock) or a Python run (the frontend).
+void reword_advice(Report& r) {
+  const bool merged = r.run.source == "merge";
+  if (r.run.source == "kineto-import" || (merged && r.run.clock_source == "trace")) {
+    reword_for_trace(r);
+    return;
+  }
+  const auto frontend = r.run.build.find("frontend");
+  if ((r.run.source == "live" || merged) && frontend != r.run.build.end() && frontend->second == "python")
+    reword_for_python(r);
 }
 
 }  // namespace v1

@@ -19,10 +19,8 @@ void analyze(Report& report) {
   report.bottleneck = classify(report);
   report.findings = find_issues(report);
   report.what_if = project_what_if(report);
-  // Imported traces: advice in the trace's language (advice_wording.cpp).
-  reword_advice_for_trace(report);
-  // Runs the Python package drove: advice in its calls.
-  detail::reword_advice_for_python(report);
+  // Imported traces and Python runs: advice in their language (advice_wording.cpp).
+  reword_advice(report);
 }
 
 }  // namespace v1

@@ -184,10 +184,6 @@ FaultCost page_fault_cost(const Report& report);
 // their values, so a loaded report settles to the same numbers.
 StepBreakdown settled_breakdown(const Report& report);
 
-// A live run driven by the Python package: the advice in the package's calls
-// (advice_wording.cpp). analyze() calls it last, as reword_advice_for_trace.
-void reword_advice_for_python(Report& report);
-
 // Mean step time in ms (breakdown first, then the step distribution).
 double mean_step_ms(const Report& report);
 

@@ -137,7 +137,7 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
         "Reduce the volume (bf16/fp16 gradients, gradient compression) where each collective moves megabytes; "
         "where it moves kilobytes (a small model) its latency is the cost: all-reduce less often (gradient "
         "accumulation under DDP's no_sync(), a larger batch per step).{}",
-        report_.run.source == "kineto-import"
+        report_.run.clock_source == "trace"  // an imported trace, or a job merged from them
             ? ""
             : " This run noted no collective sizes (stepscope::note_collectives) to tell which."));
     out.push_back(kStragglers);

@@ -410,7 +410,7 @@ Report report_on(const Timeline& trace, const std::string& source, Worker& worke
       fill_step_series(tl, annotations, framework, r.steps.series);
     }
     describe_device(tl, device.get(), r);
-    analyze(r);  // ends with reword_advice_for_trace (src/analysis/advice_wording.cpp): the trace's language
+    analyze(r);  // ends with reword_advice (src/analysis/advice_wording.cpp): the trace's language
   } catch (const std::exception& e) {
     r.warnings.push_back(std::string("analysis incomplete: ") + e.what());
   } catch (...) {

@@ -796,6 +796,7 @@ Report merge_impl(const std::vector<Report>& inputs, std::string& error) {
   explain_stragglers(jm);
   note_rank_endings(jm);
   gather_rank_findings(jm);
+  reword_advice(jm.job);  // the ranks' language: their traces', or the Python package's
   jm.job.warnings = std::move(jm.warnings);
   jm.job.ranks = std::move(jm.m);
   return std::move(jm.job);

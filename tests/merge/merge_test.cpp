@@ -308,6 +308,32 @@ TEST_CASE("no straggler and communication-bound: the collective itself is the co
   CHECK(job.ranks->comm_wait_fraction < 0.2);
 }
 
+TEST_CASE("a merged job's advice is worded as its ranks': a Python run's calls, a trace's profiler", "[merge]") {
+  JobSpec spec;
+  spec.ranks = 2;
+  spec.collective_ms = 150;  // communication-bound, no collective sizes noted: the advice names note_collectives
+  std::vector<Report> ranks = make_job(spec);
+  const auto advice = [](const Report& job) {
+    std::string all;
+    for (const std::string& a : job.bottleneck.recommendations) all += a + "\n";
+    return all;
+  };
+  CHECK(advice(merge_ok(ranks)).find("stepscope::note_collectives") != std::string::npos);
+  for (Report& r : ranks) {
+    r.run.source = "live";
+    r.run.build["frontend"] = "python";
+  }
+  const std::string python = advice(merge_ok(ranks));
+  CHECK(python.find("stepscope.note_collectives") != std::string::npos);
+  CHECK(python.find("stepscope::") == std::string::npos);
+  for (Report& r : ranks) {
+    r.run.source = "kineto-import";
+    r.run.clock_source = "trace";
+    r.run.build.clear();
+  }
+  CHECK(advice(merge_ok(ranks)).find("note_collectives") == std::string::npos);  // a trace has no such call
+}
+
 TEST_CASE("missing, duplicate and unranked reports; inputs in any order", "[merge]") {
   JobSpec spec;
   spec.ranks = 4;
