@@ -812,9 +812,10 @@ struct Overhead {
 };
 
 // Collectives noted by stepscope::note_collectives (stepscope.torch: a DDP
-// model's gradient buckets), over the steps that noted any (JSON
-// "communication"). All 0: none noted (the advice then cannot tell latency
-// from volume).
+// model's gradient buckets) and the steps from the first that noted any to
+// the last (JSON "communication"): gradient accumulation that all-reduces
+// every 8th step has 1/8 collective per step. All 0: none noted (the advice
+// then cannot tell latency from volume).
 struct CommunicationVolume {
   std::uint64_t collectives = 0;
   std::uint64_t bytes = 0;

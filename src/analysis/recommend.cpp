@@ -146,8 +146,12 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
   const double per_step = static_cast<double>(c.collectives) / static_cast<double>(c.steps);
   const double each = static_cast<double>(c.bytes) / static_cast<double>(c.collectives);
   const double comm_ms = shares_.kind[PhaseKind::communication] * step_ms_;
+  // Gradient accumulation all-reduces every k-th step: "1 collective ... every 8 steps".
+  const bool accumulates = per_step < 0.95;
   const std::string moved =
-      fmt::format("{:.3g} collective{} of {} per step", per_step, per_step == 1 ? "" : "s", byte_size(each));
+      accumulates
+          ? fmt::format("1 collective of {} every {:.3g} steps", byte_size(each), 1.0 / per_step)
+          : fmt::format("{:.3g} collective{} of {} per step", per_step, per_step == 1 ? "" : "s", byte_size(each));
   const std::string rate = comm_ms > 0 ? fmt::format(" ({:.3g} MB/s over the {:.3f} ms the step waits for them)",
                                                      each * per_step / (comm_ms * 1e3), comm_ms)
                                        : std::string();
@@ -155,9 +159,13 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
     out.push_back(fmt::format(
         "The step runs {}{}: too little data for bandwidth to matter, so each collective costs its latency "
         "and the rendezvous with the other ranks, and fewer bytes (fp16 gradients, compression) would buy "
-        "nothing. All-reduce less often: accumulate gradients over several micro-batches under DDP's no_sync() "
-        "and all-reduce once, or take a larger batch per step{}.",
-        moved, rate, per_step >= 2 ? "; and fewer, larger buckets (a larger bucket_cap_mb)" : ""));
+        "nothing. {}{}.",
+        moved, rate,
+        accumulates ? "All-reduce less often still: accumulate over more micro-batches per all-reduce (under DDP's "
+                      "no_sync()), or take a larger batch per micro-batch"
+                    : "All-reduce less often: accumulate gradients over several micro-batches under DDP's no_sync() "
+                      "and all-reduce once, or take a larger batch per step",
+        per_step >= 2 ? "; and fewer, larger buckets (a larger bucket_cap_mb)" : ""));
     out.push_back(kStragglers);
     return;
   }

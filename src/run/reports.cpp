@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -104,9 +105,15 @@ Report build_stamped_report(bool final_report, const RunStamp& stamp) {
         at > rt.recording_started_ns ? static_cast<double>(at - rt.recording_started_ns) / 1e9 : 0.0};
   }
   add_runtime_site_counts(report);
-  report.communication = CommunicationVolume{rt.collectives.load(std::memory_order_relaxed),
-                                             rt.collective_bytes.load(std::memory_order_relaxed),
-                                             rt.collective_steps.load(std::memory_order_relaxed)};
+  if (const std::uint32_t first = rt.collective_first_step.load(std::memory_order_relaxed); first > 0) {
+    // The communicating stretch: from the first noting step to the last, and
+    // one period after it (n notes every k steps span (n - 1) k + 1 steps).
+    const double span = rt.collective_last_step.load(std::memory_order_relaxed) - first;
+    const double noted = static_cast<double>(rt.collective_steps.load(std::memory_order_relaxed));
+    report.communication = CommunicationVolume{
+        rt.collectives.load(std::memory_order_relaxed), rt.collective_bytes.load(std::memory_order_relaxed),
+        noted > 1 ? static_cast<std::uint64_t>(std::llround(span * noted / (noted - 1))) : 1};
+  }
   if (report.device.status.empty()) {
     report.device.status = "unknown";
     report.device.reason = "no device backend reported";

@@ -461,8 +461,14 @@ void note_collectives(std::uint64_t count, std::uint64_t bytes) noexcept {
   auto& rt = detail::runtime();
   rt.collectives.fetch_add(count, std::memory_order_relaxed);
   rt.collective_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  const std::uint32_t step = detail::g_steps_started.load(std::memory_order_relaxed);
-  if (rt.collective_last_step.exchange(step, std::memory_order_relaxed) != step)
+  // Step 0 (before the first) counts as step 1: a first note there is not "none".
+  const std::uint32_t step = std::max<std::uint32_t>(detail::g_steps_started.load(std::memory_order_relaxed), 1);
+  std::uint32_t first = 0;
+  rt.collective_first_step.compare_exchange_strong(first, step, std::memory_order_relaxed);
+  std::uint32_t last = rt.collective_last_step.load(std::memory_order_relaxed);
+  while (last < step && !rt.collective_last_step.compare_exchange_weak(last, step, std::memory_order_relaxed)) {
+  }
+  if (rt.collective_seen_step.exchange(step, std::memory_order_relaxed) != step)
     rt.collective_steps.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -115,11 +115,11 @@ struct Runtime {
   // Records that could not be kept: thread past its exit handler, or no ring
   // (allocation failed). Counted as dropped in the report. Any thread, atomic.
   std::atomic<std::uint64_t> lost_records{0};
-  // note_collectives (any thread): collectives and bytes, and the steps that
-  // noted any (a step noting again after another thread's note counts twice:
-  // rare, and the advice reads ratios).
+  // note_collectives (any thread): collectives and bytes, the first and last
+  // step (g_steps_started) that noted any and how many steps did: gradient
+  // accumulation all-reduces every k-th step (the report's steps, reports.cpp).
   std::atomic<std::uint64_t> collectives{0}, collective_bytes{0}, collective_steps{0};
-  std::atomic<std::uint32_t> collective_last_step{UINT32_MAX};
+  std::atomic<std::uint32_t> collective_first_step{0}, collective_last_step{0}, collective_seen_step{0};
   // Flight recorder: off after the first failed snapshot or when the report
   // goes to a FIFO or device. Collector thread only (no lock).
   bool snapshots_off = false;

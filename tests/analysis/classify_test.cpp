@@ -480,6 +480,11 @@ TEST_CASE("classify: memory, communication and scheduling recommendations", "[an
       CHECK_FALSE(any_contains(v.recommendations, "bucket_cap_mb"));  // one bucket: nothing to merge
       r.communication = CommunicationVolume{960, 960 * 2048, 320};    // three small buckets a step
       CHECK(any_contains(classify(r).recommendations, "a larger bucket_cap_mb"));
+      // Already accumulating (one all-reduce every 8 steps): said as it is, and more of it.
+      r.communication = CommunicationVolume{40, 40 * 84, 313};
+      const Verdict accumulating = classify(r);
+      CHECK(any_contains(accumulating.recommendations, "1 collective of 84 B every 7.83 steps"));
+      CHECK(any_contains(accumulating.recommendations, "accumulate over more micro-batches"));
     }
     SECTION("one large collective a step: split it so it overlaps backward; volume matters") {
       r.communication = CommunicationVolume{100, 100 * (64ull << 20), 100};
