@@ -64,6 +64,10 @@ struct Delta {
   // between the step thread and a background thread (then the means measure
   // different things: waited-for time vs work beside the step).
   std::string base_role, new_role;
+  // A step phase whose calls per step changed (by more than 10%): the means
+  // are its time per step (mean per call x calls per step), these the calls
+  // per step. 0: the means are per call.
+  double base_calls = 0, new_calls = 0;
 };
 
 // "faster", "slower" or "within_noise" for a delta.

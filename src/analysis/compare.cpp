@@ -104,15 +104,29 @@ double per_step(const Report& r, const PhaseSummary& p) {
   return static_cast<double>(p.count) / static_cast<double>(r.steps.count);
 }
 
-Delta phase_delta(const PhaseSummary& a, const PhaseSummary& b) {
+// A step phase's calls per step in each run where they differ by more than
+// phase_calls_change (its rows then compare time per step); {0, 0} otherwise.
+std::pair<double, double> changed_calls(const Report& base, const PhaseSummary& a, const Report& cand,
+                                        const PhaseSummary& b) {
+  if (a.thread_role != ThreadRole::step || b.thread_role != ThreadRole::step) return {0, 0};
+  const double ca = per_step(base, a), cb = per_step(cand, b);
+  if (ca <= 0 || cb <= 0 || std::fabs(cb / ca - 1.0) <= kThresholds.phase_calls_change) return {0, 0};
+  return {ca, cb};
+}
+
+// `calls`: changed_calls of the pair (the means become time per step).
+Delta phase_delta(const PhaseSummary& a, const PhaseSummary& b, std::pair<double, double> calls) {
   Delta d;
   d.name = a.name;
   // On the report's clock: a device-clocked phase's device time.
   const Distribution &ta = detail::clocked_ms(a), &tb = detail::clocked_ms(b);
-  d.base_ms = ta.mean;
-  d.new_ms = tb.mean;
+  const double ka = calls.first > 0 ? calls.first : 1, kb = calls.second > 0 ? calls.second : 1;
+  d.base_calls = calls.first;
+  d.new_calls = calls.second;
+  d.base_ms = ta.mean * ka;
+  d.new_ms = tb.mean * kb;
   finish_delta(d);
-  d.noise_ms = std::hypot(standard_error(ta), standard_error(tb));
+  d.noise_ms = std::hypot(standard_error(ta) * ka, standard_error(tb) * kb);
   d.significant = ta.count > 0 && tb.count > 0 && significant(d);
   d.base_role = to_string(a.thread_role);
   d.new_role = to_string(b.thread_role);
@@ -558,8 +572,9 @@ Comparison compare_reports(const Report& base, const Report& candidate) {
       continue;
     }
     matched.insert({b->name, static_cast<int>(b->thread_role)});
-    c.phases.push_back(phase_delta(a, *b));
-    end_to_end_floor(c.phases.back(), loop_step_ms(base), per_step(base, a));
+    const std::pair<double, double> calls = changed_calls(base, a, candidate, *b);
+    c.phases.push_back(phase_delta(a, *b, calls));
+    end_to_end_floor(c.phases.back(), loop_step_ms(base), calls.first > 0 ? 1.0 : per_step(base, a));
     // On the step thread outside every step (a test loop, the fetch that found
     // the loop's end): no step waited for it, and a few samples of it are no
     // mean to call faster or slower.
@@ -645,7 +660,7 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
         for (const PhaseSummary& p : r.phases) {
           const Distribution& t = detail::clocked_ms(p);
           if (p.name != d.name || to_string(p.thread_role) != role || t.count == 0) continue;
-          out.push_back(t.mean);
+          out.push_back(t.mean * (d.base_calls > 0 ? per_step(r, p) : 1.0));  // per step where calls changed
           within += standard_error(t);
           break;
         }
@@ -657,7 +672,8 @@ Comparison compare_runs(const std::vector<Report>& base, const std::vector<Repor
     between_runs_delta(d, pa, pb, std::hypot(wa, wb));
     double calls = 1;
     for (const PhaseSummary& p : base.front().phases)
-      if (p.name == d.name && to_string(p.thread_role) == d.base_role) calls = per_step(base.front(), p);
+      if (p.name == d.name && to_string(p.thread_role) == d.base_role && d.base_calls <= 0)
+        calls = per_step(base.front(), p);
     end_to_end_floor(d, c.step.base_ms, calls);
   }
   // Conditions: any base run against any new run.
@@ -709,6 +725,8 @@ std::string format_comparison(const Comparison& c) {
                                          : "";
     if (d.base_role == "outside_step" && d.new_role == "outside_step") verdict = "outside the steps";
     if (d.base_role != d.new_role) verdict += fmt::format(" ({} vs {} thread)", d.base_role, d.new_role);
+    if (d.base_calls > 0)
+      verdict += fmt::format(" (ms per step: {:.3g} -> {:.3g} calls a step)", d.base_calls, d.new_calls);
     out += fmt::format("{:<24} {:>11.3f} {:>11.3f} {:>+11.3f} {:>+8.1f}% {:>10.3f}  {}\n", detail::printable(d.name),
                        d.base_ms, d.new_ms, d.delta_ms, d.delta_pct, d.noise_ms, verdict);
   };
@@ -799,7 +817,9 @@ std::string comparison_to_json(const Comparison& c) {
                   {"significant", d.significant},
                   {"verdict", delta_verdict(d)},
                   {"base_role", d.base_role},
-                  {"new_role", d.new_role}};
+                  {"new_role", d.new_role},
+                  {"base_calls_per_step", d.base_calls > 0 ? num(d.base_calls) : json(nullptr)},
+                  {"new_calls_per_step", d.new_calls > 0 ? num(d.new_calls) : json(nullptr)}};
     };
     json phases = json::array();
     for (const Delta& d : c.phases) phases.push_back(delta(d));

@@ -294,6 +294,11 @@ struct Thresholds {
   // of the base step (judge end to end): a 'data' phase of 0.0002 ms in a
   // 1.1 ms step was called "+25% slower" between two identical runs.
   double phase_change_min_step_share = 0.01;
+  // A step phase whose calls per step differ by more than this between the
+  // runs is compared by its time per step, not per call: gradient
+  // accumulation's all-reduce every 8th step was "+64% slower" per call while
+  // it cost the step 80% less.
+  double phase_calls_change = 0.10;
   // Step noise from batch means over the step series (Law & Kelton): the
   // series is cut into about sqrt(points) batches, at least this many, so the
   // batch means are nearly independent even when neighbouring steps are not.
