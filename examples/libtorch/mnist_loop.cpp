@@ -151,7 +151,16 @@ int self_test() {
     if (batch.data.size(0) != kTrainBatchSize) return 1;
     if (++broke_after == 3) break;
   }
+  {
+    // The test pass as pytorch/examples' cpp/mnist writes it: under
+    // torch::NoGradGuard, after a loop with gradients on. An evaluation
+    // loop, not steps (include/stepscope/steps.hpp, evaluates_from_start).
+    torch::NoGradGuard no_grad;
+    for (const auto& batch : stepscope::steps(*loader))
+      if (batch.data.size(0) != kTrainBatchSize) return 1;
+  }
   const stepscope::Report after = stepscope::snapshot();
+  const auto evaluation_loops = after.steps.evaluation_loops - before.steps.evaluation_loops;
   const auto steps =
       (after.steps.count + after.steps.warmup_excluded) - (before.steps.count + before.steps.warmup_excluded);
   // The step the break left recorded nothing after its fetch: counted, left out.
@@ -159,11 +168,12 @@ int self_test() {
   const auto data = data_in_steps(after) - data_in_steps(before);
   std::printf(
       "self-test: %lld samples in %lld batches; %llu steps (+%llu left by the break), %llu data phases in "
-      "steps\n",
+      "steps, %llu evaluation loop(s)\n",
       static_cast<long long>(seen), static_cast<long long>(batches), static_cast<unsigned long long>(steps),
-      static_cast<unsigned long long>(left_out), static_cast<unsigned long long>(data));
+      static_cast<unsigned long long>(left_out), static_cast<unsigned long long>(data),
+      static_cast<unsigned long long>(evaluation_loops));
   const bool ok = stepscope::enabled() && seen == 10 * kTrainBatchSize && batches == 10 && steps == 12 &&
-                  left_out == 1 && data == 13;
+                  left_out == 1 && data == 13 && evaluation_loops == 1;
   std::printf("self-test: %s\n", ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }

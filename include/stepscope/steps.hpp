@@ -72,6 +72,15 @@ STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE const StepCallSite* step_call_site_slow(
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE void next_step_in_other_step() noexcept;
 // How many there were in the process.
 STEPSCOPE_API std::uint64_t next_steps_ignored() noexcept;
+// Cold, once per steps() loop, before its first fetch (src/core/torch_grad.cpp):
+// an evaluation loop from its start -- torch's gradients off on this thread
+// (c10::GradMode, where the process has libtorch loaded) on a thread that
+// trained: `trained` (the Python package: instrument() saw a backward or an
+// optimizer step), or an earlier steps() loop on this thread began with
+// them on. pytorch/examples' cpp/mnist and cpp/custom-dataset test under
+// torch::NoGradGuard: a steps() loop over the test loader counted its
+// batches as training steps.
+STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE bool evaluates_from_start(bool trained) noexcept;
 
 // Per-thread cache in front of it: a call site in a loop finds its sites with
 // one compare. Direct-mapped on the line; trivial, so the thread_local needs
@@ -200,8 +209,9 @@ class StepLoop {
     if (step_.active && step_.level == 0) evaluation_ = true;
   }
   // Before the loop's first fetch: it is an evaluation loop from the start
-  // (gradients off there, on a thread that trained): it opens no step at
-  // all, and its first fetch's record says so (kRecordEvaluationStep).
+  // (gradients off there, on a thread that trained: evaluates_from_start):
+  // it opens no step at all, and its first fetch's record says so
+  // (kRecordEvaluationStep).
   void evaluation_loop() noexcept {
     if (step_.active || closed_a_step_ || passive_ || t_thread_state.step_depth != 0) return;
     passive_ = evaluation_ = announce_evaluation_ = true;
@@ -345,6 +355,7 @@ class StepRange {
   // The first fetch (a torch::data loader's begin() waits for the first batch).
   iterator begin() {
     using std::begin;
+    if (detail::evaluates_from_start(false)) loop_.evaluation_loop();
     loop_.fetch_starts();
     return iterator(&loop_, begin(range_));
   }

@@ -153,27 +153,6 @@ struct StepWork {
   bool evaluated = false, trained = false, trained_before = false;
 };
 thread_local StepWork t_step_work;
-// torch.is_grad_enabled, once stepscope.torch is imported (a reference kept
-// for the process: the function lives as long as torch does). A loop whose
-// first fetch runs with gradients off (`with torch.no_grad(): for b in
-// steps(test_loader)`, pytorch/examples' mnist) on a thread that trained is
-// an evaluation loop from its start: no step opens, its first step's
-// forward included (the end-of-step rule above counts that one in a step).
-PyObject* g_grad_enabled = nullptr;
-
-bool gradients_off() {
-  if (g_grad_enabled == nullptr) return false;
-  PyObject* on = PyObject_CallObject(g_grad_enabled, nullptr);
-  if (on == nullptr) {
-    PyErr_Clear();
-    return false;
-  }
-  const int truth = PyObject_IsTrue(on);
-  Py_DECREF(on);
-  if (truth < 0) PyErr_Clear();
-  return truth == 0;
-}
-
 // for x in steps(iterable): the C++ steps() loop (stepscope::detail::StepLoop),
 // one step per item, the fetch (iter() for the first, next() after) the step's
 // data phase. Same semantics as the C++ adaptor (include/stepscope/steps.hpp).
@@ -204,7 +183,9 @@ class StepIterator {
     StepWork& work = t_step_work;
     work.trained_before = work.trained_before || work.trained;
     if (!iterator_) {
-      if (work.trained_before && gradients_off()) loop_->evaluation_loop();
+      // Gradients off at the first fetch (`with torch.no_grad(): for b in
+      // steps(test_loader)`, pytorch/examples' mnist): an evaluation loop.
+      if (stepscope::detail::evaluates_from_start(work.trained_before)) loop_->evaluation_loop();
     } else if (work.evaluated && !work.trained && work.trained_before) {
       loop_->evaluation();
     }
@@ -387,9 +368,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("note_collectives", &stepscope::note_collectives, py::arg("count"), py::arg("bytes"));
   m.def("note_evaluation", [] { t_step_work.evaluated = true; });
   m.def("note_training", [] { t_step_work.trained = true; });
-  m.def("set_grad_probe", [](const py::object& probe) {
-    if (g_grad_enabled == nullptr) g_grad_enabled = probe.inc_ref().ptr();
-  });
   m.def(
       "next_step",
       [] {

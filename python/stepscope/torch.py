@@ -72,7 +72,6 @@ import torch as _torch
 import stepscope as _stepscope
 from stepscope import _core
 
-_core.set_grad_probe(_torch.is_grad_enabled)
 
 __all__ = ["steps", "instrument", "finish"]
 

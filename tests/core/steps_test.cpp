@@ -543,6 +543,51 @@ TEST_CASE("an evaluation loop's steps are not steps: its time is between the tra
   require_balanced();
 }
 
+// A stand-in for libtorch's c10::GradMode, exported from this executable
+// (ENABLE_EXPORTS): the symbol detail::evaluates_from_start looks up.
+// torch::NoGradGuard sets the flag it reads; so does this test.
+namespace c10 {
+struct GradMode {
+  static bool is_enabled();
+};
+}  // namespace c10
+namespace {
+thread_local bool t_grad_enabled = true;
+}  // namespace
+bool c10::GradMode::is_enabled() {
+  return t_grad_enabled;
+}
+
+TEST_CASE("a steps() loop begun under torch::NoGradGuard after one with gradients is an evaluation loop", "[steps]") {
+  // pytorch/examples' cpp/mnist and cpp/custom-dataset test under
+  // torch::NoGradGuard: a user's `for (auto& batch : stepscope::steps(*test_loader))`
+  // counted the test batches as training steps. Each case on a fresh thread
+  // (the rule is per thread).
+  std::vector<int> v{1, 2, 3, 4};
+  const auto counted = [](const Report& r) { return r.steps.count + r.steps.warmup_excluded; };
+  const Report before = snapshot();
+  std::thread([&v] {
+    for (int x : stepscope::steps(v)) (void)x;  // training: gradients on
+    t_grad_enabled = false;                     // torch::NoGradGuard
+    for (int x : stepscope::steps(v)) (void)x;  // the test loop: no steps
+    t_grad_enabled = true;
+    for (int x : stepscope::steps(v)) (void)x;
+  }).join();
+  const Report after = snapshot();
+  CHECK(counted(after) - counted(before) == 8);
+  CHECK(after.steps.evaluation_loops - before.steps.evaluation_loops == 1);
+  // A thread that never ran a loop with gradients on (inference): its steps are steps.
+  std::thread([&v] {
+    t_grad_enabled = false;
+    for (int x : stepscope::steps(v)) (void)x;
+    for (int x : stepscope::steps(v)) (void)x;
+  }).join();
+  const Report inference = snapshot();
+  CHECK(counted(inference) - counted(after) == 8);
+  CHECK(inference.steps.evaluation_loops == after.steps.evaluation_loops);
+  require_balanced();
+}
+
 TEST_CASE("steps() call sites are told apart by file:line and reused", "[steps]") {
   const detail::StepCallSite* a = detail::step_call_site(__FILE__, 1001);
   const detail::StepCallSite* b = detail::step_call_site(__FILE__, 1002);
