@@ -126,13 +126,14 @@ std::string byte_size(double bytes) {
 void Classifier::recommend_communication(std::vector<std::string>& out) const {
   const auto& t = kThresholds;
   const CommunicationVolume& c = report_.communication;
+  static constexpr const char* kOverlap =
+      "Overlap communication with compute: bucket gradients so all-reduce runs during backward (DDP bucket_cap_mb), "
+      "and start collectives as early as their inputs are ready.";
   static constexpr const char* kStragglers =
       "Check for stragglers: a rank waiting in a collective waits for the slowest rank; merge the ranks' reports and "
       "compare their step times.";
   if (c.collectives == 0 || c.steps == 0) {
-    out.push_back(
-        "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
-        "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
+    out.push_back(kOverlap);
     out.push_back(fmt::format(
         "Reduce the volume (bf16/fp16 gradients, gradient compression) where each collective moves megabytes; "
         "where it moves kilobytes (a small model) its latency is the cost: all-reduce less often (gradient "
@@ -175,9 +176,7 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
         "(a smaller DDP bucket_cap_mb) so all-reduce overlaps the rest of backward.",
         byte_size(each)));
   else
-    out.push_back(
-        "Overlap communication with compute: bucket gradients so all-reduce runs during backward "
-        "(DDP bucket_cap_mb), and start collectives as early as their inputs are ready.");
+    out.push_back(kOverlap);
   out.push_back(fmt::format(
       "Reduce the volume ({}{}): bf16/fp16 gradients (DDP's fp16_compress_hook), gradient compression, fewer "
       "synchronisation points per step.",
