@@ -79,6 +79,11 @@ ComputeOnCpu compute_on_cpu(const Report& report) {
   return {bound, true};
 }
 
+double other_threads_cores(const SystemSignals& s) {
+  return std::max(0.0,
+                  (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s - s.collector_cpu_ms * 1e-3) / s.wall_s);
+}
+
 InterpreterLock interpreter_lock(const Report& report) {
   InterpreterLock lock;
   const SystemSignals& s = report.system;
@@ -92,8 +97,7 @@ InterpreterLock interpreter_lock(const Report& report) {
   const auto& t = kThresholds;
   lock.on_cpu_cores = s.step_threads_on_cpu_s / s.wall_s;
   lock.compute_cores = lock.threads * shares.kind[PhaseKind::compute];
-  lock.other_threads_cores =
-      std::max(0.0, (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s - s.collector_cpu_ms * 1e-3) / s.wall_s);
+  lock.other_threads_cores = other_threads_cores(s);
   lock.compute_on_cpu = compute_on_cpu(report);
   const bool held = lock.compute_cores >= t.interpreter_lock_excess * lock.on_cpu_cores;
   if (lock.threads >= 2) {

@@ -108,6 +108,10 @@ struct ComputeOnCpu {
   std::string phrase() const;
 };
 ComputeOnCpu compute_on_cpu(const Report& report);
+// The process's threads that run no steps, in CPUs over the run (process CPU
+// less the step threads' and stepscope's collector's). Needs the step
+// threads' run time (system.step_threads_on_cpu_s >= 0) and a wall time.
+double other_threads_cores(const SystemSignals& s);
 
 // Python threads that each run steps take turns on the interpreter lock (the
 // GIL): together they ran on about one core while their compute phases held

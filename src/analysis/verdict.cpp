@@ -600,8 +600,7 @@ std::optional<Classifier::Unknown> Classifier::waiting_in_compute() const {
   for (Bottleneck c : kBottlenecks)
     if (cost_[c] > cost_[Bottleneck::compute]) return std::nullopt;
   const double compute = shares_.kind[PhaseKind::compute];
-  const double others =
-      std::max(0.0, (s.cpu_user_s + s.cpu_system_s - s.step_threads_on_cpu_s - s.collector_cpu_ms * 1e-3) / s.wall_s);
+  const double others = detail::other_threads_cores(s);
   if (others >= t.compute_pool_covers * compute * (1.0 - on_cpu.fraction)) return std::nullopt;
   return Unknown{
       fmt::format("Unknown: compute phases hold {:.0f}% of the step, but the step thread was on a CPU {} and no GPU "
