@@ -491,14 +491,38 @@ def _ddp_class():
 
 
 def _time_communication(model, handle):
-    """Registers the timing communication hook on a DDP model; the model's
-    register_comm_hook then sets the hook it wraps (a DDP model takes one)."""
+    """Registers the timing communication hook on a DDP model, or on each DDP
+    module inside the model (a wrapper that holds its DDP part, as
+    pytorch/examples' rpc/ddp_rpc's HybridModel does: `self.fc = DDP(...)`);
+    the DDP's register_comm_hook then sets the hook it wraps (a DDP takes one)."""
     ddp = _ddp_class()
     if type(model).__name__ == "FullyShardedDataParallel":
         _warn("stepscope.torch.instrument: FSDP's all-gathers and reduce-scatters are not timed as communication "
               "(this torch has no hook for them); time the step's waits with stepscope.phase(..., 'communication')")
         return
-    if ddp is None or not isinstance(model, ddp) or getattr(model, "reducer", None) is None:
+    if ddp is None:
+        return
+    if isinstance(model, ddp):
+        _time_ddp(model, handle)
+        return
+    # The module tree by its _modules, not modules(): a RemoteModule in it
+    # (ddp_rpc's embedding on the parameter server) raises on modules().
+    stack, seen = [model], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if isinstance(m, ddp):
+            _time_ddp(m, handle)
+            continue
+        children = getattr(m, "_modules", None)
+        if isinstance(children, dict):
+            stack.extend(c for c in children.values() if c is not None)
+
+
+def _time_ddp(model, handle):
+    if getattr(model, "reducer", None) is None:
         return
     if any(getattr(m, "sparse", False) is True for m in model.modules()):
         # Sparse gradients (nn.Embedding(sparse=True)): DDP's own path, untouched.

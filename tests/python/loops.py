@@ -212,6 +212,15 @@ def _small_loader(rank=0, world_size=1):
     return torch.utils.data.DataLoader(data, batch_size=16, sampler=sampler)
 
 
+class _Holder(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
 def _ddp_worker(rank, world_size, port):
     import torch.distributed as dist
 
@@ -221,7 +230,9 @@ def _ddp_worker(rank, world_size, port):
     os.environ["MASTER_ADDR"] = "localhost"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    model = torch.nn.parallel.DistributedDataParallel(mlp(32, 64))
+    # The DDP part inside a wrapper, as pytorch/examples' rpc/ddp_rpc holds it
+    # (`self.fc = DDP(...)`): instrument() finds it and times its all-reduce.
+    model = _Holder(torch.nn.parallel.DistributedDataParallel(mlp(32, 64)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     stepscope.torch.instrument(model, optimizer)
     train(model, optimizer, _small_loader(rank, world_size))

@@ -401,6 +401,9 @@ def test_ranks_only_torch_distributed_knows_write_a_report_each(tmp_path):
         assert report["complete"]
         # 640 samples / 16 per batch / 2 ranks = 20 batches each.
         assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 20
+        # The DDP inside the wrapper model: its all-reduce timed, one bucket a step noted.
+        assert report["communication"]["collectives"] == 20, report["communication"]
+        assert any(p["name"] == "ddp.allreduce" for p in report["phases"])
 
 
 def test_workers_no_rank_tells_apart_keep_a_report_each(tmp_path):
