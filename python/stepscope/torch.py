@@ -421,6 +421,7 @@ class _CommunicationTimer:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         self.inner = (model.process_group, default_hooks.allreduce_hook)  # DDP's default all-reduce
+        self.wire = 1.0  # bytes on the wire per bucket byte: 0.5 where a hook sends 16-bit gradients
         self.pending = []  # this backward's bucket futures
         self.buckets = self.bytes = 0  # this backward's buckets so far (note_collectives)
         self.active = True
@@ -436,7 +437,7 @@ class _CommunicationTimer:
                 self.buckets += 1
                 self.bytes += buffer.numel() * buffer.element_size()
                 if last:
-                    _core.note_collectives(self.buckets, self.bytes)
+                    _core.note_collectives(self.buckets, int(self.bytes * self.wire))
                     self.buckets = self.bytes = 0
                 if (
                     buffer.device.type == "cpu"
@@ -462,6 +463,16 @@ class _CommunicationTimer:
         if self.pending and self.pending[-1] is None:
             self.pending[-1] = future
         return future
+
+    def use(self, state, hook):
+        """The hook the user registered (register_comm_hook), wrapped from now
+        on. DDP's fp16/bf16 compression hooks send half the bucket's bytes;
+        the hook's name is the run's `ddp_comm_hook` setting (diff names a
+        change of it, and the advice does not suggest what it already does)."""
+        self.inner = (state, hook)
+        name = getattr(hook, "__name__", type(hook).__name__)
+        self.wire = 0.5 if name in ("fp16_compress_hook", "bf16_compress_hook") else 1.0
+        _stepscope.set_config("ddp_comm_hook", name)
 
     def close(self):
         if _open_communication[0] is self:
@@ -541,13 +552,13 @@ def _time_ddp(model, handle):
         check = getattr(model, "_check_comm_hook", None)
         if check is not None:
             check(hook)  # the user's mistakes raise as without stepscope
-        timer.inner = (state, hook)
+        timer.use(state, hook)
 
     def register_builtin_comm_hook(comm_hook_type):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         fp16 = comm_hook_type == _torch.distributed.BuiltinCommHookType.FP16_COMPRESS
-        timer.inner = (model.process_group, default_hooks.fp16_compress_hook if fp16 else default_hooks.allreduce_hook)
+        timer.use(model.process_group, default_hooks.fp16_compress_hook if fp16 else default_hooks.allreduce_hook)
 
     _replace_attribute(model, "register_comm_hook", register_comm_hook, handle)
     _replace_attribute(model, "_register_builtin_comm_hook", register_builtin_comm_hook, handle)

@@ -177,10 +177,15 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
         byte_size(each)));
   else
     out.push_back(kOverlap);
+  // The run's DDP hook already sends 16-bit gradients (stepscope.torch records it).
+  const auto hook = report_.run.config.find("ddp_comm_hook");
+  const bool compressed = hook != report_.run.config.end() &&
+                          (hook->second == "fp16_compress_hook" || hook->second == "bf16_compress_hook");
   out.push_back(fmt::format(
-      "Reduce the volume ({}{}): bf16/fp16 gradients (DDP's fp16_compress_hook), gradient compression, fewer "
-      "synchronisation points per step.",
-      moved, rate));
+      "Reduce the volume ({}{}): {}, fewer synchronisation points per step.", moved, rate,
+      compressed ? fmt::format("the gradients already travel in 16 bits ({}); compress them further (PowerSGD)",
+                               hook->second)
+                 : std::string("bf16/fp16 gradients (DDP's fp16_compress_hook), gradient compression")));
   out.push_back(kStragglers);
 }
 

@@ -492,6 +492,12 @@ TEST_CASE("classify: memory, communication and scheduling recommendations", "[an
       CHECK(any_contains(v.recommendations, "one collective (64.0 MiB)"));
       CHECK(any_contains(v.recommendations, "Reduce the volume (1 collective of 64.0 MiB per step"));
       CHECK_FALSE(any_contains(v.recommendations, "no_sync()"));
+      CHECK(any_contains(v.recommendations, "bf16/fp16 gradients (DDP's fp16_compress_hook)"));
+      // A run whose DDP hook already sends 16-bit gradients is not told to.
+      r.run.config["ddp_comm_hook"] = "fp16_compress_hook";
+      const Verdict compressed = classify(r);
+      CHECK(any_contains(compressed.recommendations, "already travel in 16 bits (fp16_compress_hook)"));
+      CHECK_FALSE(any_contains(compressed.recommendations, "bf16/fp16 gradients"));
     }
     SECTION("just above the latency bound the volume advice stands") {
       r.communication = CommunicationVolume{

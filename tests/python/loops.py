@@ -235,6 +235,10 @@ def _ddp_worker(rank, world_size, port):
     model = _Holder(torch.nn.parallel.DistributedDataParallel(mlp(32, 64)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     stepscope.torch.instrument(model, optimizer)
+    # DDP's 16-bit compression, registered after instrument() as a user does.
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model.inner.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
     train(model, optimizer, _small_loader(rank, world_size))
     dist.destroy_process_group()
 

@@ -401,8 +401,11 @@ def test_ranks_only_torch_distributed_knows_write_a_report_each(tmp_path):
         assert report["complete"]
         # 640 samples / 16 per batch / 2 ranks = 20 batches each.
         assert report["steps"]["count"] + report["steps"]["warmup_excluded"] == 20
-        # The DDP inside the wrapper model: its all-reduce timed, one bucket a step noted.
-        assert report["communication"]["collectives"] == 20, report["communication"]
+        # The DDP inside the wrapper model: its all-reduce timed, one bucket a
+        # step noted, in 16 bits (fp16_compress_hook): half the gradients' bytes.
+        grads = 32 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10  # loops.mlp(32, 64)'s parameters
+        assert report["communication"] == {"collectives": 20, "bytes": 20 * 2 * grads, "steps": 20}
+        assert report["run"]["config"]["ddp_comm_hook"] == "fp16_compress_hook"
         assert any(p["name"] == "ddp.allreduce" for p in report["phases"])
 
 
