@@ -183,9 +183,9 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
                           (hook->second == "fp16_compress_hook" || hook->second == "bf16_compress_hook");
   out.push_back(fmt::format(
       "Reduce the volume ({}{}): {}, fewer synchronisation points per step.", moved, rate,
-      compressed ? fmt::format("the gradients already travel in 16 bits ({}); compress them further (PowerSGD)",
-                               hook->second)
-                 : std::string("bf16/fp16 gradients (DDP's fp16_compress_hook), gradient compression")));
+      compressed
+          ? fmt::format("the gradients already travel in 16 bits ({}); compress them further (PowerSGD)", hook->second)
+          : std::string("bf16/fp16 gradients (DDP's fp16_compress_hook), gradient compression")));
   out.push_back(kStragglers);
 }
 
