@@ -96,9 +96,10 @@ struct Thresholds {
   // ---- communication -----------------------------------------------------
   // A collective of at most this many bytes costs its latency, not its
   // volume, on any transport: time = alpha + bytes / beta, and alpha * beta
-  // is ~0.5 MB for gloo over TCP (~100 us x 5 GB/s), ~1 MB for NCCL over
-  // NVLink (~10 us x 100 GB/s), ~0.6 MB over InfiniBand (~25 us x 25 GB/s):
-  // 64 KiB adds at most ~13% to the latency. Fewer bytes buy nothing there.
+  // is of the order of ~0.5 MB for gloo over TCP (~100 us x 5 GB/s), ~1 MB
+  // for NCCL over NVLink (~10 us x 100 GB/s), ~0.6 MB over InfiniBand (~25 us
+  // x 25 GB/s) -- typical magnitudes, not measured here: 64 KiB then adds
+  // ~13% or less to the latency. Fewer bytes buy nothing there.
   double latency_bound_collective_bytes = 64.0 * 1024;
   // At least this many bytes in a step's only collective: splitting it (DDP
   // buckets) lets its all-reduce overlap the rest of backward.

@@ -47,8 +47,8 @@ thread_local bool t_loop_with_gradients = false;
 
 bool evaluates_from_start(bool trained) noexcept {
   // Resolved at the first loop that finds libtorch loaded (a Python import
-  // after an earlier loop is found at the next loop): a few microseconds a
-  // loop until then.
+  // after an earlier loop is found at the next loop); until then each loop
+  // pays one dlsym and a walk of the loaded objects (not measured).
   static std::atomic<GradModeEnabled> resolved{nullptr};
   GradModeEnabled grad_mode = resolved.load(std::memory_order_acquire);
   if (grad_mode == nullptr) {
