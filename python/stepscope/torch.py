@@ -39,7 +39,10 @@ hand-instrumented loop would have them:
   ddp.allreduce  on a DistributedDataParallel model: the time the step is
              blocked on DDP's gradient all-reduce at the end of backward
              (kind communication, nested in backward; a communication hook,
-             see below and docs/multi-rank.md).
+             see below and docs/multi-rank.md);
+  rpc.wait   each torch.distributed.rpc round trip the step blocks on
+             (rpc_sync, an rpc_async future's wait, a remote RRef's
+             to_here; kind communication, nested in the phase that waits).
 Returns a handle; ``handle.remove()`` takes everything back out (DDP cannot
 take a communication hook back: it stops timing and passes through).
 
@@ -334,6 +337,7 @@ def instrument(model, optimizer=None, submodules=False, name=None):
 
     handle._restore.append(restore_backward)
     _time_distributed_backward(backward, handle)
+    _time_rpc(handle)
     _time_communication(model, handle)
     _gather_at_group_end()
 
@@ -389,6 +393,86 @@ def _time_distributed_backward(backward, handle):
     def restore():
         if dist_autograd.backward is timed_distributed_backward:
             dist_autograd.backward = original
+
+    handle._restore.append(restore)
+
+
+# ---- communication: torch.distributed.rpc's round trips ---------------------
+#
+# A trainer of an RPC job (pytorch/examples' distributed/rpc: a parameter
+# server, a pipeline, a RemoteModule) blocks in its forward and optimizer on
+# calls to other processes: rpc_sync, the wait of an rpc_async future,
+# RRef.to_here. Read as the compute of the phase around them, that wait made
+# the step look compute-bound, or unknown. Each such wait is the phase
+# "rpc.wait" (kind communication, nested in the phase that made the call):
+# the futures that rpc_sync/rpc_async create (rpc.api._invoke_rpc, which
+# RemoteModule and DistributedOptimizer go through) and RRef proxies
+# (rref_proxy._invoke_rpc: rref.rpc_async().f()) are marked,
+# and a Future.wait() on a marked one -- or on a collect_all/wait_all of
+# them -- is timed. dist_autograd.backward's own waits are inside torch's
+# C++ and stay in backward.
+
+_RPC_PHASE = "rpc.wait"
+_MAX_MARKED_FUTURES = 4096  # an rpc_async never waited for is not kept beyond this
+_rpc_state = {"handle": None}
+
+
+def _time_rpc(handle):
+    """Marks RPC futures and times the step's waits on them (once per process,
+    taken back with the handle that installed it)."""
+    if _rpc_state["handle"] is not None:
+        return
+    try:
+        import torch.distributed.rpc as rpc
+
+        if not rpc.is_available():
+            return
+        from torch.distributed.rpc import api, rref_proxy
+
+        future_type = _torch._C.Future
+        original_invoke, original_proxy, original_wait = api._invoke_rpc, rref_proxy._invoke_rpc, future_type.wait
+        original_collect, original_to_here = _torch._C._collect_all, rpc.PyRRef.to_here
+    except (ImportError, AttributeError):  # a torch without RPC, or another version's internals
+        return
+    phase = _stepscope.phase(_RPC_PHASE, "communication")
+    marked = {}  # id -> future: the futures an RPC returned, until waited for
+
+    def mark(future):
+        if len(marked) < _MAX_MARKED_FUTURES:
+            marked[id(future)] = future
+        return future
+
+    def invoke(*args, **kwargs):
+        return mark(original_invoke(*args, **kwargs))
+
+    def invoke_proxy(*args, **kwargs):  # rref.rpc_async().f(): a future of its own
+        return mark(original_proxy(*args, **kwargs))
+
+    def collect(futures, *args, **kwargs):
+        out = original_collect(futures, *args, **kwargs)
+        return mark(out) if any(id(f) in marked for f in futures) else out
+
+    def wait(self, *args, **kwargs):
+        if marked.pop(id(self), None) is None or handle.removed:
+            return original_wait(self, *args, **kwargs)
+        with phase:
+            return original_wait(self, *args, **kwargs)
+
+    def to_here(self, *args, **kwargs):
+        if handle.removed or self.is_owner():
+            return original_to_here(self, *args, **kwargs)
+        with phase:
+            return original_to_here(self, *args, **kwargs)
+
+    api._invoke_rpc, rref_proxy._invoke_rpc, future_type.wait = invoke, invoke_proxy, wait
+    _torch._C._collect_all, rpc.PyRRef.to_here = collect, to_here
+    _rpc_state["handle"] = handle
+
+    def restore():
+        api._invoke_rpc, rref_proxy._invoke_rpc, future_type.wait = original_invoke, original_proxy, original_wait
+        _torch._C._collect_all, rpc.PyRRef.to_here = original_collect, original_to_here
+        marked.clear()
+        _rpc_state["handle"] = None
 
     handle._restore.append(restore)
 

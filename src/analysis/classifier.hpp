@@ -121,6 +121,7 @@ class Classifier {
   void compute_costs();
   void attribute_loader_wait();
   void discount_machine_wait();
+  void bound_waiting_compute();
   bool scheduling_signal() const;
   double agreement(Bottleneck category) const;
   std::string top_phase(PhaseKind kind) const;
@@ -165,6 +166,7 @@ class Classifier {
   // not the step's. The verdict is the step's without it, so a busier machine
   // lowers its confidence and never changes its category (issue 29).
   double machine_wait_ = 0;
+  double compute_waited_ = 0;  // compute phases' time the thread was off a CPU (bound_waiting_compute)
   // The CPU wait the job's own loader caused (share of the step): input's.
   double loader_wait_ = 0;
   // The step waits for input (>= moderately bound) while the background

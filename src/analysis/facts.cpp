@@ -65,7 +65,7 @@ std::string ComputeOnCpu::phrase() const {
                : fmt::format("in {:.0f}% of its compute phases' samples", 100 * fraction);
 }
 
-ComputeOnCpu compute_on_cpu(const Report& report) {
+ComputeOnCpu compute_on_cpu(const Report& report, double below) {
   const SystemSignals& s = report.system;
   if (!s.available) return {};
   if (s.compute_on_cpu_fraction >= 0) return {s.compute_on_cpu_fraction, false};
@@ -75,7 +75,7 @@ ComputeOnCpu compute_on_cpu(const Report& report) {
       report.steps.breakdown.kind_ms[PhaseKind::compute] * static_cast<double>(report.steps.count) * 1e-3;
   if (compute_s <= 0) return {};
   const double bound = (s.step_threads_on_cpu_s + s.runqueue_wait_s) / compute_s;
-  if (bound >= kThresholds.compute_on_cpu_working) return {};
+  if (bound >= (below < 0 ? kThresholds.compute_on_cpu_working : below)) return {};
   return {bound, true};
 }
 

@@ -100,14 +100,15 @@ bool python_run(const Report& report);
 // run of a second or two has too few samples: pytorch/examples' ddp_rpc
 // trainer, its forward, backward and optimizer RPCs to a parameter server,
 // read "highly compute-bound (0.94)" with the thread on a CPU 13% of the
-// time). fraction -1: unknown.
+// time). fraction -1: unknown. `below`: the bound is kept under it (1: any
+// bound the run times give).
 struct ComputeOnCpu {
   double fraction = -1;
   bool bound = false;  // an upper bound from run times, not samples
   // "in 17% of its compute phases' samples", "at most 17% of its compute phases' time (...)"
   std::string phrase() const;
 };
-ComputeOnCpu compute_on_cpu(const Report& report);
+ComputeOnCpu compute_on_cpu(const Report& report, double below = -1);
 // The process's threads that run no steps, in CPUs over the run (process CPU
 // less the step threads' and stepscope's collector's). Needs the step
 // threads' run time (system.step_threads_on_cpu_s >= 0) and a wall time.

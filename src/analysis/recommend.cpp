@@ -132,6 +132,23 @@ void Classifier::recommend_communication(std::vector<std::string>& out) const {
   static constexpr const char* kStragglers =
       "Check for stragglers: a rank waiting in a collective waits for the slowest rank; merge the ranks' reports and "
       "compare their step times.";
+  // An RPC job's trainer (stepscope.torch times its waits as rpc.wait):
+  // round trips to other processes, not collectives.
+  if (top_phase(PhaseKind::communication) == "rpc.wait") {
+    for (const PhaseSummary& p : report_.phases)
+      if (p.thread_role == ThreadRole::step && p.name == "rpc.wait" && p.count > 0 && report_.steps.count > 0) {
+        const double per_step = static_cast<double>(p.count) / static_cast<double>(report_.steps.count);
+        out.push_back(fmt::format(
+            "The step waits {:.3f} ms for {:.3g} remote call{} (torch.distributed.rpc: rpc_sync, an rpc_async "
+            "future's wait, RRef.to_here; {:.3f} ms each): each is a round trip to another process and the work done "
+            "there. Issue independent calls with rpc_async and wait for them together (torch.futures.wait_all) "
+            "after the local work that does not need them, send fewer and larger calls, and keep what every step "
+            "reads on this process; the other process's own report says whether its work or the wire is the cost.",
+            p.share_of_step * step_ms_, per_step, per_step == 1 ? " a step" : "s a step", p.self_ms.mean));
+        break;
+      }
+    return;
+  }
   if (c.collectives == 0 || c.steps == 0) {
     out.push_back(kOverlap);
     out.push_back(fmt::format(

@@ -253,6 +253,7 @@ void Classifier::compute_costs() {
     const auto& t = kThresholds;
     attribute_loader_wait();
     discount_machine_wait();
+    bound_waiting_compute();
     if (loader_idle()) {
       const bool contended = runqueue_fraction_ >= t.runqueue_wait_fraction;
       if (contended) {
@@ -366,6 +367,32 @@ void Classifier::discount_machine_wait() {
                   "machine's {} CPUs busy: that wait is the machine's, not the step's. The verdict is the step's "
                   "without it (its shares are of the rest of the step), with its confidence lowered accordingly.",
                   pct(machine_wait_), std::max(0.0, holders.other_cores), report_.system.cores_online));
+}
+
+// A step that waits for communication of its own (an RPC trainer's round
+// trips, timed as rpc.wait) and whose compute phases the step thread was on
+// a CPU for only part of the time: those phases computed at most that part.
+// Where even that upper bound is below the communication measured, compute
+// cannot lead; the rest of their time waited (for the same remote work inside
+// a distributed backward, the interpreter lock, a pool) and is counted in no
+// category. pytorch/examples' rpc/rnn trainer: rpc.wait 42%, compute phases
+// 51% (dist_autograd.backward 36% of it), the thread on a CPU at most 52% of
+// their time: "highly compute-bound (0.62)" before.
+void Classifier::bound_waiting_compute() {
+  const double compute = cost_[Bottleneck::compute], communication = cost_[Bottleneck::communication];
+  if (communication <= 0 || compute <= 0) return;
+  const detail::ComputeOnCpu on_cpu = detail::compute_on_cpu(report_, 1.0);
+  if (on_cpu.fraction < 0 || compute * on_cpu.fraction >= communication) return;
+  compute_waited_ = compute * (1.0 - on_cpu.fraction);
+  cost_[Bottleneck::compute] = compute * on_cpu.fraction;
+  add(Bottleneck::communication, Weight::secondary, "compute_on_cpu_bound", on_cpu.fraction,
+      safe_div(communication, compute), "<",
+      fmt::format("Compute phases hold {:.0f}% of the step, but the step thread was on a CPU {}: they computed at "
+                  "most {:.0f}% of the step, less than the {:.0f}% it waited for communication. The other {:.0f}% "
+                  "waited (for remote work inside a distributed backward or optimizer step, the interpreter lock, "
+                  "another thread) and is counted in no category.",
+                  pct(compute), on_cpu.phrase(), pct(cost_[Bottleneck::compute]), pct(communication),
+                  pct(compute_waited_)));
 }
 
 bool Classifier::scheduling_signal() const {
@@ -580,6 +607,7 @@ std::optional<Classifier::Unknown> Classifier::unexplained_step() {
 // for its own workers).
 std::optional<Classifier::Unknown> Classifier::waiting_in_compute() const {
   const auto& t = kThresholds;
+  if (compute_waited_ > 0) return std::nullopt;  // communication outweighs what compute can have done
   const detail::InterpreterLock lock = detail::interpreter_lock(report_);
   if (lock.active && lock.background)
     return Unknown{

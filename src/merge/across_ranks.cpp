@@ -384,13 +384,16 @@ void judge_job(JobMerge& jm) {
     // The job's OS signals are unknown (per host), so what only the rank's
     // own could show -- its compute phases waited rather than computed (an
     // RPC, the interpreter lock) -- would be lost: the job's verdict is no
-    // surer than the typical rank's own.
-    if (job.bottleneck.category != "unknown") {
-      Verdict own = classify(t);
-      if (own.category == "unknown") {
-        own.summary = fmt::format("Rank {} (the typical rank): {}", ranks[typical].rank, own.summary);
-        job.bottleneck = std::move(own);
-      }
+    // surer than the typical rank's own, and where the rank's run times bound
+    // its compute below its communication (an RPC trainer: ddp_rpc's job read
+    // "conflicting signals" while both trainers read communication), the job
+    // takes that verdict too.
+    Verdict own = classify(t);
+    const bool bounded = std::any_of(own.evidence.begin(), own.evidence.end(),
+                                     [](const Evidence& e) { return e.signal == "compute_on_cpu_bound" && e.crossed; });
+    if (own.category != job.bottleneck.category && (own.category == "unknown" || bounded)) {
+      own.summary = fmt::format("Rank {} (the typical rank): {}", ranks[typical].rank, own.summary);
+      job.bottleneck = std::move(own);
     }
   }
   job.findings = find_issues(job);
@@ -557,8 +560,8 @@ void explain_stragglers(JobMerge& jm) {
     job.findings.insert(job.findings.begin(), std::move(f));
   } else if (v.bottleneck() == Bottleneck::communication) {
     v.summary += fmt::format(
-        " No straggler: the ranks are statistically alike, so the cost is the collective itself ({:.2f} ms/step) "
-        "rather than waiting ({:.2f} ms/step).",
+        " No straggler: the ranks are statistically alike, so the cost is the communication itself ({:.2f} "
+        "ms/step) rather than ranks waiting for one another ({:.2f} ms/step).",
         m.comm_collective_ms, m.comm_wait_ms);
   }
 }

@@ -1207,3 +1207,62 @@ TEST_CASE("compute phases that mostly waited, no GPU, the process idle: unknown,
   io.steps.breakdown.kind_ms[PhaseKind::input] = 0.64 * 4.5;
   CHECK(classify(io).category != "unknown");
 }
+
+TEST_CASE("an RPC trainer: remote waits above what its compute phases can have computed are communication",
+          "[analysis][classify]") {
+  // pytorch/examples' distributed/rpc/rnn trainer under stepscope.torch: 4
+  // round trips a step timed as rpc.wait (42% of 9.6 ms), compute phases 53%
+  // (dist_autograd.backward the most of it), 195 steps; the step thread on a
+  // CPU 0.228 of the wall and waiting for one 0.043, the RPC agent's threads
+  // 0.83 CPUs. It read "highly compute-bound (0.62)" (compute 51% against
+  // communication 44%, the CPU wait apart).
+  Shares s;
+  s.compute = 0.53;
+  s.communication = 0.42;
+  s.input = 0.01;
+  s.unattributed = 0.04;
+  Report r = host_report(s, 195, 9.6);
+  on_two_cores(r, 1.06, 0.8, 0.043);
+  from_python(r);
+  r.system.step_threads_on_cpu_s = 0.228 * r.system.wall_s;
+  r.system.collector_cpu_ms = 8.3;
+  add_phase(r, "rpc.wait", PhaseKind::communication, ThreadRole::step, 0.42, 1.01).count = 4 * 195;
+  add_phase(r, "backward", PhaseKind::compute, ThreadRole::step, 0.36, 3.2);
+  add_phase(r, "forward", PhaseKind::compute, ThreadRole::step, 0.14, 1.3);
+  const Verdict v = classify(r);
+  CHECK(v.category == "communication");
+  const Evidence* e = evidence(v, "compute_on_cpu_bound");
+  REQUIRE(e != nullptr);
+  CHECK(e->value == Approx((0.228 + 0.043) / 0.53).margin(0.005));  // the bound: the thread's run time over theirs
+  CHECK(e->sentence.find("they computed at most 26% of the step, less than the 44% it waited for communication") !=
+        std::string::npos);
+  REQUIRE_FALSE(v.recommendations.empty());
+  CHECK(v.recommendations[0].find("for 4 remote calls a step (torch.distributed.rpc") != std::string::npos);
+  CHECK(v.recommendations[0].find("1.010 ms each") != std::string::npos);
+  // A thread on a CPU for as long as its compute phases ran: compute computed, and leads.
+  Report ran = r;
+  ran.system.step_threads_on_cpu_s = 0.9 * ran.system.wall_s;
+  const Verdict computed = classify(ran);
+  CHECK(computed.category == "compute");
+  CHECK(evidence(computed, "compute_on_cpu_bound") == nullptr);
+  // A bound that leaves compute at or above the communication: no change (a near tie: no verdict).
+  Report close = r;
+  close.system.step_threads_on_cpu_s = 0.42 * close.system.wall_s;
+  const Verdict tie = classify(close);
+  CHECK(tie.category != "communication");
+  CHECK(evidence(tie, "compute_on_cpu_bound") == nullptr);
+  // No communication of its own: the earlier rules decide (a bound of 51% is
+  // not "mostly waited", and the other threads' 0.8 CPUs could have done it).
+  Report none = r;
+  none.steps.breakdown.kind_ms[PhaseKind::communication] = 0;
+  none.phases.erase(none.phases.begin());
+  const Verdict alone = classify(none);
+  CHECK(alone.category == "compute");
+  CHECK(evidence(alone, "compute_on_cpu_bound") == nullptr);
+  // A DDP step's communication gets the collectives' advice, not the RPC one.
+  Report ddp = r;
+  ddp.phases[0].name = "ddp.allreduce";
+  const Verdict collective = classify(ddp);
+  CHECK(collective.category == "communication");
+  CHECK(collective.recommendations[0].find("remote calls") == std::string::npos);
+}

@@ -304,6 +304,8 @@ TEST_CASE("no straggler and communication-bound: the collective itself is the co
   CHECK(job.ranks->stragglers.empty());
   CHECK(job.bottleneck.category == "communication");
   CHECK(job.bottleneck.summary.find("No straggler") != std::string::npos);
+  // Said for collectives and for an RPC job's round trips alike.
+  CHECK(job.bottleneck.summary.find("so the cost is the communication itself") != std::string::npos);
   CHECK(job.ranks->comm_collective_ms == Approx(150).epsilon(0.1));
   CHECK(job.ranks->comm_wait_fraction < 0.2);
 }
@@ -799,6 +801,17 @@ TEST_CASE("the ranks' JSON texts merge as their reports do; a rank that sent not
   CHECK_FALSE(merge_report_texts({"", ""}, error).ranks);
 }
 
+// A rank on 2 cores whose step thread ran `on_cpu` of its wall time and whose
+// process used `user` CPUs.
+void on_two_cores_ran(Report& r, double on_cpu, double user) {
+  SystemSignals& s = r.system;
+  s.available = true;
+  s.cores_online = s.cores_available = 2;
+  s.wall_s = static_cast<double>(r.steps.count) * r.steps.breakdown.wall_ms * 1e-3;
+  s.step_threads_on_cpu_s = on_cpu * s.wall_s;
+  s.cpu_user_s = user * s.wall_s;
+}
+
 TEST_CASE("ranks whose compute phases waited rather than computed leave the job without a verdict too", "[merge]") {
   // pytorch/examples' rpc/ddp_rpc: each trainer's forward, backward and
   // optimizer wait for a parameter server; each rank's own report said
@@ -807,12 +820,7 @@ TEST_CASE("ranks whose compute phases waited rather than computed leave the job 
   spec.ranks = 2;
   std::vector<Report> ranks = make_job(spec);
   for (Report& r : ranks) {
-    SystemSignals& s = r.system;
-    s.available = true;
-    s.cores_online = s.cores_available = 2;
-    s.wall_s = static_cast<double>(r.steps.count) * r.steps.breakdown.wall_ms * 1e-3;
-    s.step_threads_on_cpu_s = 0.10 * s.wall_s;
-    s.cpu_user_s = 0.15 * s.wall_s;
+    on_two_cores_ran(r, 0.10, 0.15);
     REQUIRE(classify(r).category == "unknown");
   }
   const Report job = merge_ok(ranks);
@@ -821,4 +829,27 @@ TEST_CASE("ranks whose compute phases waited rather than computed leave the job 
   // Ranks that computed: the job's verdict as before.
   for (Report& r : ranks) r.system.step_threads_on_cpu_s = 0.95 * r.system.wall_s;
   CHECK(merge_ok(ranks).bottleneck.category == "compute");
+}
+
+TEST_CASE("ranks whose run times bound their compute below their communication give the job that verdict", "[merge]") {
+  // pytorch/examples' rpc/ddp_rpc with its round trips timed (rpc.wait):
+  // both trainers read communication (compute phases on a CPU at most a
+  // third of their time), the job "conflicting signals" from the ranks'
+  // breakdown alone.
+  JobSpec spec;
+  spec.ranks = 2;
+  spec.forward_ms = 10;
+  spec.backward_ms = 12;
+  spec.collective_ms = 20;
+  std::vector<Report> ranks = make_job(spec);
+  for (Report& r : ranks) {
+    on_two_cores_ran(r, 0.15, 0.6);
+    REQUIRE(classify(r).category == "communication");
+  }
+  const Report job = merge_ok(ranks);
+  CHECK(job.bottleneck.category == "communication");
+  CHECK(job.bottleneck.summary.find("(the typical rank): The step is") != std::string::npos);
+  // Without the ranks' run times the job and its ranks read the same breakdown alike.
+  for (Report& r : ranks) r.system.step_threads_on_cpu_s = -1;
+  CHECK(merge_ok(ranks).bottleneck.category == classify(ranks[0]).category);
 }

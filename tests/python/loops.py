@@ -12,7 +12,8 @@ the tests (a process has one stepscope run and one report):
     python loops.py contract         # the API and report contract (finish(), then misuse)
     python loops.py at-exit          # no finish(): the report is written at exit
     python loops.py processes K      # two spawned workers without RANK: K "ddp" (mp.spawn +
-                                     # init_process_group) or "hogwild" (a shared model)
+                                     # init_process_group), "rpc" (a parameter server and a
+                                     # trainer) or "hogwild" (a shared model)
 
 The report goes to STEPSCOPE_OUT (the tests set it); some modes print one
 JSON line of their own observations on stdout.
@@ -251,6 +252,59 @@ def _hogwild_worker(rank, model):
     train(model, optimizer, _small_loader())
 
 
+def _rpc_worker(rank, world_size, port):
+    """pytorch/examples' distributed/rpc shape: rank 0 a parameter server
+    holding a layer, rank 1 a trainer whose forward calls it twice a step
+    (rpc_sync, and remote() + to_here()), with dist_autograd.backward and a
+    DistributedOptimizer (an rpc_async to each owner, waited)."""
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+    from torch.distributed.optim import DistributedOptimizer
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = str(port)
+    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=4, rpc_timeout=120)
+    rpc.init_rpc("ps" if rank == 0 else "trainer", rank=rank, world_size=world_size, rpc_backend_options=options)
+    if rank == 1:
+        remote = rpc.remote("ps", torch.nn.Linear, args=(32, 32))
+        local = torch.nn.Linear(32, 10)
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.local = local
+
+            def forward(self, x):
+                x = rpc.rpc_sync("ps", _call_module, args=(remote, x))
+                x = rpc.remote("ps", _call_module, args=(remote, x)).to_here()
+                return self.local(x)
+
+        params = [rpc.RRef(p) for p in local.parameters()] + rpc.rpc_sync("ps", _parameter_rrefs, args=(remote,))
+        model = Net()
+        optimizer = DistributedOptimizer(torch.optim.SGD, params, lr=0.01)
+        api, wait = rpc.api._invoke_rpc, torch._C.Future.wait
+        handle = stepscope.torch.instrument(model, optimizer)
+        for x, y in stepscope.torch.steps(_small_loader()):
+            with dist_autograd.context() as context:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                dist_autograd.backward(context, [loss])
+                optimizer.step(context)
+        handle.remove()
+        assert rpc.api._invoke_rpc is api and torch._C.Future.wait is wait, "remove() left RPC wrapped"
+    rpc.shutdown()
+
+
+def _call_module(rref, x):
+    return rref.local_value()(x)
+
+
+def _parameter_rrefs(rref):
+    import torch.distributed.rpc as rpc
+
+    return [rpc.RRef(p) for p in rref.local_value().parameters()]
+
+
 def processes_mode(kind):
     """Two worker processes started with the spawn method and no RANK in their
     environment: "ddp" as PyTorch's DDP tutorial does (mp.spawn, the rank given
@@ -260,11 +314,11 @@ def processes_mode(kind):
 
     import torch.multiprocessing as mp
 
-    if kind == "ddp":
+    if kind in ("ddp", "rpc"):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        mp.spawn(_ddp_worker, args=(2, port), nprocs=2)
+        mp.spawn(_ddp_worker if kind == "ddp" else _rpc_worker, args=(2, port), nprocs=2)
         return
     model = mlp(32, 64)
     model.share_memory()

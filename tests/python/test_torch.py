@@ -409,6 +409,29 @@ def test_ranks_only_torch_distributed_knows_write_a_report_each(tmp_path):
         assert any(p["name"] == "ddp.allreduce" for p in report["phases"])
 
 
+def test_rpc_trainer_round_trips_are_communication(tmp_path):
+    # pytorch/examples' distributed/rpc: the trainer's forward and its
+    # DistributedOptimizer wait for a parameter server. Each wait is the phase
+    # rpc.wait (kind communication) inside the phase that made the call.
+    _, _, proc = run_loop(tmp_path, "rpc", "processes", "rpc")
+    reports = [json.loads(p.read_text()) for p in tmp_path.glob("rpc*.json")]
+    trainers = [r for r in reports if r["steps"]["count"] > 0]
+    assert len(trainers) == 1, ([r["steps"]["count"] for r in reports], proc.stderr)
+    report = trainers[0]
+    steps = report["steps"]["count"]
+    assert steps + report["steps"]["warmup_excluded"] == 40  # 640 samples / 16
+    phases = {(p["name"], p["thread_role"]): p for p in report["phases"]}
+    wait = phases[("rpc.wait", "step")]
+    assert wait["kind"] == "communication"
+    # A step: rpc_sync and remote().to_here() in forward, the optimizer's
+    # rpc_async to each of the two owners (the trainer itself and the server).
+    assert wait["count"] == 4 * steps, wait["count"]
+    # Nested: the forward's own time leaves its two waits out.
+    forward = phases[("forward", "step")]
+    assert forward["self_ms"]["total"] < forward["host_ms"]["total"]
+    assert report["bottleneck"]["category"] in ("communication", "unknown"), report["bottleneck"]["summary"]
+
+
 def test_workers_no_rank_tells_apart_keep_a_report_each(tmp_path):
     # PyTorch's mnist_hogwild: spawned workers share a model, no process group.
     _, _, proc = run_loop(tmp_path, "hog", "processes", "hogwild")
