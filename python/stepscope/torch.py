@@ -413,7 +413,7 @@ def _time_distributed_backward(backward, handle):
 # C++ and stay in backward.
 
 _RPC_PHASE = "rpc.wait"
-_MAX_MARKED_FUTURES = 4096  # an rpc_async never waited for is not kept beyond this
+_MAX_MARKED_FUTURES = 4096  # futures marked and not yet waited for: the oldest is dropped beyond this
 _rpc_state = {"handle": None}
 
 
@@ -438,8 +438,12 @@ def _time_rpc(handle):
     marked = {}  # id -> future: the futures an RPC returned, until waited for
 
     def mark(future):
-        if len(marked) < _MAX_MARKED_FUTURES:
-            marked[id(future)] = future
+        if len(marked) >= _MAX_MARKED_FUTURES:  # the oldest, never waited for (fire and forget), goes
+            try:
+                del marked[next(iter(marked))]
+            except (StopIteration, KeyError, RuntimeError):  # another thread changed it meanwhile
+                pass
+        marked[id(future)] = future
         return future
 
     def invoke(*args, **kwargs):
