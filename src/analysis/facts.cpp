@@ -270,6 +270,44 @@ std::string page_fault_remedy(const Report& report) {
         faults_.cost_ms_per_step * 1e3 / std::max(faults_.minor_per_step, 1.0), cost, step, 100.0 * cost / step,
         step - cost);
   out += "Reuse buffers across steps (allocate them once): that ends the churn for any block size. ";
+  // A caching allocator, as measured on pytorch/examples' cpp/custom-dataset
+  // (an AlexNet whose 218 MB of fully connected gradients are freed and
+  // allocated again every step, 226 MiB of fresh pages a step): 1730 ms a step
+  // under glibc, 1506 with its three settings, 1423 under jemalloc's defaults
+  // (it returns blocks of 8 MiB and more at once: 253 MiB a step), 741 under
+  // tcmalloc, 717 under jemalloc with decay off (docs/trials.md).
+  static constexpr const char* kCaching =
+      "a caching allocator that keeps freed blocks: LD_PRELOAD=libtcmalloc_minimal.so.4 (gperftools' tcmalloc), "
+      "or jemalloc with MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 (with its defaults jemalloc returns "
+      "blocks of 8 MiB and more to the OS at once)";
+  // What this run already tried (its environment, run.config): say what is left.
+  const auto knob = [&report](const char* key) {
+    const auto it = report.run.config.find(key);
+    return it == report.run.config.end() ? std::string() : it->second;
+  };
+  const std::string preload = knob("env:LD_PRELOAD");
+  if (preload.find("jemalloc") != std::string::npos) {
+    const bool kept = knob("env:MALLOC_CONF").find("dirty_decay_ms:-1") != std::string::npos;
+    out += kept ? "This run preloads jemalloc with its decay off and still churns: the fresh pages are not freed "
+                  "heap blocks (memory-mapped files, shared memory, another allocator): reuse those buffers."
+                : "This run preloads jemalloc and still churns: with its defaults it returns blocks of 8 MiB and "
+                  "more to the OS at once; keep them with MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1, or "
+                  "preload tcmalloc (LD_PRELOAD=libtcmalloc_minimal.so.4).";
+    return out;
+  }
+  if (preload.find("tcmalloc") != std::string::npos) {
+    out +=
+        "This run preloads tcmalloc and still churns: the fresh pages are not freed heap blocks (memory-mapped "
+        "files, shared memory, another allocator): reuse those buffers.";
+    return out;
+  }
+  if (const std::string glibc = knob("env:glibc_malloc"); glibc.find("MALLOC_MMAP_THRESHOLD_") != std::string::npos) {
+    out += fmt::format(
+        "This run already sets glibc's malloc ({}) and still churns: its blocks are mapped whatever the threshold "
+        "(32 MiB or larger, or above the threshold set), so use {}.",
+        glibc, kCaching);
+    return out;
+  }
   // MALLOC_MMAP_THRESHOLD_ alone moves blocks below it onto the heap, whose
   // top glibc then trims back to the OS past MALLOC_TRIM_THRESHOLD_ and
   // faults in again: followed alone it doubled a step (32 -> 64 ms); with the
@@ -280,9 +318,8 @@ std::string page_fault_remedy(const Report& report) {
   if (fresh >= kMmapThresholdMaxMib) {
     out += fmt::format(
         "If the blocks are {:.0f} MiB or larger, MALLOC_MMAP_THRESHOLD_ cannot help (glibc always maps them and "
-        "unmaps them on free): reuse it across steps, or use a caching allocator that keeps large blocks "
-        "(LD_PRELOAD of jemalloc or tcmalloc). If they are smaller, ",
-        kMmapThresholdMaxMib);
+        "unmaps them on free): reuse them across steps, or use {}. If they are smaller, ",
+        kMmapThresholdMaxMib, kCaching);
     block = static_cast<long long>(kMmapThresholdMaxMib) * 1024 * 1024;
   } else {
     out += "Else ";
@@ -290,9 +327,8 @@ std::string page_fault_remedy(const Report& report) {
   out += fmt::format(
       "keep freed memory in the process with the three glibc settings together: MALLOC_MMAP_THRESHOLD_={} "
       "MALLOC_TRIM_THRESHOLD_={} MALLOC_TOP_PAD_={} (one alone can make it worse: the threshold alone moves the "
-      "blocks onto the heap, whose top is then returned to the OS every step); or a caching allocator (LD_PRELOAD "
-      "of jemalloc or tcmalloc).",
-      block, 2 * block, block);
+      "blocks onto the heap, whose top is then returned to the OS every step); or {}.",
+      block, 2 * block, block, kCaching);
   return out;
 }
 

@@ -132,10 +132,10 @@ std::string shown_value(const char* value) {
 namespace {
 // The environment's performance knobs (Settings::knobs), by run.config key.
 void read_knobs(GetEnv getenv_fn, std::map<std::string, std::string>& knobs) {
-  static constexpr const char* kOwnKey[] = {"OMP_NUM_THREADS",      "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                            "OMP_PROC_BIND",        "LD_PRELOAD",      "PYTORCH_CUDA_ALLOC_CONF",
-                                            "CUDA_LAUNCH_BLOCKING", "NCCL_ALGO",       "NCCL_PROTO",
-                                            "NCCL_P2P_DISABLE",     "NCCL_IB_DISABLE"};
+  static constexpr const char* kOwnKey[] = {
+      "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",    "OMP_PROC_BIND",
+      "LD_PRELOAD",      "MALLOC_CONF",     "PYTORCH_CUDA_ALLOC_CONF", "CUDA_LAUNCH_BLOCKING",
+      "NCCL_ALGO",       "NCCL_PROTO",      "NCCL_P2P_DISABLE",        "NCCL_IB_DISABLE"};
   static constexpr const char* kGlibcMalloc[] = {"MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_",       "MALLOC_MMAP_THRESHOLD_",
                                                  "MALLOC_TOP_PAD_",  "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"};
   for (const char* name : kOwnKey)

@@ -313,6 +313,7 @@ TEST_CASE("the environment's performance knobs are recorded, glibc's malloc sett
                      {"MALLOC_TOP_PAD_", "33554432"},
                      {"OMP_NUM_THREADS", "1"},
                      {"LD_PRELOAD", "libjemalloc.so.2"},
+                     {"MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1"},
                      {"CUDA_LAUNCH_BLOCKING", ""},
                      {"HOME", "/root"}},
                     warnings);
@@ -321,6 +322,7 @@ TEST_CASE("the environment's performance knobs are recorded, glibc's malloc sett
                        {"env:glibc_malloc",
                         "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TOP_PAD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864"},
                        {"env:OMP_NUM_THREADS", "1"},
-                       {"env:LD_PRELOAD", "libjemalloc.so.2"}});
+                       {"env:LD_PRELOAD", "libjemalloc.so.2"},
+                       {"env:MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1"}});
   CHECK(read({}, warnings).knobs.empty());
 }
