@@ -838,6 +838,15 @@ TEST_CASE("classify: the allocator advice says what is left after what the run a
   CHECK(kept.find("MALLOC_MMAP_THRESHOLD_") == std::string::npos);
   const std::string tcmalloc = advice({{"env:LD_PRELOAD", "libtcmalloc_minimal.so.4"}});
   CHECK(tcmalloc.find("This run preloads tcmalloc and still churns") != std::string::npos);
+  // Under a compute verdict (faults 40% of the step against compute's 55%)
+  // the remedy is the second thing to try; at 10% it is left to the finding.
+  const Verdict compute = classify(fault_storm(226, 0.40));
+  CHECK(compute.category == "compute");
+  REQUIRE(compute.recommendations.size() >= 2);
+  CHECK(compute.recommendations[0].find("Compute on the CPU dominates") == 0);
+  CHECK(compute.recommendations[1].find("Allocator churn: ") == 0);
+  const Verdict cheap = classify(fault_storm(226, 0.10));
+  CHECK_FALSE(any_contains(cheap.recommendations, "Allocator churn"));
   // Nothing tried: both branches, the glibc set among them.
   const std::string none = advice({});
   CHECK(none.find("This run") == std::string::npos);
