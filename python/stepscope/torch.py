@@ -468,16 +468,30 @@ def _time_rpc(handle):
         with phase:
             return original_to_here(self, *args, **kwargs)
 
-    api._invoke_rpc, rref_proxy._invoke_rpc, future_type.wait = invoke, invoke_proxy, wait
-    _torch._C._collect_all, rpc.PyRRef.to_here = collect, to_here
-    _rpc_state["handle"] = handle
+    places = [
+        (api, "_invoke_rpc", original_invoke, invoke),
+        (rref_proxy, "_invoke_rpc", original_proxy, invoke_proxy),
+        (future_type, "wait", original_wait, wait),
+        (_torch._C, "_collect_all", original_collect, collect),
+        (rpc.PyRRef, "to_here", original_to_here, to_here),
+    ]
 
     def restore():
-        api._invoke_rpc, rref_proxy._invoke_rpc, future_type.wait = original_invoke, original_proxy, original_wait
-        _torch._C._collect_all, rpc.PyRRef.to_here = original_collect, original_to_here
+        for owner, name, original, _ in places:
+            try:
+                setattr(owner, name, original)
+            except (AttributeError, TypeError):
+                pass
         marked.clear()
         _rpc_state["handle"] = None
 
+    try:
+        for owner, name, _, replacement in places:
+            setattr(owner, name, replacement)
+    except (AttributeError, TypeError):  # a type that takes no new attribute: nothing timed, nothing left changed
+        restore()
+        return
+    _rpc_state["handle"] = handle
     handle._restore.append(restore)
 
 
