@@ -575,7 +575,7 @@ TEST_CASE("page faults: a step that maps and touches 48 MiB every step is memory
   bool remedy = false;
   for (const auto& rec : r.bottleneck.recommendations)
     remedy |= rec.find("MALLOC_MMAP_THRESHOLD_ cannot help") != std::string::npos &&
-              rec.find("reuse it across steps") != std::string::npos;
+              rec.find("reuse them across steps") != std::string::npos;
   CHECK(remedy);
 }
 
