@@ -364,9 +364,9 @@ constexpr bool phase_name_is(const char* name, const char* marker) noexcept {
 constexpr PhaseKind default_phase_kind(const char* name) noexcept {
   constexpr const char* kInput[] = {"dataloader", "data_load", "data_fetch", "load_data", "fetch_data",
                                     "next_batch", "get_batch", "load_batch", "prefetch",  "input"};
-  constexpr const char* kCommunication[] = {"allreduce",      "all_reduce", "allgather", "all_gather",
-                                            "reduce_scatter", "all2all",    "alltoall",  "all_to_all",
-                                            "broadcast",      "nccl",       "comm"};
+  constexpr const char* kCommunication[] = {"allreduce", "all_reduce", "allgather",  "all_gather", "reduce_scatter",
+                                            "all2all",   "alltoall",   "all_to_all", "broadcast",  "nccl",
+                                            "comm",      "rpc",        "barrier"};
   constexpr const char* kMemory[] = {"h2d", "d2h", "memcpy", "copy", "to_device", "to("};
   constexpr const char* kCompute[] = {"forward", "fwd", "backward", "bwd", "optim", "loss", "zero_grad"};
   if (detail::phase_name_is(name, "data") || detail::phase_name_has_any(name, kInput)) return PhaseKind::input;

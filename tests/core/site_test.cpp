@@ -213,6 +213,11 @@ TEST_CASE("site: a phase's kind comes from the words of its name, the same rule 
       {"record_param_comms", PhaseKind::communication},
       {"## SplitsAllToAllAwaitable wait() ##", PhaseKind::communication},
       {"## all2all_data:kjt splits ##", PhaseKind::communication},
+      // Remote calls: stepscope.torch's rpc.wait, torch's RPC profiling ranges.
+      {"rpc.wait", PhaseKind::communication},
+      {"rpc_async#_call_method(trainer -> ps)", PhaseKind::communication},
+      {"barrier", PhaseKind::communication},
+      {"grpc_server", PhaseKind::other},
       // Words that only contain a marker, or "data" inside a longer name.
       {"recommend", PhaseKind::other},
       {"deepcopy_model", PhaseKind::other},
