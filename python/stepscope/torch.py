@@ -414,13 +414,21 @@ def _time_distributed_backward(backward, handle):
 
 _RPC_PHASE = "rpc.wait"
 _MAX_MARKED_FUTURES = 4096  # futures marked and not yet waited for: the oldest is dropped beyond this
-_rpc_state = {"handle": None}
+_rpc_state = {"users": 0, "restore": None}  # handles that time RPC; how to take it back
 
 
 def _time_rpc(handle):
     """Marks RPC futures and times the step's waits on them (once per process,
-    taken back with the handle that installed it)."""
-    if _rpc_state["handle"] is not None:
+    taken back when the last handle that wants it is removed)."""
+
+    def release():
+        _rpc_state["users"] -= 1
+        if _rpc_state["users"] == 0 and _rpc_state["restore"] is not None:
+            _rpc_state["restore"]()
+
+    if _rpc_state["restore"] is not None:
+        _rpc_state["users"] += 1
+        handle._restore.append(release)
         return
     try:
         import torch.distributed.rpc as rpc
@@ -457,13 +465,13 @@ def _time_rpc(handle):
         return mark(out) if any(id(f) in marked for f in futures) else out
 
     def wait(self, *args, **kwargs):
-        if marked.pop(id(self), None) is None or handle.removed:
+        if marked.pop(id(self), None) is None or not _rpc_state["users"]:
             return original_wait(self, *args, **kwargs)
         with phase:
             return original_wait(self, *args, **kwargs)
 
     def to_here(self, *args, **kwargs):
-        if handle.removed or self.is_owner():
+        if not _rpc_state["users"] or self.is_owner():
             return original_to_here(self, *args, **kwargs)
         with phase:
             return original_to_here(self, *args, **kwargs)
@@ -483,7 +491,7 @@ def _time_rpc(handle):
             except (AttributeError, TypeError):
                 pass
         marked.clear()
-        _rpc_state["handle"] = None
+        _rpc_state["restore"] = None
 
     try:
         for owner, name, _, replacement in places:
@@ -491,8 +499,8 @@ def _time_rpc(handle):
     except (AttributeError, TypeError):  # a type that takes no new attribute: nothing timed, nothing left changed
         restore()
         return
-    _rpc_state["handle"] = handle
-    handle._restore.append(restore)
+    _rpc_state["users"], _rpc_state["restore"] = 1, restore
+    handle._restore.append(release)
 
 
 # ---- communication: DDP's gradient all-reduce (issue 30) -------------------

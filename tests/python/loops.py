@@ -284,7 +284,11 @@ def _rpc_worker(rank, world_size, port):
         model = Net()
         optimizer = DistributedOptimizer(torch.optim.SGD, params, lr=0.01)
         api, wait = rpc.api._invoke_rpc, torch._C.Future.wait
+        # Another model instrumented first (it installs the RPC timing) and
+        # taken back: the timing stays for the model still instrumented.
+        other = stepscope.torch.instrument(torch.nn.Linear(2, 2))
         handle = stepscope.torch.instrument(model, optimizer)
+        other.remove()
         # Calls never waited for (fire and forget) past the bound on marked
         # futures: the oldest make room, the step's own are still timed.
         stepscope.torch._MAX_MARKED_FUTURES = 8
