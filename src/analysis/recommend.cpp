@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,28 @@ void Classifier::recommend_compute(std::vector<std::string>& out) const {
         "Profile the top kernels (Nsight Compute) for low occupancy or memory-bound kernels "
         "before hand-optimising; make sure the largest ones actually dominate the step.");
   } else {
+    // torch ran fewer intra-op threads than the cores this process has to
+    // itself (stepscope.torch records torch.get_num_threads()) and used no
+    // more: each operator could use the rest. pytorch/examples' dcgan under
+    // Debian's torch 1.13, which starts with 1 thread on this 2-core VM:
+    // 9.4 s steps, 97% compute, the advice only "set intra-op threads to the
+    // physical cores".
+    const SystemSignals& s = report_.system;
+    if (const auto intra = report_.run.config.find("intra_op_threads");
+        intra != report_.run.config.end() && s.available && shares_.cpu_wait < t.cpu_contention_finding) {
+      const double threads = std::atof(intra->second.c_str());
+      const int cores = s.cores_available > 0 ? s.cores_available : s.cores_online;
+      const int processes = report_.run.local_ranks > 1 ? report_.run.local_ranks : s.sibling_processes + 1;
+      const int share = cores / std::max(1, processes);
+      const double used = s.cpu_utilization * cores;
+      if (threads >= 1 && share > threads && used < threads + 0.5)
+        out.push_back(fmt::format(
+            "torch ran {:.0f} intra-op thread{} while this process has {} core{}{} and used {:.1f} CPUs: "
+            "torch.set_num_threads({}) (or OMP_NUM_THREADS={}) lets each operator use them, then measure again.",
+            threads, threads == 1 ? "" : "s", share, share == 1 ? "" : "s",
+            processes > 1 ? fmt::format(" of the {} its job's {} processes share", cores, processes) : std::string(),
+            used, share, share));
+    }
     out.push_back(
         "Compute on the CPU dominates: use an optimised BLAS/oneDNN build, set intra-op threads "
         "to the physical cores, vectorise hot loops, and use reduced precision (bf16) where the "

@@ -853,6 +853,40 @@ TEST_CASE("classify: the allocator advice says what is left after what the run a
   CHECK(none.find("MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864") != std::string::npos);
 }
 
+TEST_CASE("classify: CPU compute with fewer torch threads than the process's cores says how many to use",
+          "[analysis][classify]") {
+  // pytorch/examples' dcgan under Debian's torch 1.13: 1 intra-op thread on
+  // a 2-core VM, 9.4 s steps, 97% compute, the process on 1.0 of its 2 CPUs.
+  Shares s;
+  s.compute = 0.97;
+  s.input = 0.01;
+  s.unattributed = 0.02;
+  Report r = host_report(s, 43, 9358);
+  on_two_cores(r, 1.0, 0.0);
+  r.system.cpu_utilization = 0.5;
+  r.run.config["intra_op_threads"] = "1";
+  const Verdict v = classify(r);
+  REQUIRE(v.category == "compute");
+  REQUIRE_FALSE(v.recommendations.empty());
+  CHECK(v.recommendations[0] ==
+        "torch ran 1 intra-op thread while this process has 2 cores and used 1.0 CPUs: torch.set_num_threads(2) "
+        "(or OMP_NUM_THREADS=2) lets each operator use them, then measure again.");
+  const auto says = [](Report x) { return any_contains(classify(x).recommendations, "torch.set_num_threads("); };
+  Report two = r;  // already as many threads as cores
+  two.run.config["intra_op_threads"] = "2";
+  CHECK_FALSE(says(two));
+  Report ranks = r;  // two ranks on the host: one core each
+  ranks.run.local_ranks = 2;
+  CHECK_FALSE(says(ranks));
+  Report busy = r;  // the process already used both cores (other threads of its own)
+  busy.system.cpu_utilization = 0.95;
+  CHECK_FALSE(says(busy));
+  Report unknown = r;  // not recorded (a C++ run): the generic advice only
+  unknown.run.config.erase("intra_op_threads");
+  CHECK_FALSE(says(unknown));
+  CHECK(any_contains(classify(unknown).recommendations, "set intra-op threads to the physical cores"));
+}
+
 TEST_CASE("classify: input on the critical path at 20% or more is io, compute the runner-up",
           "[analysis][classify][io]") {
   // The issue's serial pipeline: 2.5 ms preprocessing in the step's data
