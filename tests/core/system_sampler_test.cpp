@@ -444,7 +444,10 @@ TEST_CASE("system sampler: siblings that run the same program are told apart fro
   // The two spinning siblings: sleep is another program, the one in another session not the job's.
   CHECK(figures[0] >= 1);
   CHECK(figures[0] <= 2);
-  CHECK(figures[1] >= 0.3);         // their 2 x 200 ms, the ended one's kept
+  // Their 2 x 200 ms, the ended one's kept: more than one sibling's 200 ms.
+  // Not 0.3: under ASan beside two other sanitizer tests CI read 0.28 once
+  // (the readings' tick-based CPU times of two short-lived processes).
+  CHECK(figures[1] >= 0.25);
   CHECK(figures[1] < 0.55);         // not the other session's 400 ms too, nor the other script's 400 ms
   CHECK(figures[1] <= figures[2]);  // of the other processes' CPU
 }
