@@ -81,6 +81,11 @@ STEPSCOPE_API std::uint64_t next_steps_ignored() noexcept;
 // torch::NoGradGuard: a steps() loop over the test loader counted its
 // batches as training steps.
 STEPSCOPE_API STEPSCOPE_DETAIL_NOINLINE bool evaluates_from_start(bool trained) noexcept;
+// The intra-op threads torch ran at the latest steps() loop's start, read
+// there (at::get_num_threads, on the loop's thread); 0 without libtorch. The
+// report records it as run.config.intra_op_threads where the Python package
+// did not (a libtorch program).
+STEPSCOPE_API int torch_intra_op_threads() noexcept;
 
 // Per-thread cache in front of it: a call site in a loop finds its sites with
 // one compare. Direct-mapped on the line; trivial, so the thread_local needs

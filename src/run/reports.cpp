@@ -81,10 +81,16 @@ Report build_stamped_report(bool final_report, const RunStamp& stamp) {
   report.run.source = "live";
   report.run.config = stamp.config;
   report.run.config_types = stamp.config_types;
+  if (const int threads = detail::torch_intra_op_threads();
+      threads > 0 && report.run.config.count("intra_op_threads") == 0) {
+    report.run.config["intra_op_threads"] = std::to_string(threads);  // a libtorch program's (steps() read it)
+    report.run.config_types["intra_op_threads"] = "number";
+  }
   for (const auto& [key, value] : rt.settings.knobs) {
     // What torch made of OMP_NUM_THREADS, where stepscope.torch recorded it,
     // is the one setting: a thread change is one change in `stepscope diff`.
-    if (stamp.config.count("intra_op_threads") > 0 && (key == "env:OMP_NUM_THREADS" || key == "env:MKL_NUM_THREADS"))
+    if (report.run.config.count("intra_op_threads") > 0 &&
+        (key == "env:OMP_NUM_THREADS" || key == "env:MKL_NUM_THREADS"))
       continue;
     if (report.run.config.emplace(key, value).second) report.run.config_types[key] = "string";
   }

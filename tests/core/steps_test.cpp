@@ -557,6 +557,17 @@ thread_local bool t_grad_enabled = true;
 bool c10::GradMode::is_enabled() {
   return t_grad_enabled;
 }
+// And libtorch's at::get_num_threads(): the intra-op threads a steps() loop
+// reads at its start for the report (a libtorch program; Python records its own).
+namespace at {
+int get_num_threads();
+}  // namespace at
+namespace {
+std::atomic<int> g_torch_threads{3};
+}  // namespace
+int at::get_num_threads() {
+  return g_torch_threads.load();
+}
 
 TEST_CASE("a steps() loop begun under torch::NoGradGuard after one with gradients is an evaluation loop", "[steps]") {
   // pytorch/examples' cpp/mnist and cpp/custom-dataset test under
@@ -585,6 +596,16 @@ TEST_CASE("a steps() loop begun under torch::NoGradGuard after one with gradient
   const Report inference = snapshot();
   CHECK(counted(inference) - counted(after) == 8);
   CHECK(inference.steps.evaluation_loops == after.steps.evaluation_loops);
+  // torch's intra-op threads, read at each loop's start, are the run's (the
+  // CPU compute advice names them: classify_test).
+  CHECK(detail::torch_intra_op_threads() == 3);
+  CHECK(inference.run.config.at("intra_op_threads") == "3");
+  CHECK(inference.run.config_types.at("intra_op_threads") == "number");
+  g_torch_threads = 2;  // torch::set_num_threads(2) before the next loop
+  std::thread([&v] {
+    for (int x : stepscope::steps(v)) (void)x;
+  }).join();
+  CHECK(snapshot().run.config.at("intra_op_threads") == "2");
   require_balanced();
 }
 
