@@ -70,8 +70,12 @@ bool evaluates_from_start(bool trained) noexcept {
     threads.store(reinterpret_cast<NumThreads>(find_torch_symbol(kNumThreadsSymbol, "libtorch_cpu.so")),
                   std::memory_order_release);
   }
-  if (const NumThreads num_threads = threads.load(std::memory_order_acquire))
-    g_intra_op_threads.store(num_threads(), std::memory_order_relaxed);
+  if (const NumThreads num_threads = threads.load(std::memory_order_acquire)) {
+    try {  // libtorch's function is not noexcept: a throw here would end the training run
+      g_intra_op_threads.store(num_threads(), std::memory_order_relaxed);
+    } catch (...) {
+    }
+  }
   if (grad_mode()) {
     t_loop_with_gradients = true;
     return false;
